@@ -1,0 +1,325 @@
+// Threads-as-ranks executor of schedules. Each matched send/recv pair owns a slot: the sender publishes its source
+// pointer, the receiver copies or reduces straight out of it and marks the slot consumed, which completes the
+// send (rendezvous). Iterations are told apart by an epoch stamped on each slot, so nothing is reset between them.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "collbench/error.h"
+#include "collbench/reduce.h"
+#include "futex.h"
+#include "host_backend.h"
+
+namespace collbench::host {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// How long a rank spins before sleeping in the kernel when it has a core to itself.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+/// Sleep granularity: how often a sleeping rank re-checks the abort flag and its deadline.
+constexpr auto kSleepSlice = std::chrono::milliseconds(20);
+
+struct alignas(64) Slot {
+  std::atomic<const std::byte*> ptr{nullptr};
+  std::atomic<std::uint64_t> posted{0};
+  std::atomic<std::uint64_t> consumed{0};
+};
+
+/// Per-rank, per-run precomputation.
+struct RankPlan {
+  const std::vector<Op>* ops = nullptr;
+  std::vector<int> indegree;
+  std::vector<int> depOffsets, dependents;  // CSR: dependents of op i
+  std::vector<int> roots;
+  std::vector<int> slot;  // op -> slot index (-1 local)
+  const std::byte* input = nullptr;
+  std::byte* output = nullptr;
+  std::byte* scratch = nullptr;
+  std::size_t resultBytes = 0;
+};
+
+struct Job {
+  const Schedule* schedule = nullptr;
+  std::vector<RankPlan> plans;
+  std::vector<Slot> slots;
+  std::vector<int> slotSender, slotReceiver;
+  std::uint64_t firstEpoch = 0;
+  int iterations = 0;
+  double timeoutSeconds = kDefaultTimeoutSeconds;
+};
+
+class ThreadsBackend final : public Backend {
+ public:
+  explicit ThreadsBackend(int nranks)
+      : nranks_(nranks), wake_(static_cast<std::size_t>(nranks)), scratch_(static_cast<std::size_t>(nranks)) {
+    spin_ = static_cast<unsigned>(nranks) <= std::max(1u, std::thread::hardware_concurrency());
+    for (int r = 0; r < nranks; ++r) workers_.emplace_back([this, r] { workerLoop(r); });
+  }
+
+  ~ThreadsBackend() override {
+    stop_.store(true);
+    generation_.notify();
+    for (auto& t : workers_) t.join();
+  }
+
+  std::string_view name() const override { return "host"; }
+  int nranks() const override { return nranks_; }
+
+  RunResult run(const Schedule& s, const Buffers& bufs, const RunOptions& opt) override {
+    if (s.spec.nranks != nranks_) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("schedule is for {} ranks but the host backend runs {}", s.spec.nranks, nranks_));
+    }
+    if (static_cast<int>(bufs.size()) != nranks_) {
+      throw Error(Errc::InvalidArgument, fmt::format("got buffers for {} ranks, need {}", bufs.size(), nranks_));
+    }
+    Job job;
+    prepare(s, bufs, opt, job);
+    job_ = &job;
+    if (opt.warmup > 0) dispatch(job, opt.warmup);
+    const auto t0 = Clock::now();
+    dispatch(job, opt.iterations);
+    const auto t1 = Clock::now();
+    job_ = nullptr;
+    RunResult res;
+    res.algorithm = s.algorithm;
+    res.seconds = opt.iterations > 0 ? std::chrono::duration<double>(t1 - t0).count() / opt.iterations : 0.0;
+    return res;
+  }
+
+ private:
+  void prepare(const Schedule& s, const Buffers& bufs, const RunOptions& opt, Job& job) {
+    const Matching m = matchSchedule(s);
+    job.schedule = &s;
+    job.timeoutSeconds = opt.timeoutSeconds;
+    job.slots = std::vector<Slot>(m.matches.size());
+    job.slotSender.resize(m.matches.size());
+    job.slotReceiver.resize(m.matches.size());
+    for (std::size_t k = 0; k < m.matches.size(); ++k) {
+      job.slotSender[k] = m.matches[k].srcRank;
+      job.slotReceiver[k] = m.matches[k].dstRank;
+    }
+    job.plans.resize(static_cast<std::size_t>(nranks_));
+    for (int r = 0; r < nranks_; ++r) {
+      const auto ru = static_cast<std::size_t>(r);
+      const auto& prog = s.ranks[ru];
+      RankPlan& p = job.plans[ru];
+      p.ops = &prog.ops;
+      const std::size_t nops = prog.ops.size();
+      p.indegree.assign(nops, 0);
+      std::vector<int> outdeg(nops, 0);
+      for (std::size_t i = 0; i < nops; ++i) {
+        p.indegree[i] = static_cast<int>(prog.ops[i].deps.size());
+        for (int d : prog.ops[i].deps) ++outdeg[static_cast<std::size_t>(d)];
+        if (p.indegree[i] == 0) p.roots.push_back(static_cast<int>(i));
+      }
+      p.depOffsets.assign(nops + 1, 0);
+      for (std::size_t i = 0; i < nops; ++i) p.depOffsets[i + 1] = p.depOffsets[i] + outdeg[i];
+      p.dependents.resize(static_cast<std::size_t>(p.depOffsets[nops]));
+      std::vector<int> fill(p.depOffsets.begin(), p.depOffsets.end() - 1);
+      for (std::size_t i = 0; i < nops; ++i) {
+        for (int d : prog.ops[i].deps) p.dependents[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
+      }
+      p.slot = m.opMatch[ru];
+      const std::size_t inBytes = s.spec.inputBytes(), outBytes = s.spec.outputBytes();
+      if ((inBytes && !bufs[ru].input) || (outBytes && !bufs[ru].output)) {
+        throw Error(Errc::InvalidArgument, fmt::format("rank {}: missing input or output buffer", r), r);
+      }
+      p.input = static_cast<const std::byte*>(bufs[ru].input);
+      p.output = static_cast<std::byte*>(bufs[ru].output);
+      if (scratch_[ru].size() < prog.scratchBytes) scratch_[ru].resize(prog.scratchBytes);
+      p.scratch = scratch_[ru].data();
+      p.resultBytes = s.needsAvgScale() ? s.resultBytes(r) : 0;
+    }
+  }
+
+  /// Runs `iterations` epochs on every worker and waits for all of them; rethrows the first rank error.
+  void dispatch(Job& job, int iterations) {
+    job.iterations = iterations;
+    job.firstEpoch = nextEpoch_;
+    nextEpoch_ += static_cast<std::uint64_t>(iterations);
+    {
+      std::lock_guard lock(errorMutex_);
+      error_ = nullptr;
+    }
+    abort_.store(false);
+    finished_.store(0);
+    generation_.notify();
+    for (;;) {
+      const std::uint32_t seen = done_.observe();
+      if (finished_.load(std::memory_order_acquire) == nranks_) break;
+      done_.waitFor(seen, kSleepSlice);
+    }
+    std::lock_guard lock(errorMutex_);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  void workerLoop(int rank) {
+    std::uint32_t seenGeneration = generation_.observe();
+    for (;;) {
+      while (generation_.observe() == seenGeneration && !stop_.load()) generation_.waitFor(seenGeneration, kSleepSlice);
+      if (stop_.load()) return;
+      seenGeneration = generation_.observe();
+      Job& job = *job_;
+      try {
+        for (int it = 0; it < job.iterations && !abort_.load(std::memory_order_relaxed); ++it) {
+          runEpoch(job, rank, job.firstEpoch + static_cast<std::uint64_t>(it) + 1);
+        }
+      } catch (...) {
+        {
+          std::lock_guard lock(errorMutex_);
+          if (!error_) error_ = std::current_exception();
+        }
+        abort_.store(true);
+        for (auto& w : wake_) w.notify();
+      }
+      if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == nranks_) done_.notify();
+    }
+  }
+
+  std::byte* resolve(const RankPlan& p, const BufRef& ref) const {
+    switch (ref.buffer) {
+      case BufferKind::Input: return const_cast<std::byte*>(p.input) + ref.offset;
+      case BufferKind::Output: return p.output + ref.offset;
+      case BufferKind::Scratch: return p.scratch + ref.offset;
+    }
+    return nullptr;
+  }
+
+  void runEpoch(Job& job, int rank, std::uint64_t epoch) {
+    const RankPlan& p = job.plans[static_cast<std::size_t>(rank)];
+    const auto& ops = *p.ops;
+    const DType dtype = job.schedule->spec.dtype;
+    const ReduceOp rop = job.schedule->spec.op;
+    const std::size_t es = job.schedule->spec.kind == Collective::Barrier ? 1 : dtypeSize(dtype);
+    std::vector<int> remaining = p.indegree;
+    std::vector<int> ready = p.roots;
+    std::vector<int> pending;
+    std::size_t done = 0;
+    auto complete = [&](int i) {
+      ++done;
+      for (int k = p.depOffsets[static_cast<std::size_t>(i)]; k < p.depOffsets[static_cast<std::size_t>(i) + 1]; ++k) {
+        const int d = p.dependents[static_cast<std::size_t>(k)];
+        if (--remaining[static_cast<std::size_t>(d)] == 0) ready.push_back(d);
+      }
+    };
+    WakeWord& myWake = wake_[static_cast<std::size_t>(rank)];
+    auto lastProgress = Clock::now();
+    const auto timeout = std::chrono::duration<double>(job.timeoutSeconds);
+    while (done < ops.size()) {
+      const std::uint32_t seen = myWake.observe();
+      bool progress = false;
+      while (!ready.empty()) {
+        const int i = ready.back();
+        ready.pop_back();
+        const Op& op = ops[static_cast<std::size_t>(i)];
+        progress = true;
+        switch (op.kind) {
+          case OpKind::Copy: {
+            std::byte* dst = resolve(p, op.dst);
+            const std::byte* src = resolve(p, op.src);
+            if (dst != src) std::memcpy(dst, src, op.bytes);
+            complete(i);
+            break;
+          }
+          case OpKind::Reduce: {
+            std::byte* dst = resolve(p, op.dst);
+            reduceElements(dtype, rop, dst, dst, resolve(p, op.src), op.bytes / es);
+            complete(i);
+            break;
+          }
+          case OpKind::Send: {
+            Slot& sl = job.slots[static_cast<std::size_t>(p.slot[static_cast<std::size_t>(i)])];
+            sl.ptr.store(resolve(p, op.src), std::memory_order_relaxed);
+            sl.posted.store(epoch, std::memory_order_release);
+            wake_[static_cast<std::size_t>(op.peer)].notify();
+            pending.push_back(i);
+            break;
+          }
+          case OpKind::Recv:
+          case OpKind::RecvReduce: pending.push_back(i); break;
+        }
+      }
+      for (std::size_t k = 0; k < pending.size();) {
+        const int i = pending[k];
+        const Op& op = ops[static_cast<std::size_t>(i)];
+        Slot& sl = job.slots[static_cast<std::size_t>(p.slot[static_cast<std::size_t>(i)])];
+        bool finished = false;
+        if (op.kind == OpKind::Send) {
+          finished = sl.consumed.load(std::memory_order_acquire) == epoch;
+        } else if (sl.posted.load(std::memory_order_acquire) == epoch) {
+          const std::byte* incoming = sl.ptr.load(std::memory_order_relaxed);
+          std::byte* dst = resolve(p, op.dst);
+          if (op.kind == OpKind::Recv) {
+            std::memcpy(dst, incoming, op.bytes);
+          } else {
+            reduceElements(dtype, rop, dst, resolve(p, op.src), incoming, op.bytes / es);
+          }
+          sl.consumed.store(epoch, std::memory_order_release);
+          wake_[static_cast<std::size_t>(op.peer)].notify();
+          finished = true;
+        }
+        if (finished) {
+          pending[k] = pending.back();
+          pending.pop_back();
+          complete(i);
+          progress = true;
+        } else {
+          ++k;
+        }
+      }
+      if (progress) {
+        lastProgress = Clock::now();
+        continue;
+      }
+      if (abort_.load(std::memory_order_relaxed)) {
+        throw Error(Errc::PeerFailure, fmt::format("rank {} aborted: another rank failed", rank), rank);
+      }
+      const auto now = Clock::now();
+      if (now - lastProgress > timeout) timeoutError(job, rank, pending);
+      if (spin_ && now - lastProgress < kSpinBeforeSleep) continue;
+      myWake.waitFor(seen, kSleepSlice);
+    }
+    if (p.resultBytes) divideElements(dtype, p.output, p.resultBytes / es, nranks_);
+  }
+
+  [[noreturn]] void timeoutError(const Job& job, int rank, const std::vector<int>& pending) {
+    const auto& ops = *job.plans[static_cast<std::size_t>(rank)].ops;
+    const int i = pending.empty() ? -1 : *std::min_element(pending.begin(), pending.end());
+    const int peer = i < 0 ? -1 : ops[static_cast<std::size_t>(i)].peer;
+    throw Error(Errc::Timeout,
+                fmt::format("rank {} timed out after {} s waiting for rank {} (op {}: {})", rank, job.timeoutSeconds,
+                            peer, i, i < 0 ? "?" : toString(ops[static_cast<std::size_t>(i)].kind)),
+                rank, peer);
+  }
+
+  int nranks_;
+  bool spin_ = false;
+  std::vector<WakeWord> wake_;
+  std::vector<std::vector<std::byte>> scratch_;
+  std::vector<std::thread> workers_;
+  WakeWord generation_, done_;
+  std::atomic<bool> stop_{false}, abort_{false};
+  std::atomic<int> finished_{0};
+  Job* job_ = nullptr;
+  std::uint64_t nextEpoch_ = 0;
+  std::mutex errorMutex_;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeThreadsBackend(int nranks) { return std::make_unique<ThreadsBackend>(nranks); }
+
+void registerHostBackends() {
+  registerBackend("host", "CPU threads as ranks over shared memory",
+                  [](int nranks, const BackendOptions&) { return makeThreadsBackend(nranks); });
+}
+
+}  // namespace collbench::host

@@ -1,0 +1,119 @@
+// Recursive doubling and Rabenseifner all-reduce (Thakur, Rabenseifner, Gropp 2005, "Optimization of collective
+// communication operations in MPICH"). Non-powers of two: with p the largest power of two <= n and rem = n - p,
+// each even rank r < 2*rem first hands its data to r+1 and receives the result at the end, so p ranks remain.
+#include <bit>
+
+#include "builder.h"
+#include "generators.h"
+
+namespace collbench::algo {
+namespace {
+
+/// Rank folding for non-powers of two.
+struct Fold {
+  int n, p, rem;
+  explicit Fold(int nranks)
+      : n(nranks), p(static_cast<int>(std::bit_floor(static_cast<unsigned>(nranks)))), rem(nranks - p) {}
+  bool sitsOut(int r) const { return r < 2 * rem && r % 2 == 0; }
+  bool absorbs(int r) const { return r < 2 * rem && r % 2 == 1; }
+  int newRank(int r) const { return r < 2 * rem ? r / 2 : r - rem; }
+  int oldRank(int nr) const { return nr < rem ? 2 * nr + 1 : nr + rem; }
+  int steps() const { return std::countr_zero(static_cast<unsigned>(p)); }
+};
+
+}  // namespace
+
+Schedule recursiveDoublingAllReduce(const CollectiveSpec& spec, const AlgoParams&) {
+  ScheduleBuilder b(spec, "recursive_doubling");
+  const std::size_t count = spec.count;
+  const Fold f(spec.nranks);
+  for (int r = 0; r < f.n; ++r) {
+    if (f.sitsOut(r)) {
+      const OpId sent = b.send(r, r + 1, in(0), count, {});
+      b.recv(r, r + 1, out(0), count, {sent});
+      continue;
+    }
+    // Work in the output; every incoming buffer lands in scratch and is folded in locally, so a rank's send of
+    // its current value never races with the fold of its partner's.
+    b.needScratch(r, count);
+    OpId cur = b.copy(r, in(0), out(0), count, {});
+    OpId scratchFree = kNoOp;
+    auto absorb = [&](int peer, OpId sent) {
+      const OpId got = b.recv(r, peer, scratch(0), count, {scratchFree});
+      cur = b.reduce(r, scratch(0), out(0), count, {cur, got, sent});
+      scratchFree = cur;
+    };
+    if (f.absorbs(r)) absorb(r - 1, kNoOp);
+    const int nr = f.newRank(r);
+    for (int k = 0; k < f.steps(); ++k) {
+      const int partner = f.oldRank(nr ^ (1 << k));
+      const OpId sent = b.send(r, partner, out(0), count, {cur});
+      absorb(partner, sent);
+    }
+    if (f.absorbs(r)) b.send(r, r - 1, out(0), count, {cur});
+  }
+  return b.finish();
+}
+
+Schedule rabenseifnerAllReduce(const CollectiveSpec& spec, const AlgoParams&) {
+  ScheduleBuilder b(spec, "rabenseifner");
+  const std::size_t count = spec.count;
+  const Fold f(spec.nranks);
+  if (f.n == 1) {
+    b.copy(0, in(0), out(0), count, {});
+    return b.finish();
+  }
+  const Partition blocks{count, static_cast<std::size_t>(f.p)};
+  auto elemOf = [&](int block) { return blocks.offset(static_cast<std::size_t>(block)); };
+  for (int r = 0; r < f.n; ++r) {
+    if (f.sitsOut(r)) {
+      const OpId sent = b.send(r, r + 1, in(0), count, {});
+      b.recv(r, r + 1, out(0), count, {sent});
+      continue;
+    }
+    OpId last = kNoOp;
+    bool inOutput = false;  // whether this rank's partial values live in the output yet
+    if (f.absorbs(r)) {
+      last = b.recvReduce(r, r - 1, in(0), out(0), count, {});
+      inOutput = true;
+    }
+    const int nr = f.newRank(r);
+    // Reduce-scatter by recursive halving: keep one half of the current block range, send the other.
+    int lo = 0, hi = f.p;
+    struct Step {
+      int partner, sentLo, sentHi;
+      OpId sent;
+    };
+    std::vector<Step> steps;
+    for (int k = 0; k < f.steps(); ++k) {
+      const int mask = f.p >> (k + 1);
+      const int partner = f.oldRank(nr ^ mask);
+      const int mid = lo + (hi - lo) / 2;
+      const bool upper = (nr & mask) != 0;
+      const int keepLo = upper ? mid : lo, keepHi = upper ? hi : mid;
+      const int sendLo = upper ? lo : mid, sendHi = upper ? mid : hi;
+      const std::size_t sendElems = elemOf(sendHi) - elemOf(sendLo), keepElems = elemOf(keepHi) - elemOf(keepLo);
+      const BufRef sendSrc = inOutput ? out(elemOf(sendLo)) : in(elemOf(sendLo));
+      const BufRef keepSrc = inOutput ? out(elemOf(keepLo)) : in(elemOf(keepLo));
+      const OpId sent = b.send(r, partner, sendSrc, sendElems, {last});
+      last = b.recvReduce(r, partner, keepSrc, out(elemOf(keepLo)), keepElems, {last});
+      inOutput = true;
+      steps.push_back(Step{partner, sendLo, sendHi, sent});
+      lo = keepLo;
+      hi = keepHi;
+    }
+    // All-gather by recursive doubling, retracing the halving steps in reverse.
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      const OpId sent = b.send(r, it->partner, out(elemOf(lo)), elemOf(hi) - elemOf(lo), {last});
+      const OpId got = b.recv(r, it->partner, out(elemOf(it->sentLo)), elemOf(it->sentHi) - elemOf(it->sentLo),
+                              {it->sent, last});
+      last = b.join(r, {got, sent});
+      lo = std::min(lo, it->sentLo);
+      hi = std::max(hi, it->sentHi);
+    }
+    if (f.absorbs(r)) b.send(r, r - 1, out(0), count, {last});
+  }
+  return b.finish();
+}
+
+}  // namespace collbench::algo

@@ -1,0 +1,502 @@
+// Parametric topology generators: nvswitch_node, multi_node, fat_tree, torus, dragonfly, ring, flat.
+// Every default is a named constant with its source; topologies/README.md explains the derivations.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "collbench/error.h"
+#include "collbench/topology.h"
+#include "topology_internal.h"
+
+namespace collbench {
+namespace topo_detail {
+namespace {
+
+// ---- Bandwidths, GB/s per direction ----
+// NVLink4 on H100 SXM: 18 links x 25 GB/s = 450 GB/s per direction (NVIDIA H100 datasheet: 900 GB/s total).
+constexpr double kNvlink4GBps = 450;
+// PCIe Gen5 x16: 32 GT/s x 16 lanes x 128/130 encoding / 8 bits = 63 GB/s per direction, theoretical (PCI-SIG).
+constexpr double kPcieGen5x16GBps = 63;
+// ConnectX-7 / NDR InfiniBand port: 400 Gb/s = 50 GB/s per direction (NVIDIA ConnectX-7 datasheet).
+constexpr double kNdrPortGBps = 50;
+// Torus, dragonfly, ring and flat defaults: one 400 Gb/s-class port per link. Illustrative, not a product figure.
+constexpr double kGenericLinkGBps = 50;
+
+// ---- Latencies, microseconds per link ----
+// NCCL's per-hop NVLink latency is 0.6 us (src/graph/tuning.cc, hwLat, LL protocol); a GPU -> NVSwitch -> GPU hop
+// crosses two links, so each gets half. Estimate.
+constexpr double kNvlinkLatencyUs = 0.3;
+// NCCL's per-hop PCI latency is 1.0 us (same table); GPU -> PCIe switch -> GPU crosses two links. Estimate.
+constexpr double kPcieLatencyUs = 0.5;
+// NCCL's network hop is 2.7 us (hwLat NET, ring LL). GPU -> NIC -> leaf -> NIC -> GPU has two PCIe links
+// (2 x 0.5) and two NIC links, which get the remaining 1.7 us between them. Estimate.
+constexpr double kNicLatencyUs = 0.85;
+// Switch-to-switch link: cut-through switch latency (a few hundred ns in vendor material for 400G InfiniBand
+// switches) plus a few metres of cable at ~5 ns/m. Estimate.
+constexpr double kFabricLatencyUs = 0.4;
+// Dragonfly global link: long optical cable (tens of metres at ~5 ns/m) plus the router. Estimate.
+constexpr double kGlobalLatencyUs = 0.8;
+// Direct GPU-to-GPU link (torus, ring): one SerDes hop without a switch. Estimate.
+constexpr double kDirectLatencyUs = 0.5;
+// flat: 1 us per link, a round number for the closed-form tests (alpha = 2 us per message between two ranks).
+constexpr double kFlatLatencyUs = 1.0;
+
+// ---- Reduction throughput, output GB/s ----
+// H100 SXM: HBM3 3.35 TB/s (NVIDIA H100 datasheet) / 3 bytes moved per output byte (read two inputs, write one).
+// Estimate; measured reduction kernels reach somewhat less.
+constexpr double kH100ReduceGBps = 1100;
+
+// ---- Structure ----
+// NVIDIA Quantum-2 QM9700: 64 ports of NDR 400 Gb/s (datasheet); half face down, half up in a two-level fabric.
+constexpr long long kSwitchRadix = 64;
+// Keeps a typo (k=1000 is 250 M hosts) from allocating gigabytes; 8192-rank fabrics need about 10^4 nodes.
+constexpr long long kMaxGeneratedNodes = 1 << 20;
+constexpr long long kMaxGeneratedLinks = 1 << 22;
+// Bounds for integer parameters that count things (GPUs per server, torus dimensions...).
+constexpr long long kMaxCount = 1 << 20;
+
+std::string quoted(const std::string& s) { return json(s).dump(); }
+
+// Reads generator parameters, remembering which keys the generator asked for so that the rest are reported as
+// unknown with the accepted list.
+class Params {
+ public:
+  Params(const json& params, const std::string& source) : params_(params), source_(source) {
+    if (!params_.is_null() && !params_.is_object()) fail(source_, "params", "expected an object", render(params_));
+  }
+
+  long long integer(const char* key, long long def, long long min, long long max) {
+    const json* v = get(key);
+    if (!v) return def;
+    long long out = 0;
+    if (v->is_number_integer()) {
+      out = v->get<long long>();
+    } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
+               std::fabs(v->get<double>()) < 1e15) {
+      out = static_cast<long long>(v->get<double>());
+    } else {
+      bad(key, "expected an integer");
+    }
+    if (out < min || out > max) bad(key, fmt::format("must be between {} and {}", min, max));
+    return out;
+  }
+  std::optional<long long> optionalInteger(const char* key, long long min, long long max) {
+    if (!has(key)) return std::nullopt;
+    return integer(key, 0, min, max);
+  }
+  double positive(const char* key, double def) {
+    const double v = number(key, def);
+    if (v <= 0) bad(key, "must be > 0");
+    return v;
+  }
+  double nonNegative(const char* key, double def) {
+    const double v = number(key, def);
+    if (v < 0) bad(key, "must be >= 0");
+    return v;
+  }
+  bool boolean(const char* key, bool def) {
+    const json* v = get(key);
+    if (!v) return def;
+    if (!v->is_boolean()) bad(key, "expected true or false");
+    return v->get<bool>();
+  }
+  std::vector<long long> integerList(const char* key, std::vector<long long> def, std::size_t minLen,
+                                     std::size_t maxLen, long long min, long long max) {
+    const json* v = get(key);
+    if (!v) return def;
+    if (!v->is_array() || v->size() < minLen || v->size() > maxLen) {
+      bad(key, fmt::format("expected an array of {} to {} integers", minLen, maxLen));
+    }
+    std::vector<long long> out;
+    for (const json& e : *v) {
+      if (!e.is_number_integer() || e.get<long long>() < min || e.get<long long>() > max) {
+        bad(key, fmt::format("entries must be integers between {} and {}", min, max));
+      }
+      out.push_back(e.get<long long>());
+    }
+    return out;
+  }
+  bool has(const char* key) {
+    if (std::find(accepted_.begin(), accepted_.end(), key) == accepted_.end()) accepted_.push_back(key);
+    return params_.is_object() && params_.contains(key);
+  }
+  /// Fails naming params.<key> and its value (or the default when the key was not given).
+  [[noreturn]] void bad(const char* key, const std::string& what) const {
+    const bool given = params_.is_object() && params_.contains(key);
+    fail(source_, std::string("params.") + key, what + (given ? "" : " (the default)"),
+         given ? render(params_.at(key)) : "");
+  }
+  /// Whole-configuration problems that no single parameter explains.
+  [[noreturn]] void badConfig(const std::string& what) const { fail(source_, "params", what); }
+  void finish() const {
+    if (!params_.is_object()) return;
+    for (const auto& [key, value] : params_.items()) {
+      if (std::find(accepted_.begin(), accepted_.end(), key) == accepted_.end()) {
+        std::string list;
+        for (const auto& a : accepted_) list += (list.empty() ? "" : ", ") + a;
+        fail(source_, "params." + key, fmt::format("unknown parameter (accepted: {})", list), render(value));
+      }
+    }
+  }
+  void checkSize(long long nodes, long long links) const {
+    if (nodes > kMaxGeneratedNodes || links > kMaxGeneratedLinks) {
+      badConfig(fmt::format("would build {} nodes and {} links (limits {} and {})", nodes, links, kMaxGeneratedNodes,
+                            kMaxGeneratedLinks));
+    }
+  }
+
+ private:
+  const json* get(const char* key) {
+    if (!has(key)) return nullptr;
+    return &params_.at(key);
+  }
+  double number(const char* key, double def) {
+    const json* v = get(key);
+    if (!v) return def;
+    if (!v->is_number() || !std::isfinite(v->get<double>())) bad(key, "expected a number");
+    return v->get<double>();
+  }
+
+  const json& params_;
+  const std::string& source_;
+  std::vector<std::string> accepted_;
+};
+
+class Builder {
+ public:
+  Builder(std::string name, long long nodes, long long links) {
+    t_.name = std::move(name);
+    t_.nodes.reserve(static_cast<std::size_t>(nodes));
+    t_.links.reserve(static_cast<std::size_t>(links));
+  }
+  void node(std::string id, NodeKind kind, std::string host, double reduceGBps = 0) {
+    t_.nodes.push_back(TopoNode{std::move(id), kind, std::move(host), reduceGBps, 0});
+  }
+  void gpu(const std::string& id, const std::string& host, double reduceGBps, bool rank = true) {
+    node(id, NodeKind::Gpu, host, reduceGBps);
+    if (rank) t_.ranks.push_back(id);
+  }
+  void link(const std::string& a, const std::string& b, double bw, double lat, const char* cls) {
+    t_.links.push_back(TopoLink{a, b, bw, lat, cls});
+  }
+  Topology done(std::string description) {
+    t_.description = std::move(description);
+    return std::move(t_);
+  }
+
+ private:
+  Topology t_;
+};
+
+std::string gpuId(long long host, long long gpu) { return fmt::format("n{}.gpu{}", host, gpu); }
+std::string hostId(long long host) { return fmt::format("n{}", host); }
+
+long long ceilDiv(long long a, long long b) { return (a + b - 1) / b; }
+
+Topology nvswitchNode(Params& p) {
+  const long long gpus = p.integer("gpus", 8, 1, kMaxCount);
+  const double bw = p.positive("link_GBps", kNvlink4GBps);
+  const double lat = p.nonNegative("latency_us", kNvlinkLatencyUs);
+  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  p.finish();
+  p.checkSize(gpus + 1, gpus);
+  Builder b(fmt::format("nvswitch_node-{}", gpus), gpus + 1, gpus);
+  for (long long g = 0; g < gpus; ++g) b.gpu(gpuId(0, g), hostId(0), reduce);
+  b.node("n0.nvsw", NodeKind::Switch, hostId(0));
+  for (long long g = 0; g < gpus; ++g) b.link(gpuId(0, g), "n0.nvsw", bw, lat, "nvlink");
+  return b.done(fmt::format("one server: {} GPUs on a non-blocking NVSwitch, {} GB/s per GPU per direction", gpus, bw));
+}
+
+Topology multiNode(Params& p) {
+  const long long nodes = p.integer("nodes", 2, 1, kMaxCount);
+  const long long gpus = p.integer("gpus_per_node", 8, 1, kMaxCount);
+  const long long nics = p.integer("nics_per_node", std::min<long long>(8, gpus), 1, kMaxCount);
+  const bool rail = p.boolean("rail_optimized", true);
+  const double nvlinkBw = p.positive("nvlink_GBps", kNvlink4GBps);
+  const double nvlinkLat = p.nonNegative("nvlink_latency_us", kNvlinkLatencyUs);
+  const double pcieBw = p.positive("pcie_GBps", kPcieGen5x16GBps);
+  const double pcieLat = p.nonNegative("pcie_latency_us", kPcieLatencyUs);
+  const double nicBw = p.positive("nic_GBps", kNdrPortGBps);
+  const double nicLat = p.nonNegative("nic_latency_us", kNicLatencyUs);
+  const double fabricBw = p.positive("fabric_GBps", nicBw);
+  const double fabricLat = p.nonNegative("fabric_latency_us", kFabricLatencyUs);
+  const long long radix = p.integer("radix", kSwitchRadix, 2, kMaxCount);
+  const std::optional<long long> leavesParam = p.optionalInteger("leaves", 1, kMaxCount);
+  const std::optional<long long> spinesParam = p.optionalInteger("spines", 0, kMaxCount);
+  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  p.finish();
+  if (nics > gpus) p.bad("nics_per_node", fmt::format("must be <= gpus_per_node ({})", gpus));
+
+  // Half of a leaf's ports face the NICs, half the spines: the non-blocking two-level layout.
+  const long long downPorts = std::max<long long>(1, radix / 2);
+  const long long ports = nodes * nics;
+  // leafOf(host, nic) and the leaf count follow the fabric style.
+  long long leaves = 0, leavesPerRail = 0, nodesPerLeaf = 0, portsPerLeaf = 0;
+  if (rail) {
+    // Rail-optimised: NIC r of every server sits on rail r's leaves, so same-rail traffic never meets a spine.
+    if (leavesParam) {
+      if (*leavesParam % nics != 0) p.bad("leaves", fmt::format("must be a multiple of nics_per_node ({})", nics));
+      leavesPerRail = *leavesParam / nics;
+    } else {
+      leavesPerRail = ceilDiv(nodes, downPorts);
+    }
+    leaves = leavesPerRail * nics;
+    nodesPerLeaf = ceilDiv(nodes, leavesPerRail);
+  } else {
+    leaves = leavesParam ? *leavesParam : ceilDiv(ports, downPorts);
+    portsPerLeaf = ceilDiv(ports, leaves);
+  }
+  auto leafOf = [&](long long host, long long nic) {
+    return rail ? nic * leavesPerRail + host / nodesPerLeaf : (host * nics + nic) / portsPerLeaf;
+  };
+  std::vector<long long> down(static_cast<std::size_t>(leaves), 0);
+  for (long long h = 0; h < nodes; ++h) {
+    for (long long r = 0; r < nics; ++r) ++down[static_cast<std::size_t>(leafOf(h, r))];
+  }
+  const long long maxDown = *std::max_element(down.begin(), down.end());
+  long long spines = 0;
+  if (spinesParam) {
+    spines = *spinesParam;
+  } else if (leaves > 1) {
+    // One uplink per downlink keeps the fabric non-blocking; each spine takes one link from every leaf.
+    spines = std::min(maxDown, radix);
+    if (leaves > radix) {
+      p.badConfig(
+          fmt::format("{} leaves exceed the spine radix {}: a two-level fabric cannot join them (raise radix "
+                      "or give leaves and spines)",
+                      leaves, radix));
+    }
+  }
+  if (leaves > 1 && spines == 0) p.bad("spines", "must be >= 1 when there are several leaves");
+
+  const bool nvswitch = gpus > 1;
+  const long long nodeCount = nodes * (gpus + nics + (nvswitch ? 1 : 0)) + leaves + spines;
+  const long long linkCount = nodes * ((nvswitch ? gpus : 0) + gpus + nics) + leaves * spines;
+  p.checkSize(nodeCount, linkCount);
+  Builder b(fmt::format("multi_node-{}x{}-{}", nodes, gpus, rail ? "rail" : "shared"), nodeCount, linkCount);
+  auto nicId = [](long long h, long long r) { return fmt::format("n{}.nic{}", h, r); };
+  auto leafId = [](long long l) { return fmt::format("leaf{}", l); };
+  auto spineId = [](long long s) { return fmt::format("spine{}", s); };
+  for (long long h = 0; h < nodes; ++h) {
+    for (long long g = 0; g < gpus; ++g) b.gpu(gpuId(h, g), hostId(h), reduce);
+    if (nvswitch) b.node(fmt::format("n{}.nvsw", h), NodeKind::Switch, hostId(h));
+    for (long long r = 0; r < nics; ++r) b.node(nicId(h, r), NodeKind::Nic, hostId(h));
+  }
+  for (long long l = 0; l < leaves; ++l) b.node(leafId(l), NodeKind::Switch, "");
+  for (long long s = 0; s < spines; ++s) b.node(spineId(s), NodeKind::Switch, "");
+  for (long long h = 0; h < nodes; ++h) {
+    for (long long g = 0; g < gpus; ++g) {
+      if (nvswitch) b.link(gpuId(h, g), fmt::format("n{}.nvsw", h), nvlinkBw, nvlinkLat, "nvlink");
+      // GPU g uses NIC g*nics/gpus: the PCIe-switch pairing of DGX/HGX boards (one NIC per GPU when equal).
+      b.link(gpuId(h, g), nicId(h, g * nics / gpus), pcieBw, pcieLat, "pcie");
+    }
+    for (long long r = 0; r < nics; ++r) b.link(nicId(h, r), leafId(leafOf(h, r)), nicBw, nicLat, "nic");
+  }
+  for (long long l = 0; l < leaves; ++l) {
+    for (long long s = 0; s < spines; ++s) b.link(leafId(l), spineId(s), fabricBw, fabricLat, "fabric");
+  }
+  return b.done(
+      fmt::format("{} servers x {} GPUs{}, {} NICs of {} GB/s per server, {} leaf/spine fabric: {} leaves, "
+                  "{} spines",
+                  nodes, gpus, nvswitch ? fmt::format(" on NVSwitch ({} GB/s)", nvlinkBw) : "", nics, nicBw,
+                  rail ? "rail-optimized" : "shared", leaves, spines));
+}
+
+Topology fatTree(Params& p) {
+  const long long k = p.integer("k", 8, 2, 256);
+  const double over = p.positive("oversubscription", 1);
+  const double bw = p.positive("link_GBps", kNdrPortGBps);
+  const double lat = p.nonNegative("latency_us", kFabricLatencyUs);
+  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  p.finish();
+  if (k % 2 != 0) p.bad("k", "must be even (k-ary fat tree: k/2 ports down, k/2 up)");
+  const long long half = k / 2;
+  const long long hosts = k * k * k / 4;
+  const long long switches = 5 * k * k / 4;
+  p.checkSize(hosts + switches, 3 * hosts);
+  Builder b(fmt::format("fat_tree-k{}", k), hosts + switches, 3 * hosts);
+  auto edge = [](long long pod, long long e) { return fmt::format("pod{}.edge{}", pod, e); };
+  auto agg = [](long long pod, long long a) { return fmt::format("pod{}.agg{}", pod, a); };
+  auto core = [](long long c) { return fmt::format("core{}", c); };
+  for (long long h = 0; h < hosts; ++h) b.gpu(gpuId(h, 0), hostId(h), reduce);
+  for (long long pod = 0; pod < k; ++pod) {
+    for (long long e = 0; e < half; ++e) b.node(edge(pod, e), NodeKind::Switch, "");
+    for (long long a = 0; a < half; ++a) b.node(agg(pod, a), NodeKind::Switch, "");
+  }
+  for (long long c = 0; c < half * half; ++c) b.node(core(c), NodeKind::Switch, "");
+  for (long long h = 0; h < hosts; ++h) b.link(gpuId(h, 0), edge(h / (half * half), (h / half) % half), bw, lat, "nic");
+  for (long long pod = 0; pod < k; ++pod) {
+    for (long long e = 0; e < half; ++e) {
+      // Oversubscription thins the edge uplinks: hosts below an edge can send `over` times what leaves it.
+      for (long long a = 0; a < half; ++a) b.link(edge(pod, e), agg(pod, a), bw / over, lat, "fabric");
+    }
+  }
+  for (long long pod = 0; pod < k; ++pod) {
+    for (long long a = 0; a < half; ++a) {
+      for (long long c = 0; c < half; ++c) b.link(agg(pod, a), core(a * half + c), bw, lat, "fabric");
+    }
+  }
+  return b.done(fmt::format("k={} fat tree: {} single-GPU hosts, {} switches, {} GB/s links, edge uplinks {}:1", k,
+                            hosts, switches, bw, over));
+}
+
+Topology torus(Params& p) {
+  const std::vector<long long> dims = p.integerList("dims", {4, 4, 4}, 1, 6, 1, kMaxCount);
+  const double bw = p.positive("link_GBps", kGenericLinkGBps);
+  const double lat = p.nonNegative("latency_us", kDirectLatencyUs);
+  const bool wrap = p.boolean("wraparound", true);
+  const long long perHost = p.integer("gpus_per_host", 1, 1, kMaxCount);
+  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  p.finish();
+  long long total = 1;
+  for (long long d : dims) {
+    total *= d;
+    if (total > kMaxGeneratedNodes) p.bad("dims", fmt::format("more than {} GPUs", kMaxGeneratedNodes));
+  }
+  long long linkCount = 0;
+  for (long long d : dims) linkCount += (d - 1 + (wrap && d > 2 ? 1 : 0)) * (total / d);
+  p.checkSize(total, linkCount);
+  std::string shape;
+  for (long long d : dims) {
+    if (!shape.empty()) shape += 'x';
+    shape += std::to_string(d);
+  }
+  Builder b(fmt::format("torus-{}", shape), total, linkCount);
+  // Node i has coordinates (i mod d0, i / d0 mod d1, ...): rank order walks the first dimension fastest.
+  for (long long i = 0; i < total; ++i) b.gpu(gpuId(i / perHost, i % perHost), hostId(i / perHost), reduce);
+  long long stride = 1;
+  for (long long d : dims) {
+    for (long long i = 0; i < total; ++i) {
+      const long long c = (i / stride) % d;
+      if (c + 1 < d) {
+        const long long j = i + stride;
+        b.link(gpuId(i / perHost, i % perHost), gpuId(j / perHost, j % perHost), bw, lat, "direct");
+      } else if (wrap && d > 2) {  // size 2 already has its one link; size 1 none
+        const long long j = i - c * stride;
+        b.link(gpuId(i / perHost, i % perHost), gpuId(j / perHost, j % perHost), bw, lat, "direct");
+      }
+    }
+    stride *= d;
+  }
+  return b.done(fmt::format("{} {} of {} GPUs with direct {} GB/s links", shape, wrap ? "torus" : "mesh", total, bw));
+}
+
+Topology dragonfly(Params& p) {
+  const long long groups = p.integer("groups", 9, 1, kMaxCount);
+  const long long routers = p.integer("routers", 4, 1, kMaxCount);
+  const long long hosts = p.integer("hosts", 2, 1, kMaxCount);
+  const long long globalLinks = p.integer("global_links", 1, 1, kMaxCount);
+  const double bw = p.positive("link_GBps", kGenericLinkGBps);
+  const double globalBw = p.positive("global_GBps", bw);
+  const double lat = p.nonNegative("latency_us", kFabricLatencyUs);
+  const double globalLat = p.nonNegative("global_latency_us", kGlobalLatencyUs);
+  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  p.finish();
+  const long long hostCount = groups * routers * hosts;
+  const long long linkCount =
+      hostCount + groups * routers * (routers - 1) / 2 + groups * (groups - 1) / 2 * globalLinks;
+  p.checkSize(hostCount + groups * routers, linkCount);
+  Builder b(fmt::format("dragonfly-g{}a{}p{}", groups, routers, hosts), hostCount + groups * routers, linkCount);
+  auto router = [](long long g, long long r) { return fmt::format("g{}.r{}", g, r); };
+  for (long long h = 0; h < hostCount; ++h) b.gpu(gpuId(h, 0), hostId(h), reduce);
+  for (long long g = 0; g < groups; ++g) {
+    for (long long r = 0; r < routers; ++r) b.node(router(g, r), NodeKind::Switch, "");
+  }
+  for (long long h = 0; h < hostCount; ++h) {
+    b.link(gpuId(h, 0), router(h / (routers * hosts), (h / hosts) % routers), bw, lat, "nic");
+  }
+  for (long long g = 0; g < groups; ++g) {
+    for (long long r = 0; r < routers; ++r) {
+      for (long long s = r + 1; s < routers; ++s) b.link(router(g, r), router(g, s), bw, lat, "local");
+    }
+  }
+  // Global ports of a group are numbered by peer group (skipping itself) and dealt round-robin over its routers:
+  // the "consecutive" arrangement of Kim et al., "Technology-Driven, Highly-Scalable Dragonfly Topology" (ISCA 2008).
+  for (long long g = 0; g < groups; ++g) {
+    for (long long h = g + 1; h < groups; ++h) {
+      for (long long c = 0; c < globalLinks; ++c) {
+        const long long portG = (h - 1) * globalLinks + c;  // h's index among g's peers is h-1 (h > g)
+        const long long portH = g * globalLinks + c;        // g's index among h's peers is g (g < h)
+        b.link(router(g, portG % routers), router(h, portH % routers), globalBw, globalLat, "global");
+      }
+    }
+  }
+  return b.done(
+      fmt::format("dragonfly: {} groups x {} routers x {} single-GPU hosts, {} global link(s) per group "
+                  "pair, local {} GB/s, global {} GB/s",
+                  groups, routers, hosts, globalLinks, bw, globalBw));
+}
+
+Topology ring(Params& p) {
+  const long long n = p.integer("n", 8, 1, kMaxGeneratedNodes);
+  const double bw = p.positive("link_GBps", kGenericLinkGBps);
+  const double lat = p.nonNegative("latency_us", kDirectLatencyUs);
+  const long long perHost = p.integer("gpus_per_host", n, 1, kMaxCount);
+  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  p.finish();
+  const long long linkCount = n <= 1 ? 0 : (n == 2 ? 1 : n);
+  Builder b(fmt::format("ring-{}", n), n, linkCount);
+  for (long long i = 0; i < n; ++i) b.gpu(gpuId(i / perHost, i % perHost), hostId(i / perHost), reduce);
+  for (long long i = 0; i < linkCount; ++i) {
+    const long long j = (i + 1) % n;
+    b.link(gpuId(i / perHost, i % perHost), gpuId(j / perHost, j % perHost), bw, lat, "direct");
+  }
+  return b.done(fmt::format("ring of {} GPUs with direct {} GB/s links", n, bw));
+}
+
+Topology flat(Params& p) {
+  const long long n = p.integer("n", 8, 1, kMaxGeneratedNodes - 1);
+  const double bw = p.positive("bandwidth_GBps", kGenericLinkGBps);
+  const double lat = p.nonNegative("latency_us", kFlatLatencyUs);
+  const long long perHost = p.integer("gpus_per_host", 1, 1, kMaxCount);
+  // 0 = infinite: the closed forms the simulator is tested against have no reduction term by default.
+  const double reduce = p.nonNegative("reduce_GBps", 0);
+  p.finish();
+  Builder b(fmt::format("flat-{}", n), n + 1, n);
+  for (long long i = 0; i < n; ++i) b.gpu(gpuId(i / perHost, i % perHost), hostId(i / perHost), reduce);
+  b.node("sw0", NodeKind::Switch, "");
+  for (long long i = 0; i < n; ++i) b.link(gpuId(i / perHost, i % perHost), "sw0", bw, lat, "fabric");
+  return b.done(fmt::format("{} GPUs, each one {} GB/s, {} us link to a non-blocking switch", n, bw, lat));
+}
+
+using GeneratorFn = Topology (*)(Params&);
+const std::map<std::string, GeneratorFn>& generators() {
+  static const std::map<std::string, GeneratorFn> kGenerators{{"nvswitch_node", nvswitchNode},
+                                                              {"multi_node", multiNode},
+                                                              {"fat_tree", fatTree},
+                                                              {"torus", torus},
+                                                              {"dragonfly", dragonfly},
+                                                              {"ring", ring},
+                                                              {"flat", flat}};
+  return kGenerators;
+}
+
+}  // namespace
+
+Topology generateFromJson(const std::string& generator, const json& params, const std::string& source) {
+  const auto& gens = generators();
+  const auto it = gens.find(generator);
+  if (it == gens.end()) {
+    std::string list;
+    for (const auto& [name, fn] : gens) list += (list.empty() ? "" : ", ") + name;
+    fail(source, "generator", fmt::format("unknown generator (accepted: {})", list), quoted(generator));
+  }
+  Params p(params, source);
+  return it->second(p);
+}
+
+}  // namespace topo_detail
+
+std::vector<std::string> topologyGenerators() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : topo_detail::generators()) names.push_back(name);
+  return names;
+}
+
+Topology flatTopology(int n, double bandwidthGBps, double latencyUs) {
+  const topo_detail::json params{{"n", n}, {"bandwidth_GBps", bandwidthGBps}, {"latency_us", latencyUs}};
+  return topo_detail::generateFromJson("flat", params, "flatTopology");
+}
+
+}  // namespace collbench

@@ -1,0 +1,463 @@
+// Router (shortest paths with deterministic ECMP, explicit routes) and summarize() (bisection, diameter).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "collbench/error.h"
+#include "collbench/topology.h"
+#include "topology_internal.h"
+
+namespace collbench {
+namespace {
+
+using topo_detail::Adjacency;
+
+// A handful of recent sources covers the access patterns of collectives (a ring asks each source once, a tree a
+// few); each tree is 16 bytes per node, so 64 of them stay near 10 MB even for 10^4-node fabrics.
+constexpr std::size_t kMaxCachedTrees = 64;
+// Relative tolerance when comparing summed latencies: equal-cost paths may add the same terms in another order.
+constexpr double kLatencyTolerance = 1e-9;
+// summarize(): exact diameter up to this many ranks, above it BFS from kDiameterSampleSources spread sources.
+constexpr std::size_t kExactDiameterMaxRanks = 512;
+constexpr std::size_t kDiameterSampleSources = 64;
+// summarize(): exact bisection (minimum over balanced splits) up to 16 ranks (C(15,7) = 6435 max-flows) and while
+// splits x graph size stays under this budget (a fraction of a second).
+constexpr int kExactBisectionMaxRanks = 16;
+constexpr double kExactBisectionWork = 2e7;
+// Residual capacity below this (GB/s) counts as saturated in the max-flow.
+constexpr double kFlowEpsilon = 1e-9;
+
+// splitmix64 finaliser (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014): a cheap
+// well-mixed hash, so that pairs differing in one bit pick unrelated next hops.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t pairSeed(int src, int dst) {
+  return mix((static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(dst));
+}
+
+bool sameLatency(double x, double y) { return std::fabs(x - y) <= kLatencyTolerance * std::max(1.0, std::fabs(y)); }
+
+}  // namespace
+
+Router::Router(const Topology& t) : topo_(&t) {
+  const auto index = topo_detail::indexById(t);
+  auto nodeOf = [&](const std::string& id, const std::string& what) {
+    const auto it = index.find(id);
+    if (it == index.end()) {
+      throw Error(Errc::InvalidTopology, fmt::format("{}: {}: unknown node id \"{}\"", t.name, what, id));
+    }
+    return it->second;
+  };
+  linkEnds_.reserve(t.links.size());
+  for (std::size_t l = 0; l < t.links.size(); ++l) {
+    linkEnds_.emplace_back(nodeOf(t.links[l].a, fmt::format("links[{}].a", l)),
+                           nodeOf(t.links[l].b, fmt::format("links[{}].b", l)));
+  }
+  const Adjacency adj = topo_detail::buildAdjacency(t, index);
+  adjStart_ = adj.start;
+  adj_.reserve(adj.nbr.size());
+  for (std::size_t e = 0; e < adj.nbr.size(); ++e) adj_.emplace_back(adj.nbr[e], adj.link[e]);
+  rankNode_.reserve(t.ranks.size());
+  for (std::size_t r = 0; r < t.ranks.size(); ++r) rankNode_.push_back(nodeOf(t.ranks[r], fmt::format("ranks[{}]", r)));
+
+  // Explicit routes: node path -> hops; parallel links between two path nodes are chosen by the pair hash too.
+  auto toHops = [&](const std::vector<std::string>& path, std::uint64_t seed) {
+    std::vector<Hop> hops;
+    for (std::size_t i = 1; i < path.size(); ++i) {
+      const int u = nodeOf(path[i - 1], "routes"), v = nodeOf(path[i], "routes");
+      std::vector<int> parallel;
+      for (int e = adjStart_[static_cast<std::size_t>(u)]; e < adjStart_[static_cast<std::size_t>(u) + 1]; ++e) {
+        if (adj_[static_cast<std::size_t>(e)].first == v) parallel.push_back(adj_[static_cast<std::size_t>(e)].second);
+      }
+      if (parallel.empty()) {
+        throw Error(Errc::InvalidTopology,
+                    fmt::format("{}: routes: no link between \"{}\" and \"{}\"", t.name, path[i - 1], path[i]));
+      }
+      const int l = parallel[mix(seed ^ i) % parallel.size()];
+      hops.push_back(Hop{l, linkEnds_[static_cast<std::size_t>(l)].first == u});
+    }
+    return hops;
+  };
+  for (const auto& [key, path] : t.routes) {
+    const int from = nodeOf(key.first, "routes"), to = nodeOf(key.second, "routes");
+    explicit_[{from, to}] = toHops(path, pairSeed(from, to));
+  }
+  for (const auto& [key, path] : t.routes) {
+    const int from = nodeOf(key.first, "routes"), to = nodeOf(key.second, "routes");
+    if (explicit_.count({to, from})) continue;  // the reverse direction has its own route
+    std::vector<std::string> reversed(path.rbegin(), path.rend());
+    explicit_[{to, from}] = toHops(reversed, pairSeed(to, from));
+  }
+}
+
+const Router::Tree& Router::tree(int srcNode, int dstNode) const {
+  ++useClock_;
+  auto it = trees_.find(srcNode);
+  if (it == trees_.end()) {
+    if (trees_.size() >= kMaxCachedTrees) {
+      auto oldest = std::min_element(trees_.begin(), trees_.end(),
+                                     [](const auto& x, const auto& y) { return x.second.lastUse < y.second.lastUse; });
+      trees_.erase(oldest);
+    }
+    const std::size_t n = adjStart_.size() - 1;
+    Tree fresh;
+    fresh.hops.assign(n, -1);
+    fresh.latency.assign(n, std::numeric_limits<double>::infinity());
+    fresh.queue.reserve(n);
+    fresh.hops[static_cast<std::size_t>(srcNode)] = 0;
+    fresh.latency[static_cast<std::size_t>(srcNode)] = 0;
+    fresh.queue.push_back(srcNode);
+    it = trees_.emplace(srcNode, std::move(fresh)).first;
+  }
+  Tree& tr = it->second;
+  tr.lastUse = useClock_;
+  // BFS by hop count; within a layer the latency of a node is the minimum over its predecessors in the previous
+  // layer. FIFO order finishes a layer before the next, so once every node closer than dst has been dequeued, the
+  // hops and latencies of dst and of all closer nodes are final: that is where the BFS pauses. Neighbours in a
+  // ring or a leaf are then found after a few dequeues instead of a sweep of the whole fabric.
+  const auto d = static_cast<std::size_t>(dstNode);
+  while (tr.head < tr.queue.size() &&
+         (tr.hops[d] < 0 || tr.hops[static_cast<std::size_t>(tr.queue[tr.head])] < tr.hops[d])) {
+    const auto u = static_cast<std::size_t>(tr.queue[tr.head++]);
+    for (int e = adjStart_[u]; e < adjStart_[u + 1]; ++e) {
+      const auto [v, l] = adj_[static_cast<std::size_t>(e)];
+      const auto vi = static_cast<std::size_t>(v);
+      const double cand = tr.latency[u] + topo_->links[static_cast<std::size_t>(l)].latencyUs;
+      if (tr.hops[vi] < 0) {
+        tr.hops[vi] = tr.hops[u] + 1;
+        tr.latency[vi] = cand;
+        tr.queue.push_back(v);
+      } else if (tr.hops[vi] == tr.hops[u] + 1 && cand < tr.latency[vi]) {
+        tr.latency[vi] = cand;
+      }
+    }
+  }
+  return tr;
+}
+
+void Router::walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& out) const {
+  // Walk back from the destination; at each node choose among the equal-cost predecessors by a hash of
+  // (src, dst, node). Choosing near the destination as well as near the source spreads pairs over every tier.
+  const std::uint64_t seed = pairSeed(srcNode, dstNode);
+  std::vector<std::pair<int, int>> candidates;
+  int v = dstNode;
+  while (v != srcNode) {
+    const auto vi = static_cast<std::size_t>(v);
+    candidates.clear();
+    for (int e = adjStart_[vi]; e < adjStart_[vi + 1]; ++e) {
+      const auto [u, l] = adj_[static_cast<std::size_t>(e)];
+      const auto ui = static_cast<std::size_t>(u);
+      if (tr.hops[ui] != tr.hops[vi] - 1) continue;
+      if (!sameLatency(tr.latency[ui] + topo_->links[static_cast<std::size_t>(l)].latencyUs, tr.latency[vi])) continue;
+      candidates.emplace_back(u, l);
+    }
+    COLLBENCH_CHECK(!candidates.empty(), "no predecessor of node {} on the way from {} to {}", v, srcNode, dstNode);
+    const auto [u, l] =
+        candidates[mix(seed ^ (static_cast<std::uint64_t>(v) * 0x9e3779b97f4a7c15ull)) % candidates.size()];
+    out.push_back(Hop{l, linkEnds_[static_cast<std::size_t>(l)].first == u});
+    v = u;
+  }
+  std::reverse(out.begin(), out.end());
+}
+
+int Router::nodeRoute(int srcNode, int dstNode, std::vector<Hop>& out) const {
+  out.clear();
+  const int n = static_cast<int>(adjStart_.size()) - 1;
+  if (srcNode < 0 || srcNode >= n || dstNode < 0 || dstNode >= n) {
+    throw Error(Errc::InvalidArgument, fmt::format("route between nodes {} and {}: topology {} has {} nodes", srcNode,
+                                                   dstNode, topo_->name, n));
+  }
+  if (srcNode == dstNode) return 0;
+  if (auto it = explicit_.find({srcNode, dstNode}); it != explicit_.end()) {
+    out = it->second;
+    return static_cast<int>(out.size());
+  }
+  const Tree& tr = tree(srcNode, dstNode);
+  if (tr.hops[static_cast<std::size_t>(dstNode)] < 0) return -1;
+  walk(srcNode, dstNode, tr, out);
+  return static_cast<int>(out.size());
+}
+
+int Router::distance(int srcNode, int dstNode) const {
+  const int n = static_cast<int>(adjStart_.size()) - 1;
+  if (srcNode < 0 || srcNode >= n || dstNode < 0 || dstNode >= n) {
+    throw Error(Errc::InvalidArgument, fmt::format("distance between nodes {} and {}: topology {} has {} nodes",
+                                                   srcNode, dstNode, topo_->name, n));
+  }
+  return tree(srcNode, dstNode).hops[static_cast<std::size_t>(dstNode)];
+}
+
+const std::vector<Hop>& Router::route(int srcRank, int dstRank) const {
+  const int n = static_cast<int>(rankNode_.size());
+  if (srcRank < 0 || srcRank >= n || dstRank < 0 || dstRank >= n) {
+    throw Error(
+        Errc::InvalidArgument,
+        fmt::format("route from rank {} to rank {}: topology {} has {} ranks", srcRank, dstRank, topo_->name, n),
+        srcRank, dstRank);
+  }
+  const std::uint64_t key = (static_cast<std::uint64_t>(srcRank) << 32) | static_cast<std::uint32_t>(dstRank);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  std::vector<Hop> hops;
+  if (nodeRoute(rankNode_[static_cast<std::size_t>(srcRank)], rankNode_[static_cast<std::size_t>(dstRank)], hops) < 0) {
+    throw Error(Errc::InvalidTopology,
+                fmt::format("no path between rank {} ({}) and rank {} ({}) in topology {}", srcRank,
+                            topo_->ranks[static_cast<std::size_t>(srcRank)], dstRank,
+                            topo_->ranks[static_cast<std::size_t>(dstRank)], topo_->name),
+                srcRank, dstRank);
+  }
+  return cache_.emplace(key, std::move(hops)).first->second;
+}
+
+namespace {
+
+// Dinic's max-flow on an undirected capacity graph (each link is a pair of arcs that share the capacity's
+// residual bookkeeping in both directions). Iterative augmenting so that long paths (rings) need no deep stack.
+class MaxFlow {
+ public:
+  explicit MaxFlow(int n)
+      : out_(static_cast<std::size_t>(n)), level_(static_cast<std::size_t>(n)), next_(out_.size()) {}
+
+  int addEdge(int u, int v, double capUV, double capVU) {
+    const int id = static_cast<int>(arcs_.size());
+    arcs_.push_back(Arc{v, capUV, capUV});
+    arcs_.push_back(Arc{u, capVU, capVU});
+    out_[static_cast<std::size_t>(u)].push_back(id);
+    out_[static_cast<std::size_t>(v)].push_back(id + 1);
+    return id;
+  }
+  void setBase(int arc, double cap) { arcs_[static_cast<std::size_t>(arc)].base = cap; }
+  void reset() {
+    for (Arc& a : arcs_) a.cap = a.base;
+  }
+
+  double run(int s, int t) {
+    double total = 0;
+    while (buildLevels(s, t)) {
+      std::fill(next_.begin(), next_.end(), 0);
+      for (double f; (f = augment(s, t)) > kFlowEpsilon;) total += f;
+    }
+    return total;
+  }
+
+ private:
+  struct Arc {
+    int to;
+    double cap;
+    double base;
+  };
+
+  bool buildLevels(int s, int t) {
+    std::fill(level_.begin(), level_.end(), -1);
+    std::vector<int> queue{s};
+    level_[static_cast<std::size_t>(s)] = 0;
+    for (std::size_t head = 0; head < queue.size(); ++head) {
+      const int u = queue[head];
+      for (int id : out_[static_cast<std::size_t>(u)]) {
+        const Arc& a = arcs_[static_cast<std::size_t>(id)];
+        if (a.cap > kFlowEpsilon && level_[static_cast<std::size_t>(a.to)] < 0) {
+          level_[static_cast<std::size_t>(a.to)] = level_[static_cast<std::size_t>(u)] + 1;
+          queue.push_back(a.to);
+        }
+      }
+    }
+    return level_[static_cast<std::size_t>(t)] >= 0;
+  }
+
+  // One augmenting path in the level graph; dead ends are pruned by advancing next_ (Dinic's current-arc rule).
+  double augment(int s, int t) {
+    std::vector<int> path;  // arc ids
+    int u = s;
+    while (u != t) {
+      auto& edges = out_[static_cast<std::size_t>(u)];
+      std::size_t& i = next_[static_cast<std::size_t>(u)];
+      while (i < edges.size()) {
+        const Arc& a = arcs_[static_cast<std::size_t>(edges[i])];
+        if (a.cap > kFlowEpsilon && level_[static_cast<std::size_t>(a.to)] == level_[static_cast<std::size_t>(u)] + 1) {
+          break;
+        }
+        ++i;
+      }
+      if (i == edges.size()) {
+        if (u == s) return 0;
+        level_[static_cast<std::size_t>(u)] = -1;  // dead end for the rest of this phase
+        const int back = path.back();
+        path.pop_back();
+        u = arcs_[static_cast<std::size_t>(back ^ 1)].to;
+        ++next_[static_cast<std::size_t>(u)];
+        continue;
+      }
+      path.push_back(edges[i]);
+      u = arcs_[static_cast<std::size_t>(edges[i])].to;
+    }
+    double f = std::numeric_limits<double>::infinity();
+    for (int id : path) f = std::min(f, arcs_[static_cast<std::size_t>(id)].cap);
+    for (int id : path) {
+      arcs_[static_cast<std::size_t>(id)].cap -= f;
+      arcs_[static_cast<std::size_t>(id ^ 1)].cap += f;
+    }
+    return f;
+  }
+
+  std::vector<Arc> arcs_;
+  std::vector<std::vector<int>> out_;
+  std::vector<int> level_;
+  std::vector<std::size_t> next_;
+};
+
+// Flow network of the topology with a super-source and super-sink arc to every rank node; bisect() sets which
+// ranks feed the source and which drain to the sink.
+class Bisector {
+ public:
+  Bisector(const Topology& t, const std::unordered_map<std::string, int>& index, const std::vector<int>& rankNode)
+      : rankNode_(rankNode), flow_(static_cast<int>(t.nodes.size()) + 2) {
+    const int n = static_cast<int>(t.nodes.size());
+    source_ = n;
+    sink_ = n + 1;
+    double total = 0;
+    for (const TopoLink& k : t.links) {
+      const TopoNode& a = t.nodes[static_cast<std::size_t>(index.at(k.a))];
+      const TopoNode& b = t.nodes[static_cast<std::size_t>(index.at(k.b))];
+      double cap = k.bandwidthGBps;
+      if (a.switchGBps > 0) cap = std::min(cap, a.switchGBps);
+      if (b.switchGBps > 0) cap = std::min(cap, b.switchGBps);
+      flow_.addEdge(index.at(k.a), index.at(k.b), cap, cap);
+      total += cap;
+    }
+    infinite_ = 2 * total + 1;
+    for (int node : rankNode_) {
+      if (sourceArc_.count(node)) continue;
+      sourceArc_[node] = flow_.addEdge(source_, node, 0, 0);
+      sinkArc_[node] = flow_.addEdge(node, sink_, 0, 0);
+    }
+  }
+  /// Max-flow from the ranks with inFirst[r] to the others; a node holding ranks of both halves is a source only.
+  double bisect(const std::vector<bool>& inFirst) {
+    std::set<int> first;
+    for (std::size_t r = 0; r < rankNode_.size(); ++r) {
+      if (inFirst[r]) first.insert(rankNode_[r]);
+    }
+    for (const auto& [node, arc] : sourceArc_) {
+      const bool src = first.count(node) > 0;
+      flow_.setBase(arc, src ? infinite_ : 0);
+      flow_.setBase(sinkArc_.at(node), src ? 0 : infinite_);
+    }
+    flow_.reset();
+    return flow_.run(source_, sink_);
+  }
+
+ private:
+  const std::vector<int>& rankNode_;
+  MaxFlow flow_;
+  int source_ = 0, sink_ = 0;
+  double infinite_ = 0;
+  std::map<int, int> sourceArc_, sinkArc_;
+};
+
+double binomial(int n, int k) {
+  double c = 1;
+  for (int i = 1; i <= k; ++i) c = c * (n - k + i) / i;
+  return c;
+}
+
+}  // namespace
+
+TopologySummary summarize(const Topology& t) {
+  TopologySummary s;
+  s.ranks = static_cast<int>(t.ranks.size());
+  s.nodes = static_cast<int>(t.nodes.size());
+  s.links = static_cast<int>(t.links.size());
+  const auto index = topo_detail::indexById(t);
+  for (const TopoNode& n : t.nodes) s.switches += n.kind == NodeKind::Switch ? 1 : 0;
+  for (const TopoLink& k : t.links) {
+    LinkClassSummary& c = s.linkClasses[k.linkClass];
+    c.minGBps = c.count ? std::min(c.minGBps, k.bandwidthGBps) : k.bandwidthGBps;
+    c.maxGBps = c.count ? std::max(c.maxGBps, k.bandwidthGBps) : k.bandwidthGBps;
+    c.totalGBps += k.bandwidthGBps;
+    ++c.count;
+  }
+  const Router router(t);  // validates ids
+  std::vector<int> rankNode;
+  std::set<std::string> hosts;
+  for (int r = 0; r < s.ranks; ++r) {
+    rankNode.push_back(router.rankNode(r));
+    const TopoNode& n = t.nodes[static_cast<std::size_t>(rankNode.back())];
+    hosts.insert(n.host.empty() ? "\x01" + n.id : n.host);  // a rank without a host is its own machine
+  }
+  s.hosts = static_cast<int>(hosts.size());
+  if (s.ranks == 0) return s;
+
+  // Diameter: BFS hop counts, except for pairs that have an explicit route.
+  const Adjacency adj = topo_detail::buildAdjacency(t, index);
+  std::vector<int> uniqueNodes;
+  {
+    std::set<int> seen;
+    for (int node : rankNode) {
+      if (seen.insert(node).second) uniqueNodes.push_back(node);
+    }
+  }
+  std::vector<int> sources;
+  if (t.ranks.size() <= kExactDiameterMaxRanks) {
+    sources = uniqueNodes;
+  } else {
+    s.diameterSampled = true;
+    std::set<int> seen;
+    for (std::size_t i = 0; i < kDiameterSampleSources; ++i) {
+      const int node = rankNode[i * t.ranks.size() / kDiameterSampleSources];
+      if (seen.insert(node).second) sources.push_back(node);
+    }
+  }
+  std::map<std::pair<int, int>, int> explicitLen;
+  for (const auto& [key, path] : t.routes)
+    explicitLen[{index.at(key.first), index.at(key.second)}] = static_cast<int>(path.size()) - 1;
+  for (const auto& [key, path] : t.routes) {
+    explicitLen.emplace(std::make_pair(index.at(key.second), index.at(key.first)), static_cast<int>(path.size()) - 1);
+  }
+  for (int src : sources) {
+    const std::vector<int> hops = topo_detail::bfsHops(adj, src);
+    for (int dst : uniqueNodes) {
+      int h = hops[static_cast<std::size_t>(dst)];
+      if (!explicitLen.empty() && src != dst) {
+        if (auto it = explicitLen.find({src, dst}); it != explicitLen.end()) h = it->second;
+      }
+      s.diameterHops = std::max(s.diameterHops, h);
+    }
+  }
+
+  // Bisection.
+  if (s.ranks < 2) {
+    s.bisectionExact = true;
+    return s;
+  }
+  Bisector bisector(t, index, rankNode);
+  const int n = s.ranks;
+  const int half = n / 2;
+  const double splits = n % 2 == 0 ? binomial(n - 1, half - 1) : binomial(n, half);
+  const double work = splits * static_cast<double>(t.nodes.size() + t.links.size() + t.ranks.size());
+  if (n <= kExactBisectionMaxRanks && work <= kExactBisectionWork) {
+    s.bisectionExact = true;
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<bool> inFirst(static_cast<std::size_t>(n));
+    for (std::uint32_t mask = 0; mask < (1u << n); ++mask) {
+      if (std::popcount(mask) != half) continue;
+      if (n % 2 == 0 && !(mask & 1u)) continue;  // even n: each split once, rank 0 on the first side
+      for (int r = 0; r < n; ++r) inFirst[static_cast<std::size_t>(r)] = (mask >> r) & 1u;
+      best = std::min(best, bisector.bisect(inFirst));
+    }
+    s.bisectionGBps = best;
+  } else {
+    std::vector<bool> inFirst(static_cast<std::size_t>(n), false);
+    for (int r = 0; r < half; ++r) inFirst[static_cast<std::size_t>(r)] = true;
+    s.bisectionGBps = bisector.bisect(inFirst);
+  }
+  return s;
+}
+
+}  // namespace collbench

@@ -1,0 +1,174 @@
+#pragma once
+/// A network graph: endpoints (gpu, nic, cpu) and switches joined by full-duplex links; ranks bind to gpus (or cpus).
+/// Units are in the names: GBps = 1e9 bytes/s per direction, us = microseconds.
+///
+/// Typical use:
+///   Topology t = loadTopology("dgx-h100-8x1");      // or parseTopology(text, "file.json"), generateTopology(...)
+///   applyOverride(t, "link.nvlink.bandwidth_GBps=300");
+///   Router r(t);                                     // t must outlive r
+///   for (Hop h : r.route(0, 5)) use(t.links[h.link], h.forward);
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace collbench {
+
+enum class NodeKind { Gpu, Nic, Cpu, Switch };
+
+/// "gpu", "nic", "cpu", "switch" (the JSON spelling).
+std::string_view toString(NodeKind k);
+/// Inverse of toString; throws Error{InvalidArgument} naming the value and the accepted names.
+NodeKind parseNodeKind(std::string_view s);
+
+struct TopoNode {
+  std::string id;
+  NodeKind kind = NodeKind::Gpu;
+  /// Server the node sits in: groups the GPUs of one machine for hierarchical algorithms ("" for fabric switches).
+  std::string host;
+  double reduceGBps = 0;  ///< gpu/cpu reduction throughput (output bytes/s); 0 = unknown (treated as infinite)
+  /// Switches: per-port forwarding limit; 0 = non-blocking (no contention inside the switch).
+  double switchGBps = 0;
+};
+
+struct TopoLink {
+  std::string a, b;  ///< node ids
+  double bandwidthGBps = 0;
+  double latencyUs = 0;
+  std::string linkClass;  ///< "nvlink", "pcie", "nic", "fabric"... used by cost model and --set overrides
+};
+
+struct Topology {
+  std::string name;
+  std::string description;
+  std::vector<TopoNode> nodes;
+  std::vector<TopoLink> links;
+  std::vector<std::string> ranks;  ///< rank i runs on node ranks[i]
+  /// Optional explicit routes: (from node id, to node id) -> node ids along the path, endpoints included.
+  /// A route also serves the reverse direction (reversed) unless that direction has its own entry.
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> routes;
+
+  int nodeIndex(const std::string& id) const;  ///< -1 if absent (linear scan: build a map for many look-ups)
+};
+
+/// Parses the collbench-topology JSON (explicit or {"generator": ..., "params": ...}). `source` names the file in
+/// errors. Throws Error{InvalidTopology} with a one-line message "<source>: <field path>: <problem> (got <value>)"
+/// for unknown fields, dangling ids, non-positive bandwidth, negative latency, disconnected ranks, wrong
+/// format/version, bad types, and "<source>: malformed JSON at line L, column C (byte B): ..." for syntax errors.
+Topology parseTopology(const std::string& jsonText, const std::string& source);
+/// Reads a file; a bare name ("dgx-h100-8x1") is looked up as <dir>/<name>.json in each directory of the
+/// colon-separated env COLLBENCH_TOPOLOGY_PATH, then in the shipped topologies/ directory.
+Topology loadTopology(const std::string& pathOrName);
+/// The file loadTopology would read for `pathOrName`; throws Error{InvalidTopology} listing the places searched.
+std::string resolveTopologyPath(const std::string& pathOrName);
+/// Names of the topologies found on the search path (COLLBENCH_TOPOLOGY_PATH, then topologies/), sorted, unique.
+std::vector<std::string> availableTopologies();
+
+/// Parametric generators by name: nvswitch_node, multi_node, fat_tree, torus, dragonfly, ring, flat.
+/// `paramsJson` is the JSON object of parameters ("" or "{}" = all defaults); unknown or invalid parameters throw
+/// Error{InvalidTopology} naming params.<key> and the value. Parameters and defaults: topologies/README.md.
+Topology generateTopology(const std::string& generator, const std::string& paramsJson);
+/// The generator names accepted by generateTopology.
+std::vector<std::string> topologyGenerators();
+/// flat(n, bw, lat): n gpus, each with one link of (bw, lat) to a non-blocking switch; the closed-form test bed.
+/// Node ids "n<i>.gpu0" (host "n<i>") and "sw0"; link class "fabric"; reduce_GBps 0 (infinite).
+Topology flatTopology(int n, double bandwidthGBps, double latencyUs);
+
+/// Checks the invariants parseTopology enforces (unique ids, links between existing distinct nodes, positive finite
+/// bandwidth, non-negative latency, ranks on gpu/cpu nodes, every rank reachable from rank 0, routes along links).
+/// For topologies built in code; throws Error{InvalidTopology} with messages prefixed by `source`.
+void validateTopology(const Topology& t, const std::string& source = "topology");
+
+/// Serialises to the explicit JSON form (round-trips through parseTopology); one node/link per line.
+std::string toJson(const Topology& t);
+/// Applies an override: "link.<class|*>.<bandwidth_GBps|latency_us>=<value>" or
+/// "node.<gpu|nic|cpu|switch|*>.<reduce_GBps|switch_GBps>=<value>". Throws Error{InvalidArgument} naming the bad key
+/// or value, also when the selector matches nothing (a typo must not silently change nothing).
+void applyOverride(Topology& t, const std::string& assignment);
+/// Stable hash of the network content (FNV-1a 64 over the canonical JSON of nodes, links, ranks and routes, as 16
+/// hex digits). Name and description are excluded: a renamed copy of the same network keeps its tuning entries.
+std::string fingerprint(const Topology& t);
+
+/// One directed hop of a route: link index and direction (true = a->b).
+struct Hop {
+  int link;
+  bool forward;
+};
+
+/// Shortest-path routes (hop count, then total latency); among equal-cost next hops the choice is deterministic and
+/// spread over pairs by a hash of (src node, dst node), so different pairs use different spines (ECMP). Explicit
+/// routes in the topology win. Routes are computed by one BFS per source node on first use; the most recent BFS
+/// results and every route returned are cached, so large topologies (8192 ranks) never compute all pairs.
+/// Not thread-safe (the caches are mutated by const calls): use one Router per thread.
+class Router {
+ public:
+  /// Keeps a pointer to `t`: the topology must outlive the router and stay unchanged while it is used.
+  explicit Router(const Topology& t);
+  explicit Router(Topology&&) = delete;
+  /// Route between the nodes of two ranks (empty when both ranks sit on one node). The reference stays valid for
+  /// the router's lifetime. Throws Error{InvalidArgument} for ranks out of range, Error{InvalidTopology} when no
+  /// path exists.
+  const std::vector<Hop>& route(int srcRank, int dstRank) const;
+  /// Route between two node indices into `out` (cleared first); returns the number of hops, -1 if unreachable.
+  int nodeRoute(int srcNode, int dstNode, std::vector<Hop>& out) const;
+  /// Hop count of the shortest path between two nodes (explicit routes ignored); -1 if unreachable.
+  int distance(int srcNode, int dstNode) const;
+  int rankNode(int rank) const { return rankNode_.at(static_cast<std::size_t>(rank)); }
+  const Topology& topology() const { return *topo_; }
+
+ private:
+  struct Tree {  // BFS from one source node, advanced only as far as the destinations asked so far need
+    std::vector<int> hops;
+    std::vector<double> latency;
+    std::vector<int> queue;
+    std::size_t head = 0;
+    std::uint64_t lastUse = 0;
+  };
+  /// The BFS tree of srcNode, advanced until hops and latency of dstNode (and of every node closer) are final.
+  const Tree& tree(int srcNode, int dstNode) const;
+  void walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& out) const;
+
+  const Topology* topo_;
+  std::vector<int> rankNode_;
+  std::vector<int> adjStart_;                                 // CSR adjacency: node -> [adjStart_[n], adjStart_[n+1])
+  std::vector<std::pair<int, int>> adj_;                      // (neighbor, link)
+  std::vector<std::pair<int, int>> linkEnds_;                 // link -> (node of a, node of b)
+  std::map<std::pair<int, int>, std::vector<Hop>> explicit_;  // (from node, to node) -> hops
+  mutable std::unordered_map<int, Tree> trees_;               // bounded LRU; element references survive rehashing
+  mutable std::uint64_t useClock_ = 0;
+  mutable std::unordered_map<std::uint64_t, std::vector<Hop>> cache_;  // (src rank << 32 | dst rank) -> route
+};
+
+struct LinkClassSummary {
+  int count = 0;
+  double minGBps = 0, maxGBps = 0;  ///< per-direction bandwidth range of the class's links
+  double totalGBps = 0;             ///< sum over the class's links (per direction)
+};
+
+struct TopologySummary {
+  int ranks = 0, hosts = 0, nodes = 0, links = 0, switches = 0;
+  /// Bisection bandwidth (GB/s, one direction) between two halves of the ranks: the max-flow (= min cut, switches
+  /// free to fall on either side) from one half to the other. With at most 16 ranks (and a small enough graph;
+  /// bisectionExact) it is the minimum over every balanced split of the ranks. Otherwise, since that minimum is
+  /// expensive (NP-hard in general), it is the max-flow between ranks [0, n/2) and [n/2, n) in rank order: the
+  /// generators number ranks along the physical layout (servers, pods, torus planes, groups), so this is the cut
+  /// between the two halves of the machine, but in general it is only an upper bound of the true bisection.
+  /// Ranks sharing one node with the other half count on the first half (local traffic crosses no link). Switch
+  /// port limits (switch_GBps) cap the capacity of their links. Rank-free parts of the graph still carry flow.
+  double bisectionGBps = 0;
+  bool bisectionExact = false;
+  /// Max over rank pairs of route hops (shortest-path hop counts, explicit routes where given). Exact up to 512
+  /// ranks; above, the max over the routes from 64 evenly spaced source ranks (rank i * n / 64) to every rank: a
+  /// deterministic sample and a lower bound (diameterSampled = true).
+  int diameterHops = 0;
+  bool diameterSampled = false;
+  std::map<std::string, LinkClassSummary> linkClasses;
+};
+TopologySummary summarize(const Topology& t);
+
+}  // namespace collbench

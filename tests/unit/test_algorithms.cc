@@ -1,0 +1,105 @@
+// Every generator builds a valid schedule (matching, bounds, no deadlock, no races, in place and out of place)
+// for ranks 1..17 and awkward element counts.
+#include <gtest/gtest.h>
+
+#include "collbench/algorithms.h"
+#include "collbench/error.h"
+#include "collbench/validator.h"
+
+// Internal to core/algorithms (tree shape helpers).
+namespace collbench::algo {
+int btreeParent(int n, int rank);
+int dtreeParent(int n, int rank, int tree);
+}  // namespace collbench::algo
+
+namespace collbench {
+namespace {
+
+struct Case {
+  const AlgorithmInfo* algo;
+  int nranks;
+  std::size_t count;
+  AlgoParams params;
+};
+
+std::vector<Case> allCases() {
+  std::vector<Case> cases;
+  for (const auto& a : algorithms()) {
+    for (int n = 1; n <= 17; ++n) {
+      for (std::size_t count : {0u, 1u, 7u, 1000u, 65537u}) {
+        cases.push_back({&a, n, count, {}});
+      }
+      // Pipelining and channels: small chunks force many rounds.
+      cases.push_back({&a, n, 1000, AlgoParams{64, 3}});
+    }
+  }
+  return cases;
+}
+
+class GeneratorTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GeneratorTest, ValidInAndOutOfPlace) {
+  const Case& c = GetParam();
+  CollectiveSpec spec{c.algo->collective, c.nranks, c.algo->collective == Collective::Barrier ? 0 : c.count,
+                      DType::F32, ReduceOp::Sum, c.nranks - 1};
+  const Schedule s = buildSchedule(spec, c.algo->name, c.params);
+  ASSERT_EQ(static_cast<int>(s.ranks.size()), c.nranks);
+  EXPECT_NO_THROW(validate(s, {false}));
+  EXPECT_NO_THROW(validate(s, {true}));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GeneratorTest, ::testing::ValuesIn(allCases()), [](const auto& paramInfo) {
+  const Case& c = paramInfo.param;
+  return fmt::format("{}_{}_n{}_c{}_ch{}_k{}", toString(c.algo->collective), c.algo->name, c.nranks, c.count,
+                     c.params.channels, c.params.chunkBytes);
+});
+
+TEST(Generators, RingAllReduceMovesTheOptimalVolume) {
+  // Each rank sends 2(n-1)/n of the buffer: the bandwidth lower bound.
+  const int n = 5;
+  const std::size_t count = 1000;
+  const Schedule s = buildSchedule({Collective::AllReduce, n, count, DType::F32}, "ring");
+  for (const auto& r : s.ranks) {
+    std::size_t sent = 0;
+    for (const auto& op : r.ops) sent += op.kind == OpKind::Send ? op.bytes : 0;
+    EXPECT_EQ(sent, 2 * (n - 1) * count * 4 / n);
+  }
+}
+
+TEST(Generators, DoubleBinaryTreeShapeMatchesNccl) {
+  // NCCL's btree on 14 ranks (trees.cc illustration): 0 <- 8, 8 <- 4 and 12, 4 <- 2 and 6, 12 <- 10 and 13.
+  EXPECT_EQ(algo::btreeParent(14, 0), -1);
+  EXPECT_EQ(algo::btreeParent(14, 8), 0);
+  EXPECT_EQ(algo::btreeParent(14, 4), 8);
+  EXPECT_EQ(algo::btreeParent(14, 12), 8);
+  EXPECT_EQ(algo::btreeParent(14, 13), 12);
+  EXPECT_EQ(algo::btreeParent(14, 10), 12);
+  EXPECT_EQ(algo::btreeParent(14, 1), 2);
+  EXPECT_EQ(algo::btreeParent(14, 3), 2);
+  // Tree 1 mirrors tree 0 for even n: the root of tree 1 is n-1.
+  EXPECT_EQ(algo::dtreeParent(14, 13, 1), -1);
+  EXPECT_EQ(algo::dtreeParent(14, 5, 1), 13);
+  // For odd n it shifts by one: root 1.
+  EXPECT_EQ(algo::dtreeParent(13, 1, 1), -1);
+}
+
+TEST(Generators, RejectsBadSpecs) {
+  EXPECT_THROW(buildSchedule({Collective::AllReduce, 0, 4, DType::F32}, "ring"), Error);
+  try {
+    buildSchedule({Collective::Broadcast, 4, 4, DType::F32, ReduceOp::Sum, 4}, "ring");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("root 4 is not a rank of 4"), std::string::npos) << e.what();
+  }
+  try {
+    buildSchedule({Collective::AllReduce, 4, 4, DType::F32}, "bogus");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown algorithm 'bogus' for all_reduce (available: ring, tree"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace collbench

@@ -1,0 +1,834 @@
+// Topology library: JSON format and its rejections, generators, routing, summaries, overrides, fingerprints.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "collbench/error.h"
+#include "collbench/topology.h"
+
+namespace collbench {
+namespace {
+
+using nlohmann::json;
+
+const std::string kSourceDir = COLLBENCH_SOURCE_DIR;
+const std::vector<std::string> kShipped = {"dgx-h100-8x1",  "hgx-h200-8x1", "dgx-a100-8x1", "pcie-4gpu",
+                                           "h100-4x8-rail", "fat-tree-k8",  "torus-4x4x4",  "dragonfly-small"};
+
+// Two GPUs on one switch: the smallest valid explicit document, mutated by the rejection tests.
+json baseDoc() {
+  return json::parse(R"({
+    "format": "collbench-topology", "version": 1, "name": "tiny", "description": "two gpus on a switch",
+    "nodes": [{"id": "n0.gpu0", "kind": "gpu", "host": "n0", "reduce_GBps": 1000},
+              {"id": "n0.gpu1", "kind": "gpu", "host": "n0"},
+              {"id": "n0.sw", "kind": "switch"}],
+    "links": [{"a": "n0.gpu0", "b": "n0.sw", "bandwidth_GBps": 100, "latency_us": 1, "class": "nvlink"},
+              {"a": "n0.gpu1", "b": "n0.sw", "bandwidth_GBps": 100, "latency_us": 1}],
+    "ranks": ["n0.gpu0", "n0.gpu1"]
+  })");
+}
+
+// Runs `fn`, expecting Error{code} whose one-line message contains every part.
+template <typename Fn>
+void expectError(Fn fn, Errc code, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one containing '" << parts.front() << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.code(), code) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "message must be one line: " << msg;
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+  }
+}
+
+void expectBad(const std::string& text, const std::vector<std::string>& parts) {
+  std::vector<std::string> all{"bad.json: "};
+  all.insert(all.end(), parts.begin(), parts.end());
+  expectError([&] { parseTopology(text, "bad.json"); }, Errc::InvalidTopology, all);
+}
+void expectBad(const json& doc, const std::vector<std::string>& parts) { expectBad(doc.dump(), parts); }
+void expectBad(const char* text, const std::vector<std::string>& parts) { expectBad(std::string(text), parts); }
+
+void expectBadOverride(Topology t, const std::string& assignment, const std::vector<std::string>& parts) {
+  expectError([&] { applyOverride(t, assignment); }, Errc::InvalidArgument, parts);
+}
+
+// Follows the hops from `from` and checks that they form a path ending at `to`.
+void expectPath(const Topology& t, const std::vector<Hop>& hops, const std::string& from, const std::string& to) {
+  std::string at = from;
+  for (const Hop& h : hops) {
+    const TopoLink& l = t.links.at(static_cast<std::size_t>(h.link));
+    ASSERT_EQ(h.forward ? l.a : l.b, at) << "hop on link " << h.link << " does not start where the last one ended";
+    at = h.forward ? l.b : l.a;
+  }
+  EXPECT_EQ(at, to);
+}
+
+std::vector<std::string> nodesOnRoute(const Topology& t, const std::vector<Hop>& hops) {
+  std::vector<std::string> out;
+  for (const Hop& h : hops) {
+    const TopoLink& l = t.links[static_cast<std::size_t>(h.link)];
+    out.push_back(h.forward ? l.b : l.a);
+  }
+  return out;
+}
+
+Topology gen(const std::string& g, const json& params) { return generateTopology(g, params.dump()); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parsing
+
+TEST(TopologyParse, ReadsExplicitDocument) {
+  const Topology t = parseTopology(baseDoc().dump(), "tiny.json");
+  EXPECT_EQ(t.name, "tiny");
+  EXPECT_EQ(t.description, "two gpus on a switch");
+  ASSERT_EQ(t.nodes.size(), 3u);
+  EXPECT_EQ(t.nodes[0].kind, NodeKind::Gpu);
+  EXPECT_EQ(t.nodes[0].host, "n0");
+  EXPECT_EQ(t.nodes[0].reduceGBps, 1000);
+  EXPECT_EQ(t.nodes[2].kind, NodeKind::Switch);
+  ASSERT_EQ(t.links.size(), 2u);
+  EXPECT_EQ(t.links[0].bandwidthGBps, 100);
+  EXPECT_EQ(t.links[0].latencyUs, 1);
+  EXPECT_EQ(t.links[0].linkClass, "nvlink");
+  EXPECT_EQ(t.links[1].linkClass, "fabric");  // the default class
+  EXPECT_EQ(t.ranks, (std::vector<std::string>{"n0.gpu0", "n0.gpu1"}));
+  EXPECT_EQ(t.nodeIndex("n0.sw"), 2);
+  EXPECT_EQ(t.nodeIndex("nope"), -1);
+}
+
+TEST(TopologyParse, RejectsMalformedJsonWithPosition) {
+  expectBad("{\n  \"format\": \"collbench-topology\",\n  \"version\": 1,,\n}", {"malformed JSON", "line 3", "byte"});
+  expectBad("", {"malformed JSON", "line 1, column"});
+  expectBad("{\"nodes\": [", {"malformed JSON"});
+  expectBad(R"({"version": 1e400})", {"malformed JSON", "number overflow"});
+  expectBad("{\"name\": \"\xff\"}", {"malformed JSON", "\\xff"});
+}
+
+TEST(TopologyParse, RejectsDuplicateKeys) {
+  expectBad(R"({"format": "collbench-topology", "version": 1, "version": 1})", {"version: duplicate key"});
+  json d = baseDoc();
+  std::string text = d.dump();
+  const std::string needle = R"("id":"n0.gpu1")";
+  text.replace(text.find(needle), needle.size(), R"("id":"n0.gpu1","id":"x")");
+  expectBad(text, {"nodes[1].id: duplicate key"});
+}
+
+TEST(TopologyParse, RejectsUnknownFieldsAtEveryLevel) {
+  json d = baseDoc();
+  d["colour"] = "red";
+  expectBad(d, {"colour: unknown field", "\"red\"", "accepted: format"});
+  d = baseDoc();
+  d["nodes"][1]["colour"] = "blue";
+  expectBad(d, {"nodes[1].colour: unknown field", "\"blue\""});
+  d = baseDoc();
+  d["links"][0]["speed"] = 9;
+  expectBad(d, {"links[0].speed: unknown field", "got 9"});
+  d = baseDoc();
+  d["routes"] =
+      json::array({{{"from", "n0.gpu0"}, {"to", "n0.gpu1"}, {"path", {"n0.gpu0", "n0.sw", "n0.gpu1"}}, {"weight", 1}}});
+  expectBad(d, {"routes[0].weight: unknown field"});
+}
+
+TEST(TopologyParse, RejectsWrongFormatAndVersion) {
+  json d = baseDoc();
+  d["format"] = "nccl-topo";
+  expectBad(d, {"format: expected \"collbench-topology\"", "\"nccl-topo\""});
+  d = baseDoc();
+  d.erase("format");
+  expectBad(d, {"format: missing required field"});
+  d = baseDoc();
+  d["version"] = 2;
+  expectBad(d, {"version: unsupported version", "got 2"});
+  d = baseDoc();
+  d["version"] = "1";
+  expectBad(d, {"version:", "\"1\""});
+}
+
+TEST(TopologyParse, RejectsDanglingAndDuplicateIds) {
+  json d = baseDoc();
+  d["links"][1]["b"] = "n0.gpu9";
+  expectBad(d, {"links[1].b: unknown node id", "\"n0.gpu9\""});
+  d = baseDoc();
+  d["nodes"][2]["id"] = "n0.gpu0";
+  expectBad(d, {"nodes[2].id: duplicate node id (first at nodes[0])", "\"n0.gpu0\""});
+  d = baseDoc();
+  d["links"][0]["b"] = "n0.gpu0";
+  expectBad(d, {"links[0].b: link joins a node to itself"});
+}
+
+TEST(TopologyParse, RejectsBadBandwidthAndLatency) {
+  json d = baseDoc();
+  d["links"][0]["bandwidth_GBps"] = 0;
+  expectBad(d, {"links[0].bandwidth_GBps: bandwidth must be > 0", "(got 0)"});
+  d["links"][0]["bandwidth_GBps"] = -5;
+  expectBad(d, {"links[0].bandwidth_GBps", "(got -5)"});
+  d = baseDoc();
+  d["links"][1]["latency_us"] = -1;
+  expectBad(d, {"links[1].latency_us: latency must be >= 0", "(got -1)"});
+  d = baseDoc();
+  d["links"][1].erase("latency_us");
+  expectBad(d, {"links[1].latency_us: missing required field"});
+  d = baseDoc();
+  d["nodes"][0]["reduce_GBps"] = -1;
+  expectBad(d, {"nodes[0].reduce_GBps", "(got -1)"});
+}
+
+TEST(TopologyParse, RejectsBadTypes) {
+  json d = baseDoc();
+  d["links"][0]["bandwidth_GBps"] = "fast";
+  expectBad(d, {"links[0].bandwidth_GBps: expected a number", "\"fast\""});
+  d = baseDoc();
+  d["links"][0]["bandwidth_GBps"] = true;
+  expectBad(d, {"links[0].bandwidth_GBps: expected a number", "true"});
+  d = baseDoc();
+  d["nodes"] = "all of them";
+  expectBad(d, {"nodes: expected an array"});
+  d = baseDoc();
+  d["nodes"][0]["id"] = 7;
+  expectBad(d, {"nodes[0].id: expected a string", "got 7"});
+  d = baseDoc();
+  d["nodes"][1]["kind"] = "tpu";
+  expectBad(d, {"nodes[1].kind: unknown node kind", "\"tpu\""});
+  d = baseDoc();
+  d["links"][0] = json::array({1, 2});
+  expectBad(d, {"links[0]: expected an object"});
+  expectBad("[1, 2]", {"<root>: expected an object"});
+  d = baseDoc();
+  d["links"][0]["class"] = "nv.link";
+  expectBad(d, {"links[0].class", "\"nv.link\""});
+  d = baseDoc();
+  d["nodes"][0]["switch_GBps"] = 10;
+  expectBad(d, {"nodes[0].switch_GBps: only switches"});
+}
+
+TEST(TopologyParse, RejectsBadRanks) {
+  json d = baseDoc();
+  d["ranks"][1] = "n0.sw";
+  expectBad(d, {"ranks[1]: ranks run on gpu or cpu nodes, node is a switch", "\"n0.sw\""});
+  d["ranks"][1] = "n0.gpu7";
+  expectBad(d, {"ranks[1]: unknown node id", "\"n0.gpu7\""});
+  d = baseDoc();
+  d.erase("ranks");
+  expectBad(d, {"ranks: missing required field"});
+  d = baseDoc();
+  d["ranks"] = json::array();
+  expectBad(d, {"ranks: must list at least one rank"});
+  d = baseDoc();
+  d["ranks"][1] = "n0.gpu0";
+  expectBad(d, {"ranks[1]: gpu already runs rank 0"});
+  // Several ranks on one cpu are fine (ranks as threads).
+  d = baseDoc();
+  d["nodes"].push_back({{"id", "n0.cpu"}, {"kind", "cpu"}, {"host", "n0"}});
+  d["links"].push_back({{"a", "n0.cpu"}, {"b", "n0.sw"}, {"bandwidth_GBps", 10}, {"latency_us", 1}});
+  d["ranks"] = {"n0.cpu", "n0.cpu", "n0.gpu1"};
+  EXPECT_EQ(parseTopology(d.dump(), "cpu.json").ranks.size(), 3u);
+}
+
+TEST(TopologyParse, RejectsDisconnectedRanks) {
+  json d = baseDoc();
+  d["links"].erase(1);
+  expectBad(d, {"ranks[1]: rank 1 cannot reach rank 0 (\"n0.gpu0\")", "\"n0.gpu1\""});
+}
+
+TEST(TopologyParse, ValidatesRoutes) {
+  json d = baseDoc();
+  auto route = [](json path) { return json{{"from", path.front()}, {"to", path.back()}, {"path", path}}; };
+  d["routes"] = json::array({route({"n0.gpu0", "n0.gpu1"})});
+  expectBad(d, {"routes[0].path[1]: no link between \"n0.gpu0\" and this node", "\"n0.gpu1\""});
+  d["routes"] = json::array({route({"n0.gpu0", "n0.sw", "n0.gpu1"}), route({"n0.gpu0", "n0.sw", "n0.gpu1"})});
+  expectBad(d, {"routes[1]: second route from \"n0.gpu0\" to \"n0.gpu1\""});
+  d["routes"] = json::array({{{"from", "n0.gpu0"}, {"to", "n0.gpu1"}, {"path", {"n0.sw", "n0.gpu1"}}}});
+  expectBad(d, {"routes[0].path[0]: must be the route's from"});
+  d["routes"] = json::array({route({"n0.gpu0", "n0.sw", "n0.gpu9"})});
+  expectBad(d, {"routes[0].to: unknown node id", "\"n0.gpu9\""});
+}
+
+TEST(TopologyParse, GeneratorDocuments) {
+  const json d = {{"format", "collbench-topology"},
+                  {"version", 1},
+                  {"name", "ft4"},
+                  {"generator", "fat_tree"},
+                  {"params", {{"k", 4}}}};
+  const Topology t = parseTopology(d.dump(), "ft.json");
+  EXPECT_EQ(t.name, "ft4");
+  EXPECT_EQ(t.ranks.size(), 16u);
+  json bad = d;
+  bad["params"]["kk"] = 4;
+  expectBad(bad, {"params.kk: unknown parameter", "accepted: k, oversubscription"});
+  bad = d;
+  bad["params"]["k"] = 5;
+  expectBad(bad, {"params.k: must be even", "(got 5)"});
+  bad = d;
+  bad["generator"] = "hypercube";
+  expectBad(bad, {"generator: unknown generator (accepted: dragonfly, fat_tree", "\"hypercube\""});
+  bad = d;
+  bad["nodes"] = json::array();
+  expectBad(bad, {"nodes: unknown field in a generator document"});
+}
+
+TEST(TopologyParse, BadInputFixturesFailWithTheirMessage) {
+  // The CLI test runs `collbench topo check` on the same files; keep them failing for the documented reason.
+  const std::map<std::string, std::string> expected{
+      {"dangling_id.json", "links[1].b: unknown node id (got \"n0.nvswitch\")"},
+      {"zero_bandwidth.json", "links[0].bandwidth_GBps: bandwidth must be > 0 (got 0)"},
+      {"disconnected_rank.json", "ranks[2]: rank 2 cannot reach rank 0"},
+      {"unknown_field.json", "nodes[1].reduce_GBs: unknown field"},
+      {"wrong_version.json", "version: unsupported version"},
+      {"malformed.json", "malformed JSON at line 11"},
+  };
+  for (const auto& [file, part] : expected) {
+    const std::string path = kSourceDir + "/tests/cli/topo_bad_inputs/" + file;
+    expectError([&] { loadTopology(path); }, Errc::InvalidTopology, {path + ": ", part});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Generators
+
+TEST(TopologyGenerators, NvswitchNode) {
+  const Topology t = gen("nvswitch_node", {{"gpus", 4}, {"link_GBps", 300}});
+  EXPECT_EQ(t.nodes.size(), 5u);
+  EXPECT_EQ(t.links.size(), 4u);
+  EXPECT_EQ(t.ranks.size(), 4u);
+  EXPECT_GE(t.nodeIndex("n0.nvsw"), 0);
+  for (const auto& l : t.links) {
+    EXPECT_EQ(l.bandwidthGBps, 300);
+    EXPECT_EQ(l.linkClass, "nvlink");
+  }
+}
+
+TEST(TopologyGenerators, FatTreeCountsMatchFormulas) {
+  for (int k : {2, 4, 6, 8, 16}) {
+    const Topology t = gen("fat_tree", {{"k", k}});
+    const std::size_t hosts = static_cast<std::size_t>(k * k * k / 4);
+    const std::size_t switches = static_cast<std::size_t>(5 * k * k / 4);
+    EXPECT_EQ(t.ranks.size(), hosts) << "k=" << k;
+    EXPECT_EQ(t.nodes.size(), hosts + switches) << "k=" << k;
+    EXPECT_EQ(t.links.size(), 3 * hosts) << "k=" << k;  // host-edge, edge-agg, agg-core: k^3/4 each
+    EXPECT_EQ(summarize(t).switches, static_cast<int>(switches));
+  }
+}
+
+TEST(TopologyGenerators, FatTreeOversubscriptionThinsEdgeUplinks) {
+  const Topology t = gen("fat_tree", {{"k", 4}, {"oversubscription", 2}, {"link_GBps", 40}});
+  int thin = 0;
+  for (const auto& l : t.links) {
+    const bool edgeUp = l.a.find(".edge") != std::string::npos && l.b.find(".agg") != std::string::npos;
+    EXPECT_EQ(l.bandwidthGBps, edgeUp ? 20 : 40) << l.a << " - " << l.b;
+    thin += edgeUp ? 1 : 0;
+  }
+  EXPECT_EQ(thin, 16);  // k pods x (k/2)^2
+}
+
+TEST(TopologyGenerators, MultiNodeRailOptimized) {
+  const Topology t = gen("multi_node", {{"nodes", 4}, {"gpus_per_node", 8}, {"nics_per_node", 8}});
+  // Per server 8 gpus + 8 nics + 1 nvswitch; 8 leaves (one per rail) and 4 spines (one uplink per downlink).
+  EXPECT_EQ(t.nodes.size(), 4u * 17 + 8 + 4);
+  EXPECT_EQ(t.links.size(), 4u * (8 + 8 + 8) + 8 * 4);
+  EXPECT_EQ(t.ranks.size(), 32u);
+  EXPECT_EQ(summarize(t).hosts, 4);
+  // NIC i of every server is on leaf i.
+  for (const auto& l : t.links) {
+    if (l.linkClass != "nic") continue;
+    const std::string rail = l.a.substr(l.a.find(".nic") + 4);
+    EXPECT_EQ(l.b, "leaf" + rail) << l.a;
+  }
+}
+
+TEST(TopologyGenerators, MultiNodeSharedLeavesFromRadix) {
+  const Topology t =
+      gen("multi_node",
+          {{"nodes", 16}, {"gpus_per_node", 1}, {"nics_per_node", 1}, {"rail_optimized", false}, {"radix", 8}});
+  // 16 NIC ports, 4 down ports per leaf -> 4 leaves, 4 spines; no NVSwitch with one GPU per server.
+  EXPECT_EQ(t.nodes.size(), 16u * 2 + 4 + 4);
+  EXPECT_EQ(t.links.size(), 16u * 2 + 4 * 4);
+  expectError(
+      [] {
+        gen("multi_node", {{"nics_per_node", 9}});
+      },
+      Errc::InvalidTopology, {"params.nics_per_node: must be <= gpus_per_node (8)", "(got 9)"});
+  expectError(
+      [] {
+        gen("multi_node", {{"nodes", 4}, {"leaves", 3}});
+      },
+      Errc::InvalidTopology, {"params.leaves: must be a multiple of nics_per_node"});
+}
+
+TEST(TopologyGenerators, TorusCounts) {
+  const Topology t = gen("torus", {{"dims", {4, 4, 4}}});
+  EXPECT_EQ(t.ranks.size(), 64u);
+  EXPECT_EQ(t.nodes.size(), 64u);
+  EXPECT_EQ(t.links.size(), 64u * 3);                                 // wraparound: one link per node per dimension
+  EXPECT_EQ(gen("torus", {{"dims", {2, 3}}}).links.size(), 3u + 6u);  // size 2 has one link, not two
+  EXPECT_EQ(gen("torus", {{"dims", {4, 4}}, {"wraparound", false}}).links.size(), 2u * 3 * 4);
+  EXPECT_EQ(gen("torus", {{"dims", {5}}}).links.size(), 5u);
+  // Every node of a 3D torus has 6 neighbours.
+  std::map<std::string, int> degree;
+  for (const auto& l : t.links) {
+    ++degree[l.a];
+    ++degree[l.b];
+  }
+  for (const auto& [id, d] : degree) EXPECT_EQ(d, 6) << id;
+}
+
+TEST(TopologyGenerators, DragonflyCounts) {
+  const int g = 9, a = 4, p = 2;
+  const Topology t = gen("dragonfly", {{"groups", g}, {"routers", a}, {"hosts", p}});
+  EXPECT_EQ(t.ranks.size(), static_cast<std::size_t>(g * a * p));
+  EXPECT_EQ(t.nodes.size(), static_cast<std::size_t>(g * a * p + g * a));
+  EXPECT_EQ(t.links.size(), static_cast<std::size_t>(g * a * p + g * a * (a - 1) / 2 + g * (g - 1) / 2));
+  // Global ports are dealt evenly: 8 peer groups over 4 routers = 2 global links per router.
+  std::map<std::string, int> global;
+  for (const auto& l : t.links) {
+    if (l.linkClass != "global") continue;
+    ++global[l.a];
+    ++global[l.b];
+  }
+  EXPECT_EQ(global.size(), static_cast<std::size_t>(g * a));
+  for (const auto& [id, n] : global) EXPECT_EQ(n, 2) << id;
+}
+
+TEST(TopologyGenerators, RingAndFlat) {
+  EXPECT_EQ(gen("ring", {{"n", 8}}).links.size(), 8u);
+  EXPECT_EQ(gen("ring", {{"n", 2}}).links.size(), 1u);
+  EXPECT_EQ(gen("ring", {{"n", 1}}).links.size(), 0u);
+  const Topology f = flatTopology(5, 25, 2);
+  EXPECT_EQ(f.nodes.size(), 6u);
+  EXPECT_EQ(f.links.size(), 5u);
+  EXPECT_EQ(f.ranks.size(), 5u);
+  for (const auto& l : f.links) {
+    EXPECT_EQ(l.b, "sw0");
+    EXPECT_EQ(l.bandwidthGBps, 25);
+    EXPECT_EQ(l.latencyUs, 2);
+  }
+  EXPECT_EQ(fingerprint(f), fingerprint(gen("flat", {{"n", 5}, {"bandwidth_GBps", 25}, {"latency_us", 2}})));
+  expectError([] { flatTopology(0, 1, 1); }, Errc::InvalidTopology, {"flatTopology: params.n", "(got 0)"});
+  expectError([] { flatTopology(4, 0, 1); }, Errc::InvalidTopology, {"params.bandwidth_GBps: must be > 0"});
+}
+
+TEST(TopologyGenerators, DefaultsAreValidAndNamed) {
+  for (const auto& g : topologyGenerators()) {
+    const Topology t = generateTopology(g, "");
+    EXPECT_FALSE(t.name.empty()) << g;
+    EXPECT_FALSE(t.description.empty()) << g;
+    EXPECT_NO_THROW(validateTopology(t, g)) << g;
+    EXPECT_EQ(fingerprint(t), fingerprint(generateTopology(g, "{}"))) << g;
+  }
+}
+
+TEST(TopologyGenerators, RejectBadParameters) {
+  expectError([] { generateTopology("fat_tree", R"({"k": 7})"); }, Errc::InvalidTopology,
+              {"generator fat_tree: params.k: must be even", "(got 7)"});
+  expectError([] { generateTopology("fat_tree", R"({"k": "eight"})"); }, Errc::InvalidTopology,
+              {"params.k: expected an integer", "\"eight\""});
+  expectError([] { generateTopology("torus", R"({"dims": [4, 0]})"); }, Errc::InvalidTopology, {"params.dims"});
+  expectError([] { generateTopology("torus", R"({"dims": [1024, 1024, 1024]})"); }, Errc::InvalidTopology,
+              {"params.dims", "more than"});
+  expectError([] { generateTopology("ring", R"({"n": 4, "colour": 1})"); }, Errc::InvalidTopology,
+              {"params.colour: unknown parameter (accepted: n, link_GBps"});
+  expectError([] { generateTopology("ring", "[1]"); }, Errc::InvalidTopology, {"params: expected an object"});
+  expectError([] { generateTopology("ring", "{"); }, Errc::InvalidTopology, {"generator ring: malformed JSON"});
+  expectError([] { generateTopology("mesh", ""); }, Errc::InvalidTopology, {"unknown generator", "\"mesh\""});
+  expectError([] { generateTopology("dragonfly", R"({"link_GBps": 0})"); }, Errc::InvalidTopology,
+              {"params.link_GBps: must be > 0", "(got 0)"});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Routing
+
+TEST(TopologyRouting, FlatRouteHasTwoHopsWithDirections) {
+  const Topology t = flatTopology(4, 50, 1);
+  const Router r(t);
+  const auto& hops = r.route(0, 3);
+  ASSERT_EQ(hops.size(), 2u);
+  EXPECT_TRUE(hops[0].forward);   // gpu (a) -> switch (b)
+  EXPECT_FALSE(hops[1].forward);  // switch -> gpu, against the link's a->b
+  expectPath(t, hops, t.ranks[0], t.ranks[3]);
+  EXPECT_TRUE(r.route(2, 2).empty());
+  EXPECT_EQ(&r.route(0, 3), &hops);  // cached
+  expectError([&] { r.route(0, 4); }, Errc::InvalidArgument, {"rank 4", "4 ranks"});
+  expectError([&] { r.route(-1, 0); }, Errc::InvalidArgument, {"rank -1"});
+}
+
+TEST(TopologyRouting, FatTreeHopCounts) {
+  const Topology t = gen("fat_tree", {{"k", 4}});
+  const Router r(t);
+  EXPECT_EQ(r.route(0, 1).size(), 2u);  // same edge switch
+  EXPECT_EQ(r.route(0, 2).size(), 4u);  // same pod, via an aggregation switch
+  EXPECT_EQ(r.route(0, 4).size(), 6u);  // other pod, via a core switch
+  for (int dst = 1; dst < 16; ++dst) expectPath(t, r.route(0, dst), t.ranks[0], t.ranks[static_cast<std::size_t>(dst)]);
+}
+
+TEST(TopologyRouting, LeafSpineHopCounts) {
+  const Topology t =
+      gen("multi_node",
+          {{"nodes", 4}, {"gpus_per_node", 1}, {"nics_per_node", 1}, {"rail_optimized", false}, {"radix", 4}});
+  const Router r(t);
+  EXPECT_EQ(r.route(0, 1).size(), 4u);  // gpu nic leaf0 nic gpu: same leaf
+  EXPECT_EQ(r.route(0, 2).size(), 6u);  // ... leaf0 spine leaf1 ...: across a spine
+  const auto path = nodesOnRoute(t, r.route(0, 2));
+  EXPECT_TRUE(std::any_of(path.begin(), path.end(), [](const std::string& n) { return n.rfind("spine", 0) == 0; }));
+}
+
+TEST(TopologyRouting, RailOptimizedSameRailStaysOnItsLeaf) {
+  const Topology t = generateTopology("multi_node", R"({"nodes": 4})");
+  const Router r(t);
+  EXPECT_EQ(r.route(0, 1).size(), 2u);   // n0.gpu0 -> n0.nvsw -> n0.gpu1
+  const auto& sameRail = r.route(0, 8);  // n0.gpu0 -> n1.gpu0
+  EXPECT_EQ(sameRail.size(), 4u);
+  for (const Hop& h : sameRail) EXPECT_NE(t.links[static_cast<std::size_t>(h.link)].linkClass, "fabric");
+  EXPECT_EQ(r.route(0, 9).size(), 6u);  // n0.gpu0 -> n1.gpu1: another rail
+  expectPath(t, r.route(0, 9), "n0.gpu0", "n1.gpu1");
+}
+
+TEST(TopologyRouting, TiesOnHopsGoToLowerLatency) {
+  json d = {{"format", "collbench-topology"}, {"version", 1}, {"name", "diamond"}};
+  d["nodes"] = {{{"id", "a"}, {"kind", "gpu"}},
+                {{"id", "slow"}, {"kind", "switch"}},
+                {{"id", "fast"}, {"kind", "switch"}},
+                {{"id", "d"}, {"kind", "gpu"}}};
+  d["links"] = {{{"a", "a"}, {"b", "slow"}, {"bandwidth_GBps", 10}, {"latency_us", 5}},
+                {{"a", "slow"}, {"b", "d"}, {"bandwidth_GBps", 10}, {"latency_us", 5}},
+                {{"a", "a"}, {"b", "fast"}, {"bandwidth_GBps", 10}, {"latency_us", 1}},
+                {{"a", "fast"}, {"b", "d"}, {"bandwidth_GBps", 10}, {"latency_us", 1}}};
+  d["ranks"] = {"a", "d"};
+  const Topology t = parseTopology(d.dump(), "diamond.json");
+  const Router r(t);
+  EXPECT_EQ(nodesOnRoute(t, r.route(0, 1)), (std::vector<std::string>{"fast", "d"}));
+  EXPECT_EQ(nodesOnRoute(t, r.route(1, 0)), (std::vector<std::string>{"fast", "a"}));
+
+  // Explicit routes win, and serve the reverse direction unless it has its own.
+  d["routes"] = {{{"from", "a"}, {"to", "d"}, {"path", {"a", "slow", "d"}}}};
+  const Topology e = parseTopology(d.dump(), "diamond.json");
+  const Router re(e);
+  EXPECT_EQ(nodesOnRoute(e, re.route(0, 1)), (std::vector<std::string>{"slow", "d"}));
+  EXPECT_EQ(nodesOnRoute(e, re.route(1, 0)), (std::vector<std::string>{"slow", "a"}));
+  expectPath(e, re.route(1, 0), "d", "a");
+  d["routes"].push_back({{"from", "d"}, {"to", "a"}, {"path", {"d", "fast", "a"}}});
+  const Topology both = parseTopology(d.dump(), "diamond.json");
+  const Router rb(both);
+  EXPECT_EQ(nodesOnRoute(both, rb.route(0, 1)), (std::vector<std::string>{"slow", "d"}));
+  EXPECT_EQ(nodesOnRoute(both, rb.route(1, 0)), (std::vector<std::string>{"fast", "a"}));
+}
+
+TEST(TopologyRouting, EcmpSpreadsPairsOverCoreSwitches) {
+  const Topology t = gen("fat_tree", {{"k", 8}});
+  const Router r(t);
+  std::map<std::string, int> coreUse;
+  int routes = 0;
+  for (int src = 0; src < 16; ++src) {      // pod 0
+    for (int dst = 16; dst < 128; ++dst) {  // other pods
+      const auto path = nodesOnRoute(t, r.route(src, dst));
+      ASSERT_EQ(path.size(), 6u);
+      ASSERT_EQ(path[2].rfind("core", 0), 0u) << path[2];
+      ++coreUse[path[2]];
+      ++routes;
+    }
+  }
+  EXPECT_EQ(coreUse.size(), 16u);  // (k/2)^2 cores, every one used
+  const double mean = static_cast<double>(routes) / 16;
+  for (const auto& [core, n] : coreUse) {
+    EXPECT_GT(n, 0.6 * mean) << core;
+    EXPECT_LT(n, 1.4 * mean) << core;
+  }
+  // Deterministic: another router over the same topology picks the same routes.
+  const Router again(t);
+  for (int dst = 16; dst < 128; ++dst) {
+    const auto& x = r.route(3, dst);
+    const auto& y = again.route(3, dst);
+    ASSERT_EQ(x.size(), y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i].link, y[i].link);
+  }
+}
+
+TEST(TopologyRouting, RoutesDoNotDependOnQueryOrder) {
+  // The per-source BFS pauses at the farthest destination asked so far; resuming it must give the same answers.
+  const Topology t = gen("dragonfly", json::object());
+  const int n = static_cast<int>(t.ranks.size());
+  const Router forward(t), backward(t);
+  for (int src = 0; src < n; src += 7) {
+    for (int dst = 0; dst < n; ++dst) forward.route(src, dst);
+    for (int dst = n - 1; dst >= 0; --dst) backward.route(src, dst);
+    for (int dst = 0; dst < n; ++dst) {
+      const auto& x = forward.route(src, dst);
+      const auto& y = backward.route(src, dst);
+      ASSERT_EQ(x.size(), y.size());
+      for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i].link, y[i].link) << src << "->" << dst;
+      expectPath(t, x, t.ranks[static_cast<std::size_t>(src)], t.ranks[static_cast<std::size_t>(dst)]);
+      EXPECT_EQ(static_cast<int>(x.size()), forward.distance(forward.rankNode(src), forward.rankNode(dst)));
+    }
+  }
+}
+
+TEST(TopologyRouting, EcmpSpreadsOverSpines) {
+  const Topology t =
+      gen("multi_node",
+          {{"nodes", 16}, {"gpus_per_node", 1}, {"nics_per_node", 1}, {"rail_optimized", false}, {"radix", 8}});
+  const Router r(t);
+  std::map<std::string, int> spineUse;
+  for (int src = 0; src < 16; ++src) {
+    for (int dst = 0; dst < 16; ++dst) {
+      if (src / 4 == dst / 4) continue;  // same leaf
+      for (const auto& n : nodesOnRoute(t, r.route(src, dst))) {
+        if (n.rfind("spine", 0) == 0) ++spineUse[n];
+      }
+    }
+  }
+  ASSERT_EQ(spineUse.size(), 4u);
+  for (const auto& [spine, n] : spineUse) EXPECT_GT(n, 192 / 4 / 2) << spine;  // 192 cross-leaf routes
+}
+
+TEST(TopologyRouting, NodeRouteAndUnreachable) {
+  Topology t = flatTopology(2, 10, 1);
+  t.nodes.push_back(TopoNode{"lonely", NodeKind::Switch, "", 0, 0});
+  const Router r(t);
+  std::vector<Hop> out{Hop{9, true}};
+  EXPECT_EQ(r.nodeRoute(r.rankNode(0), t.nodeIndex("lonely"), out), -1);
+  EXPECT_EQ(r.distance(r.rankNode(0), t.nodeIndex("lonely")), -1);
+  EXPECT_EQ(r.nodeRoute(r.rankNode(0), r.rankNode(1), out), 2);
+  EXPECT_EQ(out.size(), 2u);
+  EXPECT_EQ(r.nodeRoute(r.rankNode(1), r.rankNode(1), out), 0);
+  EXPECT_TRUE(out.empty());
+  expectError([&] { r.nodeRoute(0, 99, out); }, Errc::InvalidArgument, {"nodes 0 and 99"});
+}
+
+TEST(TopologyRouting, ScalesTo8192Ranks) {
+  // k=32 fat tree: 8192 hosts. A ring's neighbour routes plus a few long-range ones, without all-pairs work.
+  const Topology t = gen("fat_tree", {{"k", 32}});
+  ASSERT_EQ(t.ranks.size(), 8192u);
+  const Router r(t);
+  for (int i = 0; i < 8192; ++i) {
+    const auto& hops = r.route(i, (i + 1) % 8192);
+    ASSERT_LE(hops.size(), 6u);
+    ASSERT_GE(hops.size(), 2u);
+  }
+  EXPECT_EQ(r.route(0, 8191).size(), 6u);
+  const TopologySummary s = summarize(t);
+  EXPECT_TRUE(s.diameterSampled);
+  EXPECT_EQ(s.diameterHops, 6);
+  EXPECT_FALSE(s.bisectionExact);
+  EXPECT_DOUBLE_EQ(s.bisectionGBps, 8192.0 / 2 * 50);  // full bisection: half the hosts at line rate
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Summaries
+
+TEST(TopologySummary, DgxH100) {
+  const TopologySummary s = summarize(loadTopology("dgx-h100-8x1"));
+  EXPECT_EQ(s.ranks, 8);
+  EXPECT_EQ(s.hosts, 1);
+  EXPECT_EQ(s.nodes, 9);
+  EXPECT_EQ(s.links, 8);
+  EXPECT_EQ(s.switches, 1);
+  EXPECT_TRUE(s.bisectionExact);
+  EXPECT_DOUBLE_EQ(s.bisectionGBps, 4 * 450);
+  EXPECT_EQ(s.diameterHops, 2);
+  EXPECT_FALSE(s.diameterSampled);
+  ASSERT_EQ(s.linkClasses.size(), 1u);
+  EXPECT_EQ(s.linkClasses.at("nvlink").count, 8);
+  EXPECT_DOUBLE_EQ(s.linkClasses.at("nvlink").totalGBps, 8 * 450);
+}
+
+TEST(TopologySummary, BisectionOfGenerators) {
+  // Exact minimum over balanced splits for 16 hosts: k^3/8 hosts' links, thinned by the oversubscription.
+  const TopologySummary ft = summarize(gen("fat_tree", {{"k", 4}, {"oversubscription", 2}}));
+  EXPECT_TRUE(ft.bisectionExact);
+  EXPECT_NEAR(ft.bisectionGBps, 8 * 50 / 2.0, 1e-6);
+  // Torus 4x4x4 in rank order cuts two planes of 16 links.
+  const TopologySummary torus = summarize(loadTopology("torus-4x4x4"));
+  EXPECT_NEAR(torus.bisectionGBps, 32 * 50, 1e-6);
+  EXPECT_EQ(torus.diameterHops, 6);
+  // A ring cuts in two places.
+  const TopologySummary ring = summarize(gen("ring", {{"n", 8}, {"link_GBps", 10}}));
+  EXPECT_TRUE(ring.bisectionExact);
+  EXPECT_NEAR(ring.bisectionGBps, 20, 1e-9);
+  EXPECT_EQ(ring.diameterHops, 4);
+  // PCIe: two GPUs' switch links carry the cut.
+  const TopologySummary pcie = summarize(loadTopology("pcie-4gpu"));
+  EXPECT_NEAR(pcie.bisectionGBps, 2 * 31.5, 1e-9);
+  // Rail-optimised 4 x 8: servers {0,1} vs {2,3} meet through 16 NICs.
+  const TopologySummary rail = summarize(loadTopology("h100-4x8-rail"));
+  EXPECT_NEAR(rail.bisectionGBps, 16 * 50, 1e-6);
+  EXPECT_EQ(rail.diameterHops, 6);
+  EXPECT_EQ(rail.hosts, 4);
+}
+
+TEST(TopologySummary, SwitchPortLimitCapsBisection) {
+  Topology t = flatTopology(4, 50, 1);
+  applyOverride(t, "node.switch.switch_GBps=20");
+  EXPECT_NEAR(summarize(t).bisectionGBps, 2 * 20, 1e-9);
+}
+
+TEST(TopologySummary, DiameterCountsExplicitRoutes) {
+  Topology t = gen("ring", {{"n", 4}});
+  EXPECT_EQ(summarize(t).diameterHops, 2);
+  // n0.gpu0 -> n0.gpu1 the long way round: 3 hops.
+  t.routes[{"n0.gpu0", "n0.gpu1"}] = {"n0.gpu0", "n0.gpu3", "n0.gpu2", "n0.gpu1"};
+  validateTopology(t);
+  EXPECT_EQ(summarize(t).diameterHops, 3);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Overrides, fingerprints, serialisation
+
+TEST(TopologyOverride, AppliesToTheSelectedClassOrKind) {
+  Topology t = loadTopology("h100-4x8-rail");
+  applyOverride(t, "link.nic.bandwidth_GBps=25");
+  for (const auto& l : t.links) EXPECT_EQ(l.bandwidthGBps == 25, l.linkClass == "nic") << l.a << "-" << l.b;
+  applyOverride(t, " link.*.latency_us = 2 ");
+  for (const auto& l : t.links) EXPECT_EQ(l.latencyUs, 2);
+  applyOverride(t, "node.gpu.reduce_GBps=900");
+  for (const auto& n : t.nodes) EXPECT_EQ(n.reduceGBps, n.kind == NodeKind::Gpu ? 900 : 0) << n.id;
+  applyOverride(t, "node.*.switch_GBps=100");
+  for (const auto& n : t.nodes) EXPECT_EQ(n.switchGBps, n.kind == NodeKind::Switch ? 100 : 0) << n.id;
+  EXPECT_NO_THROW(validateTopology(t));
+}
+
+TEST(TopologyOverride, ErrorsNameTheBadKeyOrValue) {
+  const Topology t = loadTopology("h100-4x8-rail");
+  expectBadOverride(t, "link.nic.bandwidth_GBps", {"'link.nic.bandwidth_GBps'", "expected <key>=<value>"});
+  expectBadOverride(t, "link.nic.bw=5", {"'link.nic.bw'", "unknown link field 'bw'", "bandwidth_GBps, latency_us"});
+  expectBadOverride(t, "link.nics.bandwidth_GBps=5", {"no link of class 'nics'", "classes: fabric, nic, nvlink, pcie"});
+  expectBadOverride(t, "link.nic.bandwidth_GBps=abc", {"value 'abc' is not a finite number"});
+  expectBadOverride(t, "link.nic.bandwidth_GBps=", {"value '' is not a finite number"});
+  expectBadOverride(t, "link.nic.bandwidth_GBps=0", {"bandwidth_GBps must be > 0 (got 0)"});
+  expectBadOverride(t, "link.nic.latency_us=-1", {"latency_us must be >= 0 (got -1)"});
+  expectBadOverride(t, "node.tpu.reduce_GBps=1", {"unknown node kind 'tpu'"});
+  expectBadOverride(t, "node.gpu.switch_GBps=1", {"'node.gpu.switch_GBps'", "switches only"});
+  expectBadOverride(t, "node.cpu.reduce_GBps=1", {"has no cpu node"});
+  expectBadOverride(t, "wire.nic.bandwidth_GBps=1", {"'wire.nic.bandwidth_GBps'", "expected link.<class|*>"});
+  expectBadOverride(t, "link.bandwidth_GBps=1", {"'link.bandwidth_GBps'"});
+}
+
+TEST(TopologyFingerprint, StableAndContentSensitive) {
+  const Topology a = loadTopology("dgx-h100-8x1");
+  const std::string fp = fingerprint(a);
+  EXPECT_EQ(fp.size(), 16u);
+  EXPECT_EQ(fp.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(fp, fingerprint(loadTopology(kSourceDir + "/topologies/dgx-h100-8x1.json")));
+  Topology renamed = a;
+  renamed.name = "mine";
+  renamed.description = "same network";
+  EXPECT_EQ(fingerprint(renamed), fp);  // name and description are not content
+  Topology changed = a;
+  applyOverride(changed, "link.nvlink.bandwidth_GBps=300");
+  EXPECT_NE(fingerprint(changed), fp);
+  EXPECT_NE(fingerprint(loadTopology("hgx-h200-8x1")), fp);  // same graph, different reduce_GBps
+  // Pinned: the canonical form is part of the tuning-table contract; change it only with a format version bump.
+  EXPECT_EQ(fingerprint(flatTopology(4, 50, 1)), "300ce6dc35f82b28");
+}
+
+TEST(TopologyJson, RoundTrips) {
+  std::vector<Topology> all;
+  for (const auto& name : kShipped) all.push_back(loadTopology(name));
+  for (const auto& g : topologyGenerators()) all.push_back(generateTopology(g, ""));
+  Topology withRoutes = gen("ring", {{"n", 4}});
+  withRoutes.routes[{"n0.gpu0", "n0.gpu1"}] = {"n0.gpu0", "n0.gpu3", "n0.gpu2", "n0.gpu1"};
+  applyOverride(withRoutes, "link.*.latency_us=0.125");
+  applyOverride(withRoutes, "node.gpu.reduce_GBps=333.3");
+  withRoutes.description = "quotes \" and\nnewlines";
+  all.push_back(withRoutes);
+  for (const Topology& t : all) {
+    const std::string text = toJson(t);
+    const Topology back = parseTopology(text, t.name + ".json");
+    EXPECT_EQ(back.name, t.name);
+    EXPECT_EQ(back.description, t.description);
+    EXPECT_EQ(back.ranks, t.ranks);
+    EXPECT_EQ(back.routes, t.routes);
+    ASSERT_EQ(back.nodes.size(), t.nodes.size());
+    for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+      EXPECT_EQ(back.nodes[i].id, t.nodes[i].id);
+      EXPECT_EQ(back.nodes[i].kind, t.nodes[i].kind);
+      EXPECT_EQ(back.nodes[i].host, t.nodes[i].host);
+      EXPECT_EQ(back.nodes[i].reduceGBps, t.nodes[i].reduceGBps);
+      EXPECT_EQ(back.nodes[i].switchGBps, t.nodes[i].switchGBps);
+    }
+    ASSERT_EQ(back.links.size(), t.links.size());
+    for (std::size_t i = 0; i < t.links.size(); ++i) {
+      EXPECT_EQ(back.links[i].a, t.links[i].a);
+      EXPECT_EQ(back.links[i].b, t.links[i].b);
+      EXPECT_EQ(back.links[i].bandwidthGBps, t.links[i].bandwidthGBps);
+      EXPECT_EQ(back.links[i].latencyUs, t.links[i].latencyUs);
+      EXPECT_EQ(back.links[i].linkClass, t.links[i].linkClass);
+    }
+    EXPECT_EQ(fingerprint(back), fingerprint(t)) << t.name;
+    EXPECT_EQ(toJson(back), text) << t.name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shipped topologies and the search path
+
+TEST(TopologyShipped, EveryFileLoadsAndIsConnected) {
+  const std::vector<std::string> available = availableTopologies();
+  for (const auto& name : kShipped) {
+    EXPECT_NE(std::find(available.begin(), available.end(), name), available.end()) << name;
+    const Topology t = loadTopology(name);
+    EXPECT_EQ(t.name, name);
+    EXPECT_FALSE(t.description.empty()) << name;
+    const Router r(t);
+    for (int dst = 1; dst < static_cast<int>(t.ranks.size()); ++dst) {
+      EXPECT_FALSE(r.route(0, dst).empty()) << name << " rank " << dst;
+    }
+  }
+  // Every .json in topologies/ is one of the documented ones (README.md describes each).
+  for (const auto& entry : std::filesystem::directory_iterator(kSourceDir + "/topologies")) {
+    if (entry.path().extension() != ".json") continue;
+    EXPECT_NE(std::find(kShipped.begin(), kShipped.end(), entry.path().stem().string()), kShipped.end())
+        << entry.path() << " is not in this test's list";
+  }
+}
+
+TEST(TopologyShipped, ExpectedShapes) {
+  EXPECT_EQ(loadTopology("h100-4x8-rail").ranks.size(), 32u);
+  const TopologySummary ft = summarize(loadTopology("fat-tree-k8"));
+  EXPECT_EQ(ft.ranks, 128);
+  EXPECT_EQ(ft.switches, 80);
+  EXPECT_EQ(summarize(loadTopology("dragonfly-small")).ranks, 72);
+  const Topology pcie = loadTopology("pcie-4gpu");
+  EXPECT_EQ(pcie.ranks.size(), 4u);
+  EXPECT_EQ(summarize(pcie).linkClasses.count("nvlink"), 0u);
+  EXPECT_EQ(loadTopology("dgx-a100-8x1").links[0].bandwidthGBps, 300);
+}
+
+TEST(TopologyShipped, SearchPathAndErrors) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("collbench-topo-test-{}", ::getpid());
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "dgx-h100-8x1.json") << toJson(flatTopology(2, 1, 1));  // shadows the shipped file
+    std::ofstream(dir / "mine.json") << toJson(flatTopology(3, 1, 1));
+  }
+  const char* old = std::getenv("COLLBENCH_TOPOLOGY_PATH");
+  const std::string saved = old ? old : "";
+  ::setenv("COLLBENCH_TOPOLOGY_PATH", ("/nonexistent:" + dir.string()).c_str(), 1);
+  EXPECT_EQ(loadTopology("mine").ranks.size(), 3u);
+  EXPECT_EQ(loadTopology("dgx-h100-8x1").ranks.size(), 2u);   // the path comes first
+  EXPECT_EQ(loadTopology("fat-tree-k8").ranks.size(), 128u);  // then the shipped directory
+  const auto names = availableTopologies();
+  EXPECT_NE(std::find(names.begin(), names.end(), "mine"), names.end());
+  if (old) {
+    ::setenv("COLLBENCH_TOPOLOGY_PATH", saved.c_str(), 1);
+  } else {
+    ::unsetenv("COLLBENCH_TOPOLOGY_PATH");
+  }
+  fs::remove_all(dir);
+  expectError([] { loadTopology("no-such-topology"); }, Errc::InvalidTopology,
+              {"no-such-topology: no such file", "available: ", "dgx-h100-8x1"});
+  expectError([] { loadTopology("/nonexistent/x.json"); }, Errc::InvalidTopology, {"/nonexistent/x.json"});
+  EXPECT_EQ(resolveTopologyPath("pcie-4gpu"), kSourceDir + "/topologies/pcie-4gpu.json");
+}
+
+}  // namespace
+}  // namespace collbench

@@ -1,0 +1,23 @@
+// Composition root: the only place that knows which backend libraries are linked in.
+#include "commands.h"
+#include "host_backend.h"
+#ifdef COLLBENCH_HAVE_SIM
+#include "sim_backend.h"
+#endif
+#ifdef COLLBENCH_HAVE_NCCL
+#include "nccl_backend.h"
+#endif
+
+namespace collbench::cli {
+
+void registerLinkedBackends() {
+  host::registerHostBackends();
+#ifdef COLLBENCH_HAVE_SIM
+  sim::registerSimBackend();
+#endif
+#ifdef COLLBENCH_HAVE_NCCL
+  nccl::registerNcclBackends();
+#endif
+}
+
+}  // namespace collbench::cli

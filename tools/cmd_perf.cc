@@ -1,0 +1,85 @@
+// `collbench perf <collective>`: nccl-tests' flags, defaults and table on any backend.
+#include <array>
+#include <memory>
+
+#include "collbench/error.h"
+#include "collbench/units.h"
+#include "commands.h"
+#include "perf_runner.h"
+
+namespace collbench::cli {
+std::string gCommandLine;  // set by main for provenance in outputs
+
+void addPerfCommand(CLI::App& app, int& exitCode) {
+  auto cfg = std::make_shared<PerfConfig>();
+  auto sizes = std::make_shared<std::array<std::string, 3>>(std::array<std::string, 3>{"32M", "32M", "1M"});
+  auto chunk = std::make_shared<std::string>("0");
+  auto factor = std::make_shared<double>(0);
+  CLI::App* cmd = app.add_subcommand("perf", "nccl-tests compatible collective benchmark (table and -J JSON)");
+  cmd->add_option("collective", cfg->collective, "all_reduce | reduce_scatter | all_gather | broadcast | reduce")
+      ->transform([](std::string s) { return std::string(toString(parseCollective(s))); })
+      ->default_str("all_reduce");
+  cmd->add_option("-b,--minbytes", (*sizes)[0], "minimum size to start with (K/M/G suffixes)")->default_str("32M");
+  cmd->add_option("-e,--maxbytes", (*sizes)[1], "maximum size to end at")->default_str("32M");
+  cmd->add_option("-i,--stepbytes", (*sizes)[2], "fixed increment between sizes")->default_str("1M");
+  cmd->add_option("-f,--stepfactor", *factor, "multiplication factor between sizes (> 1; omit to use -i)");
+  cmd->add_option("-g,--ngpus", cfg->ranks, "number of ranks")->default_val(1);
+  cmd->add_option("-n,--iters", cfg->iters, "timed iterations per size")->default_val(20);
+  cmd->add_option("-w,--warmup_iters", cfg->warmup, "untimed iterations before")->default_val(1);
+  cmd->add_option("-c,--check", cfg->check, "check results (0/1)")->default_val(1);
+  cmd->add_option("-o,--op", cfg->op, "sum | prod | min | max | avg")->default_val("sum");
+  cmd->add_option("-d,--datatype", cfg->datatype, "float | double | half | bfloat16 | int32 | int64")
+      ->default_val("float");
+  cmd->add_option("-r,--root", cfg->root, "root rank for broadcast and reduce")->default_val(0);
+  cmd->add_option("-a,--average", cfg->average, "time reported across ranks: 0 rank 0, 1 mean, 2 min, 3 max")
+      ->default_val(1);
+  cmd->add_option("-z,--blocking", cfg->blocking, "1: wait for each collective before starting the next")
+      ->default_val(0);
+  cmd->add_option("-T,--timeout", cfg->timeoutSeconds, "seconds a rank waits for a peer before failing")
+      ->default_val(kDefaultTimeoutSeconds);
+  cmd->add_option("-J,--output_file", cfg->outputFile, "write results, config and environment as JSON");
+  cmd->add_flag("--force", cfg->force, "overwrite an existing -J file");
+  cmd->add_option("--backend", cfg->backend, "backend: host, sim, gloo, nccl (see `collbench perf --backends`)");
+  cmd->add_option("--algo", cfg->algo, "algorithm name or auto")->default_val("auto");
+  cmd->add_option("--topology", cfg->topology, "topology file or shipped name (simulator)");
+  cmd->add_option("--channels", cfg->channels, "parallel channels")->default_val(1);
+  cmd->add_option("--chunk-bytes", *chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
+  cmd->callback([cfg, sizes, chunk, factor, &exitCode] {
+    PerfConfig c = *cfg;
+    c.minBytes = parseBytes((*sizes)[0], "-b/--minbytes");
+    c.maxBytes = parseBytes((*sizes)[1], "-e/--maxbytes");
+    c.stepBytes = parseBytes((*sizes)[2], "-i/--stepbytes");
+    c.chunkBytes = parseBytes(*chunk, "--chunk-bytes");
+    if (*factor != 0) {
+      if (!(*factor > 1)) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("-f/--stepfactor must be greater than 1, got {} (omit -f to step by -i bytes)", *factor));
+      }
+      c.stepFactor = *factor;
+    }
+    if (c.minBytes > c.maxBytes) {
+      throw Error(Errc::InvalidArgument, fmt::format("-b/--minbytes {} is larger than -e/--maxbytes {}", c.minBytes,
+                                                     c.maxBytes));
+    }
+    if (c.stepFactor <= 1 && c.stepBytes == 0 && c.minBytes < c.maxBytes) {
+      throw Error(Errc::InvalidArgument, "-i/--stepbytes must be greater than 0 when -b < -e and no -f is given");
+    }
+    if (c.ranks < 1) throw Error(Errc::InvalidArgument, fmt::format("-g/--ngpus must be at least 1, got {}", c.ranks));
+    if (c.iters < 0) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be >= 0, got {}", c.iters));
+    if (c.warmup < 0) throw Error(Errc::InvalidArgument, fmt::format("-w/--warmup_iters must be >= 0, got {}", c.warmup));
+    if (c.check != 0 && c.check != 1) throw Error(Errc::InvalidArgument, fmt::format("-c/--check must be 0 or 1, got {}", c.check));
+    if (c.average < 0 || c.average > 3) {
+      throw Error(Errc::InvalidArgument, fmt::format("-a/--average must be 0..3, got {}", c.average));
+    }
+    if (c.blocking != 0 && c.blocking != 1) throw Error(Errc::InvalidArgument, fmt::format("-z/--blocking must be 0 or 1, got {}", c.blocking));
+    if (!(c.timeoutSeconds > 0)) throw Error(Errc::InvalidArgument, fmt::format("-T/--timeout must be > 0, got {}", c.timeoutSeconds));
+    if (c.collective == Collective::Barrier) throw Error(Errc::InvalidArgument, "perf does not time barrier (no bytes)");
+    parseDType(c.datatype);
+    parseReduceOp(c.op);
+    if (c.backend.empty()) c.backend = "host";
+    c.commandLine = gCommandLine;
+    exitCode = runPerf(c, stdout);
+  });
+}
+
+}  // namespace collbench::cli

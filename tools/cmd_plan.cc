@@ -1,0 +1,58 @@
+// `collbench plan`: builds a schedule, validates it and prints a summary or the whole op list.
+#include <memory>
+
+#include "collbench/algorithms.h"
+#include "collbench/error.h"
+#include "collbench/selector.h"
+#include "collbench/units.h"
+#include "collbench/validator.h"
+#include "commands.h"
+
+namespace collbench::cli {
+
+void addPlanCommand(CLI::App& app, int& exitCode) {
+  struct Args {
+    std::string collective = "all_reduce", algo = "auto", bytes = "1M", chunk = "0", dtype = "float", op = "sum";
+    int ranks = 4, root = 0, channels = 1;
+    bool dump = false, inPlace = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("plan", "build, validate and show the schedule of one collective");
+  cmd->add_option("collective", a->collective, "all_reduce | reduce_scatter | all_gather | broadcast | reduce | barrier");
+  cmd->add_option("--algo", a->algo, "algorithm name or auto")->default_val("auto");
+  cmd->add_option("-g,--ranks", a->ranks, "number of ranks")->default_val(4);
+  cmd->add_option("--bytes", a->bytes, "message size per rank (K/M/G)")->default_val("1M");
+  cmd->add_option("-d,--datatype", a->dtype, "element type")->default_val("float");
+  cmd->add_option("-o,--op", a->op, "reduction")->default_val("sum");
+  cmd->add_option("-r,--root", a->root, "root rank")->default_val(0);
+  cmd->add_option("--channels", a->channels, "parallel channels")->default_val(1);
+  cmd->add_option("--chunk-bytes", a->chunk, "pipeline chunk (0 = default)")->default_val("0");
+  cmd->add_flag("--dump", a->dump, "print every op of every rank");
+  cmd->add_flag("--in-place", a->inPlace, "validate for in-place buffers");
+  cmd->callback([a, &exitCode] {
+    CollectiveSpec spec;
+    spec.kind = parseCollective(a->collective);
+    spec.nranks = a->ranks;
+    spec.dtype = parseDType(a->dtype);
+    spec.op = parseReduceOp(a->op);
+    spec.root = a->root;
+    spec.count = spec.kind == Collective::Barrier ? 0 : parseBytes(a->bytes, "--bytes") / spec.elementSize();
+    const AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), a->channels};
+    checkSpec(spec, params);
+    const Choice choice = a->algo == "auto" ? chooseAlgorithm(spec) : Choice{a->algo, "forced by --algo"};
+    const Schedule s = buildSchedule(spec, choice.algorithm, params);
+    validate(s, ValidateOptions{a->inPlace});
+    std::size_t sent = 0, maxOps = 0;
+    for (const auto& r : s.ranks) {
+      maxOps = std::max(maxOps, r.ops.size());
+      for (const auto& op : r.ops) sent += op.kind == OpKind::Send ? op.bytes : 0;
+    }
+    fmt::print("{}\nalgorithm: {} ({})\nops: {} total, at most {} per rank; bytes sent: {} total\nvalid: yes{}\n",
+               describe(spec), s.algorithm, choice.reason, s.totalOps(), maxOps, sent,
+               a->inPlace ? " (in place)" : "");
+    if (a->dump) fmt::print("{}", dump(s));
+    exitCode = 0;
+  });
+}
+
+}  // namespace collbench::cli

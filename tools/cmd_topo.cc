@@ -1,0 +1,155 @@
+// `collbench topo show|check|gen`: print, validate and generate topology files.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "collbench/error.h"
+#include "collbench/topology.h"
+#include "commands.h"
+
+namespace collbench::cli {
+namespace {
+
+constexpr int kExitBadInput = 2;
+
+std::string bandwidthRange(const LinkClassSummary& c) {
+  if (c.minGBps == c.maxGBps) return fmt::format("{:g} GB/s", c.minGBps);
+  return fmt::format("{:g}-{:g} GB/s", c.minGBps, c.maxGBps);
+}
+
+void printSummary(const Topology& t) {
+  const TopologySummary s = summarize(t);
+  fmt::print("name         {}\n", t.name);
+  fmt::print("description  {}\n", t.description);
+  fmt::print("fingerprint  {}\n", fingerprint(t));
+  fmt::print("ranks        {}\n", s.ranks);
+  fmt::print("hosts        {}\n", s.hosts);
+  fmt::print("nodes        {}\n", s.nodes);
+  fmt::print("links        {}\n", s.links);
+  fmt::print("switches     {}\n", s.switches);
+  fmt::print("bisection    {:g} GB/s ({})\n", s.bisectionGBps,
+             s.bisectionExact ? "exact: min over balanced rank splits" : "max-flow between rank halves in rank order");
+  fmt::print("diameter     {} hops{}\n", s.diameterHops,
+             s.diameterSampled ? " (sampled: routes from 64 evenly spaced ranks)" : "");
+  fmt::print("link classes\n");
+  std::size_t width = 0;
+  for (const auto& [name, c] : s.linkClasses) width = std::max(width, name.size());
+  for (const auto& [name, c] : s.linkClasses) {
+    fmt::print("  {:<{}}  {:>6} links  {:>14}  (total {:g} GB/s)\n", name, width, c.count, bandwidthRange(c),
+               c.totalGBps);
+  }
+}
+
+// `--param k=v`: v is read as JSON when it parses (numbers, true/false, [4,4,4]), as a plain string otherwise.
+nlohmann::json paramsFrom(const std::vector<std::string>& assignments) {
+  nlohmann::json params = nlohmann::json::object();
+  for (const std::string& a : assignments) {
+    const auto eq = a.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Error(Errc::InvalidArgument, fmt::format("--param '{}': expected <name>=<value>, e.g. k=8", a));
+    }
+    const std::string key = a.substr(0, eq);
+    const std::string value = a.substr(eq + 1);
+    if (params.contains(key)) throw Error(Errc::InvalidArgument, fmt::format("--param {} given twice", key));
+    nlohmann::json v = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    params[key] = v.is_discarded() ? nlohmann::json(value) : v;
+  }
+  return params;
+}
+
+void writeOutput(const std::string& path, const std::string& text, bool force) {
+  std::error_code ec;
+  if (!force && std::filesystem::exists(path, ec)) {
+    throw Error(Errc::InvalidArgument, fmt::format("{} exists (use --force to overwrite)", path));
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw Error(Errc::InvalidArgument, fmt::format("{}: cannot write", path));
+}
+
+}  // namespace
+
+void addTopoCommand(CLI::App& app, int& exitCode) {
+  CLI::App* topo = app.add_subcommand("topo", "Show, check and generate topology files (topologies/README.md)");
+  topo->require_subcommand(1);
+
+  struct ShowArgs {
+    std::string topology;
+    std::vector<std::string> overrides;
+    bool json = false;
+  };
+  auto show = std::make_shared<ShowArgs>();
+  CLI::App* showCmd = topo->add_subcommand("show", "Print a topology's summary: counts, bisection, diameter, links");
+  showCmd->add_option("topology", show->topology, "topology file or shipped name (e.g. dgx-h100-8x1)")->required();
+  showCmd->add_option("--set", show->overrides, "override, e.g. link.nic.bandwidth_GBps=50 (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  showCmd->add_flag("--json", show->json, "print the explicit JSON (after overrides) instead of the summary");
+  showCmd->callback([show] {
+    Topology t = loadTopology(show->topology);
+    for (const std::string& o : show->overrides) applyOverride(t, o);
+    if (show->json) {
+      fmt::print("{}", toJson(t));
+    } else {
+      printSummary(t);
+    }
+  });
+
+  auto checkFiles = std::make_shared<std::vector<std::string>>();
+  CLI::App* checkCmd = topo->add_subcommand("check", "Validate topology files; exit 2 if any is invalid");
+  checkCmd->add_option("topologies", *checkFiles, "topology files or shipped names")->required();
+  checkCmd->callback([checkFiles, &exitCode] {
+    for (const std::string& f : *checkFiles) {
+      try {
+        const Topology t = loadTopology(f);
+        fmt::print("OK {} ({} ranks)\n", t.name, t.ranks.size());
+      } catch (const Error& e) {
+        std::fflush(stdout);  // keep stdout and stderr lines in order on a shared terminal
+        std::fprintf(stderr, "collbench: error: %s\n", e.what());
+        exitCode = kExitBadInput;
+      }
+    }
+  });
+
+  struct GenArgs {
+    std::string generator;
+    std::vector<std::string> params;
+    std::string output;
+    std::string name;
+    std::string description;
+    bool force = false;
+  };
+  auto gen = std::make_shared<GenArgs>();
+  std::string generators;
+  for (const auto& g : topologyGenerators()) generators += (generators.empty() ? "" : ", ") + g;
+  CLI::App* genCmd = topo->add_subcommand("gen", "Write the explicit JSON of a generated topology");
+  genCmd->add_option("generator", gen->generator, "one of: " + generators)->required();
+  // One value per --param so that a positional after it is not swallowed.
+  genCmd->add_option("--param", gen->params, "generator parameter name=value (repeatable), e.g. --param k=8")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  genCmd->add_option("-o,--output", gen->output, "output file (default: stdout)");
+  genCmd->add_option("--name", gen->name, "name to record instead of the generated one");
+  genCmd->add_option("--description", gen->description, "description to record instead of the generated one");
+  genCmd->add_flag("--force", gen->force, "overwrite an existing output file");
+  genCmd->callback([gen] {
+    Topology t = generateTopology(gen->generator, paramsFrom(gen->params).dump());
+    if (!gen->name.empty()) t.name = gen->name;
+    if (!gen->description.empty()) t.description = gen->description;
+    const std::string text = toJson(t);
+    if (gen->output.empty()) {
+      fmt::print("{}", text);
+    } else {
+      writeOutput(gen->output, text, gen->force);
+    }
+  });
+}
+
+}  // namespace collbench::cli

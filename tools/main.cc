@@ -1,0 +1,51 @@
+// The collbench CLI: composition root. Errors in user input print one line and exit 2.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "collbench/error.h"
+#include "commands.h"
+
+namespace collbench::cli {
+extern std::string gCommandLine;
+}
+
+namespace {
+constexpr int kExitBadInput = 2;
+constexpr int kExitInternal = 3;
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace collbench;
+  cli::registerLinkedBackends();
+  for (int i = 0; i < argc; ++i) cli::gCommandLine += (i ? " " : "") + std::string(argv[i]);
+  CLI::App app{"collbench: collective communication benchmarks and simulator", "collbench"};
+  app.set_version_flag("--version", std::string("collbench ") + COLLBENCH_VERSION);
+  app.require_subcommand(1);
+  int exitCode = 0;
+  cli::addPerfCommand(app, exitCode);
+  cli::addPlanCommand(app, exitCode);
+  cli::addTopoCommand(app, exitCode);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "collbench: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "collbench: error: %s\n", e.what());
+    const bool badInput = e.code() == Errc::InvalidArgument || e.code() == Errc::InvalidTopology ||
+                          e.code() == Errc::InvalidSchedule || e.code() == Errc::Unsupported;
+    return badInput ? kExitBadInput : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collbench: internal error: %s\n", e.what());
+    return kExitInternal;
+  }
+  return exitCode;
+}

@@ -1,0 +1,51 @@
+#pragma once
+// The nccl-tests style sweep behind `collbench perf`, shared with tests through its printed table and JSON.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collbench/algorithms.h"
+#include "collbench/backend.h"
+
+namespace collbench::cli {
+
+struct PerfConfig {
+  Collective collective = Collective::AllReduce;
+  // nccl-tests defaults (shared/reference/nccl-tests-conventions.md).
+  std::size_t minBytes = 32u << 20;
+  std::size_t maxBytes = 32u << 20;
+  std::size_t stepBytes = 1u << 20;
+  double stepFactor = 1;
+  int ranks = 1;
+  int iters = 20;
+  int warmup = 1;
+  int check = 1;
+  std::string op = "sum";
+  std::string datatype = "float";
+  int root = 0;
+  int average = 1;
+  int blocking = 0;
+  double timeoutSeconds = kDefaultTimeoutSeconds;
+  std::string outputFile;
+  bool force = false;
+  std::string backend;
+  std::string algo = "auto";
+  std::string topology;
+  int channels = 1;
+  std::size_t chunkBytes = 0;
+  std::string commandLine;
+};
+
+/// Sizes as nccl-tests walks them: multiply by stepFactor when > 1, else add stepBytes.
+std::vector<std::size_t> sizeSequence(const PerfConfig& c);
+/// busbw / algbw for the collective on n ranks (nccl-tests' factors).
+double busBandwidthFactor(Collective c, int n);
+/// Per-rank element count for a size row, as nccl-tests computes it (16-byte aligned blocks for RS/AG).
+std::size_t countForSize(Collective c, std::size_t bytes, std::size_t elemSize, int n);
+
+/// Runs the sweep, prints the table to `out`; returns the process exit code (1 if any #wrong > 0).
+int runPerf(const PerfConfig& c, std::FILE* out);
+
+}  // namespace collbench::cli
