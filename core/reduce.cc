@@ -132,7 +132,8 @@ void dispatchOp(ReduceOp op, void* d, const void* a, const void* b, std::size_t 
 template <typename S, typename K>
 void divideLoop(void* dst, std::size_t n, int divisor) {
   auto* d = static_cast<S*>(dst);
-  if constexpr (std::is_integral_v<S>) {
+  // Decide on the compute type, not the storage type: f16/bf16 are stored as uint16_t.
+  if constexpr (std::is_integral_v<decltype(K::load(S{}))>) {
     const S div = static_cast<S>(divisor);
     for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<S>(d[i] / div);
   } else {

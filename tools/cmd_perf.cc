@@ -16,8 +16,8 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   auto chunk = std::make_shared<std::string>("0");
   auto factor = std::make_shared<double>(0);
   CLI::App* cmd = app.add_subcommand("perf", "nccl-tests compatible collective benchmark (table and -J JSON)");
-  cmd->add_option("collective", cfg->collective, "all_reduce | reduce_scatter | all_gather | broadcast | reduce")
-      ->transform([](std::string s) { return std::string(toString(parseCollective(s))); })
+  auto collective = std::make_shared<std::string>("all_reduce");
+  cmd->add_option("collective", *collective, "all_reduce | reduce_scatter | all_gather | broadcast | reduce")
       ->default_str("all_reduce");
   cmd->add_option("-b,--minbytes", (*sizes)[0], "minimum size to start with (K/M/G suffixes)")->default_str("32M");
   cmd->add_option("-e,--maxbytes", (*sizes)[1], "maximum size to end at")->default_str("32M");
@@ -44,8 +44,9 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--topology", cfg->topology, "topology file or shipped name (simulator)");
   cmd->add_option("--channels", cfg->channels, "parallel channels")->default_val(1);
   cmd->add_option("--chunk-bytes", *chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
-  cmd->callback([cfg, sizes, chunk, factor, &exitCode] {
+  cmd->callback([cfg, sizes, chunk, factor, collective, &exitCode] {
     PerfConfig c = *cfg;
+    c.collective = parseCollective(*collective);
     c.minBytes = parseBytes((*sizes)[0], "-b/--minbytes");
     c.maxBytes = parseBytes((*sizes)[1], "-e/--maxbytes");
     c.stepBytes = parseBytes((*sizes)[2], "-i/--stepbytes");

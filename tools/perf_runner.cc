@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +30,18 @@ std::string timeString(double us) {
   if (us >= 10000.0) return fmt::format("{:7.0f}", us);
   if (us >= 100.0) return fmt::format("{:7.1f}", us);
   return fmt::format("{:7.2f}", us);
+}
+
+/// nccl-tests -a: which rank's time a row reports.
+double combineRanks(const RunResult& r, int average) {
+  if (r.rankSeconds.empty()) return r.seconds;
+  const auto& t = r.rankSeconds;
+  switch (average) {
+    case 0: return t.front();
+    case 2: return *std::min_element(t.begin(), t.end());
+    case 3: return *std::max_element(t.begin(), t.end());
+    default: return r.seconds;
+  }
 }
 
 bool hasRoot(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
@@ -128,12 +141,14 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
         if (c.blocking) {
           backend->run(schedule, bufs.views(), RunOptions{0, c.warmup, c.timeoutSeconds});
           double total = 0;
-          for (int i = 0; i < c.iters; ++i) total += backend->run(schedule, bufs.views(), RunOptions{1, 0, c.timeoutSeconds}).seconds;
+          for (int i = 0; i < c.iters; ++i) {
+            total += combineRanks(backend->run(schedule, bufs.views(), RunOptions{1, 0, c.timeoutSeconds}), c.average);
+          }
           h.seconds = c.iters ? total / c.iters : 0;
         } else {
           ro.iterations = c.iters;
           ro.warmup = c.warmup;
-          h.seconds = backend->run(schedule, bufs.views(), ro).seconds;
+          h.seconds = combineRanks(backend->run(schedule, bufs.views(), ro), c.average);
         }
         if (c.check) {
           bufs.fill();
@@ -145,7 +160,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
         Buffers none(static_cast<std::size_t>(n));
         ro.iterations = c.iters;
         ro.warmup = c.warmup;
-        h.seconds = backend->run(schedule, none, ro).seconds;
+        h.seconds = combineRanks(backend->run(schedule, none, ro), c.average);
       }
       h.algbw = h.seconds > 0 ? static_cast<double>(rowBytes) / h.seconds / 1e9 : 0;
       h.busbw = h.algbw * factor;

@@ -52,6 +52,10 @@ struct Job {
   std::uint64_t firstEpoch = 0;
   int iterations = 0;
   double timeoutSeconds = kDefaultTimeoutSeconds;
+  /// Ranks meet here before the timed loop, so that waking the workers is not timed.
+  std::atomic<int> arrived{0};
+  int arrivalTarget = 0;
+  std::vector<double> rankSeconds;
 };
 
 class ThreadsBackend final : public Backend {
@@ -83,13 +87,18 @@ class ThreadsBackend final : public Backend {
     prepare(s, bufs, opt, job);
     job_ = &job;
     if (opt.warmup > 0) dispatch(job, opt.warmup);
-    const auto t0 = Clock::now();
     dispatch(job, opt.iterations);
-    const auto t1 = Clock::now();
     job_ = nullptr;
     RunResult res;
     res.algorithm = s.algorithm;
-    res.seconds = opt.iterations > 0 ? std::chrono::duration<double>(t1 - t0).count() / opt.iterations : 0.0;
+    res.rankSeconds.resize(static_cast<std::size_t>(nranks_));
+    double sum = 0;
+    for (int r = 0; r < nranks_; ++r) {
+      const double t = opt.iterations > 0 ? job.rankSeconds[static_cast<std::size_t>(r)] / opt.iterations : 0.0;
+      res.rankSeconds[static_cast<std::size_t>(r)] = t;
+      sum += t;
+    }
+    res.seconds = sum / nranks_;
     return res;
   }
 
@@ -142,6 +151,8 @@ class ThreadsBackend final : public Backend {
   /// Runs `iterations` epochs on every worker and waits for all of them; rethrows the first rank error.
   void dispatch(Job& job, int iterations) {
     job.iterations = iterations;
+    job.arrivalTarget += nranks_;
+    job.rankSeconds.assign(static_cast<std::size_t>(nranks_), 0.0);
     job.firstEpoch = nextEpoch_;
     nextEpoch_ += static_cast<std::uint64_t>(iterations);
     {
@@ -161,16 +172,24 @@ class ThreadsBackend final : public Backend {
   }
 
   void workerLoop(int rank) {
-    std::uint32_t seenGeneration = generation_.observe();
+    // The generation before any dispatch: observing it here instead could miss a dispatch made while this thread
+    // was starting.
+    std::uint32_t seenGeneration = 0;
     for (;;) {
       while (generation_.observe() == seenGeneration && !stop_.load()) generation_.waitFor(seenGeneration, kSleepSlice);
       if (stop_.load()) return;
       seenGeneration = generation_.observe();
       Job& job = *job_;
       try {
+        job.arrived.fetch_add(1, std::memory_order_acq_rel);
+        while (job.arrived.load(std::memory_order_acquire) < job.arrivalTarget && !abort_.load()) {
+          if (!spin_) std::this_thread::yield();
+        }
+        const auto t0 = Clock::now();
         for (int it = 0; it < job.iterations && !abort_.load(std::memory_order_relaxed); ++it) {
           runEpoch(job, rank, job.firstEpoch + static_cast<std::uint64_t>(it) + 1);
         }
+        job.rankSeconds[static_cast<std::size_t>(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
       } catch (...) {
         {
           std::lock_guard lock(errorMutex_);

@@ -1,0 +1,210 @@
+// `collbench perf` as a user runs it: the nccl-tests table and JSON of real runs, size sequences, busbw factors,
+// result checking, and bad flags.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "collbench/backend.h"
+#include "collbench/reference.h"
+#include "commands.h"
+#include "host_backend.h"
+#include "perf_runner.h"
+
+namespace collbench {
+namespace {
+
+using testing::CliResult;
+using testing::runCli;
+using testing::tableRows;
+
+std::filesystem::path tempFile(const std::string& name) {
+  return std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".json");
+}
+
+nlohmann::json runJson(const std::string& args) {
+  const auto path = tempFile("perf");
+  std::filesystem::remove(path);
+  const CliResult r = runCli(args + " -J " + path.string());
+  EXPECT_EQ(r.exitCode, 0) << r.err << r.out;
+  const auto doc = nlohmann::json::parse(testing::slurp(path));
+  std::filesystem::remove(path);
+  return doc;
+}
+
+TEST(PerfCli, TableHasNcclTestsShape) {
+  const CliResult r = runCli("perf all_reduce --backend host -b 1K -e 64K -f 2 -g 3 -n 2 -w 1");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("# nThread 1 nGpus 3 minBytes 1024 maxBytes 65536 step: 2(factor)"), std::string::npos);
+  EXPECT_NE(r.out.find("#  Rank  2 Group  0 Pid"), std::string::npos);
+  EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos);
+  EXPECT_NE(r.out.find("# Avg bus bandwidth    : "), std::string::npos);
+  const auto rows = tableRows(r.out);
+  ASSERT_EQ(rows.size(), 7u);  // 1K, 2K, ..., 64K
+  std::size_t size = 1024;
+  for (const auto& row : rows) {
+    ASSERT_EQ(row.size(), 13u);
+    EXPECT_EQ(std::stoul(row[0]), size);
+    EXPECT_EQ(std::stoul(row[1]), size / 4);
+    EXPECT_EQ(row[2], "float");
+    EXPECT_EQ(row[3], "sum");
+    EXPECT_EQ(row[4], "-1");
+    EXPECT_EQ(row[8], "0");   // out-of-place #wrong
+    EXPECT_EQ(row[12], "0");  // in-place #wrong
+    size *= 2;
+  }
+}
+
+TEST(PerfCli, StepBytesSequence) {
+  const auto doc = runJson("perf --backend host -b 1000 -e 5000 -i 1000 -g 2 -n 1 -w 0");
+  std::vector<std::size_t> sizes;
+  for (const auto& row : doc["results"]) sizes.push_back(row["size"]);
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{1000, 2000, 3000, 4000, 5000}));
+}
+
+struct FactorCase {
+  const char* collective;
+  int n;
+  double factor;
+};
+
+TEST(PerfCli, BusBandwidthFactorsAndJson) {
+  for (const FactorCase& c : {FactorCase{"all_reduce", 4, 2.0 * 3 / 4}, FactorCase{"reduce_scatter", 4, 3.0 / 4},
+                              FactorCase{"all_gather", 3, 2.0 / 3}, FactorCase{"broadcast", 3, 1.0},
+                              FactorCase{"reduce", 2, 1.0}}) {
+    const auto doc = runJson(fmt::format("perf {} --backend host -b 4K -e 16K -f 4 -g {} -n 2 -w 1 -r {}",
+                                         c.collective, c.n, c.n - 1));
+    EXPECT_EQ(doc["collective"], c.collective);
+    EXPECT_EQ(doc["config"]["ranks"], c.n);
+    EXPECT_TRUE(doc["environment"].contains("cpu"));
+    ASSERT_EQ(doc["results"].size(), 2u) << c.collective;
+    for (const auto& row : doc["results"]) {
+      for (const char* half : {"out_of_place", "in_place"}) {
+        const auto& h = row[half];
+        const double algbw = h["algbw_GBps"].get<double>();
+        const double busbw = h["busbw_GBps"].get<double>();
+        const double us = h["time_us"].get<double>();
+        EXPECT_GT(us, 0);
+        EXPECT_NEAR(algbw, static_cast<double>(row["size"]) / (us * 1e-6) / 1e9, 1e-9 * algbw);
+        EXPECT_NEAR(busbw, algbw * c.factor, 1e-12 * busbw) << c.collective;
+        EXPECT_EQ(h["wrong"], 0);
+      }
+      const std::size_t size = row["size"];
+      if (std::string(c.collective) == "all_gather" || std::string(c.collective) == "reduce_scatter") {
+        // Per-rank counts rounded down to 16-byte multiples; size is the total over ranks.
+        EXPECT_EQ(size % (16 * static_cast<std::size_t>(c.n)), 0u);
+      }
+    }
+  }
+}
+
+TEST(PerfCli, ReduceScatterAlignsCounts) {
+  // 4 KiB over 3 ranks: 1024 floats -> 341 per rank -> rounded down to 340 (16-byte multiple) -> 1020 total.
+  const auto doc = runJson("perf reduce_scatter --backend host -b 4K -e 4K -g 3 -n 1 -w 0");
+  EXPECT_EQ(doc["results"][0]["count"], 1020);
+  EXPECT_EQ(doc["results"][0]["size"], 4080);
+}
+
+/// A host backend that damages one output element after every run: the checker must see exactly it.
+class CorruptingBackend final : public Backend {
+ public:
+  explicit CorruptingBackend(int n) : inner_(host::makeThreadsBackend(n)) {}
+  std::string_view name() const override { return "corrupting"; }
+  int nranks() const override { return inner_->nranks(); }
+  RunResult run(const Schedule& s, const Buffers& bufs, const RunOptions& opt) override {
+    RunResult r = inner_->run(s, bufs, opt);
+    if (s.spec.count > 3) static_cast<float*>(bufs[1].output)[3] += 1.0f;
+    return r;
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+TEST(PerfCli, WrongResultIsCountedAndFailsTheRun) {
+  registerBackend("corrupting", "test", [](int n, const BackendOptions&) { return std::make_unique<CorruptingBackend>(n); });
+  cli::PerfConfig c;
+  c.backend = "corrupting";
+  c.ranks = 2;
+  c.minBytes = c.maxBytes = 4096;
+  c.iters = 1;
+  std::FILE* out = std::tmpfile();
+  const int rc = cli::runPerf(c, out);
+  std::rewind(out);
+  std::string text;
+  for (int ch; (ch = std::fgetc(out)) != EOF;) text += static_cast<char>(ch);
+  std::fclose(out);
+  EXPECT_EQ(rc, 1);
+  const auto rows = tableRows(text);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0][8], "1");
+  EXPECT_EQ(rows[0][12], "1");
+  EXPECT_NE(text.find("# Out of bounds values : 2 FAILED"), std::string::npos) << text;
+}
+
+struct BadFlag {
+  const char* args;
+  const char* message;
+};
+
+TEST(PerfCli, BadFlagsExitTwoWithOneLine) {
+  for (const BadFlag& b : {
+           BadFlag{"perf -b 2M -e 1M", "-b/--minbytes 2097152 is larger than -e/--maxbytes 1048576"},
+           BadFlag{"perf -d bogus", "unknown datatype 'bogus'"},
+           BadFlag{"perf -o bogus", "unknown op 'bogus'"},
+           BadFlag{"perf bogus", "unknown collective 'bogus'"},
+           BadFlag{"perf -f 1", "-f/--stepfactor must be greater than 1, got 1"},
+           BadFlag{"perf -g 0", "-g/--ngpus must be at least 1, got 0"},
+           BadFlag{"perf --backend bogus", "unknown backend 'bogus'"},
+           BadFlag{"perf -b 1Q", "invalid -b/--minbytes '1Q'"},
+           BadFlag{"perf -a 7", "-a/--average must be 0..3, got 7"},
+           BadFlag{"perf --algo nope -b 8 -e 8", "unknown algorithm 'nope' for all_reduce"},
+           BadFlag{"perf -r 5 broadcast -g 2 -b 8 -e 8", "root 5 is not a rank of 2"},
+           BadFlag{"perf -n abc", "--iters = abc"},
+       }) {
+    const CliResult r = runCli(b.args);
+    EXPECT_EQ(r.exitCode, 2) << b.args;
+    EXPECT_EQ(testing::countLines(r.err), 1) << b.args << ": " << r.err;
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << b.args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("collbench: error: ", 0), 0u) << r.err;
+  }
+}
+
+TEST(PerfCli, RefusesToOverwriteJsonWithoutForce) {
+  const auto path = tempFile("existing");
+  { std::ofstream(path) << "precious"; }
+  const CliResult r = runCli("perf --backend host -b 8 -e 8 -n 1 -J " + path.string());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("exists; pass --force"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::slurp(path), "precious");
+  const CliResult forced = runCli("perf --backend host -b 8 -e 8 -n 1 --force -J " + path.string());
+  EXPECT_EQ(forced.exitCode, 0) << forced.err;
+  EXPECT_NE(testing::slurp(path).find("collbench-perf"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST(PlanCli, DumpsAndValidates) {
+  const CliResult r = runCli("plan all_reduce --algo rabenseifner -g 6 --bytes 4K --dump --in-place");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("algorithm: rabenseifner"), std::string::npos);
+  EXPECT_NE(r.out.find("valid: yes (in place)"), std::string::npos);
+  EXPECT_NE(r.out.find("rank 5 ("), std::string::npos);
+}
+
+TEST(TopoCli, BadTopologyFilesExitTwoWithOneLine) {
+  const std::filesystem::path dir = std::filesystem::path(COLLBENCH_SOURCE_DIR) / "tests/cli/topo_bad_inputs";
+  int cases = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    const CliResult r = runCli("topo check " + f.path().string());
+    EXPECT_EQ(r.exitCode, 2) << f.path();
+    EXPECT_EQ(testing::countLines(r.err), 1) << f.path() << ": " << r.err;
+    EXPECT_NE(r.err.find(f.path().filename().string()), std::string::npos) << "message names the file: " << r.err;
+    ++cases;
+  }
+  EXPECT_GE(cases, 6);
+}
+
+}  // namespace
+}  // namespace collbench
