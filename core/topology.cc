@@ -822,4 +822,20 @@ void applyOverride(Topology& t, const std::string& assignment) {
   }
 }
 
+std::vector<int> rankHosts(const Topology& t, int nranks) {
+  if (nranks > static_cast<int>(t.ranks.size())) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("topology '{}' has {} ranks, {} requested", t.name, t.ranks.size(), nranks));
+  }
+  std::map<std::string, int> ids;
+  std::vector<int> hosts;
+  for (int r = 0; r < nranks; ++r) {
+    const int node = t.nodeIndex(t.ranks[static_cast<std::size_t>(r)]);
+    const std::string& host = t.nodes[static_cast<std::size_t>(node)].host;
+    const std::string key = host.empty() ? t.ranks[static_cast<std::size_t>(r)] : host;
+    hosts.push_back(ids.emplace(key, static_cast<int>(ids.size())).first->second);
+  }
+  return hosts;
+}
+
 }  // namespace collbench

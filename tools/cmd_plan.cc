@@ -4,6 +4,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/selector.h"
+#include "collbench/topology.h"
 #include "collbench/units.h"
 #include "collbench/validator.h"
 #include "commands.h"
@@ -13,6 +14,7 @@ namespace collbench::cli {
 void addPlanCommand(CLI::App& app, int& exitCode) {
   struct Args {
     std::string collective = "all_reduce", algo = "auto", bytes = "1M", chunk = "0", dtype = "float", op = "sum";
+    std::string topology;
     int ranks = 4, root = 0, channels = 1;
     bool dump = false, inPlace = false;
   };
@@ -27,6 +29,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("-r,--root", a->root, "root rank")->default_val(0);
   cmd->add_option("--channels", a->channels, "parallel channels")->default_val(1);
   cmd->add_option("--chunk-bytes", a->chunk, "pipeline chunk (0 = default)")->default_val("0");
+  cmd->add_option("--topology", a->topology, "topology (gives hierarchical its hosts)");
   cmd->add_flag("--dump", a->dump, "print every op of every rank");
   cmd->add_flag("--in-place", a->inPlace, "validate for in-place buffers");
   cmd->callback([a, &exitCode] {
@@ -37,7 +40,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     spec.op = parseReduceOp(a->op);
     spec.root = a->root;
     spec.count = spec.kind == Collective::Barrier ? 0 : parseBytes(a->bytes, "--bytes") / spec.elementSize();
-    const AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), a->channels};
+    AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), a->channels, {}};
+    if (!a->topology.empty()) params.rankHost = rankHosts(loadTopology(a->topology), a->ranks);
     checkSpec(spec, params);
     const Choice choice = a->algo == "auto" ? chooseAlgorithm(spec) : Choice{a->algo, "forced by --algo"};
     const Schedule s = buildSchedule(spec, choice.algorithm, params);

@@ -10,6 +10,7 @@
 #include "collbench/error.h"
 #include "collbench/reference.h"
 #include "collbench/selector.h"
+#include "collbench/topology.h"
 #include "collbench/units.h"
 #include "environment.h"
 
@@ -89,7 +90,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   if (!c.topology.empty()) bopts["topology"] = c.topology;
   auto backend = makeBackend(c.backend, c.ranks, bopts);
   const int n = backend->nranks();
-  const AlgoParams params{c.chunkBytes, c.channels};
+  AlgoParams params{c.chunkBytes, c.channels, {}};
+  if (!c.topology.empty()) params.rankHost = rankHosts(loadTopology(c.topology), n);
   CollectiveSpec probe{c.collective, n, 0, dtype, op, c.root};
   checkSpec(probe, params);
   if (c.algo != "auto") findAlgorithm(c.collective, c.algo);  // reject unknown names before running anything

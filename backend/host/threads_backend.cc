@@ -80,6 +80,11 @@ class ThreadsBackend final : public Backend {
       throw Error(Errc::InvalidArgument,
                   fmt::format("schedule is for {} ranks but the host backend runs {}", s.spec.nranks, nranks_));
     }
+    if (s.native) {
+      throw Error(Errc::Unsupported, fmt::format("algorithm '{}' is a peer library's own call; the host threads "
+                                                 "backend runs only collbench schedules",
+                                                 s.algorithm));
+    }
     if (static_cast<int>(bufs.size()) != nranks_) {
       throw Error(Errc::InvalidArgument, fmt::format("got buffers for {} ranks, need {}", bufs.size(), nranks_));
     }
@@ -302,7 +307,11 @@ class ThreadsBackend final : public Backend {
       }
       const auto now = Clock::now();
       if (now - lastProgress > timeout) timeoutError(job, rank, pending);
-      if (spin_ && now - lastProgress < kSpinBeforeSleep) continue;
+      if (now - lastProgress < kSpinBeforeSleep) {
+        // Oversubscribed (more ranks than cores): hand the core to a peer that has work instead of spinning.
+        if (!spin_) std::this_thread::yield();
+        continue;
+      }
       myWake.waitFor(seen, kSleepSlice);
     }
     if (p.resultBytes) divideElements(dtype, p.output, p.resultBytes / es, nranks_);

@@ -7,6 +7,25 @@
 
 namespace collbench {
 
+namespace {
+
+Schedule nativeSchedule(const CollectiveSpec& spec, std::string name) {
+  Schedule s;
+  s.spec = spec;
+  s.algorithm = std::move(name);
+  s.ranks.resize(static_cast<std::size_t>(spec.nranks));
+  s.native = true;
+  return s;
+}
+
+AlgorithmInfo native(std::string name, Collective c, std::string summary) {
+  const std::string n = name;
+  return {std::move(name), c, std::move(summary),
+          [n](const CollectiveSpec& spec, const AlgoParams&) { return nativeSchedule(spec, n); }, true};
+}
+
+}  // namespace
+
 const std::vector<AlgorithmInfo>& algorithms() {
   using C = Collective;
   static const std::vector<AlgorithmInfo> kAll = {
@@ -17,11 +36,24 @@ const std::vector<AlgorithmInfo>& algorithms() {
       {"rabenseifner", C::AllReduce, "recursive-halving reduce-scatter + recursive-doubling all-gather",
        algo::rabenseifnerAllReduce},
       {"direct", C::AllReduce, "all-to-all reduce-scatter + all-gather, one step each way", algo::directAllReduce},
+      {"hierarchical", C::AllReduce, "ring reduce-scatter in each host, ring all-reduce across hosts, all-gather",
+       algo::hierarchicalAllReduce},
       {"ring", C::ReduceScatter, "ring reduce-scatter, n-1 steps", algo::ringReduceScatter},
       {"ring", C::AllGather, "ring all-gather, n-1 steps", algo::ringAllGather},
       {"ring", C::Broadcast, "pipelined chain from the root around the ring", algo::chainBroadcast},
       {"ring", C::Reduce, "pipelined chain around the ring ending at the root", algo::chainReduce},
       {"dissemination", C::Barrier, "ceil(log2 n) rounds of zero-byte messages", algo::disseminationBarrier},
+      // Peer libraries' own implementations, measured in the same harness (backends nccl, gloo, mpi).
+      native("nccl", C::AllReduce, "ncclAllReduce (nccl backends; NCCL_ALGO/NCCL_PROTO apply)"),
+      native("nccl", C::ReduceScatter, "ncclReduceScatter (nccl backends)"),
+      native("nccl", C::AllGather, "ncclAllGather (nccl backends)"),
+      native("nccl", C::Broadcast, "ncclBroadcast (nccl backends)"),
+      native("nccl", C::Reduce, "ncclReduce (nccl backends)"),
+      native("gloo_ring", C::AllReduce, "gloo::AllreduceRing (gloo backend)"),
+      native("gloo_ring_chunked", C::AllReduce, "gloo::AllreduceRingChunked (gloo backend)"),
+      native("gloo_halving_doubling", C::AllReduce, "gloo::AllreduceHalvingDoubling (gloo backend)"),
+      native("gloo_bcube", C::AllReduce, "gloo::AllreduceBcube (gloo backend)"),
+      native("mpi", C::AllReduce, "MPI_Allreduce of Open MPI (collbench-mpi-allreduce under mpirun)"),
   };
   return kAll;
 }

@@ -9,6 +9,7 @@ Schedule treeAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule recursiveDoublingAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule rabenseifnerAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule directAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
+Schedule hierarchicalAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule ringReduceScatter(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule ringAllGather(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule chainBroadcast(const CollectiveSpec& spec, const AlgoParams& params);

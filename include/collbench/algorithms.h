@@ -14,6 +14,8 @@ struct AlgoParams {
   std::size_t chunkBytes = 0;
   /// Independent parallel lanes (NCCL channels); the data is split evenly across them.
   int channels = 1;
+  /// Host (node) of each rank, for hierarchical algorithms; filled from the topology's "host" fields.
+  std::vector<int> rankHost;
 };
 
 /// Broadcast/reduce chains and trees pipeline in chunks of this size unless told otherwise. 512 KiB: NCCL's
@@ -27,6 +29,7 @@ struct AlgorithmInfo {
   Collective collective;   ///< what it implements
   std::string summary;     ///< one line for --help and plan
   Generator build;
+  bool native = false;     ///< a peer library's own call, run only by its backend (baseline in the same harness)
 };
 
 /// Every generator, in a stable order.

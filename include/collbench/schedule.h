@@ -55,6 +55,8 @@ struct Schedule {
   CollectiveSpec spec;
   std::string algorithm;
   std::vector<RankProgram> ranks;
+  /// A library's own collective (nccl, gloo_*, mpi): no ops; only the backend wrapping that library runs it.
+  bool native = false;
 
   std::size_t totalOps() const;
   /// Avg is run as Sum; the output ranges that hold reduced values are divided by nranks afterwards.

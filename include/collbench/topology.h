@@ -93,6 +93,9 @@ void applyOverride(Topology& t, const std::string& assignment);
 /// Stable hash of the network content (FNV-1a 64 over the canonical JSON of nodes, links, ranks and routes, as 16
 /// hex digits). Name and description are excluded: a renamed copy of the same network keeps its tuning entries.
 std::string fingerprint(const Topology& t);
+/// Host index (0, 1, ... in order of first appearance) of each of the first `nranks` ranks, for hierarchical
+/// algorithms (AlgoParams::rankHost). Throws Error{InvalidArgument} when the topology has fewer ranks.
+std::vector<int> rankHosts(const Topology& t, int nranks);
 
 /// One directed hop of a route: link index and direction (true = a->b).
 struct Hop {

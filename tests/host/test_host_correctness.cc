@@ -8,6 +8,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/reference.h"
+#include "algo_params_for_tests.h"
 #include "host_backend.h"
 
 namespace collbench {
@@ -31,6 +32,7 @@ struct Case {
 std::vector<Case> allCases() {
   std::vector<Case> cases;
   for (const auto& a : algorithms()) {
+    if (a.native) continue;
     const bool reduces = a.collective == Collective::AllReduce || a.collective == Collective::ReduceScatter ||
                          a.collective == Collective::Reduce;
     for (int n = 1; n <= 17; ++n) {
@@ -53,7 +55,7 @@ class HostCorrectness : public ::testing::TestWithParam<Case> {};
 TEST_P(HostCorrectness, MatchesReference) {
   const Case& c = GetParam();
   const CollectiveSpec spec{c.algo->collective, c.nranks, c.count, c.dtype, c.op, c.nranks / 2};
-  const Schedule s = c.algo->build(spec, {});
+  const Schedule s = c.algo->build(spec, testing::paramsFor(c.algo->name, c.nranks));
   for (bool inPlace : {false, true}) {
     RankBufferSet bufs(spec, inPlace);
     bufs.fill();
@@ -70,10 +72,11 @@ INSTANTIATE_TEST_SUITE_P(All, HostCorrectness, ::testing::ValuesIn(allCases()), 
 
 TEST(HostBackend, PipelinedAndChanneledSchedules) {
   for (const auto& a : algorithms()) {
+    if (a.native) continue;
     if (a.collective == Collective::Barrier) continue;
     for (int n : {2, 3, 5, 8}) {
       const CollectiveSpec spec{a.collective, n, 4099, DType::F32, ReduceOp::Sum, 1 % n};
-      const Schedule s = a.build(spec, AlgoParams{256, 4});
+      const Schedule s = a.build(spec, testing::paramsFor(a.name, n, AlgoParams{256, 4, {}}));
       RankBufferSet bufs(spec, false);
       bufs.fill();
       backendFor(n).run(s, bufs.views(), RunOptions{3, 1, 30.0});  // repeated iterations reuse slots by epoch

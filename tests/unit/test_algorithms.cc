@@ -5,6 +5,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/validator.h"
+#include "algo_params_for_tests.h"
 
 // Internal to core/algorithms (tree shape helpers).
 namespace collbench::algo {
@@ -25,6 +26,7 @@ struct Case {
 std::vector<Case> allCases() {
   std::vector<Case> cases;
   for (const auto& a : algorithms()) {
+    if (a.native) continue;
     for (int n = 1; n <= 17; ++n) {
       for (std::size_t count : {0u, 1u, 7u, 1000u, 65537u}) {
         cases.push_back({&a, n, count, {}});
@@ -42,7 +44,7 @@ TEST_P(GeneratorTest, ValidInAndOutOfPlace) {
   const Case& c = GetParam();
   CollectiveSpec spec{c.algo->collective, c.nranks, c.algo->collective == Collective::Barrier ? 0 : c.count,
                       DType::F32, ReduceOp::Sum, c.nranks - 1};
-  const Schedule s = buildSchedule(spec, c.algo->name, c.params);
+  const Schedule s = buildSchedule(spec, c.algo->name, testing::paramsFor(c.algo->name, c.nranks, c.params));
   ASSERT_EQ(static_cast<int>(s.ranks.size()), c.nranks);
   EXPECT_NO_THROW(validate(s, {false}));
   EXPECT_NO_THROW(validate(s, {true}));
@@ -81,6 +83,39 @@ TEST(Generators, DoubleBinaryTreeShapeMatchesNccl) {
   EXPECT_EQ(algo::dtreeParent(14, 5, 1), 13);
   // For odd n it shifts by one: root 1.
   EXPECT_EQ(algo::dtreeParent(13, 1, 1), -1);
+}
+
+TEST(Generators, HierarchicalNeedsEqualHosts) {
+  AlgoParams p;
+  p.rankHost = {0, 0, 1};
+  try {
+    buildSchedule({Collective::AllReduce, 3, 8, DType::F32}, "hierarchical", p);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("same number of ranks on every host"), std::string::npos) << e.what();
+  }
+  try {
+    buildSchedule({Collective::AllReduce, 3, 8, DType::F32}, "hierarchical");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the host of each of the 3 ranks"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Generators, HierarchicalKeepsInterHostTrafficSmall) {
+  // 2 hosts x 4 ranks: each rank sends 2(H-1)/(H L) = 1/4 of the buffer across hosts, versus up to 2(n-1)/n on a
+  // flat ring whose every link may cross hosts.
+  AlgoParams p;
+  p.rankHost = {0, 0, 0, 0, 1, 1, 1, 1};
+  const std::size_t count = 8000;
+  const Schedule s = buildSchedule({Collective::AllReduce, 8, count, DType::F32}, "hierarchical", p);
+  for (int r = 0; r < 8; ++r) {
+    std::size_t cross = 0;
+    for (const auto& op : s.ranks[static_cast<std::size_t>(r)].ops) {
+      if (op.kind == OpKind::Send && p.rankHost[static_cast<std::size_t>(op.peer)] != p.rankHost[static_cast<std::size_t>(r)]) cross += op.bytes;
+    }
+    EXPECT_EQ(cross, count * 4 / 4) << r;
+  }
 }
 
 TEST(Generators, RejectsBadSpecs) {

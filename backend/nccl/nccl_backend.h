@@ -1,0 +1,79 @@
+#pragma once
+/// GPU backends (CUDA + NCCL), registered by registerNcclBackends():
+/// - "nccl": one rank per GPU, in one process (ncclCommInitAll over the first n devices, or BackendOptions
+///   "devices" = "0,2,3") or in many (one rank per process: options "nccl_id" = newUniqueIdHex() of rank 0, "rank",
+///   "world", optional "device"). A Schedule whose algorithm is kNativeAlgorithm runs the native NCCL collective;
+///   any other schedule runs as ncclSend/ncclRecv groups plus reduce kernels (see wave_plan.h).
+/// - "cuda-1gpu": n ranks as buffers and streams on one GPU (option "device"); sends are device copies, receive-
+///   reduces are kernels reading the sender's buffer. For validating schedules and kernels on one GPU.
+///
+/// Buffers stay on the host side of the Backend interface: run() allocates device buffers (kept between runs, grown
+/// as needed), copies every rank's input (and output, so untouched parts compare equal) host->device before the
+/// timed loop and the output device->host after it. Only the loop is timed, with CUDA events on each rank's stream,
+/// so `collbench perf -c 1` checks device results with the host reference. In-place calls are recognised from the
+/// pointers (input and output inside one allocation at CollectiveSpec::inPlace*Offset, as RankBufferSet lays them
+/// out) and run in place on the device.
+///
+/// Failures are collbench::Error naming the rank: CUDA and NCCL errors (Errc::BackendError, or PeerFailure for
+/// ncclRemoteError) carry the failing call and file:line; a rank that makes no progress for RunOptions::
+/// timeoutSeconds gets Errc::Timeout, after ncclCommAbort on every communicator of this process (the backend then
+/// re-creates them on the next run in the one-process mode; a multi-process backend must be recreated with a new id).
+///
+/// This header includes no CUDA or NCCL header: tools/ include it.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collbench/backend.h"
+
+namespace collbench::nccl {
+
+/// Schedule::algorithm that asks the "nccl" backend for the native collective (ncclAllReduce, ...). NCCL picks its
+/// own algorithm and protocol unless the NCCL_ALGO / NCCL_PROTO environment variables say otherwise; RunResult::
+/// algorithm records their values.
+inline constexpr const char* kNativeAlgorithm = "nccl";
+
+/// An empty schedule (no ops) with algorithm kNativeAlgorithm for `spec`.
+Schedule nativeSchedule(const CollectiveSpec& spec);
+
+void registerNcclBackends();
+
+/// Options: "devices" (one process) or "nccl_id", "rank", "world", "device" (one rank per process). Throws
+/// Error{Unsupported} naming the reason when there is no usable device or too few of them.
+std::unique_ptr<Backend> makeNcclBackend(int nranks, const BackendOptions& options = {});
+/// Options: "device" (default 0). Throws Error{Unsupported} without a device.
+std::unique_ptr<Backend> makeSingleGpuBackend(int nranks, const BackendOptions& options = {});
+
+/// How many CUDA devices this process sees; when none, `reason` says why (cudaGetDeviceCount fails with "CUDA
+/// driver version is insufficient..." on machines without a GPU: any error counts as "no device").
+struct DeviceProbe {
+  int count = 0;
+  std::string reason;
+};
+const DeviceProbe& probeDevices();
+
+/// ncclGetUniqueId as 256 hex digits, for option "nccl_id" (rank 0 creates it, the launcher hands it to all).
+std::string newUniqueIdHex();
+
+/// NCCL and CUDA versions, devices, and the NCCL_ALGO / NCCL_PROTO settings, as (key, value) for run headers.
+std::vector<std::pair<std::string, std::string>> describeGpuEnvironment();
+
+// ---- Test and benchmark hooks (the kernels the executors use, on host data or device timings) ----
+
+enum class KernelAlias { None, DstIsA, DstIsB };
+/// dst[i] = a[i] (op) b[i] computed by the device reduce kernel: a and b are copied to device buffers that start
+/// `offsetElems` elements past a 256-byte boundary (offsets that are not a multiple of 16 bytes take the scalar
+/// path), the kernel runs with dst aliasing a or b as `alias` says, and the result is copied into `dst`.
+void reduceOnDevice(DType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count,
+                    KernelAlias alias = KernelAlias::None, std::size_t offsetElems = 0);
+/// data[i] /= divisor by the device kernel (Avg's last step).
+void divideOnDevice(DType t, void* data, std::size_t count, int divisor);
+
+/// Mean seconds of a device-to-device cudaMemcpyAsync of `bytes` on `device` (CUDA events, after one warmup).
+double timeDeviceCopy(std::size_t bytes, int iterations, int device = 0);
+/// Mean seconds of one reduce kernel over `count` elements (reads 2 and writes 1 buffer of count elements).
+double timeReduceKernel(DType t, ReduceOp op, std::size_t count, int iterations, int device = 0);
+
+}  // namespace collbench::nccl

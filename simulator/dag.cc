@@ -1,0 +1,251 @@
+#include "dag.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "collbench/error.h"
+
+namespace collbench::sim::detail {
+namespace {
+
+// Connection key: channels fit in 16 bits and ranks in 24 (the topology generators stop at 2^20 nodes).
+constexpr int kChannelBits = 16;
+constexpr int kRankBits = 24;
+
+std::uint64_t connKey(int src, int dst, int channel) {
+  return (static_cast<std::uint64_t>(src) << (kRankBits + kChannelBits)) |
+         (static_cast<std::uint64_t>(dst) << kChannelBits) | static_cast<std::uint64_t>(channel);
+}
+
+}  // namespace
+
+Dag::Dag(const Schedule& s, const Matching& m, World& w) : s_(s), m_(m), world_(w) {
+  const int n = static_cast<int>(s.ranks.size());
+  rankOffset_.resize(static_cast<std::size_t>(n) + 1, 0);
+  for (int r = 0; r < n; ++r) {
+    rankOffset_[static_cast<std::size_t>(r) + 1] =
+        rankOffset_[static_cast<std::size_t>(r)] + static_cast<int>(s.ranks[static_cast<std::size_t>(r)].ops.size());
+  }
+  const auto total = static_cast<std::size_t>(rankOffset_.back());
+  opRank_.resize(total);
+  pending_.resize(total);
+  readyT_.assign(total, 0);
+  start_.assign(total, -1);
+  end_.assign(total, -1);
+  depStart_.assign(total + 1, 0);
+  for (int r = 0; r < n; ++r) {
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)].ops;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const auto g = static_cast<std::size_t>(globalOp(r, static_cast<int>(i)));
+      opRank_[g] = r;
+      pending_[g] = static_cast<int>(ops[i].deps.size());
+      for (int d : ops[i].deps) {
+        if (d < 0 || d >= static_cast<int>(i)) {
+          throw Error(Errc::InvalidSchedule,
+                      fmt::format("rank {} op {}: dep {} is not an earlier op of the rank", r, i, d), r);
+        }
+        ++depStart_[static_cast<std::size_t>(globalOp(r, d)) + 1];
+      }
+    }
+  }
+  for (std::size_t g = 0; g < total; ++g) depStart_[g + 1] += depStart_[g];
+  dependents_.resize(static_cast<std::size_t>(depStart_.back()));
+  std::vector<int> fill(depStart_.begin(), depStart_.end() - 1);
+  for (int r = 0; r < n; ++r) {
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)].ops;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      for (int d : ops[i].deps) {
+        dependents_[static_cast<std::size_t>(fill[static_cast<std::size_t>(globalOp(r, d))]++)] =
+            globalOp(r, static_cast<int>(i));
+      }
+    }
+  }
+
+  // Transfers, and their FIFO connections in program order (matchSchedule pairs them in that order).
+  xf_.resize(m.matches.size());
+  std::unordered_map<std::uint64_t, int> connOf;
+  std::vector<int> connCount;
+  for (std::size_t k = 0; k < m.matches.size(); ++k) {
+    const Match& mt = m.matches[k];
+    const Op& so = s.ranks[static_cast<std::size_t>(mt.srcRank)].ops[static_cast<std::size_t>(mt.srcOp)];
+    const Op& ro = s.ranks[static_cast<std::size_t>(mt.dstRank)].ops[static_cast<std::size_t>(mt.dstOp)];
+    COLLBENCH_CHECK(so.channel >= 0 && so.channel < (1 << kChannelBits), "channel {}", so.channel);
+    Xfer& x = xf_[k];
+    x.src = mt.srcRank;
+    x.dst = mt.dstRank;
+    x.sendOp = globalOp(mt.srcRank, mt.srcOp);
+    x.recvOp = globalOp(mt.dstRank, mt.dstOp);
+    x.channel = so.channel;
+    x.bytes = so.bytes;
+    x.reduce = ro.kind == OpKind::RecvReduce;
+    auto [it, inserted] = connOf.try_emplace(connKey(mt.srcRank, mt.dstRank, so.channel),
+                                             static_cast<int>(connCount.size()));
+    if (inserted) connCount.push_back(0);
+    x.conn = it->second;
+    x.seq = connCount[static_cast<std::size_t>(x.conn)]++;
+  }
+  connStart_.assign(connCount.size() + 1, 0);
+  for (std::size_t c = 0; c < connCount.size(); ++c) connStart_[c + 1] = connStart_[c] + connCount[c];
+  connMatches_.resize(xf_.size());
+  for (std::size_t k = 0; k < xf_.size(); ++k) {
+    connMatches_[static_cast<std::size_t>(connStart_[static_cast<std::size_t>(xf_[k].conn)] + xf_[k].seq)] =
+        static_cast<int>(k);
+  }
+  connNext_.assign(connCount.size(), 0);
+  connFree_.assign(connCount.size(), 0);
+}
+
+const Op& Dag::op(int g) const {
+  const int r = opRank_[static_cast<std::size_t>(g)];
+  return s_.ranks[static_cast<std::size_t>(r)].ops[static_cast<std::size_t>(g - rankOffset_[static_cast<std::size_t>(r)])];
+}
+
+void Dag::begin(Timing& timing) {
+  timing_ = &timing;
+  for (std::size_t g = 0; g < pending_.size(); ++g) {
+    if (pending_[g] == 0) opReady(static_cast<int>(g), 0);
+  }
+  drain();
+}
+
+void Dag::complete(std::uint64_t tag, double t) {
+  post(tag, t);
+  drain();
+}
+
+void Dag::drain() {
+  // Max-plus propagation does not depend on the order in which finished work is handled.
+  while (!work_.empty()) {
+    const Work w = work_.back();
+    work_.pop_back();
+    handle(w.tag, w.t);
+  }
+}
+
+void Dag::handle(std::uint64_t tag, double t) {
+  const auto id = static_cast<int>(tag >> 2);
+  switch (static_cast<TagKind>(tag & 3)) {
+    case kLocal: opDone(id, t); break;
+    case kTransfer: {
+      Xfer& x = xf_[static_cast<std::size_t>(id)];
+      x.end = t;
+      const auto c = static_cast<std::size_t>(x.conn);
+      connFree_[c] = t;
+      const int next = ++connNext_[c];
+      opDone(x.sendOp, t);
+      const double rate = world_.reduceRate(x.dst);
+      if (x.reduce && rate > 0 && x.bytes > 0) {
+        timing_->exec(*this, Dag::tag(kReduce, static_cast<std::uint64_t>(id)), x.dst, t, static_cast<double>(x.bytes));
+      } else {
+        opDone(x.recvOp, t);
+      }
+      if (connStart_[c] + next < connStart_[c + 1]) tryStart(connMatches_[static_cast<std::size_t>(connStart_[c] + next)]);
+      break;
+    }
+    case kReduce: opDone(xf_[static_cast<std::size_t>(id)].recvOp, t); break;
+    default: COLLBENCH_CHECK(false, "tag {}", tag);
+  }
+}
+
+void Dag::opReady(int g, double t) {
+  const Op& o = op(g);
+  const int rank = opRank_[static_cast<std::size_t>(g)];
+  start_[static_cast<std::size_t>(g)] = t;
+  if (o.isComm()) {
+    const int m = m_.opMatch[static_cast<std::size_t>(rank)][static_cast<std::size_t>(g - rankOffset_[static_cast<std::size_t>(rank)])];
+    Xfer& x = xf_[static_cast<std::size_t>(m)];
+    (o.kind == OpKind::Send ? x.sendReady : x.recvReady) = t;
+    tryStart(m);
+    return;
+  }
+  // A copy onto itself moves nothing.
+  const bool nothing = o.bytes == 0 || (o.kind == OpKind::Copy && o.src == o.dst);
+  if (nothing || world_.reduceRate(rank) == 0) {
+    post(tag(kLocal, static_cast<std::uint64_t>(g)), t);
+  } else {
+    timing_->exec(*this, tag(kLocal, static_cast<std::uint64_t>(g)), rank, t, static_cast<double>(o.bytes));
+  }
+}
+
+void Dag::tryStart(int m) {
+  Xfer& x = xf_[static_cast<std::size_t>(m)];
+  if (x.sendReady < 0 || x.recvReady < 0 || x.start >= 0) return;
+  const auto c = static_cast<std::size_t>(x.conn);
+  if (connNext_[c] != x.seq) return;  // an earlier transfer of the connection has not finished
+  const double t = std::max({x.sendReady, x.recvReady, connFree_[c]});
+  x.start = t;
+  if (!world_.sameNode(x.src, x.dst)) {
+    timing_->transfer(*this, m, t);
+  } else if (world_.reduceRate(x.src) > 0 && x.bytes > 0) {
+    timing_->exec(*this, tag(kTransfer, static_cast<std::uint64_t>(m)), x.src, t, static_cast<double>(x.bytes));
+  } else {
+    post(tag(kTransfer, static_cast<std::uint64_t>(m)), t);
+  }
+}
+
+void Dag::opDone(int g, double t) {
+  end_[static_cast<std::size_t>(g)] = t;
+  ++done_;
+  for (int k = depStart_[static_cast<std::size_t>(g)]; k < depStart_[static_cast<std::size_t>(g) + 1]; ++k) {
+    const auto d = static_cast<std::size_t>(dependents_[static_cast<std::size_t>(k)]);
+    readyT_[d] = std::max(readyT_[d], t);
+    if (--pending_[d] == 0) opReady(static_cast<int>(d), readyT_[d]);
+  }
+}
+
+void Dag::checkFinished() const {
+  if (done_ == opRank_.size()) return;
+  for (std::size_t g = 0; g < end_.size(); ++g) {
+    if (end_[g] >= 0) continue;
+    const int r = opRank_[g];
+    const int i = static_cast<int>(g) - rankOffset_[static_cast<std::size_t>(r)];
+    const Op& o = op(static_cast<int>(g));
+    throw Error(Errc::InvalidSchedule,
+                fmt::format("the schedule deadlocks: rank {} op {} ({}{}, channel {}) never completes", r, i,
+                            toString(o.kind), o.peer >= 0 ? fmt::format(" with rank {}", o.peer) : "", o.channel),
+                r, o.peer);
+  }
+}
+
+double Dag::makespan() const {
+  double t = 0;
+  for (double e : end_) t = std::max(t, e);
+  return t;
+}
+
+std::vector<Span> Dag::spans() const {
+  std::vector<Span> out;
+  out.reserve(end_.size());
+  for (std::size_t g = 0; g < end_.size(); ++g) {
+    const Op& o = op(static_cast<int>(g));
+    const int r = opRank_[g];
+    const int i = static_cast<int>(g) - rankOffset_[static_cast<std::size_t>(r)];
+    Span sp;
+    sp.rank = r;
+    sp.op = i;
+    sp.peer = o.peer;
+    sp.channel = o.channel;
+    sp.bytes = o.bytes;
+    if (o.isComm()) {
+      const Xfer& x = xf_[static_cast<std::size_t>(m_.opMatch[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)])];
+      sp.kind = o.kind == OpKind::Send ? SpanKind::Send : SpanKind::Recv;
+      sp.start = x.start;
+      sp.end = x.end;
+      out.push_back(sp);
+      if (o.kind == OpKind::RecvReduce && end_[g] > x.end) {
+        sp.kind = SpanKind::Reduce;
+        sp.start = x.end;
+        sp.end = end_[g];
+        out.push_back(sp);
+      }
+    } else {
+      sp.kind = o.kind == OpKind::Copy ? SpanKind::Copy : SpanKind::Reduce;
+      sp.start = start_[g];
+      sp.end = end_[g];
+      out.push_back(sp);
+    }
+  }
+  return out;
+}
+
+}  // namespace collbench::sim::detail

@@ -1,0 +1,87 @@
+#pragma once
+// The dependency-graph driver shared by the exact and aggregated methods: it applies the schedule semantics
+// (deps, rendezvous, FIFO connections, reduction after receive) and asks a Timing when work starts; the Timing
+// reports back when it ends (SimGrid's clock for exact, precomputed durations for aggregated). Internal.
+#include <cstdint>
+#include <vector>
+
+#include "collbench/schedule.h"
+#include "world.h"
+
+namespace collbench::sim::detail {
+
+class Dag {
+ public:
+  enum TagKind : std::uint64_t { kLocal = 0, kTransfer = 1, kReduce = 2 };
+  static std::uint64_t tag(TagKind k, std::uint64_t id) { return id << 2 | k; }
+
+  struct Xfer {
+    int src = 0, dst = 0;        // ranks
+    int sendOp = 0, recvOp = 0;  // global op ids
+    int conn = 0, seq = 0;       // connection and position on it
+    int channel = 0;
+    std::uint64_t bytes = 0;
+    bool reduce = false;  // the receiver is a RecvReduce
+    double sendReady = -1, recvReady = -1, start = -1, end = -1;
+  };
+
+  class Timing {
+   public:
+    virtual ~Timing() = default;
+    /// Network transfer `m` (ranks on different nodes) starts at time t.
+    virtual void transfer(Dag& d, int m, double t) = 0;
+    /// `bytes` of local work at the node's rate (> 0) starts at t: a reduction, a copy or a same-node transfer.
+    virtual void exec(Dag& d, std::uint64_t tag, int rank, double t, double bytes) = 0;
+  };
+
+  Dag(const Schedule& s, const Matching& m, World& w);
+
+  /// Makes the ops without deps ready at time 0 and processes what follows without waiting.
+  void begin(Timing& timing);
+  /// Work `tag` finished at time t (relative to the start); processes what follows.
+  void complete(std::uint64_t tag, double t);
+  /// Records that work `tag` will finish at time t, to be handled after the current step (for Timings that know
+  /// durations up front).
+  void later(std::uint64_t tag, double t) { post(tag, t); }
+  /// Throws Error{InvalidSchedule} naming the first op that never finished (a deadlock under rendezvous).
+  void checkFinished() const;
+
+  double makespan() const;
+  const std::vector<Xfer>& transfers() const { return xf_; }
+  const Xfer& transfer(int m) const { return xf_[static_cast<std::size_t>(m)]; }
+  std::size_t ops() const { return opRank_.size(); }
+  int globalOp(int rank, int op) const { return rankOffset_[static_cast<std::size_t>(rank)] + op; }
+  double opStart(int g) const { return start_[static_cast<std::size_t>(g)]; }
+  double opEnd(int g) const { return end_[static_cast<std::size_t>(g)]; }
+  /// One span per op (two for a RecvReduce that reduces), for the timeline.
+  std::vector<Span> spans() const;
+
+ private:
+  const Op& op(int g) const;
+  void post(std::uint64_t tag, double t) { work_.push_back({tag, t}); }
+  void drain();
+  void handle(std::uint64_t tag, double t);
+  void opReady(int g, double t);
+  void opDone(int g, double t);
+  void tryStart(int m);
+
+  const Schedule& s_;
+  const Matching& m_;
+  World& world_;
+  Timing* timing_ = nullptr;
+  std::vector<int> rankOffset_, opRank_;
+  std::vector<int> pending_;
+  std::vector<double> readyT_, start_, end_;
+  std::vector<int> depStart_, dependents_;  // CSR: op -> ops that depend on it
+  std::vector<Xfer> xf_;
+  std::vector<int> connStart_, connMatches_, connNext_;
+  std::vector<double> connFree_;
+  struct Work {
+    std::uint64_t tag;
+    double t;
+  };
+  std::vector<Work> work_;
+  std::size_t done_ = 0;
+};
+
+}  // namespace collbench::sim::detail

@@ -1,0 +1,230 @@
+// Ring all-reduce without a schedule: the aggregated method streamed step by step, for rank counts whose schedule
+// does not fit in memory (8192 ranks x 1 GiB is 268 M ops). It evaluates exactly the dependency graph that
+// core/algorithms/ring.cc builds when no block is empty (the caller checks that):
+//   transfer (piece p, step s, rank r) goes r -> r+1 on the piece's channel and carries
+//     block (r - s) mod n in reduce-scatter steps s < n-1, block (r + 1 - t) mod n in all-gather step t = s-(n-1);
+//   its send is ready when the receive of step s-1 on rank r completed (including the reduction during
+//   reduce-scatter), or at 0 for s = 0; its receive is ready at once (reduce-scatter) or after the receiver's own
+//   reduce-scatter send of step t (all-gather), which the block chain already implies (n-1 hops of it lead here);
+//   and it waits for the previous transfer on its (r, r+1, channel) connection, which spans pieces.
+#include <algorithm>
+#include <numeric>
+
+#include "collbench/error.h"
+#include "engine.h"
+
+namespace collbench::sim::detail {
+namespace {
+
+struct Piece {
+  std::size_t offset, length;
+  int channel;
+  int round;
+};
+
+// The pieces of ring.cc: split across channels, then into rounds of at most chunk elements per block.
+std::vector<Piece> ringPieces(std::size_t elems, std::size_t elemSize, const AlgoParams& p, std::size_t n) {
+  std::vector<Piece> out;
+  for (int c = 0; c < p.channels; ++c) {
+    const std::size_t parts = static_cast<std::size_t>(p.channels);
+    const std::size_t sliceOff = static_cast<std::size_t>(c) * (elems / parts) + std::min<std::size_t>(c, elems % parts);
+    const std::size_t sliceLen = elems / parts + (static_cast<std::size_t>(c) < elems % parts ? 1 : 0);
+    std::size_t rounds = 1;
+    if (p.chunkBytes != 0 && sliceLen != 0) {
+      const std::size_t perRound = std::max<std::size_t>(1, p.chunkBytes / elemSize) * n;
+      rounds = (sliceLen + perRound - 1) / perRound;
+    }
+    for (std::size_t k = 0; k < rounds; ++k) {
+      const std::size_t off = k * (sliceLen / rounds) + std::min(k, sliceLen % rounds);
+      const std::size_t len = sliceLen / rounds + (k < sliceLen % rounds ? 1 : 0);
+      out.push_back(Piece{sliceOff + off, len, c, static_cast<int>(k)});
+    }
+  }
+  return out;
+}
+
+std::size_t blockLen(std::size_t pieceLen, std::size_t n, std::size_t b) { return pieceLen / n + (b < pieceLen % n ? 1 : 0); }
+
+}  // namespace
+
+/// True when ring.cc's schedule for these parameters has no elided (empty) block, which the model assumes.
+bool ringModelApplies(const CollectiveSpec& spec, const AlgoParams& params) {
+  if (spec.kind != Collective::AllReduce || spec.nranks < 2) return false;
+  const auto n = static_cast<std::size_t>(spec.nranks);
+  for (const Piece& p : ringPieces(spec.count, spec.elementSize(), params, n)) {
+    if (p.length < n) return false;
+  }
+  return true;
+}
+
+SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoParams& params) {
+  COLLBENCH_CHECK(ringModelApplies(spec, params), "ring model on {}", describe(spec));
+  const int n = spec.nranks;
+  const auto nu = static_cast<std::size_t>(n);
+  const std::size_t es = spec.elementSize();
+  const std::vector<Piece> pieces = ringPieces(spec.count, es, params, nu);
+  const int channels = params.channels;
+  const int steps = 2 * (n - 1);
+  int maxRounds = 0;
+  for (const Piece& p : pieces) maxRounds = std::max(maxRounds, p.round + 1);
+  // Piece of (channel, round), -1 when that channel has fewer rounds.
+  std::vector<int> pieceAt(static_cast<std::size_t>(channels * maxRounds), -1);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    pieceAt[static_cast<std::size_t>(pieces[i].channel * maxRounds + pieces[i].round)] = static_cast<int>(i);
+  }
+
+  // Per channel and rank: end of the last transfer on connection r -> r+1, and when the last receive completed on
+  // rank r (reduction included).
+  std::vector<double> connFree(static_cast<std::size_t>(channels) * nu, 0);
+  std::vector<double> recvDone(static_cast<std::size_t>(channels) * nu, 0);
+  std::vector<double> nextRecvDone(recvDone.size(), 0);
+  std::vector<double> rate(nu);
+  bool sharedNodes = false;
+  {
+    std::vector<int> ranksOnHost(nu, 0);
+    for (int r = 0; r < n; ++r) {
+      rate[static_cast<std::size_t>(r)] = w.reduceRate(r);
+      if (++ranksOnHost[static_cast<std::size_t>(w.hostIndex(r))] > 1) sharedNodes = true;
+    }
+  }
+  const bool finiteReduce = std::any_of(rate.begin(), rate.end(), [](double x) { return x > 0; });
+
+  GroupCache cache(w, w.config().crossTraffic);
+  SimResult res;
+  res.method = "ring-model";
+  const std::size_t before = w.activities();
+  if (finiteReduce && (channels > 1 || sharedNodes)) {
+    res.exact = false;
+    res.note = "reductions of concurrent channels or of ranks sharing a node may overlap (taken as delays here)";
+  }
+
+  // The flows of a step: for each active channel, r -> r+1 for every rank.
+  std::vector<int> src, dst, group;
+  std::vector<std::uint64_t> bytes, prevBytes;
+  std::vector<int> prevChannels, active;
+  std::vector<double> dur;
+  std::vector<int> groupSize;
+  int groups = 0;
+  double prevEnd = 0, makespan = 0;
+  bool sameStructure = false;  // this step's pairs and groups are the previous step's
+  std::vector<double> prevGroupEnd;
+  const double kTolRel = 1e-12;
+  for (int k = 0; k < maxRounds; ++k) {
+    active.clear();
+    for (int c = 0; c < channels; ++c) {
+      if (pieceAt[static_cast<std::size_t>(c * maxRounds + k)] >= 0) active.push_back(c);
+    }
+    for (int s = 0; s < steps; ++s) {
+      const bool rs = s < n - 1;
+      bytes.clear();
+      for (int c : active) {
+        const Piece& p = pieces[static_cast<std::size_t>(pieceAt[static_cast<std::size_t>(c * maxRounds + k)])];
+        for (int r = 0; r < n; ++r) {
+          const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
+          bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
+        }
+      }
+      // Steps whose flows equal the previous step's reuse its times outright (uniform blocks: every step).
+      if (active != prevChannels || bytes != prevBytes) {
+        if (active != prevChannels) {
+          sameStructure = false;
+          src.clear();
+          dst.clear();
+          for (std::size_t i = 0; i < active.size(); ++i) {
+            for (int r = 0; r < n; ++r) {
+              src.push_back(r);
+              dst.push_back((r + 1) % n);
+            }
+          }
+        }
+        // Same-node pairs are memory copies, not flows.
+        std::vector<int> fs, fd, idx;
+        std::vector<std::uint64_t> fb;
+        dur.assign(src.size(), 0);
+        for (std::size_t i = 0; i < src.size(); ++i) {
+          if (w.sameNode(src[i], dst[i])) {
+            const double rt = rate[static_cast<std::size_t>(src[i])];
+            dur[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
+            continue;
+          }
+          fs.push_back(src[i]);
+          fd.push_back(dst[i]);
+          fb.push_back(bytes[i]);
+          idx.push_back(static_cast<int>(i));
+        }
+        std::vector<int> g;
+        groups = contentionGroups(w, fs, fd, w.config().crossTraffic, g);
+        const std::vector<double> d = cache.durations(fs, fd, fb, g, groups);
+        group.assign(src.size(), -1);
+        groupSize.assign(static_cast<std::size_t>(groups), 0);
+        for (std::size_t j = 0; j < idx.size(); ++j) {
+          dur[static_cast<std::size_t>(idx[j])] = d[j];
+          group[static_cast<std::size_t>(idx[j])] = g[j];
+          ++groupSize[static_cast<std::size_t>(g[j])];
+        }
+        prevChannels = active;
+        prevBytes = bytes;
+      }
+      // Evaluate the step.
+      std::vector<double> groupStart(static_cast<std::size_t>(groups), -1), groupEnd(static_cast<std::size_t>(groups), 0);
+      double lo = -1, hi = 0;
+      for (std::size_t a = 0; a < active.size(); ++a) {
+        const auto c = static_cast<std::size_t>(active[a]);
+        double* free = &connFree[c * nu];
+        const double* done = &recvDone[c * nu];
+        double* next = &nextRecvDone[c * nu];
+        for (int r = 0; r < n; ++r) {
+          const std::size_t i = a * nu + static_cast<std::size_t>(r);
+          const double sendReady = s == 0 ? 0 : done[r];
+          const double start = std::max(sendReady, free[r]);
+          const double end = start + dur[i];
+          free[r] = end;
+          const int to = (r + 1) % n;
+          const double rt = rate[static_cast<std::size_t>(to)];
+          next[to] = end + (rs && rt > 0 ? static_cast<double>(bytes[i]) / rt : 0);
+          makespan = std::max(makespan, next[to]);
+          lo = lo < 0 ? start : std::min(lo, start);
+          hi = std::max(hi, end);
+          const int gi = group[i];
+          if (gi < 0 || groupSize[static_cast<std::size_t>(gi)] < 2) continue;
+          // A group of several flows was simulated starting together and alone on its links: its flows must start
+          // at one instant, after the same group of the previous step has left those links. (A group of one flow
+          // is alone on its links, whose previous user is the same connection, which is FIFO.)
+          const auto gu = static_cast<std::size_t>(gi);
+          double& gs = groupStart[gu];
+          const double tol = kTolRel * std::max(end, 1e-9);
+          if (gs < 0) gs = start;
+          if (res.exact && std::abs(gs - start) > tol) {
+            res.exact = false;
+            res.note = fmt::format("flows that share links in step {} start at different times", s);
+          }
+          if (res.exact && sameStructure && start < prevGroupEnd[gu] - tol) {
+            res.exact = false;
+            res.note = fmt::format("flows of steps {} and {} share links at the same time", s - 1, s);
+          }
+          groupEnd[gu] = std::max(groupEnd[gu], end);
+        }
+      }
+      if (res.exact && !sameStructure && lo < prevEnd - kTolRel * std::max(prevEnd, 1e-9)) {
+        res.exact = false;
+        res.note = fmt::format("steps {} and {} overlap in time while their flows change (not checked link by link)",
+                               s - 1, s);
+      }
+      prevEnd = std::max(prevEnd, hi);
+      prevGroupEnd = std::move(groupEnd);
+      sameStructure = true;
+      for (int c : active) {
+        std::copy_n(&nextRecvDone[static_cast<std::size_t>(c) * nu], nu, &recvDone[static_cast<std::size_t>(c) * nu]);
+      }
+    }
+  }
+  res.seconds = makespan;
+  const std::size_t transfers = pieces.size() * nu * static_cast<std::size_t>(steps);
+  res.transfers = transfers;
+  res.ops = 2 * transfers;
+  res.simulatedActivities = w.activities() - before;
+  res.patterns = cache.patterns();
+  return res;
+}
+
+}  // namespace collbench::sim::detail

@@ -1,0 +1,124 @@
+// The "sim" backend: Backend::run simulates the schedule once (the simulator is deterministic, so iterations and
+// warmup would repeat the same number).
+#include "sim_backend.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "collbench/error.h"
+
+namespace collbench::sim {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+bool parseFlag(const std::string& key, const std::string& v) {
+  const std::string l = lower(v);
+  if (l == "1" || l == "true" || l == "on" || l == "yes") return true;
+  if (l == "0" || l == "false" || l == "off" || l == "no") return false;
+  throw Error(Errc::InvalidArgument, fmt::format("sim backend option {}: expected 0 or 1, got '{}'", key, v));
+}
+
+class SimBackend : public Backend {
+ public:
+  explicit SimBackend(Simulator sim) : sim_(std::move(sim)) {}
+  std::string_view name() const override { return "sim"; }
+  int nranks() const override { return sim_.nranks(); }
+  bool movesData() const override { return false; }
+  RunResult run(const Schedule& s, const Buffers&, const RunOptions&) override {
+    const SimResult r = sim_.run(s);
+    return RunResult{r.seconds, s.algorithm, 0};
+  }
+
+ private:
+  Simulator sim_;
+};
+
+}  // namespace
+
+std::string_view toString(NetworkModel m) { return m == NetworkModel::CM02 ? "CM02" : "LV08"; }
+
+NetworkModel parseNetworkModel(std::string_view s) {
+  const std::string l = lower(s);
+  if (l == "cm02") return NetworkModel::CM02;
+  if (l == "lv08") return NetworkModel::LV08;
+  throw Error(Errc::InvalidArgument, fmt::format("unknown network model '{}' (available: CM02, LV08)", s));
+}
+
+std::string_view toString(SimMode m) {
+  switch (m) {
+    case SimMode::Auto: return "auto";
+    case SimMode::Exact: return "exact";
+    case SimMode::Aggregated: return "aggregated";
+  }
+  return "?";
+}
+
+SimMode parseSimMode(std::string_view s) {
+  const std::string l = lower(s);
+  if (l == "auto") return SimMode::Auto;
+  if (l == "exact") return SimMode::Exact;
+  if (l == "aggregated") return SimMode::Aggregated;
+  throw Error(Errc::InvalidArgument, fmt::format("unknown simulation mode '{}' (available: auto, exact, aggregated)", s));
+}
+
+std::string_view toString(SpanKind k) {
+  switch (k) {
+    case SpanKind::Send: return "send";
+    case SpanKind::Recv: return "recv";
+    case SpanKind::Reduce: return "reduce";
+    case SpanKind::Copy: return "copy";
+  }
+  return "?";
+}
+
+Topology loadTopologyWithOverrides(const std::string& nameOrPath, const std::string& overrides) {
+  Topology t = loadTopology(nameOrPath);
+  std::size_t at = 0;
+  while (at <= overrides.size()) {
+    const std::size_t end = std::min(overrides.find(';', at), overrides.size());
+    const std::string one = trim(std::string_view(overrides).substr(at, end - at));
+    if (!one.empty()) applyOverride(t, one);
+    at = end + 1;
+  }
+  return t;
+}
+
+std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& options) {
+  std::string topology = kDefaultTopology, overrides;
+  SimConfig cfg;
+  for (const auto& [key, value] : options) {
+    if (key == "topology") {
+      if (!value.empty()) topology = value;
+    } else if (key == "model") {
+      cfg.model = parseNetworkModel(value);
+    } else if (key == "set") {
+      overrides = value;
+    } else if (key == "crosstraffic") {
+      cfg.crossTraffic = parseFlag(key, value);
+    } else if (key == "mode") {
+      cfg.mode = parseSimMode(value);
+    } else {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("unknown sim backend option '{}' (accepted: topology, model, set, crosstraffic, mode)", key));
+    }
+  }
+  return std::make_unique<SimBackend>(Simulator(loadTopologyWithOverrides(topology, overrides), nranks, cfg));
+}
+
+void registerSimBackend() {
+  registerBackend("sim", "SimGrid simulation of the topology (--topology, default dgx-h100-8x1)", makeSimBackend);
+}
+
+}  // namespace collbench::sim

@@ -1,0 +1,146 @@
+#pragma once
+/// The SimGrid simulator: the "sim" backend, and the richer interface `collbench sim` and `sweep` use.
+/// This header does not include SimGrid (only simulator/*.cc do).
+///
+/// What is simulated (DESIGN.md "Simulator"):
+/// - The platform is the Topology: one SPLITDUPLEX link per topology link (bandwidth_GBps per direction, capped by a
+///   switch's switch_GBps port limit), switches are routing points only (non-blocking: no false contention), routes
+///   are Router's. A transfer goes from the sender's node to the receiver's node along that route.
+/// - Each matched Send/Recv(Reduce) pair is one transfer. It starts when the send op and the receive op are both
+///   ready (all their deps finished: rendezvous) and the previous transfer of the same (src, dst, channel)
+///   connection has finished (connections are FIFO: a later transfer never overtakes or overlaps an earlier one).
+///   The send completes when the transfer does; a RecvReduce then reduces `bytes` on the receiver at its
+///   reduce_GBps before completing.
+/// - Reduce and Copy ops cost bytes / reduce_GBps on the rank's node (a copy is a memory-bound kernel like a
+///   reduction; a Copy whose source and destination are the same range is free). reduce_GBps 0 means infinitely
+///   fast. Concurrent reductions on one node share its rate. Ranks on the same node (several ranks on one cpu) have
+///   no link between them: their transfers are memory copies at that rate too.
+/// - Network models: CM02 (default; max-min fair sharing, time = latency + bytes / share, TCP window bound off,
+///   cross-traffic off: exact alpha-beta where nothing is shared) and LV08 (SimGrid's calibrated TCP model: latency
+///   x13.01, bandwidth x0.97, RTT-weighted sharing, 4 MiB window). `crossTraffic` adds SimGrid's reverse-direction
+///   acknowledgement flows (0.05 of the bandwidth) to either model.
+/// - The simulator is deterministic: one simulated execution is the result (iterations and warmup are ignored by
+///   the backend). Buffers are never touched.
+///
+/// Scale (SimResult::method says which was used):
+/// - "exact": every transfer and reduction is its own SimGrid activity (about 3 us of host time per transfer).
+/// - "aggregated": transfers are grouped in steps (the k-th send of each rank on each channel); within a step, flows
+///   that share a directed link form a contention group, each distinct group (same flow sizes, same link
+///   parameters, same sharing structure) is simulated once in SimGrid and its per-flow times are reused for every
+///   identical group; the dependency graph is then evaluated with those times. The result is exact (equal to
+///   "exact") when the assumptions it checks hold: flows of one group start at the same instant, no two groups use
+///   a link at the same time, and no two reductions overlap on a node. Otherwise SimResult::exact is false and
+///   `note` says which assumption failed.
+/// - "ring-model": ring all-reduce without building the schedule (the same aggregated evaluation, streamed step by
+///   step), for rank counts whose schedule would not fit in memory.
+/// - "extrapolated": pipelined algorithms (tree, chain broadcast/reduce) with many chunks: the simulated time of the
+///   same schedule with m, m+1, m+2 chunks of the same chunk size; when the per-chunk increment is constant
+///   (steady-state pipeline) the time is extended linearly to the real chunk count.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collbench/algorithms.h"
+#include "collbench/backend.h"
+#include "collbench/topology.h"
+
+namespace collbench::sim {
+
+enum class NetworkModel { CM02, LV08 };
+/// "CM02", "LV08".
+std::string_view toString(NetworkModel m);
+/// Case-insensitive; throws Error{InvalidArgument} naming the value and the accepted names.
+NetworkModel parseNetworkModel(std::string_view s);
+
+enum class SimMode { Auto, Exact, Aggregated };
+std::string_view toString(SimMode m);
+SimMode parseSimMode(std::string_view s);
+
+/// Auto mode simulates op by op up to this many transfers: at about 3 us each that is about a second here.
+inline constexpr std::size_t kDefaultExactTransferLimit = 300000;
+/// Schedules are built (rather than modelled without one) up to this many transfers: a ring all-reduce schedule
+/// holds two ops per transfer at about 150 bytes each, so this is about 1.2 GB.
+inline constexpr std::size_t kMaterializeTransferLimit = 4000000;
+
+struct SimConfig {
+  NetworkModel model = NetworkModel::CM02;
+  bool crossTraffic = false;
+  SimMode mode = SimMode::Auto;
+  std::size_t exactTransferLimit = kDefaultExactTransferLimit;
+  /// Record one span per op (SimResult::spans) for --timeline.
+  bool timeline = false;
+};
+
+enum class SpanKind : std::uint8_t { Send, Recv, Reduce, Copy };
+std::string_view toString(SpanKind k);
+
+/// One op (or the reduction part of a RecvReduce) on the simulated clock, in seconds from the collective's start.
+struct Span {
+  int rank = 0;
+  int op = 0;  ///< index in the rank's program
+  int peer = -1;
+  int channel = 0;
+  SpanKind kind = SpanKind::Send;
+  std::uint64_t bytes = 0;
+  double start = 0, end = 0;
+};
+
+struct SimResult {
+  double seconds = 0;  ///< simulated time of one execution
+  std::string method;  ///< "exact", "aggregated", "ring-model", "extrapolated"
+  bool exact = true;   ///< false when an aggregated model could not prove it equals op-by-op simulation
+  std::string note;    ///< why not exact, or how the value was extrapolated
+  std::size_t ops = 0;                  ///< schedule ops represented
+  std::size_t transfers = 0;            ///< matched send/receive pairs represented
+  std::size_t simulatedActivities = 0;  ///< SimGrid comms and executions actually run
+  std::size_t patterns = 0;             ///< distinct contention groups simulated (aggregated methods)
+  double wallSeconds = 0;               ///< host time, fork and platform construction included
+  std::vector<Span> spans;              ///< when SimConfig::timeline
+};
+
+/// A topology plus simulation settings; each run() is independent (own SimGrid engine in a forked child process,
+/// since SimGrid allows one engine per process; set COLLBENCH_SIM_INPROCESS=1 to run in-process, once, for
+/// profiling).
+class Simulator {
+ public:
+  /// Simulates ranks 0..nranks-1 of the topology (nranks <= 0: all of them). Throws Error{InvalidArgument} when the
+  /// topology has fewer ranks.
+  Simulator(Topology topology, int nranks, SimConfig config = {});
+
+  int nranks() const { return nranks_; }
+  const Topology& topology() const { return topo_; }
+  const SimConfig& config() const { return config_; }
+
+  /// One simulated execution of `s`. Throws Error{InvalidArgument} when s has another rank count,
+  /// Error{InvalidSchedule} when it does not match or deadlocks.
+  SimResult run(const Schedule& s) const;
+  /// Simulates `algorithm` for `spec` (spec.nranks must equal nranks()), building the schedule when it is small
+  /// enough and using the data-free models (ring-model, extrapolated) when it is not.
+  SimResult runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params = {}) const;
+
+ private:
+  Topology topo_;
+  int nranks_;
+  SimConfig config_;
+};
+
+/// loadTopology(nameOrPath), then applyOverride for each of the ';'-separated assignments (empty ones ignored).
+Topology loadTopologyWithOverrides(const std::string& nameOrPath, const std::string& overrides);
+
+/// Writes a Chrome trace (JSON object format, opened by chrome://tracing and ui.perfetto.dev): one process per
+/// rank, one thread lane per concurrent send, receive or compute span, times in microseconds.
+void writeTimeline(std::ostream& out, const SimResult& r, const std::string& title);
+
+/// The "sim" backend. Options: "topology" (name or path; default kDefaultTopology), "model" (CM02 | LV08),
+/// "set" ("k=v;k=v" topology overrides), "crosstraffic" (0 | 1), "mode" (auto | exact | aggregated). nranks <= the
+/// topology's ranks (<= 0: all).
+std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& options);
+inline constexpr const char* kDefaultTopology = "dgx-h100-8x1";
+
+void registerSimBackend();
+
+}  // namespace collbench::sim

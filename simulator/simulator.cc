@@ -1,0 +1,370 @@
+// Simulator: picks the method, and runs each simulation in a forked child (SimGrid allows one engine per process
+// and seals its platform at the first run, so a long-lived process that simulates several topologies, or the same
+// one several times, needs a fresh process each time; fork shares the schedule copy-on-write, only results travel
+// back through a pipe).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "collbench/error.h"
+#include "engine.h"
+#include "sim_backend.h"
+#include "world.h"
+
+namespace collbench::sim {
+namespace detail {
+bool ringModelApplies(const CollectiveSpec& spec, const AlgoParams& params);
+}  // namespace detail
+
+namespace {
+
+// ---- Result transport from the child ----
+class Writer {
+ public:
+  template <class T>
+  void pod(const T& v) {
+    buf_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(const std::string& s) {
+    pod(s.size());
+    buf_.append(s);
+  }
+  std::string& buffer() { return buf_; }
+
+ private:
+  std::string buf_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& b) : b_(b) {}
+  template <class T>
+  T pod() {
+    T v;
+    need(sizeof v);
+    std::memcpy(&v, b_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return v;
+  }
+  std::string str() {
+    const auto n = pod<std::size_t>();
+    need(n);
+    std::string s = b_.substr(at_, n);
+    at_ += n;
+    return s;
+  }
+
+ private:
+  void need(std::size_t n) const {
+    if (at_ + n > b_.size()) throw Error(Errc::BackendError, "simulator: truncated result from the child process");
+  }
+  const std::string& b_;
+  std::size_t at_ = 0;
+};
+
+void put(Writer& w, const SimResult& r) {
+  w.pod(r.seconds);
+  w.str(r.method);
+  w.pod(r.exact);
+  w.str(r.note);
+  w.pod(r.ops);
+  w.pod(r.transfers);
+  w.pod(r.simulatedActivities);
+  w.pod(r.patterns);
+  w.pod(r.spans.size());
+  w.buffer().append(reinterpret_cast<const char*>(r.spans.data()), r.spans.size() * sizeof(Span));
+}
+
+SimResult get(Reader& rd) {
+  SimResult r;
+  r.seconds = rd.pod<double>();
+  r.method = rd.str();
+  r.exact = rd.pod<bool>();
+  r.note = rd.str();
+  r.ops = rd.pod<std::size_t>();
+  r.transfers = rd.pod<std::size_t>();
+  r.simulatedActivities = rd.pod<std::size_t>();
+  r.patterns = rd.pod<std::size_t>();
+  r.spans.resize(rd.pod<std::size_t>());
+  for (Span& s : r.spans) s = rd.pod<Span>();
+  return r;
+}
+
+enum class Outcome : char { Result = 'R', Error = 'E', Failure = 'X' };
+
+void writeAll(int fd, const std::string& data) {
+  std::size_t at = 0;
+  while (at < data.size()) {
+    const ssize_t k = ::write(fd, data.data() + at, data.size() - at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return;
+    at += static_cast<std::size_t>(k);
+  }
+}
+
+SimResult inChild(const std::function<SimResult()>& body) {
+  if (const char* inProcess = std::getenv("COLLBENCH_SIM_INPROCESS"); inProcess && std::string(inProcess) == "1") {
+    return body();
+  }
+  int fds[2];
+  if (::pipe(fds) != 0) throw Error(Errc::BackendError, fmt::format("simulator: pipe failed: {}", std::strerror(errno)));
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error(Errc::BackendError, fmt::format("simulator: fork failed: {}", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    // Results go back through the pipe; nothing the child (or SimGrid) prints may reach the parent's stdout.
+    if (const int devnull = ::open("/dev/null", O_WRONLY); devnull >= 0) ::dup2(devnull, STDOUT_FILENO);
+    Writer w;
+    try {
+      const SimResult r = body();
+      w.pod(Outcome::Result);
+      put(w, r);
+    } catch (const Error& e) {
+      w = Writer{};
+      w.pod(Outcome::Error);
+      w.pod(e.code());
+      w.pod(e.rank());
+      w.pod(e.peer());
+      w.str(e.what());
+    } catch (const std::exception& e) {
+      w = Writer{};
+      w.pod(Outcome::Failure);
+      w.str(e.what());
+    }
+    writeAll(fds[1], w.buffer());
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t k = ::read(fds[0], buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    data.append(buf, static_cast<std::size_t>(k));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (data.empty()) {
+    if (WIFSIGNALED(status)) {
+      throw Error(Errc::BackendError, fmt::format("simulator process died with signal {} ({}){}", WTERMSIG(status),
+                                                  strsignal(WTERMSIG(status)),
+                                                  WTERMSIG(status) == SIGKILL ? ": out of memory?" : ""));
+    }
+    throw Error(Errc::BackendError, fmt::format("simulator process exited with status {} and no result",
+                                                WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+  }
+  Reader rd(data);
+  switch (rd.pod<Outcome>()) {
+    case Outcome::Result: return get(rd);
+    case Outcome::Error: {
+      const auto code = rd.pod<Errc>();
+      const int rank = rd.pod<int>(), peer = rd.pod<int>();
+      throw Error(code, rd.str(), rank, peer);
+    }
+    case Outcome::Failure: throw Error(Errc::BackendError, "simulator: " + rd.str());
+  }
+  throw Error(Errc::BackendError, "simulator: malformed result from the child process");
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::size_t ceilLog2(std::size_t n) { return n <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(n - 1)); }
+
+std::size_t chunksOf(std::size_t elems, std::size_t elemSize, std::size_t chunkBytes, std::size_t def) {
+  const std::size_t chunk = chunkBytes ? chunkBytes : def;
+  if (elems == 0 || chunk == 0) return 1;
+  const std::size_t chunkElems = std::max<std::size_t>(1, chunk / elemSize);
+  return (elems + chunkElems - 1) / chunkElems;
+}
+
+std::size_t part(std::size_t total, std::size_t parts, std::size_t i) { return total / parts + (i < total % parts ? 1 : 0); }
+
+bool pipelined(const CollectiveSpec& spec, std::string_view algo) {
+  return (spec.kind == Collective::AllReduce && algo == "tree") ||
+         ((spec.kind == Collective::Broadcast || spec.kind == Collective::Reduce) && algo == "ring");
+}
+
+/// Slices a pipelined algorithm splits its data into before chunking (tree: 2 trees x channels).
+std::size_t pipelineSlices(const CollectiveSpec& spec, const AlgoParams& p) {
+  return static_cast<std::size_t>(p.channels) * (spec.kind == Collective::AllReduce ? 2 : 1);
+}
+
+/// Upper bound of the transfers the generator would emit (empty blocks are elided there, not here).
+std::size_t estimateTransfers(const CollectiveSpec& spec, std::string_view algo, const AlgoParams& p) {
+  const auto n = static_cast<std::size_t>(spec.nranks);
+  const std::size_t es = spec.elementSize(), ch = static_cast<std::size_t>(p.channels);
+  if (n <= 1) return 0;
+  if (pipelined(spec, algo)) {
+    std::size_t chunks = 0;
+    const std::size_t slices = pipelineSlices(spec, p);
+    for (std::size_t i = 0; i < slices; ++i) {
+      chunks += chunksOf(part(spec.count, slices, i), es, p.chunkBytes, kDefaultPipelineChunkBytes);
+    }
+    return chunks * (spec.kind == Collective::AllReduce ? 2 * (n - 1) : n - 1);
+  }
+  if (algo == "ring") {
+    const std::size_t perRoundBlocks = spec.kind == Collective::AllReduce ? n : 1;
+    std::size_t pieces = 0;
+    for (std::size_t c = 0; c < ch; ++c) {
+      const std::size_t len = part(spec.count, ch, c);
+      std::size_t rounds = 1;
+      if (p.chunkBytes != 0 && len != 0) {
+        const std::size_t per = std::max<std::size_t>(1, p.chunkBytes / es) * perRoundBlocks;
+        rounds = (len + per - 1) / per;
+      }
+      pieces += rounds;
+    }
+    return pieces * n * (spec.kind == Collective::AllReduce ? 2 * (n - 1) : n - 1);
+  }
+  if (algo == "recursive_doubling") return n * (ceilLog2(n) + 2);
+  if (algo == "rabenseifner") return n * (2 * ceilLog2(n) + 2);
+  if (algo == "direct") return 2 * n * (n - 1);
+  if (algo == "dissemination") return n * ceilLog2(n);
+  return n * n;  // unknown generator: assume all pairs
+}
+
+}  // namespace
+
+Simulator::Simulator(Topology topology, int nranks, SimConfig config)
+    : topo_(std::move(topology)), nranks_(nranks), config_(config) {
+  const int available = static_cast<int>(topo_.ranks.size());
+  if (nranks_ <= 0) nranks_ = available;
+  if (nranks_ > available) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("topology '{}' has {} ranks, {} requested (use at most {})", topo_.name, available, nranks_,
+                            available));
+  }
+}
+
+SimResult Simulator::run(const Schedule& s) const {
+  if (static_cast<int>(s.ranks.size()) != nranks_) {
+    throw Error(Errc::InvalidArgument, fmt::format("schedule has {} ranks but the simulator runs {} (topology '{}')",
+                                                   s.ranks.size(), nranks_, topo_.name));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  SimResult r = inChild([&] {
+    const Matching m = matchSchedule(s);
+    detail::World w(topo_, nranks_, config_);
+    const bool exact = config_.mode == SimMode::Exact ||
+                       (config_.mode == SimMode::Auto && m.matches.size() <= config_.exactTransferLimit);
+    return exact ? detail::simulateExact(w, s, m, config_.timeline)
+                 : detail::simulateAggregated(w, s, m, config_.timeline);
+  });
+  r.wallSeconds = secondsSince(t0);
+  return r;
+}
+
+namespace {
+
+/// Pipelined algorithms with many chunks: T(m) for m, m+1, m+2, m+3 chunks of one size; once the increments agree
+/// (the pipeline is in its steady state) extend linearly to the real chunk count.
+SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_view algo, const AlgoParams& p,
+                      const SimConfig& cfg) {
+  const std::size_t es = spec.elementSize(), slices = pipelineSlices(spec, p);
+  std::size_t chunks = 0, chunkElems = 0;
+  bool uniform = true;
+  for (std::size_t i = 0; i < slices; ++i) {
+    const std::size_t len = part(spec.count, slices, i);
+    const std::size_t c = chunksOf(len, es, p.chunkBytes, kDefaultPipelineChunkBytes);
+    if (i == 0) chunks = c;
+    uniform = uniform && c == chunks && len % c == 0 && len / c == part(spec.count, slices, 0) / chunks;
+    chunkElems = std::max(chunkElems, (len + c - 1) / c);
+  }
+  const auto n = static_cast<std::size_t>(spec.nranks);
+  // Fill: a chunk needs about depth steps to cross the tree (log2 n levels up and down) or the chain (n - 1 hops);
+  // start well past the tree's fill, and grow m until the increments agree.
+  std::size_t m = spec.kind == Collective::AllReduce ? 2 * ceilLog2(n) + 2 : 4;
+  const double kAgree = 1e-9;
+  SimResult out;
+  auto runSchedule = [&](const Schedule& s) {
+    const Matching mt = matchSchedule(s);
+    const bool exact = cfg.mode == SimMode::Exact || mt.matches.size() <= cfg.exactTransferLimit;
+    return exact ? detail::simulateExact(w, s, mt, false) : detail::simulateAggregated(w, s, mt, false);
+  };
+  if (chunks <= m + 3) return runSchedule(buildSchedule(spec, algo, p));
+  out.method = "extrapolated";
+  constexpr int kMaxDoublings = 3;
+  for (int attempt = 0;; ++attempt) {
+    double t[4];
+    bool subExact = true;
+    for (int j = 0; j < 4; ++j) {
+      CollectiveSpec sub = spec;
+      sub.count = slices * (m + static_cast<std::size_t>(j)) * chunkElems;
+      const SimResult r = runSchedule(buildSchedule(sub, algo, AlgoParams{chunkElems * es, p.channels}));
+      t[j] = r.seconds;
+      subExact = subExact && r.exact;
+      out.simulatedActivities += r.simulatedActivities;
+      out.patterns += r.patterns;
+    }
+    const double d1 = t[1] - t[0], d2 = t[2] - t[1], d3 = t[3] - t[2];
+    const bool steady = std::abs(d3 - d2) <= kAgree * t[3] && std::abs(d2 - d1) <= kAgree * t[3];
+    if (steady || attempt == kMaxDoublings || 2 * m + 3 >= chunks) {
+      out.seconds = t[3] + static_cast<double>(chunks - (m + 3)) * d3;
+      out.exact = false;
+      out.note = fmt::format("{} chunks of {} elements extrapolated from {}..{} chunks ({:.6g} us per chunk{}{}{})",
+                             chunks, chunkElems, m, m + 3, d3 * 1e6, steady ? "" : "; increments still vary",
+                             uniform ? "" : "; the real chunks differ by one element",
+                             subExact ? "" : "; sub-runs approximate");
+      break;
+    }
+    m *= 2;
+  }
+  // What the full schedule would hold.
+  out.transfers = estimateTransfers(spec, algo, p);
+  out.ops = 2 * out.transfers;
+  return out;
+}
+
+}  // namespace
+
+SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm,
+                                  const AlgoParams& params) const {
+  if (spec.nranks != nranks_) {
+    throw Error(Errc::InvalidArgument, fmt::format("{} needs {} ranks but the simulator runs {} (topology '{}')",
+                                                   describe(spec), spec.nranks, nranks_, topo_.name));
+  }
+  checkSpec(spec, params);
+  findAlgorithm(spec.kind, algorithm);
+  const std::size_t est = estimateTransfers(spec, algorithm, params);
+  const bool small = est <= config_.exactTransferLimit || config_.mode == SimMode::Exact;
+  const bool ringModel = !small && spec.kind == Collective::AllReduce && algorithm == "ring" &&
+                         !config_.timeline && detail::ringModelApplies(spec, params);
+  const bool extra = !small && !ringModel && pipelined(spec, algorithm) && !config_.timeline;
+  if (!ringModel && !extra) {
+    if (est > kMaterializeTransferLimit) {
+      throw Error(Errc::Unsupported,
+                  fmt::format("{} with '{}' would need about {} transfers: too large to build{}", describe(spec),
+                              algorithm, est, config_.timeline ? " (a timeline needs the whole schedule)" : ""));
+    }
+    return run(buildSchedule(spec, algorithm, params));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  SimResult r = inChild([&] {
+    detail::World w(topo_, nranks_, config_);
+    if (ringModel) return detail::simulateRingModel(w, spec, params);
+    return extrapolate(w, spec, algorithm, params, config_);
+  });
+  r.wallSeconds = secondsSince(t0);
+  return r;
+}
+
+}  // namespace collbench::sim

@@ -1,0 +1,189 @@
+#include "world.h"
+
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "collbench/error.h"
+
+namespace collbench::sim::detail {
+namespace sg4 = simgrid::s4u;
+namespace {
+
+constexpr double kBytesPerGB = 1e9;   // topology bandwidths are GB/s = 1e9 bytes/s
+constexpr double kSecondsPerUs = 1e-6;
+// Host speed when a node has no reduction rate (reductions there are free and never reach SimGrid).
+constexpr double kUnusedHostSpeed = 1e9;
+
+World* gCurrent = nullptr;  // the process's World (one engine per process)
+
+std::uint64_t pairKey(int a, int b) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+}
+
+}  // namespace
+
+World::World(const Topology& topology, int nranks, const SimConfig& config)
+    : topo_(topology), config_(config), router_(topo_), nranks_(nranks) {
+  COLLBENCH_CHECK(gCurrent == nullptr, "one SimGrid engine per process");
+  gCurrent = this;
+  // Quiet before anything logs: SimGrid reports configuration changes at INFO level.
+  xbt_log_control_set("root.thres:critical");
+  static int argc = 1;
+  static char name[] = "collbench-sim";
+  static char* argv[] = {name, nullptr};
+  new sg4::Engine(&argc, argv);  // lives until the process exits (SimGrid allows one per process)
+  sg4::Engine::set_config(std::string("network/model:") + std::string(toString(config.model)));
+  sg4::Engine::set_config("network/crosstraffic", config.crossTraffic);
+  if (config.model == NetworkModel::CM02) {
+    // CM02's TCP window bound (rate <= gamma / 2 latency) is a TCP artefact; off, a flow gets exactly its max-min
+    // share, which is what the alpha-beta closed forms assume. LV08 keeps SimGrid's default window.
+    sg4::Engine::set_config("network/TCP-gamma", 0.0);
+  }
+  zone_ = sg4::create_empty_zone("collbench");
+
+  const int nodes = static_cast<int>(topo_.nodes.size());
+  nodeHost_.assign(static_cast<std::size_t>(nodes), -1);
+  rankHost_.resize(static_cast<std::size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) {
+    const int node = router_.rankNode(r);
+    int& h = nodeHost_[static_cast<std::size_t>(node)];
+    if (h < 0) {
+      const TopoNode& tn = topo_.nodes[static_cast<std::size_t>(node)];
+      const double rate = tn.reduceGBps > 0 ? tn.reduceGBps * kBytesPerGB : 0;
+      h = static_cast<int>(hosts_.size());
+      hosts_.push_back(zone_->create_host("h" + std::to_string(node), rate > 0 ? rate : kUnusedHostSpeed));
+      hostReduceRate_.push_back(rate);
+    }
+    rankHost_[static_cast<std::size_t>(r)] = h;
+  }
+  // Per-port switch limits cap the links on that port (the same reading as summarize()'s bisection).
+  std::unordered_map<std::string, double> switchCap;
+  for (const TopoNode& tn : topo_.nodes) {
+    if (tn.kind == NodeKind::Switch && tn.switchGBps > 0) switchCap[tn.id] = tn.switchGBps;
+  }
+  links_.reserve(topo_.links.size());
+  for (std::size_t i = 0; i < topo_.links.size(); ++i) {
+    const TopoLink& l = topo_.links[i];
+    double gbps = l.bandwidthGBps;
+    for (const std::string* end : {&l.a, &l.b}) {
+      auto it = switchCap.find(*end);
+      if (it != switchCap.end()) gbps = std::min(gbps, it->second);
+    }
+    linkBandwidth_.push_back(gbps * kBytesPerGB);
+    linkLatency_.push_back(l.latencyUs * kSecondsPerUs);
+    sg4::SplitDuplexLink* link = zone_->create_split_duplex_link("l" + std::to_string(i), gbps * kBytesPerGB);
+    link->set_latency(l.latencyUs * kSecondsPerUs);
+    link->seal();
+    links_.push_back(link);
+  }
+  zone_->seal();
+  sg4::Activity::on_completion_cb([](const sg4::Activity& a) {
+    if (gCurrent != nullptr) gCurrent->completed(a);
+  });
+}
+
+double World::reduceRate(int rank) const { return hostReduceRate_[static_cast<std::size_t>(hostIndex(rank))]; }
+
+const std::vector<DirLink>& World::route(int a, int b) {
+  auto [it, inserted] = routes_.try_emplace(pairKey(a, b));
+  if (inserted) {
+    for (const Hop& h : router_.route(a, b)) it->second.push_back(dirLink(h));
+  }
+  return it->second;
+}
+
+void World::installRoute(int srcNode, int dstNode) {
+  auto [it, inserted] = installed_.try_emplace(pairKey(srcNode, dstNode), true);
+  if (!inserted) return;
+  std::vector<Hop> hops;
+  router_.nodeRoute(srcNode, dstNode, hops);
+  COLLBENCH_CHECK(!hops.empty(), "route between distinct nodes {} and {}", srcNode, dstNode);
+  std::vector<sg4::LinkInRoute> links;
+  links.reserve(hops.size());
+  for (const Hop& h : hops) {
+    links.emplace_back(links_[static_cast<std::size_t>(h.link)],
+                       h.forward ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
+  }
+  // Bypass routes may be added after the platform is sealed, so only the pairs that talk get one (a full routing
+  // table would be nodes^2 entries: 0.5 GB at 8192 ranks).
+  zone_->add_bypass_route(hosts_[static_cast<std::size_t>(hostOfNode(srcNode))]->get_netpoint(),
+                          hosts_[static_cast<std::size_t>(hostOfNode(dstNode))]->get_netpoint(), nullptr, nullptr,
+                          links);
+}
+
+void World::startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag) {
+  const int sn = router_.rankNode(src), dn = router_.rankNode(dst);
+  COLLBENCH_CHECK(sn != dn, "transfer between ranks {} and {} of one node", src, dst);
+  installRoute(sn, dn);
+  std::size_t slot;
+  if (!freeSlots_.empty()) {
+    slot = freeSlots_.back();
+    freeSlots_.pop_back();
+  } else {
+    slot = live_.size();
+    live_.emplace_back();
+    liveTag_.push_back(0);
+  }
+  sg4::CommPtr c = sg4::Comm::sendto_init(hosts_[static_cast<std::size_t>(hostIndex(src))],
+                                          hosts_[static_cast<std::size_t>(hostIndex(dst))]);
+  c->set_payload_size(bytes);
+  c->set_data(reinterpret_cast<void*>(slot + 1));
+  liveTag_[slot] = tag;
+  live_[slot] = c;
+  ++activities_;
+  c->start();
+}
+
+void World::startExec(int rank, double bytes, std::uint64_t tag) {
+  std::size_t slot;
+  if (!freeSlots_.empty()) {
+    slot = freeSlots_.back();
+    freeSlots_.pop_back();
+  } else {
+    slot = live_.size();
+    live_.emplace_back();
+    liveTag_.push_back(0);
+  }
+  sg4::ExecPtr e = sg4::Exec::init();
+  e->set_flops_amount(bytes);
+  e->set_host(hosts_[static_cast<std::size_t>(hostIndex(rank))]);
+  e->set_data(reinterpret_cast<void*>(slot + 1));
+  liveTag_[slot] = tag;
+  live_[slot] = e;
+  ++activities_;
+  e->start();
+}
+
+void World::completed(const sg4::Activity& a) {
+  const auto slot1 = reinterpret_cast<std::size_t>(a.get_data<void>());
+  if (slot1 == 0 || slot1 > live_.size()) return;  // not one of ours
+  // Activities finished in earlier callbacks are no longer used by SimGrid; this one still is.
+  finished_.clear();
+  const std::size_t slot = slot1 - 1;
+  finished_.push_back(std::move(live_[slot]));
+  freeSlots_.push_back(slot);
+  if (onDone_ != nullptr) (*onDone_)(liveTag_[slot]);
+}
+
+void World::run(const std::function<void(std::uint64_t)>& onDone) {
+  onDone_ = &onDone;
+  sg4::Engine::get_instance()->run();
+  onDone_ = nullptr;
+  finished_.clear();
+  COLLBENCH_CHECK(freeSlots_.size() == live_.size(), "{} activities never completed",
+                  live_.size() - freeSlots_.size());
+}
+
+std::vector<double> World::simulateTogether(const std::vector<std::pair<int, int>>& pairs,
+                                            const std::vector<std::uint64_t>& bytes) {
+  std::vector<double> duration(pairs.size(), 0);
+  const double t0 = now();
+  for (std::size_t i = 0; i < pairs.size(); ++i) startComm(pairs[i].first, pairs[i].second, bytes[i], i);
+  const std::function<void(std::uint64_t)> done = [&](std::uint64_t i) { duration[i] = now() - t0; };
+  run(done);
+  return duration;
+}
+
+}  // namespace collbench::sim::detail

@@ -1,0 +1,87 @@
+#pragma once
+// The SimGrid side of the simulator: one engine and one platform per process (SimGrid allows a single engine per
+// process and seals its platform at the first run, so Simulator runs each simulation in a forked child that builds
+// a World, see isolate.h). Internal to simulator/.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <simgrid/s4u.hpp>
+
+#include "collbench/topology.h"
+#include "sim_backend.h"
+
+namespace collbench::sim::detail {
+
+/// One direction of a topology link: link index * 2 + (0 when a->b, 1 when b->a).
+using DirLink = int;
+inline DirLink dirLink(const Hop& h) { return h.link * 2 + (h.forward ? 0 : 1); }
+
+/// Platform built from a Topology: a SimGrid host per node that carries ranks, a SPLITDUPLEX link per topology link
+/// (bandwidth capped by the per-port limit switch_GBps of a switch at either end; switches themselves are not
+/// resources, so a non-blocking switch adds no contention), and a bypass route per communicating node pair,
+/// installed on first use along Router's path.
+class World {
+ public:
+  /// Creates the process's SimGrid engine: call once per process.
+  World(const Topology& topology, int nranks, const SimConfig& config);
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int nranks() const { return nranks_; }
+  const SimConfig& config() const { return config_; }
+  const Topology& topology() const { return topo_; }
+  /// Directed links from rank a's node to rank b's node (empty when they share a node).
+  const std::vector<DirLink>& route(int a, int b);
+  bool sameNode(int a, int b) const { return router_.rankNode(a) == router_.rankNode(b); }
+  /// Reduction (and local copy) throughput of the rank's node in bytes/s; 0 means infinitely fast.
+  double reduceRate(int rank) const;
+  double bandwidth(DirLink l) const { return linkBandwidth_[static_cast<std::size_t>(l / 2)]; }
+  double latency(DirLink l) const { return linkLatency_[static_cast<std::size_t>(l / 2)]; }
+  int hostIndex(int rank) const { return rankHost_[static_cast<std::size_t>(rank)]; }
+  int hostOfNode(int node) const { return nodeHost_[static_cast<std::size_t>(node)]; }
+
+  double now() const { return simgrid::s4u::Engine::get_clock(); }
+  /// Starts a transfer between the nodes of two ranks (not the same node); `tag` comes back in the completion handler.
+  void startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag);
+  /// Starts `bytes` of reduction work on the rank's node (shared with the node's other executions).
+  void startExec(int rank, double bytes, std::uint64_t tag);
+  /// Runs the engine until no activity is left, calling `onDone(tag)` at each completion (activities may be started
+  /// from the handler).
+  void run(const std::function<void(std::uint64_t)>& onDone);
+
+  /// Simulates the given flows alone on an idle network, all starting at the same instant; returns their durations
+  /// (latency included). Pairs must be on different nodes.
+  std::vector<double> simulateTogether(const std::vector<std::pair<int, int>>& pairs,
+                                       const std::vector<std::uint64_t>& bytes);
+
+  std::size_t activities() const { return activities_; }
+
+ private:
+  void installRoute(int srcNode, int dstNode);
+  void completed(const simgrid::s4u::Activity& a);
+
+  const Topology& topo_;
+  SimConfig config_;
+  Router router_;
+  int nranks_;
+  simgrid::s4u::NetZone* zone_ = nullptr;
+  std::vector<simgrid::s4u::Host*> hosts_;           // by host index
+  std::vector<int> rankHost_;                        // rank -> host index
+  std::vector<int> nodeHost_;                        // topology node -> host index, -1 without ranks
+  std::vector<double> hostReduceRate_;               // bytes/s, 0 = infinite
+  std::vector<simgrid::s4u::SplitDuplexLink*> links_;
+  std::vector<double> linkBandwidth_, linkLatency_;  // bytes/s and s, after switch caps
+  std::unordered_map<std::uint64_t, std::vector<DirLink>> routes_;  // src rank << 32 | dst rank
+  std::unordered_map<std::uint64_t, bool> installed_;               // src node << 32 | dst node
+  std::vector<simgrid::s4u::ActivityPtr> live_;                     // slot -> running activity
+  std::vector<std::uint64_t> liveTag_;
+  std::vector<std::size_t> freeSlots_;
+  std::vector<simgrid::s4u::ActivityPtr> finished_;  // released one callback later (SimGrid still holds them)
+  const std::function<void(std::uint64_t)>* onDone_ = nullptr;
+  std::size_t activities_ = 0;
+};
+
+}  // namespace collbench::sim::detail
