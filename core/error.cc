@@ -15,6 +15,23 @@ std::string_view toString(Errc e) {
   return "?";
 }
 
+std::string printable(std::string_view text) {
+  constexpr std::size_t kMaxEcho = 200;
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < kMaxEcho; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > kMaxEcho) out += "...";
+  return out;
+}
+
 void failCheck(const char* expr, const char* file, int line, const std::string& detail) {
   throw Error(Errc::BackendError,
               fmt::format("internal check failed: {} at {}:{}{}{}", expr, file, line, detail.empty() ? "" : ": ",

@@ -22,7 +22,7 @@ E parseName(std::string_view what, std::string_view value, const std::array<std:
   for (const auto& [name, e] : names) {
     if (key == name) return e;
   }
-  throw Error(Errc::InvalidArgument, fmt::format("unknown {} '{}' (accepted: {})", what, value, accepted));
+  throw Error(Errc::InvalidArgument, fmt::format("unknown {} '{}' (accepted: {})", what, printable(value), accepted));
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ namespace collbench {
 std::size_t parseBytes(std::string_view text, std::string_view what) {
   auto bad = [&](std::string_view why) -> Error {
     return Error(Errc::InvalidArgument,
-                 fmt::format("invalid {} '{}': {} (expected e.g. 8, 64K, 32M, 1.5G)", what, text, why));
+                 fmt::format("invalid {} '{}': {} (expected e.g. 8, 64K, 32M, 1.5G)", what, printable(text), why));
   };
   std::size_t pos = 0;
   while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.')) ++pos;
@@ -30,7 +30,7 @@ std::size_t parseBytes(std::string_view text, std::string_view what) {
       if (!suffix.empty() && (suffix[0] == 'i' || suffix[0] == 'I')) suffix.remove_prefix(1);
     }
     if (!suffix.empty() && (suffix[0] == 'B' || suffix[0] == 'b')) suffix.remove_prefix(1);
-    if (!suffix.empty()) throw bad(fmt::format("unknown suffix '{}'", text.substr(pos)));
+    if (!suffix.empty()) throw bad(fmt::format("unknown suffix '{}'", printable(text.substr(pos))));
   }
   double value = 0;
   const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);

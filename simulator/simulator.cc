@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -238,6 +239,10 @@ std::size_t estimateTransfers(const CollectiveSpec& spec, std::string_view algo,
   if (algo == "recursive_doubling") return n * (ceilLog2(n) + 2);
   if (algo == "rabenseifner") return n * (2 * ceilLog2(n) + 2);
   if (algo == "direct") return 2 * n * (n - 1);
+  if (algo == "hierarchical" && p.rankHost.size() == n) {
+    const std::size_t hosts = static_cast<std::size_t>(*std::max_element(p.rankHost.begin(), p.rankHost.end())) + 1;
+    return 2 * n * (n / hosts - 1 + hosts - 1);
+  }
   if (algo == "dissemination") return n * ceilLog2(n);
   return n * n;  // unknown generator: assume all pairs
 }
@@ -259,6 +264,11 @@ SimResult Simulator::run(const Schedule& s) const {
   if (static_cast<int>(s.ranks.size()) != nranks_) {
     throw Error(Errc::InvalidArgument, fmt::format("schedule has {} ranks but the simulator runs {} (topology '{}')",
                                                    s.ranks.size(), nranks_, topo_.name));
+  }
+  if (s.native) {
+    throw Error(Errc::Unsupported, fmt::format("algorithm '{}' is a library's own collective; the simulator runs "
+                                               "collbench's schedules (ring, tree, ...)",
+                                               s.algorithm));
   }
   const auto t0 = std::chrono::steady_clock::now();
   SimResult r = inChild([&] {
@@ -309,7 +319,9 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
     for (int j = 0; j < 4; ++j) {
       CollectiveSpec sub = spec;
       sub.count = slices * (m + static_cast<std::size_t>(j)) * chunkElems;
-      const SimResult r = runSchedule(buildSchedule(sub, algo, AlgoParams{chunkElems * es, p.channels}));
+      AlgoParams sp = p;
+      sp.chunkBytes = chunkElems * es;
+      const SimResult r = runSchedule(buildSchedule(sub, algo, sp));
       t[j] = r.seconds;
       subExact = subExact && r.exact;
       out.simulatedActivities += r.simulatedActivities;
@@ -343,7 +355,11 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
                                                    describe(spec), spec.nranks, nranks_, topo_.name));
   }
   checkSpec(spec, params);
-  findAlgorithm(spec.kind, algorithm);
+  if (findAlgorithm(spec.kind, algorithm).native) {
+    throw Error(Errc::Unsupported, fmt::format("algorithm '{}' is a library's own collective; the simulator runs "
+                                               "collbench's schedules",
+                                               algorithm));
+  }
   const std::size_t est = estimateTransfers(spec, algorithm, params);
   const bool small = est <= config_.exactTransferLimit || config_.mode == SimMode::Exact;
   const bool ringModel = !small && spec.kind == Collective::AllReduce && algorithm == "ring" &&

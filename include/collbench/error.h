@@ -3,6 +3,7 @@
 /// "missing connection between rank X (this process) and rank Y".
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -26,6 +27,10 @@ class Error : public std::runtime_error {
   int rank_;
   int peer_;
 };
+
+/// `text` with control and non-ASCII bytes escaped (\n, \x1f), cut at 200 bytes: user input echoed in an error
+/// message must not break the one-line rule.
+std::string printable(std::string_view text);
 
 [[noreturn]] void failCheck(const char* expr, const char* file, int line, const std::string& detail);
 

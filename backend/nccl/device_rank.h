@@ -1,0 +1,107 @@
+#pragma once
+// What both GPU executors keep per rank (stream, events, device buffers bound to the host buffers of a run) and the
+// watchdog that turns hangs and asynchronous NCCL errors into collbench::Error (internal).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "collbench/backend.h"
+#include "cuda_util.h"
+
+namespace collbench::nccl {
+
+class DeviceRank {
+ public:
+  DeviceRank(int rank, int device);
+  DeviceRank(const DeviceRank&) = delete;
+  DeviceRank& operator=(const DeviceRank&) = delete;
+  ~DeviceRank();
+
+  int rank() const { return rank_; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  /// Makes this rank's device current (every CUDA call for the rank is preceded by it).
+  void activate() const;
+
+  /// Allocates device buffers for `spec` and copies the host buffers in (see nccl_backend.h for the in-place rule).
+  void bind(const CollectiveSpec& spec, const RankBuffers& host, std::size_t scratchBytes, std::size_t stagingBytes);
+  /// Copies the device output back into the host output of the last bind().
+  void copyOut();
+  std::byte* input() const { return in_; }
+  std::byte* output() const { return out_; }
+  std::byte* staging() const { return staging_.get(); }
+  std::byte* resolve(const BufRef& ref) const;
+
+  /// Timing and progress events: start/stop around the timed loop, one "done" event per iteration.
+  cudaEvent_t startEvent() const { return start_; }
+  cudaEvent_t stopEvent() const { return stop_; }
+  const std::vector<cudaEvent_t>& iterationEvents() const { return iterDone_; }
+  void ensureIterationEvents(std::size_t count);
+
+ private:
+  int rank_, device_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  std::vector<cudaEvent_t> iterDone_;
+  DeviceMemory region_, inMem_, outMem_, scratch_, staging_;
+  std::byte* in_ = nullptr;
+  std::byte* out_ = nullptr;
+  void* hostOut_ = nullptr;
+  std::size_t outBytes_ = 0;
+};
+
+/// Watches one run from a background thread: counts finished iterations per rank (their events, only those the
+/// issuing thread has recorded), polls ncclCommGetAsyncError, and when a communicator reports an error, a CUDA
+/// event query fails, or nothing progressed (neither issued nor finished) for `timeoutSeconds`, records an Error
+/// naming the rank and calls `abort` (ncclCommAbort of every communicator; that also unblocks an issuing thread
+/// stuck on a full launch queue behind a hung NCCL kernel).
+class RunMonitor {
+ public:
+  struct Watched {
+    const DeviceRank* rank;
+    ncclComm_t comm;  ///< null for the single-GPU backend
+  };
+  RunMonitor(std::vector<Watched> ranks, double timeoutSeconds, std::function<void()> abort);
+  RunMonitor(const RunMonitor&) = delete;
+  RunMonitor& operator=(const RunMonitor&) = delete;
+  ~RunMonitor();
+
+  /// The issuing thread recorded iteration event `iteration` of watched rank `index` (0-based, in order).
+  void noteRecorded(std::size_t index, std::size_t iteration);
+  /// The issuing thread made progress without recording an iteration event (a wave was issued).
+  void noteIssued();
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  /// Throws the recorded error (call only when failed()).
+  [[noreturn]] void rethrow() const;
+  /// Waits for every watched rank's stop event; throws the monitor's error if it fires first.
+  void waitAll();
+  /// Records a failure found by the issuing thread (an error from a CUDA/NCCL call) and aborts, unless one was
+  /// recorded already; returns the error to throw (the first one).
+  Error fail(const Error& e);
+
+ private:
+  void loop();
+  void check();
+  void trip(Error e);
+
+  std::vector<Watched> ranks_;
+  std::chrono::duration<double> timeout_;
+  std::function<void()> abort_;
+  std::vector<std::atomic<std::size_t>> recorded_, finished_;
+  std::atomic<std::int64_t> lastProgressNs_;
+  std::atomic<bool> failed_{false}, stop_{false};
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::optional<Error> error_;
+  std::thread thread_;
+};
+
+/// Host-side view of a rank's buffers for a run: checks sizes and null pointers; true when in place.
+bool isInPlace(const CollectiveSpec& spec, int rank, const RankBuffers& host);
+
+}  // namespace collbench::nccl

@@ -1,0 +1,93 @@
+// Parser robustness: every mutated input ends in a valid result or a collbench::Error with a one-line message,
+// never another exception, a crash or a hang. Inputs that once broke a parser live in fuzz_regressions/.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "collbench/error.h"
+#include "collbench/topology.h"
+#include "collbench/units.h"
+#include "fuzz_mutator.h"
+
+namespace collbench {
+namespace {
+
+std::string readFile(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// Runs `parse` and classifies: true if parsed, false if rejected with a proper Error; fails the test otherwise.
+template <typename F>
+bool survives(F&& parse, const std::string& input, int caseNo) {
+  try {
+    parse(input);
+    return true;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_FALSE(msg.empty()) << "case " << caseNo;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "case " << caseNo << ": " << msg;
+    return false;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what() << "\ninput: "
+                  << input.substr(0, 400);
+    return false;
+  }
+}
+
+TEST(ParserFuzz, TopologyJson) {
+  const std::filesystem::path dir = std::filesystem::path(COLLBENCH_SOURCE_DIR) / "topologies";
+  std::vector<std::string> seeds;
+  for (const char* name : {"dgx-h100-8x1.json", "pcie-4gpu.json", "fat-tree-k8.json", "h100-4x8-rail.json"}) {
+    seeds.push_back(readFile(dir / name));
+  }
+  testing::Mutator m(20261202);
+  int parsed = 0;
+  const int cases = testing::fuzzCases();
+  for (int i = 0; i < cases; ++i) {
+    const std::string input = m.mutate(seeds[static_cast<std::size_t>(i) % seeds.size()]);
+    parsed += survives([](const std::string& s) { parseTopology(s, "fuzz.json"); }, input, i);
+  }
+  // Most mutations must be rejected (they break the format), but some stay valid: the mutator is not vacuous.
+  EXPECT_LT(parsed, cases);
+}
+
+TEST(ParserFuzz, SizeStrings) {
+  testing::Mutator m(7);
+  const std::vector<std::string> seeds = {"8", "32M", "1.5G", "4KiB", "1000", "0"};
+  const int cases = testing::fuzzCases();
+  int parsed = 0;
+  for (int i = 0; i < cases; ++i) {
+    const std::string input = m.mutate(seeds[static_cast<std::size_t>(i) % seeds.size()]);
+    parsed += survives([](const std::string& s) { parseBytes(s, "-b"); }, input, i);
+  }
+  EXPECT_GT(parsed, 0);
+  EXPECT_LT(parsed, cases);
+}
+
+TEST(ParserFuzz, SizeStringRegressions) {
+  // Found by the fuzzer: a newline echoed into the message made it two lines.
+  for (const std::string input : {"Nc\n0", std::string("1\0K", 3), "\xff\xfeM"}) {
+    try {
+      parseBytes(input, "-b");
+      ADD_FAILURE() << "accepted " << input;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ParserFuzz, RegressionFiles) {
+  const std::filesystem::path dir = std::filesystem::path(COLLBENCH_SOURCE_DIR) / "tests/unit/fuzz_regressions";
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    if (f.path().extension() != ".json") continue;
+    survives([&](const std::string& s) { parseTopology(s, f.path().filename().string()); }, readFile(f.path()), 0);
+  }
+}
+
+}  // namespace
+}  // namespace collbench
