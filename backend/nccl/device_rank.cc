@@ -144,7 +144,10 @@ void RunMonitor::loop() {
   std::unique_lock lock(mutex_);
   while (!stop_.load()) {
     lock.unlock();
-    if (!failed()) check();
+    {
+      std::lock_guard guard(checkMutex_);
+      if (!failed()) check();
+    }
     lock.lock();
     wake_.wait_for(lock, kWatchdogSlice, [this] { return stop_.load(); });
   }
@@ -222,7 +225,10 @@ void RunMonitor::trip(Error e) {
 }
 
 Error RunMonitor::fail(const Error& e) {
-  trip(e);
+  {
+    std::lock_guard guard(checkMutex_);
+    trip(e);
+  }
   std::lock_guard lock(mutex_);
   return *error_;
 }

@@ -95,7 +95,10 @@ class RunMonitor {
   std::vector<std::atomic<std::size_t>> recorded_, finished_;
   std::atomic<std::int64_t> lastProgressNs_;
   std::atomic<bool> failed_{false}, stop_{false};
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;  ///< guards error_ and stop_ (with wake_)
+  /// Held while the watchdog queries events and communicators and while `abort` runs: ncclCommAbort frees the
+  /// communicator, so no query may overlap it.
+  std::mutex checkMutex_;
   std::condition_variable wake_;
   std::optional<Error> error_;
   std::thread thread_;

@@ -2,6 +2,7 @@
 // every dtype and op, out of place and in place, with unique per-element inputs (collbench/reference.h).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -29,16 +30,29 @@ struct Case {
   ReduceOp op;
 };
 
+/// The full sweep of issue #2; COLLBENCH_QUICK_SWEEP (set by the asan/tsan presets, whose runs are 5-20x slower)
+/// keeps a corner-covering subset: 1, 2, a non-power of two, a power of two; tiny, odd and mid sizes; 4- and
+/// 2-byte floats and 8-byte integers.
 std::vector<Case> allCases() {
+  const bool quick = std::getenv("COLLBENCH_QUICK_SWEEP") != nullptr;
+  std::vector<int> ranks;
+  for (int n = 1; n <= 17; ++n) ranks.push_back(n);
+  std::vector<std::size_t> counts{0, 1, 7, 1000, 65537};
+  std::vector<DType> dtypes(std::begin(kAllDTypes), std::end(kAllDTypes));
+  if (quick) {
+    ranks = {1, 2, 3, 5, 8};
+    counts = {0, 7, 1000};
+    dtypes = {DType::F32, DType::F16, DType::I64};
+  }
   std::vector<Case> cases;
   for (const auto& a : algorithms()) {
     if (a.native) continue;
     const bool reduces = a.collective == Collective::AllReduce || a.collective == Collective::ReduceScatter ||
                          a.collective == Collective::Reduce;
-    for (int n = 1; n <= 17; ++n) {
-      for (std::size_t count : {0u, 1u, 7u, 1000u, 65537u}) {
+    for (int n : ranks) {
+      for (std::size_t count : counts) {
         if (a.collective == Collective::Barrier && count != 0) continue;
-        for (DType t : kAllDTypes) {
+        for (DType t : dtypes) {
           for (ReduceOp op : kAllReduceOps) {
             if (!reduces && op != ReduceOp::Sum) continue;  // the op is irrelevant to data movement
             cases.push_back({&a, n, count, t, op});

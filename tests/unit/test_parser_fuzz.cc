@@ -71,7 +71,7 @@ TEST(ParserFuzz, SizeStrings) {
 
 TEST(ParserFuzz, SizeStringRegressions) {
   // Found by the fuzzer: a newline echoed into the message made it two lines.
-  for (const std::string input : {"Nc\n0", std::string("1\0K", 3), "\xff\xfeM"}) {
+  for (const std::string& input : std::vector<std::string>{"Nc\n0", std::string("1\0K", 3), "\xff\xfeM"}) {
     try {
       parseBytes(input, "-b");
       ADD_FAILURE() << "accepted " << input;

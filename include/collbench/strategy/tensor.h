@@ -53,7 +53,7 @@ class Tensor {
   static Tensor scalar(T value) {
     return fromVector(std::vector<T>{value}, Shape{});
   }
-  /// Any dtype from doubles (rounded to nearest for integers and 16-bit floats).
+  /// Any dtype from doubles (core's storeFromDouble: integers truncate toward zero, 16-bit floats round to nearest).
   static Tensor fromDoubles(DType dtype, const std::vector<double>& values, Shape shape);
   static Tensor zeros(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape)); }
 

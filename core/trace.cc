@@ -1,0 +1,240 @@
+#include "collbench/trace.h"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "collbench/error.h"
+
+namespace collbench {
+namespace {
+
+using nlohmann::json;
+
+/// Cap on echoed values in messages.
+constexpr std::size_t kMaxEchoChars = 120;
+
+std::string echo(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > kMaxEchoChars) s = s.substr(0, kMaxEchoChars) + "...";
+  return s;
+}
+
+/// Field access with messages "source: where.field: problem".
+class Reader {
+ public:
+  Reader(std::string_view source, std::string where, const json& obj, std::set<std::string> allowed)
+      : source_(source), where_(std::move(where)), obj_(obj) {
+    if (!obj_.is_object()) fail("", fmt::format("must be an object, got {} {}", obj_.type_name(), echo(obj_)));
+    for (const auto& [key, value] : obj_.items()) {
+      if (!allowed.count(key)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        fail(key, fmt::format("unknown field (known: {})", list));
+      }
+    }
+  }
+
+  [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
+    std::string path = where_;
+    if (!field.empty()) path += (path.empty() ? "" : ".") + std::string(field);
+    throw Error(Errc::InvalidArgument, fmt::format("{}: {}: {}", source_, path.empty() ? "(top level)" : path, problem));
+  }
+
+  bool has(const char* field) const { return obj_.contains(field); }
+
+  const json& need(const char* field) const {
+    if (!obj_.contains(field)) fail(field, "missing required field");
+    return obj_.at(field);
+  }
+
+  std::string string(const char* field) const {
+    const json& v = need(field);
+    if (!v.is_string()) fail(field, fmt::format("expected a string, got {} {}", v.type_name(), echo(v)));
+    return v.get<std::string>();
+  }
+
+  std::int64_t integer(const char* field, std::int64_t min) const {
+    const json& v = need(field);
+    if (!v.is_number_integer()) fail(field, fmt::format("expected an integer, got {} {}", v.type_name(), echo(v)));
+    const auto x = v.is_number_unsigned() ? static_cast<std::int64_t>(v.get<std::uint64_t>()) : v.get<std::int64_t>();
+    if (x < min) fail(field, fmt::format("must be >= {}, got {}", min, x));
+    return x;
+  }
+
+  double seconds(const char* field) const {
+    const json& v = need(field);
+    if (!v.is_number()) fail(field, fmt::format("expected a number of seconds, got {} {}", v.type_name(), echo(v)));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < 0) fail(field, fmt::format("must be a finite number >= 0, got {}", echo(v)));
+    return x;
+  }
+
+  bool boolean(const char* field) const {
+    const json& v = need(field);
+    if (!v.is_boolean()) fail(field, fmt::format("expected true or false, got {} {}", v.type_name(), echo(v)));
+    return v.get<bool>();
+  }
+
+  /// Runs a core parser (parseDType, ...) and re-raises its error against this field.
+  template <typename F>
+  auto parsed(const char* field, F&& parse) const {
+    const std::string text = string(field);
+    try {
+      return parse(text);
+    } catch (const Error& e) {
+      fail(field, e.what());
+    }
+  }
+
+ private:
+  std::string_view source_;
+  std::string where_;
+  const json& obj_;
+};
+
+bool rooted(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
+
+json eventToJson(const TraceEvent& e) {
+  const CollectiveSpec spec{e.kind, e.nranks, 0, e.dtype, e.op, e.root};
+  json j = json::object();
+  j["kind"] = toString(e.kind);
+  j["bytes"] = e.bytes;
+  j["dtype"] = toString(e.dtype);
+  if (spec.reduces()) j["op"] = toString(e.op);
+  if (rooted(e.kind)) j["root"] = e.root;
+  j["group"] = e.group;
+  j["nranks"] = e.nranks;
+  j["algorithm"] = e.algorithm;
+  j["start_s"] = e.startSeconds;
+  j["end_s"] = e.endSeconds;
+  j["compute_gap_s"] = e.computeGapSeconds;
+  j["step"] = e.step;
+  j["pack"] = e.pack;
+  return j;
+}
+
+}  // namespace
+
+std::string toJson(const Trace& trace, int indent) {
+  json j = json::object();
+  j["format"] = Trace::kFormat;
+  j["version"] = Trace::kVersion;
+  j["world_size"] = trace.worldSize;
+  j["topology"] = {{"name", trace.topology.name},
+                   {"workers", trace.topology.workers},
+                   {"local_replicas", trace.topology.localReplicas}};
+  j["backend"] = trace.backend;
+  j["simulated"] = trace.simulated;
+  if (!trace.tool.empty()) j["tool"] = trace.tool;
+  if (!trace.command.empty()) j["command"] = trace.command;
+  json events = json::array();
+  for (const TraceEvent& e : trace.events) events.push_back(eventToJson(e));
+  j["events"] = std::move(events);
+  return j.dump(indent);
+}
+
+Trace parseTrace(std::string_view text, std::string_view source) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(Errc::InvalidArgument, fmt::format("{}: not valid JSON: {}", source, e.what()));
+  }
+  const Reader top(source, "", root,
+                   {"format", "version", "world_size", "topology", "backend", "simulated", "tool", "command", "events"});
+  Trace t;
+  if (const std::string format = top.string("format"); format != Trace::kFormat) {
+    top.fail("format", fmt::format("expected \"{}\", got \"{}\"", Trace::kFormat, format));
+  }
+  if (const std::int64_t version = top.integer("version", 0); version != Trace::kVersion) {
+    top.fail("version", fmt::format("version {} is not supported (this collbench reads version {})", version,
+                                    Trace::kVersion));
+  }
+  t.worldSize = static_cast<int>(top.integer("world_size", 1));
+  const Reader topo(source, "topology", top.need("topology"), {"name", "workers", "local_replicas"});
+  t.topology.name = topo.string("name");
+  t.topology.workers = static_cast<int>(topo.integer("workers", 1));
+  t.topology.localReplicas = static_cast<int>(topo.integer("local_replicas", 1));
+  if (static_cast<std::int64_t>(t.topology.workers) * t.topology.localReplicas != t.worldSize) {
+    top.fail("world_size", fmt::format("{} is not topology.workers {} x topology.local_replicas {}", t.worldSize,
+                                       t.topology.workers, t.topology.localReplicas));
+  }
+  if (top.has("backend")) t.backend = top.string("backend");
+  if (top.has("simulated")) t.simulated = top.boolean("simulated");
+  if (top.has("tool")) t.tool = top.string("tool");
+  if (top.has("command")) t.command = top.string("command");
+  const json& events = top.need("events");
+  if (!events.is_array()) top.fail("events", fmt::format("expected an array, got {}", events.type_name()));
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const Reader ev(source, fmt::format("events[{}]", i), events[i],
+                    {"kind", "bytes", "dtype", "op", "root", "group", "nranks", "algorithm", "start_s", "end_s",
+                     "compute_gap_s", "step", "pack"});
+    TraceEvent e;
+    e.kind = ev.parsed("kind", [](const std::string& s) { return parseCollective(s); });
+    e.dtype = ev.parsed("dtype", [](const std::string& s) { return parseDType(s); });
+    e.bytes = static_cast<std::size_t>(ev.integer("bytes", 0));
+    if (e.kind != Collective::Barrier && e.bytes % dtypeSize(e.dtype) != 0) {
+      ev.fail("bytes", fmt::format("{} is not a multiple of the {} size {}", e.bytes, toString(e.dtype),
+                                   dtypeSize(e.dtype)));
+    }
+    e.group = ev.string("group");
+    e.nranks = static_cast<int>(ev.integer("nranks", 1));
+    int groupSize = 0;
+    if (e.group == kTraceGroupReplicas) {
+      groupSize = t.worldSize;
+    } else if (e.group == kTraceGroupWorkers) {
+      groupSize = t.topology.workers;
+    } else if (e.group == kTraceGroupLocal) {
+      groupSize = t.topology.localReplicas;
+    } else {
+      ev.fail("group", fmt::format("\"{}\" is not one of {}, {}, {}", e.group, kTraceGroupReplicas,
+                                   kTraceGroupWorkers, kTraceGroupLocal));
+    }
+    if (e.nranks != groupSize) {
+      ev.fail("nranks", fmt::format("{} does not match group \"{}\" of {} rank{}", e.nranks, e.group, groupSize,
+                                    groupSize == 1 ? "" : "s"));
+    }
+    const CollectiveSpec spec{e.kind, e.nranks, 0, e.dtype, ReduceOp::Sum, 0};
+    if (spec.reduces()) {
+      e.op = ev.parsed("op", [](const std::string& s) { return parseReduceOp(s); });
+    } else if (ev.has("op")) {
+      ev.fail("op", fmt::format("{} does not reduce; remove op", toString(e.kind)));
+    }
+    if (ev.has("root")) {
+      if (!rooted(e.kind)) ev.fail("root", fmt::format("{} has no root; remove root", toString(e.kind)));
+      e.root = static_cast<int>(ev.integer("root", 0));
+      if (e.root >= e.nranks) ev.fail("root", fmt::format("{} is out of range for {} ranks", e.root, e.nranks));
+    }
+    if (ev.has("algorithm")) e.algorithm = ev.string("algorithm");
+    e.startSeconds = ev.seconds("start_s");
+    e.endSeconds = ev.seconds("end_s");
+    if (e.endSeconds < e.startSeconds) {
+      ev.fail("end_s", fmt::format("{} is before start_s {}", e.endSeconds, e.startSeconds));
+    }
+    e.computeGapSeconds = ev.seconds("compute_gap_s");
+    if (ev.has("step")) e.step = ev.integer("step", -1);
+    if (ev.has("pack")) e.pack = static_cast<int>(ev.integer("pack", 0));
+    t.events.push_back(std::move(e));
+  }
+  return t;
+}
+
+void writeTrace(const Trace& trace, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) throw Error(Errc::InvalidArgument, fmt::format("cannot write trace file '{}'", path));
+  out << toJson(trace) << '\n';
+  if (!out) throw Error(Errc::InvalidArgument, fmt::format("error writing trace file '{}'", path));
+}
+
+Trace readTrace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(Errc::InvalidArgument, fmt::format("cannot read trace file '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parseTrace(ss.str(), path);
+}
+
+}  // namespace collbench
