@@ -1,21 +1,260 @@
+// Algorithm choice: forced name, then tuning table (model-shaped interpolation), then cost model (selector.h).
 #include "collbench/selector.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
 #include "collbench/algorithms.h"
+#include "collbench/cost_model.h"
+#include "collbench/error.h"
+#include "collbench/topology.h"
+#include "collbench/tuning.h"
+#include "collbench/units.h"
 
 namespace collbench {
+namespace {
 
-Choice chooseAlgorithm(const CollectiveSpec& spec) {
-  if (spec.kind == Collective::AllReduce) {
-    const std::size_t bytes = spec.count * spec.elementSize();
-    if (bytes <= kSmallMessageBytes && spec.nranks > 2) {
-      return {"recursive_doubling", fmt::format("{} B <= {} B: latency-bound, log2(n) steps", bytes, kSmallMessageBytes)};
-    }
-    return {"ring", "bandwidth-bound: ring moves the minimum 2(n-1)/n of the data per rank"};
+constexpr const char* kAlgoEnv = "COLLBENCH_ALGO";
+
+bool scheduleAlgorithm(Collective c, std::string_view name) {
+  for (const auto& a : algorithms()) {
+    if (a.collective == c && a.name == name && !a.native) return true;
   }
-  const auto names = algorithmNames(spec.kind);
-  return {names.front(), "only algorithm for this collective"};
+  return false;
+}
+
+bool anyCollectiveHas(std::string_view name) {
+  for (const auto& a : algorithms()) {
+    if (a.name == name) return true;
+  }
+  return false;
+}
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+/// The nccl-tests size of a spec (what tables are keyed by): the larger of the per-rank input and output.
+std::size_t tableBytes(const CollectiveSpec& s) { return std::max(s.inputBytes(), s.outputBytes()); }
+
+/// Element count of a spec of `bytes` table bytes on n ranks (inverse of tableBytes, rounding down).
+std::size_t countFor(Collective c, std::size_t bytes, std::size_t es, int n) {
+  const std::size_t count = bytes / es;
+  return (c == Collective::ReduceScatter || c == Collective::AllGather) ? count / static_cast<std::size_t>(n) : count;
+}
+
+std::string describeAlt(const Alternative& a) {
+  std::string s = a.algorithm;
+  if (a.chunkBytes) s += fmt::format(" chunk {}", formatBytes(a.chunkBytes));
+  if (a.channels != 1) s += fmt::format(" x{} channels", a.channels);
+  return s;
+}
+
+std::string runnerUp(const std::vector<Alternative>& ranking) {
+  if (ranking.size() < 2 || ranking[0].predictedUs < 0 || ranking[1].predictedUs < 0) return "";
+  const double r = ranking[0].predictedUs > 0 ? ranking[1].predictedUs / ranking[0].predictedUs : 1;
+  return fmt::format("; runner-up {} {:.3g} us (x{:.3f})", describeAlt(ranking[1]), ranking[1].predictedUs, r);
+}
+
+}  // namespace
+
+std::string forcedAlgorithm(std::string_view value, Collective c) {
+  const std::string v = trim(value);
+  if (v.empty() || v == "auto") return "";
+  std::string forAll;
+  std::size_t start = 0;
+  while (start <= v.size()) {
+    const std::size_t semi = v.find(';', start);
+    const std::string item = trim(std::string_view(v).substr(start, semi == std::string::npos ? std::string::npos : semi - start));
+    start = semi == std::string::npos ? v.size() + 1 : semi + 1;
+    if (item.empty()) continue;
+    const std::size_t colon = item.find(':');
+    std::string name = colon == std::string::npos ? item : trim(std::string_view(item).substr(colon + 1));
+    if (name.empty() || !anyCollectiveHas(name)) {
+      throw Error(Errc::InvalidArgument, fmt::format("algorithm '{}' in '{}' is not an algorithm of any collective",
+                                                     printable(name), printable(v)));
+    }
+    if (colon == std::string::npos) {
+      forAll = name;
+      continue;
+    }
+    const Collective which = parseCollective(trim(std::string_view(item).substr(0, colon)));
+    if (which == c) {
+      findAlgorithm(c, name);  // a per-collective entry must name one of that collective's algorithms
+      return name;
+    }
+  }
+  for (const auto& a : algorithms()) {
+    if (!forAll.empty() && a.collective == c && a.name == forAll) return forAll;
+  }
+  return "";  // the plain name is another collective's algorithm: this one is not forced
+}
+
+Selector::Selector(SelectorOptions options) : opt_(std::move(options)) {}
+Selector::~Selector() = default;
+
+const CostModel& Selector::model(int nranks) const {
+  auto it = models_.find(nranks);
+  if (it == models_.end()) {
+    auto m = opt_.topology ? std::make_unique<CostModel>(*opt_.topology, nranks)
+                           : std::make_unique<CostModel>(CostModel::defaultFlat(nranks));
+    it = models_.emplace(nranks, std::move(m)).first;
+  }
+  return *it->second;
+}
+
+Choice Selector::choose(const CollectiveSpec& spec) const {
+  const int n = spec.nranks;
+  const std::size_t es = spec.elementSize();
+  const std::size_t bytes = tableBytes(spec);
+
+  // 1. Forced.
+  std::string forced, forcedBy;
+  if (!opt_.algo.empty() && opt_.algo != "auto") {
+    findAlgorithm(spec.kind, opt_.algo);  // unknown names fail here, listing the valid ones
+    forced = opt_.algo;
+    forcedBy = "--algo";
+  } else if (const char* env = std::getenv(kAlgoEnv)) {
+    forced = forcedAlgorithm(env, spec.kind);
+    if (!forced.empty()) forcedBy = fmt::format("{}={}", kAlgoEnv, printable(env));
+  }
+  if (!forced.empty() && !scheduleAlgorithm(spec.kind, forced)) {
+    Choice c{forced, fmt::format("forced by {} (a peer library's own implementation)", forcedBy)};
+    c.source = "forced";
+    return c;
+  }
+
+  // Candidates: every schedule algorithm of the collective, or the forced one.
+  std::vector<std::string> candidates;
+  if (!forced.empty()) {
+    candidates.push_back(forced);
+  } else {
+    for (const auto& a : algorithms()) {
+      if (a.collective != spec.kind || a.native) continue;
+      if (!opt_.topology && spec.kind == Collective::AllReduce &&
+          std::find(std::begin(kDefaultModelAlgorithms), std::end(kDefaultModelAlgorithms), a.name) ==
+              std::end(kDefaultModelAlgorithms)) {
+        continue;
+      }
+      candidates.push_back(a.name);
+    }
+  }
+  auto isCandidate = [&](const std::string& a) {
+    return std::find(candidates.begin(), candidates.end(), a) != candidates.end();
+  };
+
+  ModelTimeFn modelFn = [&](std::string_view a, std::size_t chunk, int channels, int nr,
+                            std::size_t b) -> std::optional<double> {
+    try {
+      const CostModel& m = model(nr);
+      CollectiveSpec q = spec;
+      q.nranks = nr;
+      q.count = countFor(spec.kind, b, es, nr);
+      q.root = std::min(spec.root, nr - 1);
+      const Estimate e = m.estimate(q, a, AlgoParams{chunk, channels, m.rankHost()});
+      if (!e.supported) return std::nullopt;
+      return e.terms.us;
+    } catch (const Error&) {
+      return std::nullopt;  // a rank count the topology does not have
+    }
+  };
+
+  // 2. Table.
+  std::string tableNote;
+  if (opt_.table) {
+    const std::string fp = opt_.topology ? fingerprint(*opt_.topology) : "";
+    const TuningSection* section = opt_.table->find(fp, kLibraryCollbench, opt_.backend);
+    const std::string where = fmt::format("table {}{}", opt_.tableSource.empty() ? "" : printable(opt_.tableSource) + " ",
+                                          section ? fmt::format("[{} on {}]", printable(section->topology.empty()
+                                                                                             ? "no topology"
+                                                                                             : section->topology),
+                                                                printable(section->backend))
+                                                  : "");
+    if (!section) {
+      tableNote = fp.empty() ? "; the table has no section measured without a topology"
+                             : fmt::format("; the table has no section for topology fingerprint {}", fp);
+    } else {
+      std::vector<TablePrediction> preds = predictFromTable(*section, spec.kind, n, bytes, modelFn);
+      preds.erase(std::remove_if(preds.begin(), preds.end(),
+                                 [&](const TablePrediction& p) { return !isCandidate(p.candidate.algorithm); }),
+                  preds.end());
+      if (preds.empty()) {
+        tableNote = fmt::format("; {} has no {} entry for these algorithms", where, toString(spec.kind));
+      } else {
+        const TablePrediction& best = preds.front();
+        Choice c{best.candidate.algorithm, ""};
+        c.chunkBytes = best.candidate.chunkBytes;
+        c.channels = best.candidate.channels;
+        c.predictedUs = best.candidate.timeUs;
+        c.source = best.fit == TableFit::Exact ? "table" : std::string(toString(best.fit));
+        for (const auto& p : preds) {
+          c.ranking.push_back({p.candidate.algorithm, p.candidate.chunkBytes, p.candidate.channels, p.candidate.timeUs});
+        }
+        std::string how;
+        if (best.fit == TableFit::Exact) {
+          how = fmt::format("fastest measured at n={}, {}", n, formatBytes(bytes));
+        } else {
+          how = fmt::format("{} from n={}..{}, {}..{} ({})", toString(best.fit), best.nranksLo, best.nranksHi,
+                            formatBytes(best.bytesLo), formatBytes(best.bytesHi),
+                            best.modelShaped ? "cost model shape x measured scale" : "log-time");
+        }
+        c.reason = fmt::format("{}{}: {}: {:.3g} us{}", forced.empty() ? "" : "forced by " + forcedBy + "; ", where,
+                               how, best.candidate.timeUs, runnerUp(c.ranking));
+        return c;
+      }
+    }
+  }
+
+  // 3. Cost model.
+  const CostModel& m = model(n);
+  std::vector<Alternative> ranking;
+  std::string unsupported;
+  for (const std::string& a : candidates) {
+    const ParamSpace ps = paramSpace(spec.kind, a);
+    Alternative best{a, 0, 1, -1};
+    for (std::size_t chunk : kModelChunkCandidates) {
+      if (chunk != 0 && !ps.chunk) continue;
+      for (int ch : kModelChannelCandidates) {
+        if (ch != 1 && !ps.channels) continue;
+        const Estimate e = m.estimate(spec, a, AlgoParams{chunk, ch, m.rankHost()});
+        if (!e.supported) {
+          unsupported = e.note;
+          continue;
+        }
+        if (best.predictedUs < 0 || e.terms.us < best.predictedUs) best = {a, chunk, ch, e.terms.us};
+      }
+    }
+    if (best.predictedUs >= 0) ranking.push_back(best);
+  }
+  std::stable_sort(ranking.begin(), ranking.end(),
+                   [](const Alternative& x, const Alternative& y) { return x.predictedUs < y.predictedUs; });
+  if (ranking.empty()) {
+    throw Error(Errc::Unsupported, fmt::format("no algorithm can run {}{}", describe(spec),
+                                               unsupported.empty() ? "" : ": " + unsupported));
+  }
+  Choice c{ranking.front().algorithm, ""};
+  c.chunkBytes = ranking.front().chunkBytes;
+  c.channels = ranking.front().channels;
+  c.predictedUs = ranking.front().predictedUs;
+  c.source = "model";
+  c.ranking = ranking;
+  const std::string on = opt_.topology ? fmt::format("topology {}", printable(opt_.topology->name))
+                                       : fmt::format("the default flat network ({} GB/s, {} us links)",
+                                                     kDefaultFlatGBps, kDefaultFlatLatencyUs);
+  c.reason = fmt::format("{}cost model on {}: {:.3g} us{}{}", forced.empty() ? "" : "forced by " + forcedBy + "; ", on,
+                         c.predictedUs, runnerUp(ranking), tableNote);
+  return c;
+}
+
+Choice chooseAlgorithm(const CollectiveSpec& spec) { return Selector(SelectorOptions{}).choose(spec); }
+
+Choice chooseAlgorithm(const CollectiveSpec& spec, const SelectorOptions& options) {
+  return Selector(options).choose(spec);
 }
 
 }  // namespace collbench

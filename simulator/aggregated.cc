@@ -14,6 +14,16 @@
 namespace collbench::sim::detail {
 namespace {
 
+// Every transfer one unit long and local work free: a transfer then starts at its level, the length of the longest
+// chain of transfers before it (through deps, rendezvous and its connection's order).
+class LevelTiming : public Dag::Timing {
+ public:
+  void transfer(Dag& d, int m, double t) override {
+    d.later(Dag::tag(Dag::kTransfer, static_cast<std::uint64_t>(m)), t + 1);
+  }
+  void exec(Dag& d, std::uint64_t tag, int, double t, double) override { d.later(tag, t); }
+};
+
 class KnownTiming : public Dag::Timing {
  public:
   KnownTiming(World& w, const std::vector<double>& duration) : w_(w), duration_(duration) {}
@@ -46,18 +56,19 @@ SimResult simulateAggregated(World& w, const Schedule& s, const Matching& mt, bo
   const std::size_t nx = xf.size();
   const bool crossTraffic = w.config().crossTraffic;
 
-  // Step of each transfer: how many sends its sender issued before it on the same channel.
+  // Step of each transfer: its level. Ring step s is level s, a butterfly round is one level, the folding steps of
+  // non-powers of two get their own, and all sends of a direct all-to-all share one.
   std::vector<int> step(nx, 0);
   int steps = 0;
-  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
-    std::unordered_map<int, int> sent;
-    const auto& ops = s.ranks[r].ops;
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i].kind != OpKind::Send) continue;
-      const int k = sent[ops[i].channel]++;
-      step[static_cast<std::size_t>(mt.opMatch[r][i])] = k;
-      steps = std::max(steps, k + 1);
+  {
+    LevelTiming levels;
+    d.begin(levels);
+    d.checkFinished();
+    for (std::size_t m = 0; m < nx; ++m) {
+      step[m] = static_cast<int>(xf[m].start);
+      steps = std::max(steps, step[m] + 1);
     }
+    d.reset();
   }
   std::vector<int> stepStart(static_cast<std::size_t>(steps) + 1, 0), byStep;
   for (std::size_t m = 0; m < nx; ++m) {

@@ -89,6 +89,11 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   }
   const bool finiteReduce = std::any_of(rate.begin(), rate.end(), [](double x) { return x > 0; });
 
+  {
+    std::vector<std::pair<int, int>> ring;
+    for (int r = 0; r < n; ++r) ring.emplace_back(r, (r + 1) % n);
+    w.prefetchRoutes(std::move(ring));
+  }
   GroupCache cache(w, w.config().crossTraffic);
   SimResult res;
   res.method = "ring-model";

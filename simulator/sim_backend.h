@@ -23,7 +23,7 @@
 ///   the backend). Buffers are never touched.
 ///
 /// Scale (SimResult::method says which was used):
-/// - "exact": every transfer and reduction is its own SimGrid activity (about 3 us of host time per transfer).
+/// - "exact": every transfer and reduction is its own SimGrid activity.
 /// - "aggregated": transfers are grouped in steps (the k-th send of each rank on each channel); within a step, flows
 ///   that share a directed link form a contention group, each distinct group (same flow sizes, same link
 ///   parameters, same sharing structure) is simulated once in SimGrid and its per-flow times are reused for every
@@ -60,8 +60,13 @@ enum class SimMode { Auto, Exact, Aggregated };
 std::string_view toString(SimMode m);
 SimMode parseSimMode(std::string_view s);
 
-/// Auto mode simulates op by op up to this many transfers: at about 3 us each that is about a second here.
-inline constexpr std::size_t kDefaultExactTransferLimit = 300000;
+/// Auto mode simulates op by op up to kAlwaysExactTransfers transfers. Above, it aggregates, and falls back to op by op
+/// when the aggregated result cannot be proved exact and there are at most exactTransferLimit transfers. Op by op
+/// costs 1-3 us of host time per transfer where flows interact little (a ring) and up to ~150 us where one
+/// contention system spans the machine (a pipelined tree on 64 ranks), so the limits are counts of transfers that
+/// stay within seconds in the bad case.
+inline constexpr std::size_t kAlwaysExactTransfers = 20000;
+inline constexpr std::size_t kDefaultExactTransferLimit = 100000;
 /// Schedules are built (rather than modelled without one) up to this many transfers: a ring all-reduce schedule
 /// holds two ops per transfer at about 150 bytes each, so this is about 1.2 GB.
 inline constexpr std::size_t kMaterializeTransferLimit = 4000000;
@@ -99,6 +104,7 @@ struct SimResult {
   std::size_t simulatedActivities = 0;  ///< SimGrid comms and executions actually run
   std::size_t patterns = 0;             ///< distinct contention groups simulated (aggregated methods)
   double wallSeconds = 0;               ///< host time, fork and platform construction included
+  std::size_t peakRssBytes = 0;         ///< peak resident memory of the process that simulated (the child)
   std::vector<Span> spans;              ///< when SimConfig::timeline
 };
 

@@ -4,6 +4,7 @@
 // back through a pipe).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 
 #include "collbench/error.h"
 #include "engine.h"
@@ -80,6 +82,7 @@ void put(Writer& w, const SimResult& r) {
   w.pod(r.transfers);
   w.pod(r.simulatedActivities);
   w.pod(r.patterns);
+  w.pod(r.peakRssBytes);
   w.pod(r.spans.size());
   w.buffer().append(reinterpret_cast<const char*>(r.spans.data()), r.spans.size() * sizeof(Span));
 }
@@ -94,6 +97,7 @@ SimResult get(Reader& rd) {
   r.transfers = rd.pod<std::size_t>();
   r.simulatedActivities = rd.pod<std::size_t>();
   r.patterns = rd.pod<std::size_t>();
+  r.peakRssBytes = rd.pod<std::size_t>();
   r.spans.resize(rd.pod<std::size_t>());
   for (Span& s : r.spans) s = rd.pod<Span>();
   return r;
@@ -111,9 +115,17 @@ void writeAll(int fd, const std::string& data) {
   }
 }
 
+std::size_t peakRss() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<std::size_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
 SimResult inChild(const std::function<SimResult()>& body) {
   if (const char* inProcess = std::getenv("COLLBENCH_SIM_INPROCESS"); inProcess && std::string(inProcess) == "1") {
-    return body();
+    SimResult r = body();
+    r.peakRssBytes = peakRss();
+    return r;
   }
   int fds[2];
   if (::pipe(fds) != 0) throw Error(Errc::BackendError, fmt::format("simulator: pipe failed: {}", std::strerror(errno)));
@@ -130,7 +142,8 @@ SimResult inChild(const std::function<SimResult()>& body) {
     if (const int devnull = ::open("/dev/null", O_WRONLY); devnull >= 0) ::dup2(devnull, STDOUT_FILENO);
     Writer w;
     try {
-      const SimResult r = body();
+      SimResult r = body();
+      r.peakRssBytes = peakRss();
       w.pod(Outcome::Result);
       put(w, r);
     } catch (const Error& e) {
@@ -247,6 +260,21 @@ std::size_t estimateTransfers(const CollectiveSpec& spec, std::string_view algo,
   return n * n;  // unknown generator: assume all pairs
 }
 
+/// The Auto policy (sim_backend.h, kAlwaysExactTransfers); Exact and Aggregated do what they say.
+SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching& m, const SimConfig& cfg,
+                             bool timeline) {
+  std::vector<std::pair<int, int>> pairs;
+  pairs.reserve(m.matches.size());
+  for (const Match& x : m.matches) pairs.emplace_back(x.srcRank, x.dstRank);
+  w.prefetchRoutes(pairs);
+  if (cfg.mode == SimMode::Exact) return detail::simulateExact(w, s, m, timeline);
+  if (cfg.mode == SimMode::Aggregated) return detail::simulateAggregated(w, s, m, timeline);
+  if (m.matches.size() <= kAlwaysExactTransfers) return detail::simulateExact(w, s, m, timeline);
+  SimResult r = detail::simulateAggregated(w, s, m, timeline);
+  if (!r.exact && m.matches.size() <= cfg.exactTransferLimit) return detail::simulateExact(w, s, m, timeline);
+  return r;
+}
+
 }  // namespace
 
 Simulator::Simulator(Topology topology, int nranks, SimConfig config)
@@ -274,10 +302,7 @@ SimResult Simulator::run(const Schedule& s) const {
   SimResult r = inChild([&] {
     const Matching m = matchSchedule(s);
     detail::World w(topo_, nranks_, config_);
-    const bool exact = config_.mode == SimMode::Exact ||
-                       (config_.mode == SimMode::Auto && m.matches.size() <= config_.exactTransferLimit);
-    return exact ? detail::simulateExact(w, s, m, config_.timeline)
-                 : detail::simulateAggregated(w, s, m, config_.timeline);
+    return simulateWithPolicy(w, s, m, config_, config_.timeline);
   });
   r.wallSeconds = secondsSince(t0);
   return r;
@@ -285,8 +310,10 @@ SimResult Simulator::run(const Schedule& s) const {
 
 namespace {
 
-/// Pipelined algorithms with many chunks: T(m) for m, m+1, m+2, m+3 chunks of one size; once the increments agree
-/// (the pipeline is in its steady state) extend linearly to the real chunk count.
+/// Pipelined algorithms with many chunks: simulated with ma, ma+1, mb-1 and mb chunks of the real chunk size, then
+/// extended to the real count along the slope between ma and mb. A chain's pipeline is linear (every increment
+/// equal); a tree's is not quite (its two children fold in turn and chunks of both trees share links, so the
+/// increments wander around their mean), hence the window rather than the last increment.
 SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_view algo, const AlgoParams& p,
                       const SimConfig& cfg) {
   const std::size_t es = spec.elementSize(), slices = pipelineSlices(spec, p);
@@ -299,48 +326,39 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
     uniform = uniform && c == chunks && len % c == 0 && len / c == part(spec.count, slices, 0) / chunks;
     chunkElems = std::max(chunkElems, (len + c - 1) / c);
   }
+  // The result is an estimate anyway: sub-runs too large for op by op are aggregated without the exact fallback.
+  SimConfig subCfg = cfg;
+  subCfg.exactTransferLimit = kAlwaysExactTransfers;
+  auto runSchedule = [&](const Schedule& s) { return simulateWithPolicy(w, s, matchSchedule(s), subCfg, false); };
+  // Past the fill (about log2 n tree levels, or a few chunks of a chain) and a window as long again.
   const auto n = static_cast<std::size_t>(spec.nranks);
-  // Fill: a chunk needs about depth steps to cross the tree (log2 n levels up and down) or the chain (n - 1 hops);
-  // start well past the tree's fill, and grow m until the increments agree.
-  std::size_t m = spec.kind == Collective::AllReduce ? 2 * ceilLog2(n) + 2 : 4;
-  const double kAgree = 1e-9;
+  const std::size_t ma = spec.kind == Collective::AllReduce ? ceilLog2(n) + 2 : 4, mb = 2 * ma + 2;
+  if (chunks <= mb + 1) return runSchedule(buildSchedule(spec, algo, p));
   SimResult out;
-  auto runSchedule = [&](const Schedule& s) {
-    const Matching mt = matchSchedule(s);
-    const bool exact = cfg.mode == SimMode::Exact || mt.matches.size() <= cfg.exactTransferLimit;
-    return exact ? detail::simulateExact(w, s, mt, false) : detail::simulateAggregated(w, s, mt, false);
-  };
-  if (chunks <= m + 3) return runSchedule(buildSchedule(spec, algo, p));
   out.method = "extrapolated";
-  constexpr int kMaxDoublings = 3;
-  for (int attempt = 0;; ++attempt) {
-    double t[4];
-    bool subExact = true;
-    for (int j = 0; j < 4; ++j) {
-      CollectiveSpec sub = spec;
-      sub.count = slices * (m + static_cast<std::size_t>(j)) * chunkElems;
-      AlgoParams sp = p;
-      sp.chunkBytes = chunkElems * es;
-      const SimResult r = runSchedule(buildSchedule(sub, algo, sp));
-      t[j] = r.seconds;
-      subExact = subExact && r.exact;
-      out.simulatedActivities += r.simulatedActivities;
-      out.patterns += r.patterns;
-    }
-    const double d1 = t[1] - t[0], d2 = t[2] - t[1], d3 = t[3] - t[2];
-    const bool steady = std::abs(d3 - d2) <= kAgree * t[3] && std::abs(d2 - d1) <= kAgree * t[3];
-    if (steady || attempt == kMaxDoublings || 2 * m + 3 >= chunks) {
-      out.seconds = t[3] + static_cast<double>(chunks - (m + 3)) * d3;
-      out.exact = false;
-      out.note = fmt::format("{} chunks of {} elements extrapolated from {}..{} chunks ({:.6g} us per chunk{}{}{})",
-                             chunks, chunkElems, m, m + 3, d3 * 1e6, steady ? "" : "; increments still vary",
-                             uniform ? "" : "; the real chunks differ by one element",
-                             subExact ? "" : "; sub-runs approximate");
-      break;
-    }
-    m *= 2;
+  std::map<std::size_t, double> t;
+  bool subExact = true;
+  for (std::size_t m : {ma, ma + 1, mb - 1, mb}) {
+    CollectiveSpec sub = spec;
+    sub.count = slices * m * chunkElems;
+    AlgoParams sp = p;
+    sp.chunkBytes = chunkElems * es;
+    const SimResult r = runSchedule(buildSchedule(sub, algo, sp));
+    t[m] = r.seconds;
+    subExact = subExact && r.exact;
+    out.simulatedActivities += r.simulatedActivities;
+    out.patterns += r.patterns;
   }
-  // What the full schedule would hold.
+  const double slope = (t[mb] - t[ma]) / static_cast<double>(mb - ma);
+  const double dA = t[ma + 1] - t[ma], dB = t[mb] - t[mb - 1];
+  const double kAgree = 1e-9 * t[mb];
+  const bool linear = std::abs(dA - slope) <= kAgree && std::abs(dB - slope) <= kAgree;
+  out.seconds = t[mb] + static_cast<double>(chunks - mb) * slope;
+  out.exact = false;
+  out.note = fmt::format("{} chunks of {} elements extrapolated from {}..{} chunks at {:.6g} us per chunk ({}{}{})",
+                         chunks, chunkElems, ma, mb, slope * 1e6,
+                         linear ? "linear pipeline" : "increments vary around the mean",
+                         uniform ? "" : "; the real chunks differ by one element", subExact ? "" : "; sub-runs approximate");
   out.transfers = estimateTransfers(spec, algo, p);
   out.ops = 2 * out.transfers;
   return out;

@@ -15,6 +15,7 @@ constexpr double kBytesPerGB = 1e9;   // topology bandwidths are GB/s = 1e9 byte
 constexpr double kSecondsPerUs = 1e-6;
 // Host speed when a node has no reduction rate (reductions there are free and never reach SimGrid).
 constexpr double kUnusedHostSpeed = 1e9;
+constexpr double kTimePrecisionSeconds = 1e-13;
 
 World* gCurrent = nullptr;  // the process's World (one engine per process)
 
@@ -36,6 +37,10 @@ World::World(const Topology& topology, int nranks, const SimConfig& config)
   new sg4::Engine(&argc, argv);  // lives until the process exits (SimGrid allows one per process)
   sg4::Engine::set_config(std::string("network/model:") + std::string(toString(config.model)));
   sg4::Engine::set_config("network/crosstraffic", config.crossTraffic);
+  // SimGrid ends every flow due within surf/precision seconds of an event together with it; the default (1 ns) is
+  // 4 bytes at 50 GB/s and makes a 252-byte and a 248-byte transfer end together. The closed forms need 1e-6
+  // relative on microsecond collectives.
+  sg4::Engine::set_config("surf/precision", kTimePrecisionSeconds);
   if (config.model == NetworkModel::CM02) {
     // CM02's TCP window bound (rate <= gamma / 2 latency) is a TCP artefact; off, a flow gets exactly its max-min
     // share, which is what the alpha-beta closed forms assume. LV08 keeps SimGrid's default window.
@@ -94,29 +99,38 @@ const std::vector<DirLink>& World::route(int a, int b) {
   return it->second;
 }
 
-void World::installRoute(int srcNode, int dstNode) {
-  auto [it, inserted] = installed_.try_emplace(pairKey(srcNode, dstNode), true);
+void World::prefetchRoutes(std::vector<std::pair<int, int>> pairs) {
+  std::sort(pairs.begin(), pairs.end());
+  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  for (auto [a, b] : pairs) {
+    route(a, b);
+    if (config_.crossTraffic) route(b, a);
+  }
+}
+
+void World::installRoute(int src, int dst) {
+  const int sn = router_.rankNode(src), dn = router_.rankNode(dst);
+  auto [it, inserted] = installed_.try_emplace(pairKey(sn, dn), true);
   if (!inserted) return;
-  std::vector<Hop> hops;
-  router_.nodeRoute(srcNode, dstNode, hops);
-  COLLBENCH_CHECK(!hops.empty(), "route between distinct nodes {} and {}", srcNode, dstNode);
+  const std::vector<DirLink>& hops = route(src, dst);
+  COLLBENCH_CHECK(!hops.empty(), "route between ranks {} and {} on distinct nodes", src, dst);
   std::vector<sg4::LinkInRoute> links;
   links.reserve(hops.size());
-  for (const Hop& h : hops) {
-    links.emplace_back(links_[static_cast<std::size_t>(h.link)],
-                       h.forward ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
+  for (DirLink l : hops) {
+    links.emplace_back(links_[static_cast<std::size_t>(l / 2)],
+                       l % 2 == 0 ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
   }
   // Bypass routes may be added after the platform is sealed, so only the pairs that talk get one (a full routing
   // table would be nodes^2 entries: 0.5 GB at 8192 ranks).
-  zone_->add_bypass_route(hosts_[static_cast<std::size_t>(hostOfNode(srcNode))]->get_netpoint(),
-                          hosts_[static_cast<std::size_t>(hostOfNode(dstNode))]->get_netpoint(), nullptr, nullptr,
-                          links);
+  zone_->add_bypass_route(hosts_[static_cast<std::size_t>(hostOfNode(sn))]->get_netpoint(),
+                          hosts_[static_cast<std::size_t>(hostOfNode(dn))]->get_netpoint(), nullptr, nullptr, links);
 }
 
 void World::startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag) {
   const int sn = router_.rankNode(src), dn = router_.rankNode(dst);
   COLLBENCH_CHECK(sn != dn, "transfer between ranks {} and {} of one node", src, dst);
-  installRoute(sn, dn);
+  installRoute(src, dst);
+  if (config_.crossTraffic) installRoute(dst, src);  // SimGrid sends the acknowledgements along the reverse route
   std::size_t slot;
   if (!freeSlots_.empty()) {
     slot = freeSlots_.back();

@@ -35,6 +35,9 @@ class World {
   const Topology& topology() const { return topo_; }
   /// Directed links from rank a's node to rank b's node (empty when they share a node).
   const std::vector<DirLink>& route(int a, int b);
+  /// Computes the routes of these rank pairs source by source (Router keeps a few BFS trees; asking in random order
+  /// would redo one per pair).
+  void prefetchRoutes(std::vector<std::pair<int, int>> pairs);
   bool sameNode(int a, int b) const { return router_.rankNode(a) == router_.rankNode(b); }
   /// Reduction (and local copy) throughput of the rank's node in bytes/s; 0 means infinitely fast.
   double reduceRate(int rank) const;
@@ -60,7 +63,7 @@ class World {
   std::size_t activities() const { return activities_; }
 
  private:
-  void installRoute(int srcNode, int dstNode);
+  void installRoute(int srcRank, int dstRank);
   void completed(const simgrid::s4u::Activity& a);
 
   const Topology& topo_;

@@ -12,6 +12,9 @@ namespace collbench::cli {
 
 void registerLinkedBackends() {
   host::registerHostBackends();
+#ifdef COLLBENCH_HAVE_GLOO
+  host::registerGlooBackend();
+#endif
 #ifdef COLLBENCH_HAVE_SIM
   sim::registerSimBackend();
 #endif

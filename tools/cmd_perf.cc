@@ -43,6 +43,7 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--algo", cfg->algo, "algorithm name or auto")->default_val("auto");
   cmd->add_option("--topology", cfg->topology, "topology file or shipped name (simulator)");
   cmd->add_option("--channels", cfg->channels, "parallel channels")->default_val(1);
+  cmd->add_option("--tuning", cfg->tuningFile, "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE)");
   cmd->add_option("--chunk-bytes", *chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
   cmd->callback([cfg, sizes, chunk, factor, collective, &exitCode] {
     PerfConfig c = *cfg;

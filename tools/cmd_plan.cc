@@ -1,10 +1,13 @@
 // `collbench plan`: builds a schedule, validates it and prints a summary or the whole op list.
+#include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
+#include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "collbench/validator.h"
 #include "commands.h"
@@ -14,9 +17,10 @@ namespace collbench::cli {
 void addPlanCommand(CLI::App& app, int& exitCode) {
   struct Args {
     std::string collective = "all_reduce", algo = "auto", bytes = "1M", chunk = "0", dtype = "float", op = "sum";
-    std::string topology;
+    std::string topology, tuning;
     int ranks = 4, root = 0, channels = 1;
     bool dump = false, inPlace = false;
+    std::string backend;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("plan", "build, validate and show the schedule of one collective");
@@ -30,6 +34,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--channels", a->channels, "parallel channels")->default_val(1);
   cmd->add_option("--chunk-bytes", a->chunk, "pipeline chunk (0 = default)")->default_val("0");
   cmd->add_option("--topology", a->topology, "topology (gives hierarchical its hosts)");
+  cmd->add_option("--tuning", a->tuning, "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE)");
+  cmd->add_option("--backend", a->backend, "prefer the table section measured on this backend");
   cmd->add_flag("--dump", a->dump, "print every op of every rank");
   cmd->add_flag("--in-place", a->inPlace, "validate for in-place buffers");
   cmd->callback([a, &exitCode] {
@@ -41,9 +47,22 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     spec.root = a->root;
     spec.count = spec.kind == Collective::Barrier ? 0 : parseBytes(a->bytes, "--bytes") / spec.elementSize();
     AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), a->channels, {}};
-    if (!a->topology.empty()) params.rankHost = rankHosts(loadTopology(a->topology), a->ranks);
+    std::optional<Topology> topo;
+    if (!a->topology.empty()) topo = loadTopology(a->topology);
+    if (topo) params.rankHost = rankHosts(*topo, a->ranks);
     checkSpec(spec, params);
-    const Choice choice = a->algo == "auto" ? chooseAlgorithm(spec) : Choice{a->algo, "forced by --algo"};
+    const char* tuningEnv = std::getenv("COLLBENCH_TUNING_FILE");
+    const std::string tuningFile = !a->tuning.empty() ? a->tuning : tuningEnv ? tuningEnv : "";
+    std::optional<TuningTable> table;
+    if (!tuningFile.empty()) table = loadTuningTable(tuningFile);
+    const Choice choice = a->algo == "auto"
+                              ? chooseAlgorithm(spec, SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr,
+                                                                      a->backend, "auto", tuningFile})
+                              : Choice{a->algo, "forced by --algo"};
+    if (a->algo == "auto" && params.chunkBytes == 0 && params.channels == 1) {  // the selector's unless given
+      params.chunkBytes = choice.chunkBytes;
+      params.channels = choice.channels;
+    }
     const Schedule s = buildSchedule(spec, choice.algorithm, params);
     validate(s, ValidateOptions{a->inPlace});
     std::size_t sent = 0, maxOps = 0;
@@ -54,6 +73,15 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     fmt::print("{}\nalgorithm: {} ({})\nops: {} total, at most {} per rank; bytes sent: {} total\nvalid: yes{}\n",
                describe(spec), s.algorithm, choice.reason, s.totalOps(), maxOps, sent,
                a->inPlace ? " (in place)" : "");
+    if (!choice.ranking.empty()) {  // --algo auto: what the choice rests on and what came next
+      fmt::print("choice: {} ({}), chunk {} B, channels {}\n", choice.algorithm, choice.source, choice.chunkBytes,
+                 choice.channels);
+      for (std::size_t i = 0; i < choice.ranking.size() && i < 3; ++i) {
+        const Alternative& r = choice.ranking[i];
+        fmt::print("  {} {:<20} chunk {:>10} B  channels {:>2}  {:>12.3f} us\n", i == 0 ? "chosen:   " : "runner-up:",
+                   r.algorithm, r.chunkBytes, r.channels, r.predictedUs);
+      }
+    }
     if (a->dump) fmt::print("{}", dump(s));
     exitCode = 0;
   });

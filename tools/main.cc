@@ -27,6 +27,17 @@ int main(int argc, char** argv) {
   cli::addPerfCommand(app, exitCode);
   cli::addPlanCommand(app, exitCode);
   cli::addTopoCommand(app, exitCode);
+  cli::addSimCommand(app, exitCode);
+  cli::addSweepCommand(app, exitCode);
+  cli::addLaunchCommand(app, exitCode);
+  cli::addWorkloadCommand(app, exitCode);
+  cli::addReplayCommand(app, exitCode);
+  cli::addGateCommand(app, exitCode);
+  cli::addReportCommand(app, exitCode);
+  cli::addTrainCommand(app, exitCode);
+  cli::addTuneCommand(app, exitCode);
+  cli::addCalibrateCommand(app, exitCode);
+  cli::addRegretCommand(app, exitCode);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -6,13 +6,16 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "collbench/error.h"
 #include "collbench/reference.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
+#include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "environment.h"
+#include "world_options.h"
 
 namespace collbench::cli {
 namespace {
@@ -86,12 +89,30 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("output file '{}' exists; pass --force to overwrite it", c.outputFile));
   }
+  if (c.algo == "mpi") return runMpiPerf(c, out);  // peer baseline: Open MPI's own driver under mpirun
   BackendOptions bopts;
   if (!c.topology.empty()) bopts["topology"] = c.topology;
+  // Process backends (gloo) run one rank per process: the world comes from the cluster resolver, each process
+  // holds only its rank's buffers, and only rank 0 prints the table and writes -J.
+  const bool processMode = isProcessBackend(c.backend);
+  if (processMode) bopts.merge(processWorldOptions());
+  const int localRank = processMode ? std::stoi(bopts.at("rank")) : -1;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(localRank > 0 ? std::fopen("/dev/null", "w") : nullptr,
+                                                        [](std::FILE* f) { return f ? std::fclose(f) : 0; });
+  if (quiet) out = quiet.get();
   auto backend = makeBackend(c.backend, c.ranks, bopts);
   const int n = backend->nranks();
   AlgoParams params{c.chunkBytes, c.channels, {}};
-  if (!c.topology.empty()) params.rankHost = rankHosts(loadTopology(c.topology), n);
+  std::optional<Topology> topo;
+  if (!c.topology.empty()) topo = loadTopology(c.topology);
+  if (topo) params.rankHost = rankHosts(*topo, n);
+  // --algo auto: the selector, with the tuning table of --tuning / COLLBENCH_TUNING_FILE when given.
+  const char* tuningEnv = std::getenv("COLLBENCH_TUNING_FILE");
+  const std::string tuningFile = !c.tuningFile.empty() ? c.tuningFile : tuningEnv ? tuningEnv : "";
+  std::optional<TuningTable> table;
+  if (!tuningFile.empty()) table = loadTuningTable(tuningFile);
+  const Selector selector(SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr, c.backend, "auto",
+                                          tuningFile});
   CollectiveSpec probe{c.collective, n, 0, dtype, op, c.root};
   checkSpec(probe, params);
   if (c.algo != "auto") findAlgorithm(c.collective, c.algo);  // reject unknown names before running anything
@@ -129,8 +150,13 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   for (std::size_t bytes : sizeSequence(c)) {
     const std::size_t count = countForSize(c.collective, bytes, es, n);
     CollectiveSpec spec{c.collective, n, count, dtype, op, c.root};
-    const Choice choice = c.algo == "auto" ? chooseAlgorithm(spec) : Choice{c.algo, "forced by --algo"};
-    const Schedule schedule = buildSchedule(spec, choice.algorithm, params);
+    const Choice choice = c.algo == "auto" ? selector.choose(spec) : Choice{c.algo, "forced by --algo"};
+    AlgoParams rowParams = params;  // the selector's chunk and channels unless given on the command line
+    if (c.algo == "auto" && c.chunkBytes == 0 && c.channels == 1) {
+      rowParams.chunkBytes = choice.chunkBytes;
+      rowParams.channels = choice.channels;
+    }
+    const Schedule schedule = buildSchedule(spec, choice.algorithm, rowParams);
     const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
     Half halves[2];
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
@@ -138,7 +164,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
       RunOptions ro;
       ro.timeoutSeconds = c.timeoutSeconds;
       if (backend->movesData()) {
-        RankBufferSet bufs(spec, inPlace == 1);
+        PerfBuffers bufs(spec, inPlace == 1, localRank);
         bufs.fill();
         if (c.blocking) {
           backend->run(schedule, bufs.views(), RunOptions{0, c.warmup, c.timeoutSeconds});
@@ -155,7 +181,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
         if (c.check) {
           bufs.fill();
           backend->run(schedule, bufs.views(), RunOptions{1, 0, c.timeoutSeconds});
-          h.wrong = static_cast<long long>(bufs.countWrong());
+          h.wrong = sumOverProcesses(*backend, static_cast<long long>(bufs.countWrong()), processMode,
+                                     c.timeoutSeconds);
           wrongTotal += h.wrong;
         }
       } else {
@@ -183,7 +210,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     nlohmann::json row = {{"size", rowBytes},          {"count", rowBytes / es},
                           {"type", type},              {"redop", redop},
                           {"root", rootCol},           {"algorithm", choice.algorithm},
-                          {"algorithm_reason", choice.reason}};
+                          {"algorithm_reason", choice.reason}, {"chunk_bytes", rowParams.chunkBytes},
+                          {"channels", rowParams.channels}};
     const char* names[2] = {"out_of_place", "in_place"};
     for (int k = 0; k < 2; ++k) {
       row[names[k]] = {{"time_us", halves[k].seconds * 1e6},
@@ -197,7 +225,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   std::fprintf(out, "# Out of bounds values : %lld %s\n", wrongTotal, wrongTotal == 0 ? "OK" : "FAILED");
   std::fprintf(out, "# Avg bus bandwidth    : %g \n#\n", avgBus);
 
-  if (!c.outputFile.empty()) {
+  if (!c.outputFile.empty() && localRank <= 0) {
     nlohmann::json doc = {
         {"format", "collbench-perf"},
         {"version", 1},

@@ -36,6 +36,7 @@ struct PerfConfig {
   int channels = 1;
   std::size_t chunkBytes = 0;
   std::string commandLine;
+  std::string tuningFile;  ///< --tuning: table for --algo auto (else $COLLBENCH_TUNING_FILE)
 };
 
 /// Sizes as nccl-tests walks them: multiply by stepFactor when > 1, else add stepBytes.

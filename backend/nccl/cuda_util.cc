@@ -41,12 +41,18 @@ void throwNccl(ncclResult_t r, const char* call, const char* file, int line, int
 
 ncclDataType_t toNccl(DType t) {
   switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::F16: return ncclFloat16;
-    case DType::BF16: return ncclBfloat16;
-    case DType::I32: return ncclInt32;
-    case DType::I64: return ncclInt64;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
   }
   COLLBENCH_CHECK(false, "unknown dtype {}", static_cast<int>(t));
   return ncclFloat32;
@@ -54,11 +60,16 @@ ncclDataType_t toNccl(DType t) {
 
 ncclRedOp_t toNccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Prod: return ncclProd;
-    case ReduceOp::Min: return ncclMin;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Prod:
+      return ncclProd;
+    case ReduceOp::Min:
+      return ncclMin;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Avg:
+      return ncclAvg;
   }
   COLLBENCH_CHECK(false, "unknown reduce op {}", static_cast<int>(op));
   return ncclSum;

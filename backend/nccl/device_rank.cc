@@ -103,9 +103,12 @@ void DeviceRank::copyOut() {
 
 std::byte* DeviceRank::resolve(const BufRef& ref) const {
   switch (ref.buffer) {
-    case BufferKind::Input: return in_ + ref.offset;
-    case BufferKind::Output: return out_ + ref.offset;
-    case BufferKind::Scratch: return scratch_.get() + ref.offset;
+    case BufferKind::Input:
+      return in_ + ref.offset;
+    case BufferKind::Output:
+      return out_ + ref.offset;
+    case BufferKind::Scratch:
+      return scratch_.get() + ref.offset;
   }
   return nullptr;
 }

@@ -133,7 +133,7 @@ cudaError_t launchTyped(void* dst, const void* a, const void* b, std::size_t n, 
   const bool vec = aligned(dst) && aligned(a) && aligned(b);
   const std::size_t work = vec ? n / Pack<S>::kElems + n % Pack<S>::kElems : n;
   reduceKernel<S, O><<<blocksFor(work), kThreads, 0, stream>>>(static_cast<S*>(dst), static_cast<const S*>(a),
-                                                                static_cast<const S*>(b), n, vec);
+                                                               static_cast<const S*>(b), n, vec);
   return cudaGetLastError();
 }
 
@@ -141,10 +141,14 @@ template <typename S>
 cudaError_t launchOp(ReduceOp op, void* dst, const void* a, const void* b, std::size_t n, cudaStream_t stream) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return launchTyped<S, SumOp>(dst, a, b, n, stream);
-    case ReduceOp::Prod: return launchTyped<S, ProdOp>(dst, a, b, n, stream);
-    case ReduceOp::Min: return launchTyped<S, MinOp>(dst, a, b, n, stream);
-    case ReduceOp::Max: return launchTyped<S, MaxOp>(dst, a, b, n, stream);
+    case ReduceOp::Avg:
+      return launchTyped<S, SumOp>(dst, a, b, n, stream);
+    case ReduceOp::Prod:
+      return launchTyped<S, ProdOp>(dst, a, b, n, stream);
+    case ReduceOp::Min:
+      return launchTyped<S, MinOp>(dst, a, b, n, stream);
+    case ReduceOp::Max:
+      return launchTyped<S, MaxOp>(dst, a, b, n, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -161,12 +165,18 @@ cudaError_t launchReduce(DType t, ReduceOp op, void* dst, const void* a, const v
                          cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   switch (t) {
-    case DType::F32: return launchOp<float>(op, dst, a, b, count, stream);
-    case DType::F64: return launchOp<double>(op, dst, a, b, count, stream);
-    case DType::F16: return launchOp<__half>(op, dst, a, b, count, stream);
-    case DType::BF16: return launchOp<__nv_bfloat16>(op, dst, a, b, count, stream);
-    case DType::I32: return launchOp<std::int32_t>(op, dst, a, b, count, stream);
-    case DType::I64: return launchOp<std::int64_t>(op, dst, a, b, count, stream);
+    case DType::F32:
+      return launchOp<float>(op, dst, a, b, count, stream);
+    case DType::F64:
+      return launchOp<double>(op, dst, a, b, count, stream);
+    case DType::F16:
+      return launchOp<__half>(op, dst, a, b, count, stream);
+    case DType::BF16:
+      return launchOp<__nv_bfloat16>(op, dst, a, b, count, stream);
+    case DType::I32:
+      return launchOp<std::int32_t>(op, dst, a, b, count, stream);
+    case DType::I64:
+      return launchOp<std::int64_t>(op, dst, a, b, count, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -175,12 +185,18 @@ cudaError_t launchDivide(DType t, void* dst, std::size_t count, int divisor, cud
   if (count == 0) return cudaSuccess;
   if (divisor <= 0) return cudaErrorInvalidValue;
   switch (t) {
-    case DType::F32: return launchDivideTyped<float>(dst, count, divisor, stream);
-    case DType::F64: return launchDivideTyped<double>(dst, count, divisor, stream);
-    case DType::F16: return launchDivideTyped<__half>(dst, count, divisor, stream);
-    case DType::BF16: return launchDivideTyped<__nv_bfloat16>(dst, count, divisor, stream);
-    case DType::I32: return launchDivideTyped<std::int32_t>(dst, count, divisor, stream);
-    case DType::I64: return launchDivideTyped<std::int64_t>(dst, count, divisor, stream);
+    case DType::F32:
+      return launchDivideTyped<float>(dst, count, divisor, stream);
+    case DType::F64:
+      return launchDivideTyped<double>(dst, count, divisor, stream);
+    case DType::F16:
+      return launchDivideTyped<__half>(dst, count, divisor, stream);
+    case DType::BF16:
+      return launchDivideTyped<__nv_bfloat16>(dst, count, divisor, stream);
+    case DType::I32:
+      return launchDivideTyped<std::int32_t>(dst, count, divisor, stream);
+    case DType::I64:
+      return launchDivideTyped<std::int64_t>(dst, count, divisor, stream);
   }
   return cudaErrorInvalidValue;
 }

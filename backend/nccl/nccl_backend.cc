@@ -1,5 +1,7 @@
 // The "nccl" backend: one rank per GPU, native NCCL collectives and our schedules as ncclSend/ncclRecv groups plus
 // reduce kernels, issued wave by wave (wave_plan.h) on each rank's stream.
+#include "nccl_backend.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include "collbench/error.h"
 #include "device_rank.h"
 #include "kernels.h"
-#include "nccl_backend.h"
 #include "wave_plan.h"
 
 namespace collbench::nccl {
@@ -81,10 +82,10 @@ class NcclBackend final : public Backend {
       }
       const int device = intOption(options, "device", rank % probe.count);
       if (device < 0 || device >= probe.count) {
-        throw Error(Errc::InvalidArgument,
-                    fmt::format("nccl backend: rank {}: device {} does not exist ({} visible)", rank, device,
-                                probe.count),
-                    rank);
+        throw Error(
+            Errc::InvalidArgument,
+            fmt::format("nccl backend: rank {}: device {} does not exist ({} visible)", rank, device, probe.count),
+            rank);
       }
       ranks_.push_back(std::make_unique<DeviceRank>(rank, device));
     } else {
@@ -108,8 +109,9 @@ class NcclBackend final : public Backend {
       }
       for (int r = 0; r < nranks; ++r) {
         if (devices[static_cast<std::size_t>(r)] >= probe.count) {
-          throw Error(Errc::InvalidArgument, fmt::format("nccl backend: rank {}: device {} does not exist ({} visible)",
-                                                         r, devices[static_cast<std::size_t>(r)], probe.count),
+          throw Error(Errc::InvalidArgument,
+                      fmt::format("nccl backend: rank {}: device {} does not exist ({} visible)", r,
+                                  devices[static_cast<std::size_t>(r)], probe.count),
                       r);
         }
         ranks_.push_back(std::make_unique<DeviceRank>(r, devices[static_cast<std::size_t>(r)]));
@@ -148,13 +150,17 @@ class NcclBackend final : public Backend {
       }
       initComms();
     }
-    const bool native = s.algorithm == kNativeAlgorithm;
+    const bool native = s.native || s.algorithm == kNativeAlgorithm;
+    if (native && s.algorithm != kNativeAlgorithm) {
+      throw Error(Errc::Unsupported, fmt::format("algorithm '{}' is another library's own call; the nccl backend runs "
+                                                 "native '{}' and collbench schedules",
+                                                 s.algorithm, kNativeAlgorithm));
+    }
     WavePlan plan;
     if (!native) {
       if (static_cast<int>(s.ranks.size()) != world_) {
-        throw Error(Errc::InvalidSchedule,
-                    fmt::format("schedule {} has programs for {} ranks, expected {}", s.algorithm, s.ranks.size(),
-                                world_));
+        throw Error(Errc::InvalidSchedule, fmt::format("schedule {} has programs for {} ranks, expected {}",
+                                                       s.algorithm, s.ranks.size(), world_));
       }
       plan = planWaves(s);
     }
@@ -186,8 +192,8 @@ class NcclBackend final : public Backend {
           for (std::size_t i = 0; i < ranks_.size(); ++i) {
             DeviceRank& r = *ranks_[i];
             r.activate();
-            COLLBENCH_CUDA_RANK(r.rank(), cudaEventRecord(r.iterationEvents()[static_cast<std::size_t>(it)],
-                                                          r.stream()));
+            COLLBENCH_CUDA_RANK(r.rank(),
+                                cudaEventRecord(r.iterationEvents()[static_cast<std::size_t>(it)], r.stream()));
             monitor.noteRecorded(i, static_cast<std::size_t>(it));
           }
         }
@@ -225,6 +231,9 @@ class NcclBackend final : public Backend {
   }
 
  private:
+  /// The rank a group-level NCCL error names: this process's rank, or none when it drives several.
+  int groupRank() const { return ranks_.size() == 1 ? ranks_.front()->rank() : Error::kNoRank; }
+
   void recordAll(cudaEvent_t (DeviceRank::*which)() const) {
     for (auto& rp : ranks_) {
       rp->activate();
@@ -328,7 +337,7 @@ class NcclBackend final : public Backend {
     if (monitor.failed()) monitor.rethrow();
     const ncclDataType_t dt = toNccl(spec.dtype);
     const ncclRedOp_t op = toNccl(spec.op);
-    Group group(ranks_.front()->rank());
+    Group group(groupRank());
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       DeviceRank& r = *ranks_[i];
       ncclComm_t c = comms_[i];
@@ -368,7 +377,7 @@ class NcclBackend final : public Backend {
       bool anyComm = false;
       for (auto& r : ranks_) anyComm = anyComm || !w.ranks[static_cast<std::size_t>(r->rank())].comm.empty();
       if (anyComm) {
-        Group group(ranks_.front()->rank());
+        Group group(groupRank());
         for (std::size_t i = 0; i < ranks_.size(); ++i) {
           DeviceRank& r = *ranks_[i];
           const auto g = static_cast<std::size_t>(r.rank());
@@ -387,10 +396,11 @@ class NcclBackend final : public Backend {
                 break;
               case OpKind::RecvReduce:
                 COLLBENCH_NCCL_RANK(r.rank(), c,
-                                    ncclRecv(r.staging() + plan.stagingOffset[g][static_cast<std::size_t>(k)],
-                                             op.bytes, ncclUint8, op.peer, c, r.stream()));
+                                    ncclRecv(r.staging() + plan.stagingOffset[g][static_cast<std::size_t>(k)], op.bytes,
+                                             ncclUint8, op.peer, c, r.stream()));
                 break;
-              default: COLLBENCH_CHECK(false, "local op {} in a comm list", k);
+              default:
+                COLLBENCH_CHECK(false, "local op {} in a comm list", k);
             }
           }
         }
@@ -434,8 +444,8 @@ class NcclBackend final : public Backend {
       }
       return;
     }
-    COLLBENCH_CUDA_RANK(r.rank(), launchReduce(s.spec.dtype, s.spec.op, dst, dst, src, op.bytes / s.spec.elementSize(),
-                                               r.stream()));
+    COLLBENCH_CUDA_RANK(
+        r.rank(), launchReduce(s.spec.dtype, s.spec.op, dst, dst, src, op.bytes / s.spec.elementSize(), r.stream()));
   }
 
   int world_ = 0;
@@ -447,14 +457,6 @@ class NcclBackend final : public Backend {
 };
 
 }  // namespace
-
-Schedule nativeSchedule(const CollectiveSpec& spec) {
-  Schedule s;
-  s.spec = spec;
-  s.algorithm = kNativeAlgorithm;
-  s.ranks.resize(static_cast<std::size_t>(std::max(spec.nranks, 0)));
-  return s;
-}
 
 std::unique_ptr<Backend> makeNcclBackend(int nranks, const BackendOptions& options) {
   return std::make_unique<NcclBackend>(nranks, options);

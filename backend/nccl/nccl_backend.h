@@ -2,8 +2,9 @@
 /// GPU backends (CUDA + NCCL), registered by registerNcclBackends():
 /// - "nccl": one rank per GPU, in one process (ncclCommInitAll over the first n devices, or BackendOptions
 ///   "devices" = "0,2,3") or in many (one rank per process: options "nccl_id" = newUniqueIdHex() of rank 0, "rank",
-///   "world", optional "device"). A Schedule whose algorithm is kNativeAlgorithm runs the native NCCL collective;
-///   any other schedule runs as ncclSend/ncclRecv groups plus reduce kernels (see wave_plan.h).
+///   "world", optional "device"). The native schedule of algorithm kNativeAlgorithm (core registers it:
+///   buildSchedule(spec, "nccl")) runs the NCCL collective itself; any other schedule runs as ncclSend/ncclRecv
+///   groups plus reduce kernels (see wave_plan.h), so both are timed in the same harness.
 /// - "cuda-1gpu": n ranks as buffers and streams on one GPU (option "device"); sends are device copies, receive-
 ///   reduces are kernels reading the sender's buffer. For validating schedules and kernels on one GPU.
 ///
@@ -34,9 +35,6 @@ namespace collbench::nccl {
 /// own algorithm and protocol unless the NCCL_ALGO / NCCL_PROTO environment variables say otherwise; RunResult::
 /// algorithm records their values.
 inline constexpr const char* kNativeAlgorithm = "nccl";
-
-/// An empty schedule (no ops) with algorithm kNativeAlgorithm for `spec`.
-Schedule nativeSchedule(const CollectiveSpec& spec);
 
 void registerNcclBackends();
 

@@ -97,8 +97,9 @@ WavePlan planWaves(const Schedule& s) {
     }
     for (std::size_t r = 0; r < n; ++r) {
       auto& rw = w.ranks[r];
-      std::sort(rw.comm.begin(), rw.comm.end(),
-                [&](int a, int b) { return opMatch[r][static_cast<std::size_t>(a)] < opMatch[r][static_cast<std::size_t>(b)]; });
+      std::sort(rw.comm.begin(), rw.comm.end(), [&](int a, int b) {
+        return opMatch[r][static_cast<std::size_t>(a)] < opMatch[r][static_cast<std::size_t>(b)];
+      });
       std::sort(rw.local.begin(), rw.local.end());
       std::size_t staging = 0;
       for (int i : rw.comm) {

@@ -1,23 +1,88 @@
 #pragma once
-/// Algorithm choice for `--algo auto`.
+/// Algorithm choice for `--algo auto`: (algorithm, chunk_bytes, channels) per (topology, collective, nranks, bytes).
+///
+/// Order of precedence, like NCCL's NCCL_ALGO over its tuner:
+///   1. a forced algorithm: SelectorOptions::algo (the --algo flag) when not "auto", else the environment variable
+///      COLLBENCH_ALGO: "ring" (every collective that has it) or "all_reduce:tree;broadcast:ring" (per collective,
+///      ';'-separated). A name no collective has is Error{InvalidArgument}; a name valid for other collectives only
+///      leaves this one to the steps below. The configuration comes from the table or the model.
+///   2. the tuning table's section for the topology's fingerprint ("" without a topology): at a table point its
+///      fastest candidate; between points predictFromTable() (model-shaped interpolation in log bytes and nranks).
+///   3. the cost model on the topology (or, without one, CostModel::defaultFlat over kDefaultModelAlgorithms),
+///      minimised over each algorithm's kModelChunkCandidates x kModelChannelCandidates.
+#include <cstddef>
+#include <map>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "collbench/types.h"
 
 namespace collbench {
 
-struct Choice {
+struct Topology;
+struct TuningTable;
+class CostModel;
+
+struct Alternative {
   std::string algorithm;
-  std::string reason;  ///< what the choice rests on, for `collbench plan` and run headers
+  std::size_t chunkBytes = 0;
+  int channels = 1;
+  double predictedUs = -1;  ///< < 0: unknown
 };
 
-/// Fallback rule until a tuning table is loaded: latency-bound all-reduce (at most kSmallMessageBytes) uses
-/// recursive doubling, larger ones the bandwidth-optimal ring; other collectives their only algorithm.
-Choice chooseAlgorithm(const CollectiveSpec& spec);
+struct Choice {
+  Choice() = default;
+  Choice(std::string algorithm_, std::string reason_) : algorithm(std::move(algorithm_)), reason(std::move(reason_)) {}
 
-/// Below this, all-reduce cost is dominated by per-step latency: log2(n) steps beat 2(n-1). 64 KiB is where
-/// MPICH switches from recursive doubling to Rabenseifner (MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE default 2 KiB is
-/// for its own cost model; NCCL's tree/ring crossover on one node is of the order of 64 KiB-1 MiB).
-inline constexpr std::size_t kSmallMessageBytes = 64 * 1024;
+  std::string algorithm;
+  std::string reason;  ///< what the choice rests on, for `collbench plan` and run headers (one line)
+  std::size_t chunkBytes = 0;
+  int channels = 1;
+  /// "forced", "table", "interpolated", "extrapolated", "model", or "" for choices made without the selector.
+  std::string source;
+  double predictedUs = -1;  ///< < 0: unknown
+  /// Every candidate considered, fastest first (the choice first when chosen by time): plan prints the runner-up.
+  std::vector<Alternative> ranking;
+};
+
+struct SelectorOptions {
+  const Topology* topology = nullptr;  ///< must outlive the Selector
+  const TuningTable* table = nullptr;  ///< must outlive the Selector
+  std::string backend;                 ///< prefers the table section measured on this backend
+  std::string algo = "auto";           ///< --algo
+  std::string tableSource;             ///< file name, for reasons
+};
+
+/// Chooses for many specs, caching one cost model per rank count. Not thread-safe.
+class Selector {
+ public:
+  explicit Selector(SelectorOptions options);
+  ~Selector();
+  Choice choose(const CollectiveSpec& spec) const;
+
+ private:
+  const CostModel& model(int nranks) const;
+  SelectorOptions opt_;
+  mutable std::map<int, std::unique_ptr<CostModel>> models_;
+};
+
+/// Without a topology or table: the default flat cost model over kDefaultModelAlgorithms (COLLBENCH_ALGO applies).
+Choice chooseAlgorithm(const CollectiveSpec& spec);
+Choice chooseAlgorithm(const CollectiveSpec& spec, const SelectorOptions& options);
+
+/// The forced algorithm for `c` from an --algo / COLLBENCH_ALGO value ("" when it names none for c). Throws
+/// Error{InvalidArgument} for names no collective has or malformed entries.
+std::string forcedAlgorithm(std::string_view value, Collective c);
+
+/// All-reduce algorithms the default model chooses from when there is no topology: direct (its n-1 concurrent
+/// flows per rank cost nothing extra on the ideal flat switch, which flatters it on unknown hardware) and
+/// hierarchical (needs hosts) are left out. The model then picks recursive doubling for latency-bound sizes and
+/// Rabenseifner above, as MPICH does (Thakur, Rabenseifner, Gropp 2005).
+inline constexpr std::string_view kDefaultModelAlgorithms[] = {"ring", "tree", "recursive_doubling", "rabenseifner"};
+/// Configurations the model tries for algorithms that read them (paramSpace): 0 = the generator's default.
+inline constexpr std::size_t kModelChunkCandidates[] = {0, 128 * 1024, 2 * 1024 * 1024};
+inline constexpr int kModelChannelCandidates[] = {1, 2, 4};
 
 }  // namespace collbench

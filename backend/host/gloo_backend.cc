@@ -1,0 +1,1101 @@
+// Process backend over Gloo's TCP transport. One thread executes this rank's ops: it posts every op whose deps are
+// done (Gloo sends and receives progress in Gloo's own I/O thread) and waits on one posted op at a time, always the
+// one with the smallest logical time (its round in a lockstep execution of the whole schedule). Every op a peer
+// needs before it can complete ours has a smaller time, so by induction every wait ends: the executor never
+// deadlocks on an order of its own making, and needs no thread per pending op. Unbound buffers have no
+// non-blocking test, which is why the order must be right rather than polled.
+//
+// Around the executor: per-peer watcher threads hold a receive on a control slot, which fails the moment the
+// peer's connection closes (or delivers a peer's abort notice), and a watchdog enforces the per-op timeout by
+// aborting the current wait (Gloo's own wait timeout closes every connection, so it is only a backstop).
+#include <gloo/allreduce_bcube.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <tuple>
+#include <thread>
+
+#include "collbench/algorithms.h"
+#include "collbench/error.h"
+#include "collbench/reduce.h"
+#include "gloo_backend.h"
+#include "host_backend.h"
+#include "store.h"
+
+namespace collbench::host {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using gloo::transport::UnboundBuffer;
+using Ms = std::chrono::milliseconds;
+
+// Unbound-buffer slots (Gloo matches a send with a receive of the same slot on the same pair, FIFO per slot).
+constexpr std::uint64_t kHelloSlot = 1;
+constexpr std::uint64_t kHeaderSlot = 2;
+constexpr std::uint64_t kControlSlot = 3;
+// Data slots: top bit set, then collective sequence, channel, the op's index in its (pair, direction, channel)
+// stream, and the piece of the op.
+constexpr std::uint64_t kDataSlotBit = 1ull << 63;
+constexpr int kSeqBits = 20, kChannelBits = 11, kIndexBits = 26, kPieceBits = 6;
+static_assert(1 + kSeqBits + kChannelBits + kIndexBits + kPieceBits == 64);
+
+/// Transfers are cut into pieces of about this size (at most 2^kPieceBits of them), so that a receive-reduce folds
+/// piece k while piece k+1 is still arriving: reduction overlaps the transfer without changing the schedule.
+constexpr std::size_t kWirePieceBytes = 1u << 20;
+constexpr std::size_t kMaxPieces = std::size_t{1} << kPieceBits;
+
+/// Waits that must outlast any collective (watchers). Gloo's timeout tears down every connection, so it must never
+/// fire on them; 30 days keeps steady_clock arithmetic far from overflow.
+constexpr Ms kForever = std::chrono::hours(24 * 30);
+/// Gloo's own wait timeout sits this far behind ours (the watchdog's): a backstop only.
+constexpr Ms kGlooBackstop = std::chrono::seconds(5);
+/// How often the watchdog checks the current wait's deadline (timeout precision).
+constexpr Ms kWatchdogTick{20};
+/// A failing rank waits this long for its abort notices to leave before it gives up on them.
+constexpr Ms kNoticeFlushTimeout{1000};
+/// After a connection error, how long the executor lets the watchers report the real cause (a peer's abort notice
+/// travels ahead of its closing socket) before it blames the peer it was waiting for.
+constexpr Ms kCauseGrace{500};
+
+Ms toMs(double seconds) { return Ms(static_cast<long long>(std::max(1.0, seconds * 1000.0))); }
+
+std::pair<std::string, int> splitHostPort(const std::string& a) {
+  const std::size_t colon = a.rfind(':');
+  std::string host = a.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, std::stoi(a.substr(colon + 1))};
+}
+
+/// Gloo messages start with "[file:line] "; users need the part after it.
+std::string glooWhat(const std::exception& e) {
+  std::string w = e.what();
+  if (!w.empty() && w.front() == '[') {
+    const std::size_t close = w.find("] ");
+    if (close != std::string::npos) w = w.substr(close + 2);
+  }
+  return w;
+}
+
+/// Smallest b >= 2 with n a power of b: gloo::AllreduceBcube needs the world to be base^k.
+int bcubeBase(int n) {
+  for (int b = 2; b <= std::max(2, n); ++b) {
+    long long p = 1;
+    while (p < n) p *= b;
+    if (p == n) return b;
+  }
+  return std::max(2, n);
+}
+
+std::uint64_t dataSlot(std::uint64_t seq, int channel, std::size_t index, std::size_t piece) {
+  const std::uint64_t seqPart = seq & ((std::uint64_t{1} << kSeqBits) - 1);
+  return kDataSlotBit | (seqPart << (kChannelBits + kIndexBits + kPieceBits)) |
+         (static_cast<std::uint64_t>(channel) << (kIndexBits + kPieceBits)) |
+         (static_cast<std::uint64_t>(index) << kPieceBits) | piece;
+}
+
+/// Gloo writes with writev(2), which raises SIGPIPE when the peer has gone: the default action would kill this
+/// process silently instead of letting it report which rank failed. A handler the program installed is kept.
+void ignoreSigpipe() {
+  struct sigaction current{};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Rendezvous store: our TCP store or Gloo's file store, with keys scoped to this cluster and timeouts turned into
+// errors that name the task that did not arrive.
+
+class RendezvousStore final : public gloo::rendezvous::Store {
+ public:
+  RendezvousStore(const ProcessWorld& w, Ms timeout) : world_(w), timeout_(timeout) {
+    prefix_ = fmt::format("collbench-{:016x}-", Hello::digest(w.token));
+    if (w.store == "tcp") {
+      const auto [host, port] = splitHostPort(w.master);
+      try {
+        tcp_ = std::make_unique<StoreClient>(host, port, w.token, timeout);
+      } catch (const Error& e) {
+        if (e.code() != Errc::Timeout) throw;
+        throw Error(Errc::Timeout,
+                    fmt::format("rendezvous: {}, which serves the store at {}, did not answer within {:.3g} s ({} "
+                                "waited for it)",
+                                w.describeRank(0), w.master, seconds(timeout), w.describeRank(w.rank)),
+                    w.rank, 0);
+      }
+      kind_ = fmt::format("TCP store at {}", w.master);
+    } else {
+      const std::string dir = w.store.substr(5);
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      file_ = std::make_unique<gloo::rendezvous::FileStore>(dir);
+      kind_ = fmt::format("file store in {}", dir);
+    }
+  }
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    if (tcp_) {
+      tcp_->set(prefix_ + key, data);
+      return;
+    }
+    try {
+      file_->set(prefix_ + key, data);
+    } catch (const std::exception& e) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("rendezvous: cannot publish '{}' in the {}: {} (use a fresh directory per job)", key,
+                              kind_, glooWhat(e)),
+                  world_.rank);
+    }
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    if (tcp_) {
+      auto v = tcp_->get(prefix_ + key, timeout_);
+      if (!v) missing(key);
+      return std::move(*v);
+    }
+    waitOne(key, timeout_);
+    return file_->get(prefix_ + key);
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  void wait(const std::vector<std::string>& keys, const Ms& timeout) override {
+    const auto deadline = Clock::now() + std::min(timeout, timeout_);
+    for (const auto& k : keys) waitOne(k, std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline - Clock::now())));
+  }
+
+ private:
+  static double seconds(Ms m) { return std::chrono::duration<double>(m).count(); }
+
+  void waitOne(const std::string& key, Ms timeout) {
+    if (tcp_) {
+      if (!tcp_->wait(prefix_ + key, timeout)) missing(key);
+      return;
+    }
+    try {
+      file_->wait({prefix_ + key}, timeout);
+    } catch (const gloo::IoException&) {
+      missing(key);
+    }
+  }
+
+  /// Gloo's keys are "rank_<i>" (host names) and "<i>" (transport addresses) of rank i.
+  [[noreturn]] void missing(const std::string& key) {
+    int r = -1;
+    const std::string digits = key.rfind("rank_", 0) == 0 ? key.substr(5) : key;
+    if (!digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      r = std::stoi(digits);
+    }
+    throw Error(Errc::Timeout,
+                fmt::format("rendezvous: {} did not join within {:.3g} s ({} waited for it at the {})",
+                            world_.describeRank(r), seconds(timeout_), world_.describeRank(world_.rank), kind_),
+                world_.rank, r);
+  }
+
+  const ProcessWorld& world_;
+  Ms timeout_;
+  std::string prefix_;
+  std::string kind_;
+  std::unique_ptr<StoreClient> tcp_;
+  std::unique_ptr<gloo::rendezvous::FileStore> file_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Per-run plan of this rank's program.
+
+struct Piece {
+  std::size_t offset = 0;  ///< within the op's range
+  std::size_t bytes = 0;
+  std::unique_ptr<UnboundBuffer> buf;
+};
+
+struct OpPlan {
+  int time = 0;  ///< logical completion round (see the file comment)
+  std::size_t streamIndex = 0;
+  std::size_t stagingOffset = 0;
+  std::vector<Piece> pieces;
+};
+
+struct RunPlan {
+  const Schedule* schedule = nullptr;
+  const std::vector<Op>* ops = nullptr;
+  std::vector<int> indegree, depOffsets, dependents, roots;
+  std::vector<OpPlan> op;
+  bool headers = true;
+  std::vector<int> neighbours;
+  std::uint64_t fingerprint = 0;
+  std::byte* input = nullptr;
+  std::byte* output = nullptr;
+  std::byte* scratch = nullptr;
+  std::byte* staging = nullptr;
+  std::size_t resultBytes = 0;
+  std::size_t elemSize = 1;
+  // Header exchange with each neighbour.
+  std::array<std::byte, CollectiveHeader::kBytes> headerOut{};
+  std::vector<std::array<std::byte, CollectiveHeader::kBytes>> headerIn;
+  std::vector<std::unique_ptr<UnboundBuffer>> headerSend, headerRecv;
+};
+
+/// Logical completion round of every op of `rank` in a lockstep run of the whole schedule: local ops finish one
+/// round after their deps, a matched pair in the round after both sides' deps.
+std::vector<int> logicalTimes(const Schedule& s, const Matching& m, int rank) {
+  const int n = s.spec.nranks;
+  std::vector<std::vector<int>> time(static_cast<std::size_t>(n)), readyAt(static_cast<std::size_t>(n)),
+      remaining(static_cast<std::size_t>(n));
+  std::vector<std::vector<std::vector<int>>> users(static_cast<std::size_t>(n));  // op -> ops that depend on it
+  std::vector<std::pair<int, int>> work;
+  for (int r = 0; r < n; ++r) {
+    const auto ru = static_cast<std::size_t>(r);
+    const auto& ops = s.ranks[ru].ops;
+    time[ru].assign(ops.size(), -1);
+    readyAt[ru].assign(ops.size(), -1);
+    remaining[ru].resize(ops.size());
+    users[ru].resize(ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      remaining[ru][i] = static_cast<int>(ops[i].deps.size());
+      for (int d : ops[i].deps) users[ru][static_cast<std::size_t>(d)].push_back(static_cast<int>(i));
+      if (ops[i].deps.empty()) work.emplace_back(r, static_cast<int>(i));
+    }
+  }
+  auto finish = [&](int r, int i, int t) {
+    const auto ru = static_cast<std::size_t>(r);
+    time[ru][static_cast<std::size_t>(i)] = t;
+    for (int d : users[ru][static_cast<std::size_t>(i)]) {
+      if (--remaining[ru][static_cast<std::size_t>(d)] == 0) work.emplace_back(r, d);
+    }
+  };
+  while (!work.empty()) {
+    const auto [r, i] = work.back();
+    work.pop_back();
+    const auto ru = static_cast<std::size_t>(r);
+    const Op& op = s.ranks[ru].ops[static_cast<std::size_t>(i)];
+    int ready = 0;
+    for (int d : op.deps) ready = std::max(ready, time[ru][static_cast<std::size_t>(d)] + 1);
+    if (!op.isComm()) {
+      finish(r, i, ready);
+      continue;
+    }
+    readyAt[ru][static_cast<std::size_t>(i)] = ready;
+    const Match& mt = m.matches[static_cast<std::size_t>(m.opMatch[ru][static_cast<std::size_t>(i)])];
+    const int pr = mt.srcRank == r && mt.srcOp == i ? mt.dstRank : mt.srcRank;
+    const int pi = mt.srcRank == r && mt.srcOp == i ? mt.dstOp : mt.srcOp;
+    const int partnerReady = readyAt[static_cast<std::size_t>(pr)][static_cast<std::size_t>(pi)];
+    if (partnerReady < 0) continue;  // the partner finishes both when its deps are done
+    const int t = std::max(ready, partnerReady);
+    finish(r, i, t);
+    finish(pr, pi, t);
+  }
+  const auto& mine = time[static_cast<std::size_t>(rank)];
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i] < 0) {
+      throw Error(Errc::InvalidSchedule,
+                  fmt::format("schedule '{}' cannot complete: rank {} op {} never becomes ready", s.algorithm, rank, i),
+                  rank);
+    }
+  }
+  return mine;
+}
+
+template <typename T>
+std::unique_ptr<gloo::Algorithm> makeNative(std::string_view name, const std::shared_ptr<gloo::Context>& ctx, T* ptr,
+                                            int count, ReduceOp op) {
+  const gloo::ReductionFunction<T>* fn = gloo::ReductionFunction<T>::sum;
+  if (op == ReduceOp::Prod) fn = gloo::ReductionFunction<T>::product;
+  if (op == ReduceOp::Min) fn = gloo::ReductionFunction<T>::min;
+  if (op == ReduceOp::Max) fn = gloo::ReductionFunction<T>::max;
+  const std::vector<T*> ptrs{ptr};
+  if (name == "gloo_ring") return std::make_unique<gloo::AllreduceRing<T>>(ctx, ptrs, count, fn);
+  if (name == "gloo_ring_chunked") return std::make_unique<gloo::AllreduceRingChunked<T>>(ctx, ptrs, count, fn);
+  if (name == "gloo_halving_doubling") {
+    return std::make_unique<gloo::AllreduceHalvingDoubling<T>>(ctx, ptrs, count, fn);
+  }
+  return std::make_unique<gloo::AllreduceBcube<T>>(ctx, ptrs, count, fn);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+class GlooBackend final : public Backend {
+ public:
+  explicit GlooBackend(ProcessWorld w) : world_(std::move(w)) {
+    rank_ = world_.rank;
+    ignoreSigpipe();
+    const Ms timeout = toMs(world_.timeoutSeconds.value_or(kDefaultTimeoutSeconds));
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = world_.hostOf(rank_);
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      context_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_.world, bcubeBase(world_.world));
+      context_->setTimeout(timeout);
+      if (world_.world == 1) {
+        gloo::rendezvous::HashStore store;
+        context_->connectFullMesh(store, device_);
+      } else {
+        if (rank_ == 0 && world_.store == "tcp") {
+          const auto [host, port] = splitHostPort(world_.master);
+          server_ = std::make_unique<StoreServer>(host, port, world_.token);
+        }
+        {
+          RendezvousStore store(world_, timeout);
+          context_->connectFullMesh(store, device_);
+        }
+        handshake(timeout);
+        // Everyone has said hello to everyone, so every rank is past its last store access.
+        server_.reset();
+      }
+    } catch (const Error& e) {
+      throw withStoreRefusals(e);
+    } catch (const std::exception& e) {
+      throw Error(Errc::PeerFailure,
+                  fmt::format("rendezvous of {} (this process) failed: {}", world_.describeRank(rank_), glooWhat(e)),
+                  rank_);
+    }
+    if (world_.world > 1) startWatchers();
+    buildInternalPlans();
+  }
+
+  ~GlooBackend() override {
+    if (world_.world > 1) {
+      if (!failed_) sendNotices(ControlMessage{ControlMessage::Kind::Goodbye, Errc::PeerFailure, rank_, -1, ""});
+      stopping_.store(true);
+      {
+        std::lock_guard lock(failMutex_);
+        for (auto& b : ctrlInBuf_) {
+          if (b) b->abortWaitRecv();
+        }
+      }
+      for (auto& t : watchers_) t.join();
+      watchdogCv_.notify_all();
+      if (watchdog_.joinable()) watchdog_.join();
+    }
+    barrierPlan_.reset();
+    gatherPlan_.reset();
+    ctrlInBuf_.clear();
+  }
+
+  std::string_view name() const override { return "gloo"; }
+  int nranks() const override { return world_.world; }
+
+  RunResult run(const Schedule& s, const Buffers& bufs, const RunOptions& opt) override {
+    if (failed_) std::rethrow_exception(failed_);
+    if (s.spec.nranks != world_.world) {
+      throw Error(Errc::InvalidArgument, fmt::format("schedule is for {} ranks but this gloo world has {} processes",
+                                                     s.spec.nranks, world_.world));
+    }
+    if (bufs.size() != 1 && static_cast<int>(bufs.size()) != world_.world) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("the gloo backend runs one rank per process: pass this rank's buffers (1 entry), got {}",
+                              bufs.size()));
+    }
+    const RankBuffers& mine = bufs.size() == 1 ? bufs[0] : bufs[static_cast<std::size_t>(rank_)];
+    if ((s.spec.inputBytes() && !mine.input) || (s.spec.outputBytes() && !mine.output)) {
+      throw Error(Errc::InvalidArgument, fmt::format("rank {}: missing input or output buffer", rank_), rank_);
+    }
+    opTimeout_ = toMs(world_.timeoutSeconds.value_or(opt.timeoutSeconds));
+    try {
+      return s.native ? runNative(s, mine, opt) : runSchedule(s, mine, opt);
+    } catch (const Error& e) {
+      if (!inCollective_) throw;  // refused before anything moved: the backend stays usable
+      fail(e);
+    } catch (const std::exception& e) {
+      fail(Error(Errc::BackendError, fmt::format("rank {} (this process): {}", rank_, glooWhat(e)), rank_));
+    }
+  }
+
+ private:
+  /// A failure as this process reports it (`local`, naming "this process") and as it tells the others
+  /// (`neutral`, naming every rank by its task).
+  struct Report {
+    Errc code;
+    int culprit;
+    std::string local, neutral;
+  };
+  struct CurrentWait {
+    UnboundBuffer* buf = nullptr;
+    bool isRecv = false;
+    Clock::time_point deadline{};
+    bool expired = false;
+  };
+
+  // ---- setup ----
+
+  /// A rendezvous error on the chief, with what its store refused meanwhile (a task with the wrong token or
+  /// version shows up here as a refusal, then as missing).
+  Error withStoreRefusals(const Error& e) const {
+    if (!server_) return e;
+    const StoreServerStats st = server_->stats();
+    if (st.refusedToken + st.refusedVersion + st.refusedFrame == 0) return e;
+    return Error(e.code(),
+                 fmt::format("{}; meanwhile the store refused {} connection(s) with a wrong cluster token, {} with "
+                             "another protocol version and {} with malformed frames",
+                             e.what(), st.refusedToken, st.refusedVersion, st.refusedFrame),
+                 e.rank(), e.peer());
+  }
+
+  void handshake(Ms timeout) {
+    const int n = world_.world;
+    const std::uint64_t digest = Hello::digest(world_.token);
+    Hello hello;
+    hello.rank = rank_;
+    hello.world = n;
+    hello.tokenDigest = digest;
+    auto out = hello.encode();
+    std::vector<std::array<std::byte, Hello::kBytes>> in(static_cast<std::size_t>(n));
+    std::vector<std::unique_ptr<UnboundBuffer>> sends(static_cast<std::size_t>(n)), recvs(static_cast<std::size_t>(n));
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      const auto pu = static_cast<std::size_t>(p);
+      sends[pu] = context_->createUnboundBuffer(out.data(), out.size());
+      recvs[pu] = context_->createUnboundBuffer(in[pu].data(), in[pu].size());
+      recvs[pu]->recv(p, kHelloSlot);
+      sends[pu]->send(p, kHelloSlot);
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      const auto pu = static_cast<std::size_t>(p);
+      try {
+        recvs[pu]->waitRecv(nullptr, timeout);
+      } catch (const std::exception& e) {
+        throw Error(Errc::Timeout,
+                    fmt::format("rendezvous: {} did not complete the handshake with {} (this process) within {:.3g} "
+                                "s: {}",
+                                world_.describeRank(p), world_.describeRank(rank_),
+                                std::chrono::duration<double>(timeout).count(), glooWhat(e)),
+                    rank_, p);
+      }
+      const std::string why = Hello::check(in[pu], p, n, digest);
+      if (!why.empty()) {
+        spdlog::error("collbench gloo: {} refused the connection from {}: {}", world_.describeRank(rank_),
+                      world_.describeRank(p), why);
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("{} (this process) refused the connection from {}: {}", world_.describeRank(rank_),
+                                world_.describeRank(p), why),
+                    rank_, p);
+      }
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p != rank_) sends[static_cast<std::size_t>(p)]->waitSend(nullptr, timeout);
+    }
+  }
+
+  void startWatchers() {
+    const auto n = static_cast<std::size_t>(world_.world);
+    ctrlIn_.resize(n);
+    ctrlInBuf_.resize(n);
+    peerLeft_ = std::vector<std::atomic<bool>>(n);
+    for (int p = 0; p < world_.world; ++p) {
+      if (p == rank_) continue;
+      const auto pu = static_cast<std::size_t>(p);
+      ctrlInBuf_[pu] = context_->createUnboundBuffer(ctrlIn_[pu].data(), ctrlIn_[pu].size());
+    }
+    for (int p = 0; p < world_.world; ++p) {
+      if (p != rank_) watchers_.emplace_back([this, p] { watch(p); });
+    }
+    watchdog_ = std::thread([this] { watchdogLoop(); });
+  }
+
+  void watch(int p) {
+    const auto pu = static_cast<std::size_t>(p);
+    try {
+      ctrlInBuf_[pu]->recv(p, kControlSlot);
+      if (!ctrlInBuf_[pu]->waitRecv(nullptr, kForever)) return;  // stopping
+      const auto msg = ControlMessage::decode(ctrlIn_[pu]);
+      if (!msg) {
+        const std::string what = fmt::format("{} sent a malformed control message to {{}}", world_.describeRank(p));
+        recordFailure(Report{Errc::BackendError, p, fmt::format(fmt::runtime(what), self(true)),
+                             fmt::format(fmt::runtime(what), self(false))});
+        return;
+      }
+      if (msg->kind == ControlMessage::Kind::Goodbye) {
+        peerLeft_[pu].store(true);
+        return;
+      }
+      recordFailure(Report{msg->code, msg->culprit,
+                           fmt::format("{} (reported by {} to {})", msg->reason, world_.describeRank(msg->origin),
+                                       self(true)),
+                           msg->reason});
+    } catch (const std::exception& e) {
+      if (stopping_.load() || peerLeft_[pu].load()) return;
+      recordFailure(lostPeer(p, glooWhat(e), ""));
+    }
+  }
+
+  /// "this process, worker[0] (rank 0, host:port)" in messages this process prints, the bare task name in those
+  /// it sends to the others.
+  std::string self(bool local) const {
+    return local ? fmt::format("this process, {}", world_.describeRank(rank_)) : world_.describeRank(rank_);
+  }
+
+  Report lostPeer(int p, const std::string& why, const std::string& during) const {
+    const std::string tail = during.empty() ? why : fmt::format("{}; {}", why, during);
+    return Report{Errc::PeerFailure, p,
+                  fmt::format("{} failed: its connection to {} broke ({})", world_.describeRank(p), self(true), tail),
+                  fmt::format("{} failed: its connection to {} broke ({})", world_.describeRank(p), self(false), tail)};
+  }
+
+  [[noreturn]] void raise(const Report& r) {
+    neutral_ = r.neutral;
+    throw Error(r.code, r.local, rank_, r.culprit);
+  }
+
+  void recordFailure(Report r) {
+    std::lock_guard lock(failMutex_);
+    if (failure_) return;
+    failure_ = std::move(r);
+    if (current_.buf) current_.isRecv ? current_.buf->abortWaitRecv() : current_.buf->abortWaitSend();
+    failCv_.notify_all();
+  }
+
+  void watchdogLoop() {
+    std::unique_lock lock(failMutex_);
+    while (!stopping_.load()) {
+      watchdogCv_.wait_for(lock, kWatchdogTick);
+      if (current_.buf && !current_.expired && Clock::now() >= current_.deadline) {
+        current_.expired = true;
+        current_.isRecv ? current_.buf->abortWaitRecv() : current_.buf->abortWaitSend();
+      }
+    }
+  }
+
+  /// Tells every peer still connected why this process stops (or that it leaves normally), and waits briefly for
+  /// the notices to leave.
+  void sendNotices(const ControlMessage& m) {
+    const auto bytes = m.encode();
+    std::vector<std::unique_ptr<UnboundBuffer>> sent;
+    for (int p = 0; p < world_.world; ++p) {
+      const bool dead = m.kind == ControlMessage::Kind::Abort && m.code == Errc::PeerFailure && p == m.culprit;
+      if (p == rank_ || dead || peerLeft_[static_cast<std::size_t>(p)].load()) continue;
+      try {
+        auto b = context_->createUnboundBuffer(const_cast<std::byte*>(bytes.data()), bytes.size());
+        b->send(p, kControlSlot);
+        sent.push_back(std::move(b));
+      } catch (const std::exception&) {
+        // That connection is gone already; nobody there to tell.
+      }
+    }
+    const auto deadline = Clock::now() + kNoticeFlushTimeout;
+    for (auto& b : sent) {
+      try {
+        b->waitSend(nullptr, std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline - Clock::now())));
+      } catch (const std::exception&) {
+        break;  // Gloo's timeout closed every connection; the rest will see the close instead
+      }
+    }
+  }
+
+  /// Turns a failure of this rank into the backend's terminal state: tells the peers, remembers, rethrows.
+  [[noreturn]] void fail(const Error& e) {
+    inCollective_ = false;
+    if (world_.world > 1) {
+      // Pass the news on, naming the real culprit, so that ranks which cannot see it directly name it too (their
+      // own view would be this process closing its connections). Duplicates are harmless: the first cause wins.
+      sendNotices(ControlMessage{ControlMessage::Kind::Abort, e.code(), rank_, e.peer(),
+                                 neutral_.empty() ? std::string(e.what()) : neutral_});
+    }
+    failed_ = std::make_exception_ptr(e);
+    throw e;
+  }
+
+  // ---- waiting ----
+
+  [[noreturn]] void throwFailureLocked() { raise(*failure_); }
+
+  /// Waits for one posted transfer with the per-op timeout; throws Error naming the peer otherwise.
+  void await(UnboundBuffer* b, bool isRecv, int peer, const Op* op, int opIndex) {
+    for (;;) {
+      {
+        std::lock_guard lock(failMutex_);
+        if (failure_) throwFailureLocked();
+        current_ = CurrentWait{b, isRecv, Clock::now() + opTimeout_, false};
+      }
+      bool ok = false;
+      bool ioError = false;
+      std::string ioWhat;
+      try {
+        ok = isRecv ? b->waitRecv(nullptr, opTimeout_ + kGlooBackstop) : b->waitSend(nullptr, opTimeout_ + kGlooBackstop);
+      } catch (const std::exception& e) {
+        ioError = true;
+        ioWhat = glooWhat(e);
+      }
+      bool expired;
+      {
+        std::unique_lock lock(failMutex_);
+        expired = current_.expired;
+        current_ = CurrentWait{};
+        if (ok) return;
+        if (ioError && !failure_) failCv_.wait_for(lock, kCauseGrace, [&] { return failure_.has_value(); });
+        if (failure_) throwFailureLocked();
+      }
+      const std::string what =
+          op ? fmt::format("op {}: {} of {} bytes, channel {}", opIndex, toString(op->kind), op->bytes, op->channel)
+             : std::string("collective header");
+      if (expired || (ioError && ioWhat.find("Timed out") != std::string::npos)) {
+        const std::string f = fmt::format("{{}} timed out after {:.3g} s waiting for {} ({})",
+                                          std::chrono::duration<double>(opTimeout_).count(),
+                                          world_.describeRank(peer), what);
+        raise(Report{Errc::Timeout, peer, fmt::format(fmt::runtime(f), self(true)),
+                     fmt::format(fmt::runtime(f), self(false))});
+      }
+      if (ioError) raise(lostPeer(peer, ioWhat, what));
+      // Aborted without cause: a late watchdog abort meant for an earlier wait on this buffer. Wait again.
+    }
+  }
+
+  /// Posting a transfer on a connection that has failed throws; report it like a failed wait.
+  template <typename F>
+  void post(int peer, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      std::unique_lock lock(failMutex_);
+      if (!failure_) failCv_.wait_for(lock, kCauseGrace, [&] { return failure_.has_value(); });
+      if (failure_) throwFailureLocked();
+      raise(lostPeer(peer, glooWhat(e), "posting a transfer"));
+    }
+  }
+
+  // ---- schedules ----
+
+  std::byte* resolve(const RunPlan& p, const BufRef& ref) const {
+    switch (ref.buffer) {
+      case BufferKind::Input: return p.input + ref.offset;
+      case BufferKind::Output: return p.output + ref.offset;
+      case BufferKind::Scratch: return p.scratch + ref.offset;
+    }
+    return nullptr;
+  }
+
+  /// Builds this rank's plan. `scratch`/`staging` are this plan's own memory when given (internal schedules keep
+  /// theirs), otherwise the backend's shared buffers.
+  std::unique_ptr<RunPlan> makePlan(const Schedule& s, const RankBuffers& b, bool headers,
+                                    std::vector<std::byte>* scratchMem, std::vector<std::byte>* stagingMem) {
+    auto plan = std::make_unique<RunPlan>();
+    RunPlan& p = *plan;
+    const auto ru = static_cast<std::size_t>(rank_);
+    const auto n = static_cast<std::size_t>(world_.world);
+    p.schedule = &s;
+    p.ops = &s.ranks[ru].ops;
+    p.headers = headers;
+    p.elemSize = s.spec.kind == Collective::Barrier ? 1 : dtypeSize(s.spec.dtype);
+    const auto& ops = *p.ops;
+    const std::size_t nops = ops.size();
+    const Matching m = matchSchedule(s);
+    const std::vector<int> times = world_.world > 1 ? logicalTimes(s, m, rank_) : std::vector<int>(nops, 0);
+    p.indegree.assign(nops, 0);
+    std::vector<int> outdeg(nops, 0);
+    for (std::size_t i = 0; i < nops; ++i) {
+      p.indegree[i] = static_cast<int>(ops[i].deps.size());
+      for (int d : ops[i].deps) ++outdeg[static_cast<std::size_t>(d)];
+      if (ops[i].deps.empty()) p.roots.push_back(static_cast<int>(i));
+    }
+    // Post roots in program order (the ready list is a stack).
+    std::reverse(p.roots.begin(), p.roots.end());
+    p.depOffsets.assign(nops + 1, 0);
+    for (std::size_t i = 0; i < nops; ++i) p.depOffsets[i + 1] = p.depOffsets[i] + outdeg[i];
+    p.dependents.resize(static_cast<std::size_t>(p.depOffsets[nops]));
+    std::vector<int> fill(p.depOffsets.begin(), p.depOffsets.end() - 1);
+    for (std::size_t i = 0; i < nops; ++i) {
+      for (int d : ops[i].deps) {
+        p.dependents[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
+      }
+    }
+    p.input = static_cast<std::byte*>(const_cast<void*>(b.input));
+    p.output = static_cast<std::byte*>(b.output);
+    std::vector<std::byte>& scratch = scratchMem ? *scratchMem : scratch_;
+    if (scratch.size() < s.ranks[ru].scratchBytes) scratch.resize(s.ranks[ru].scratchBytes);
+    p.scratch = scratch.data();
+    p.resultBytes = s.needsAvgScale() ? s.resultBytes(rank_) : 0;
+
+    // Stream indices, staging, pieces.
+    std::map<std::tuple<int, int, bool>, std::size_t> streams;  // (peer, channel, isSend) -> next index
+    std::vector<char> isNeighbour(n, 0);
+    std::size_t stagingBytes = 0;
+    p.op.resize(nops);
+    for (std::size_t i = 0; i < nops; ++i) {
+      const Op& op = ops[i];
+      OpPlan& o = p.op[i];
+      o.time = times[i];
+      if (!op.isComm()) continue;
+      if (op.channel < 0 || op.channel >= (1 << kChannelBits)) {
+        throw Error(Errc::Unsupported, fmt::format("gloo backend: channel {} of rank {} op {} exceeds {}", op.channel,
+                                                   rank_, i, (1 << kChannelBits) - 1));
+      }
+      o.streamIndex = streams[{op.peer, op.channel, op.kind == OpKind::Send}]++;
+      if (o.streamIndex >= (std::size_t{1} << kIndexBits)) {
+        throw Error(Errc::Unsupported, fmt::format("gloo backend: more than {} transfers between two ranks on one "
+                                                   "channel",
+                                                   std::size_t{1} << kIndexBits));
+      }
+      isNeighbour[static_cast<std::size_t>(op.peer)] = 1;
+      if (op.kind == OpKind::RecvReduce) {
+        o.stagingOffset = stagingBytes;
+        stagingBytes += (op.bytes + 63) & ~std::size_t{63};
+      }
+    }
+    // Neighbours are symmetric (a rank that only receives from us still exchanges headers with us), computed from
+    // the whole schedule so that both sides agree.
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == ru) continue;
+      for (const Op& op : s.ranks[r].ops) {
+        if (op.isComm() && op.peer == rank_) {
+          isNeighbour[r] = 1;
+          break;
+        }
+      }
+    }
+    for (std::size_t r = 0; r < n; ++r) {
+      if (isNeighbour[r]) p.neighbours.push_back(static_cast<int>(r));
+    }
+    std::vector<std::byte>& staging = stagingMem ? *stagingMem : staging_;
+    if (staging.size() < stagingBytes) {
+      staging = std::vector<std::byte>();  // free first: the old and new arena need not coexist
+      staging.resize(stagingBytes);
+    }
+    p.staging = staging.data();
+    static std::byte dummy[1];
+    for (std::size_t i = 0; i < nops; ++i) {
+      const Op& op = ops[i];
+      if (!op.isComm()) continue;
+      OpPlan& o = p.op[i];
+      std::byte* base = op.kind == OpKind::Send   ? resolve(p, op.src)
+                        : op.kind == OpKind::Recv ? resolve(p, op.dst)
+                                                  : p.staging + o.stagingOffset;
+      const std::size_t elems = op.bytes / p.elemSize;
+      const std::size_t pieces =
+          op.bytes == 0 ? 1 : std::clamp<std::size_t>((op.bytes + kWirePieceBytes - 1) / kWirePieceBytes, 1,
+                                                      std::min(kMaxPieces, std::max<std::size_t>(1, elems)));
+      const std::size_t perPiece = (elems + pieces - 1) / pieces * p.elemSize;
+      for (std::size_t k = 0, off = 0; k < pieces; ++k) {
+        const std::size_t len = k + 1 == pieces ? op.bytes - off : std::min(perPiece, op.bytes - off);
+        Piece pc;
+        pc.offset = off;
+        pc.bytes = len;
+        pc.buf = context_->createUnboundBuffer(len ? base + off : dummy, std::max<std::size_t>(len, 1));
+        o.pieces.push_back(std::move(pc));
+        off += len;
+      }
+    }
+    if (headers) {
+      p.fingerprint = scheduleFingerprint(s);
+      p.headerIn.resize(n);
+      p.headerSend.resize(n);
+      p.headerRecv.resize(n);
+      for (int q : p.neighbours) {
+        const auto qu = static_cast<std::size_t>(q);
+        p.headerSend[qu] = context_->createUnboundBuffer(p.headerOut.data(), p.headerOut.size());
+        p.headerRecv[qu] = context_->createUnboundBuffer(p.headerIn[qu].data(), p.headerIn[qu].size());
+      }
+    }
+    return plan;
+  }
+
+  /// One execution of the plan (one collective).
+  void runEpoch(RunPlan& p) {
+    const std::uint64_t seq = sequence_++;
+    const auto& ops = *p.ops;
+    const Schedule& s = *p.schedule;
+    const DType dtype = s.spec.dtype;
+    const ReduceOp rop = s.spec.op;
+    const std::size_t nops = ops.size();
+    std::vector<int> remaining = p.indegree;
+    std::vector<int> ready = p.roots;
+    std::size_t done = 0;
+    const auto n = static_cast<std::size_t>(world_.world);
+    std::vector<char> headerOk(n, p.headers ? 0 : 1);
+    std::vector<std::vector<int>> deferred(p.headers ? n : 0);
+    // Min-heap on (logical time, op); header receives are (-1, -1 - peer) so they come first.
+    using Entry = std::pair<int, int>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> pending;
+    CollectiveHeader mineHeader;
+    if (p.headers) {
+      mineHeader = CollectiveHeader::of(s, rank_, seq, p.fingerprint);
+      p.headerOut = mineHeader.encode();
+      for (int q : p.neighbours) {
+        const auto qu = static_cast<std::size_t>(q);
+        post(q, [&] {
+          p.headerRecv[qu]->recv(q, kHeaderSlot, 0, CollectiveHeader::kBytes);
+          p.headerSend[qu]->send(q, kHeaderSlot, 0, CollectiveHeader::kBytes);
+        });
+        pending.emplace(-1, -1 - q);
+      }
+    }
+    auto complete = [&](int i) {
+      ++done;
+      const auto iu = static_cast<std::size_t>(i);
+      for (int k = p.depOffsets[iu]; k < p.depOffsets[iu + 1]; ++k) {
+        const int d = p.dependents[static_cast<std::size_t>(k)];
+        if (--remaining[static_cast<std::size_t>(d)] == 0) ready.push_back(d);
+      }
+    };
+    auto postRecv = [&](int i) {
+      const Op& op = ops[static_cast<std::size_t>(i)];
+      OpPlan& o = p.op[static_cast<std::size_t>(i)];
+      post(op.peer, [&] {
+        for (std::size_t k = 0; k < o.pieces.size(); ++k) {
+          o.pieces[k].buf->recv(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[k].bytes);
+        }
+      });
+      pending.emplace(o.time, i);
+    };
+    for (;;) {
+      while (!ready.empty()) {
+        const int i = ready.back();
+        ready.pop_back();
+        const Op& op = ops[static_cast<std::size_t>(i)];
+        switch (op.kind) {
+          case OpKind::Copy: {
+            std::byte* dst = resolve(p, op.dst);
+            const std::byte* src = resolve(p, op.src);
+            if (dst != src) std::memcpy(dst, src, op.bytes);
+            complete(i);
+            break;
+          }
+          case OpKind::Reduce: {
+            std::byte* dst = resolve(p, op.dst);
+            reduceElements(dtype, rop, dst, dst, resolve(p, op.src), op.bytes / p.elemSize);
+            complete(i);
+            break;
+          }
+          case OpKind::Send: {
+            OpPlan& o = p.op[static_cast<std::size_t>(i)];
+            post(op.peer, [&] {
+              for (std::size_t k = 0; k < o.pieces.size(); ++k) {
+                o.pieces[k].buf->send(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[k].bytes);
+              }
+            });
+            pending.emplace(o.time, i);
+            break;
+          }
+          case OpKind::Recv:
+          case OpKind::RecvReduce:
+            if (headerOk[static_cast<std::size_t>(op.peer)]) {
+              postRecv(i);
+            } else {
+              deferred[static_cast<std::size_t>(op.peer)].push_back(i);
+            }
+            break;
+        }
+      }
+      if (pending.empty()) break;
+      const auto [t, i] = pending.top();
+      pending.pop();
+      if (i < 0) {
+        const int q = -1 - i;
+        const auto qu = static_cast<std::size_t>(q);
+        await(p.headerRecv[qu].get(), true, q, nullptr, -1);
+        std::string whyNot;
+        const CollectiveHeader theirs = CollectiveHeader::decode(p.headerIn[qu], &whyNot);
+        std::string mismatch = whyNot.empty() ? describeMismatch(mineHeader, theirs)
+                                              : fmt::format("{} sent a bad collective header: {}",
+                                                            world_.describeRank(q), whyNot);
+        if (whyNot.empty() && theirs.rank != q) {
+          mismatch = fmt::format("{} sent a header claiming to be rank {}", world_.describeRank(q), theirs.rank);
+        }
+        if (!mismatch.empty()) {
+          spdlog::error("collbench gloo: {}", mismatch);
+          std::string neutral = mismatch;
+          if (const auto at = neutral.find(" (this process)"); at != std::string::npos) neutral.erase(at, 15);
+          raise(Report{Errc::InvalidArgument, q, mismatch, neutral});
+        }
+        headerOk[qu] = 1;
+        for (int d : deferred[qu]) postRecv(d);
+        deferred[qu].clear();
+        continue;
+      }
+      const Op& op = ops[static_cast<std::size_t>(i)];
+      OpPlan& o = p.op[static_cast<std::size_t>(i)];
+      const bool isRecv = op.kind != OpKind::Send;
+      for (Piece& pc : o.pieces) {
+        await(pc.buf.get(), isRecv, op.peer, &op, i);
+        if (op.kind == OpKind::RecvReduce && pc.bytes) {
+          reduceElements(dtype, rop, resolve(p, op.dst) + pc.offset, resolve(p, op.src) + pc.offset,
+                         p.staging + o.stagingOffset + pc.offset, pc.bytes / p.elemSize);
+        }
+      }
+      complete(i);
+    }
+    COLLBENCH_CHECK(done == nops, "rank {} finished {} of {} ops of '{}'", rank_, done, nops, s.algorithm);
+    for (int q : p.neighbours) {
+      if (p.headers) await(p.headerSend[static_cast<std::size_t>(q)].get(), false, q, nullptr, -1);
+    }
+    if (p.resultBytes) divideElements(dtype, p.output, p.resultBytes / p.elemSize, world_.world);
+  }
+
+  void buildInternalPlans() {
+    const int n = world_.world;
+    gatherOut_.assign(static_cast<std::size_t>(n), 0.0);
+    barrierSchedule_ = buildSchedule(CollectiveSpec{Collective::Barrier, n, 0, DType::F32}, "dissemination");
+    // Internal collectives carry headers too: a rank that runs more iterations than another would otherwise meet
+    // the other's barrier or gather with a data transfer of another size.
+    const bool headers = n > 1;
+    barrierPlan_ = makePlan(barrierSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers,
+                            &internalScratch_, &internalStaging_);
+    gatherSchedule_ = buildSchedule(CollectiveSpec{Collective::AllGather, n, 1, DType::F64}, "ring");
+    gatherPlan_ = makePlan(gatherSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers, &internalScratch_,
+                           &internalStaging_);
+  }
+
+  /// Every rank's seconds, exchanged so that each process reports the same per-rank times (nccl-tests -a).
+  std::vector<double> gatherSeconds(double mine) {
+    gatherIn_ = mine;
+    runEpoch(*gatherPlan_);
+    return gatherOut_;
+  }
+
+  RunResult finish(const std::string& algorithm, double mySeconds) {
+    RunResult res;
+    res.algorithm = algorithm;
+    res.rankSeconds = world_.world > 1 ? gatherSeconds(mySeconds) : std::vector<double>{mySeconds};
+    double sum = 0;
+    for (double t : res.rankSeconds) sum += t;
+    res.seconds = sum / static_cast<double>(res.rankSeconds.size());
+    return res;
+  }
+
+  RunResult runSchedule(const Schedule& s, const RankBuffers& b, const RunOptions& opt) {
+    auto plan = makePlan(s, b, world_.world > 1, nullptr, nullptr);
+    inCollective_ = true;
+    for (int i = 0; i < opt.warmup; ++i) runEpoch(*plan);
+    if (world_.world > 1) runEpoch(*barrierPlan_);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < opt.iterations; ++i) runEpoch(*plan);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double mine = opt.iterations > 0 ? elapsed / opt.iterations : 0.0;
+    RunResult res = finish(s.algorithm, mine);
+    inCollective_ = false;
+    return res;
+  }
+
+  RunResult runNative(const Schedule& s, const RankBuffers& b, const RunOptions& opt) {
+    const auto known = std::find(kGlooNativeAlgorithms.begin(), kGlooNativeAlgorithms.end(), s.algorithm);
+    if (known == kGlooNativeAlgorithms.end() || s.spec.kind != Collective::AllReduce) {
+      throw Error(Errc::Unsupported, fmt::format("the gloo backend runs Gloo's all-reduce ({}); '{}' for {} is not one "
+                                                 "of them",
+                                                 "gloo_ring, gloo_ring_chunked, gloo_halving_doubling, gloo_bcube",
+                                                 s.algorithm, toString(s.spec.kind)));
+    }
+    const DType dt = s.spec.dtype;
+    if (dt != DType::F32 && dt != DType::F64 && dt != DType::I32 && dt != DType::I64) {
+      throw Error(Errc::Unsupported, fmt::format("{} runs float, double, int32 and int64 here, not {}", s.algorithm,
+                                                 toString(dt)));
+    }
+    if (s.spec.count > static_cast<std::size_t>(INT_MAX)) {
+      throw Error(Errc::Unsupported, fmt::format("{} takes an int element count; {} is too many", s.algorithm,
+                                                 s.spec.count));
+    }
+    const int count = static_cast<int>(s.spec.count);
+    const std::size_t bytes = s.spec.inputBytes();
+    // The header exchange guards the native call too: Gloo's own buffers would abort the process on a size
+    // mismatch, so disagreeing ranks must never reach it.
+    Schedule empty = s;
+    empty.native = true;
+    std::vector<std::byte> none;
+    auto headerPlan = makePlan(empty, b, true, &none, &none);
+    headerPlan->neighbours.clear();
+    headerPlan->headerIn.resize(static_cast<std::size_t>(world_.world));
+    headerPlan->headerSend.resize(static_cast<std::size_t>(world_.world));
+    headerPlan->headerRecv.resize(static_cast<std::size_t>(world_.world));
+    for (int q = 0; q < world_.world; ++q) {
+      if (q == rank_) continue;
+      const auto qu = static_cast<std::size_t>(q);
+      headerPlan->neighbours.push_back(q);
+      headerPlan->headerSend[qu] =
+          context_->createUnboundBuffer(headerPlan->headerOut.data(), headerPlan->headerOut.size());
+      headerPlan->headerRecv[qu] =
+          context_->createUnboundBuffer(headerPlan->headerIn[qu].data(), headerPlan->headerIn[qu].size());
+    }
+    inCollective_ = true;
+    runEpoch(*headerPlan);
+    void* out = b.output;
+    const void* in = b.input;
+    std::unique_ptr<gloo::Algorithm> algo;
+    switch (dt) {
+      case DType::F32: algo = makeNative(s.algorithm, context_, static_cast<float*>(out), count, s.spec.op); break;
+      case DType::F64: algo = makeNative(s.algorithm, context_, static_cast<double*>(out), count, s.spec.op); break;
+      case DType::I32:
+        algo = makeNative(s.algorithm, context_, static_cast<std::int32_t*>(out), count, s.spec.op);
+        break;
+      default: algo = makeNative(s.algorithm, context_, static_cast<std::int64_t*>(out), count, s.spec.op); break;
+    }
+    auto once = [&] {
+      if (in != out && bytes) std::memcpy(out, in, bytes);
+      try {
+        algo->run();
+      } catch (const std::exception& e) {
+        std::unique_lock lock(failMutex_);
+        if (!failure_) failCv_.wait_for(lock, kCauseGrace, [&] { return failure_.has_value(); });
+        if (failure_) throwFailureLocked();
+        const std::string what = glooWhat(e);
+        const std::string f = fmt::format("{} failed on {{}}: {}", s.algorithm, what);
+        raise(Report{what.find("imed out") != std::string::npos ? Errc::Timeout : Errc::PeerFailure, -1,
+                     fmt::format(fmt::runtime(f), self(true)), fmt::format(fmt::runtime(f), self(false))});
+      }
+      if (s.needsAvgScale()) divideElements(dt, out, s.spec.count, world_.world);
+    };
+    for (int i = 0; i < opt.warmup; ++i) once();
+    if (world_.world > 1) runEpoch(*barrierPlan_);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < opt.iterations; ++i) once();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    RunResult res = finish(s.algorithm, opt.iterations > 0 ? elapsed / opt.iterations : 0.0);
+    inCollective_ = false;
+    return res;
+  }
+
+  ProcessWorld world_;
+  int rank_ = 0;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::unique_ptr<StoreServer> server_;
+  Ms opTimeout_{static_cast<long long>(kDefaultTimeoutSeconds * 1000)};
+  std::uint64_t sequence_ = 0;
+  bool inCollective_ = false;
+  std::exception_ptr failed_;
+
+  std::vector<std::byte> scratch_, staging_, internalScratch_, internalStaging_;
+  Schedule barrierSchedule_, gatherSchedule_;
+  std::unique_ptr<RunPlan> barrierPlan_, gatherPlan_;
+  double gatherIn_ = 0;
+  std::vector<double> gatherOut_;
+
+  // Failure detection.
+  std::vector<std::array<std::byte, ControlMessage::kBytes>> ctrlIn_;
+  std::vector<std::unique_ptr<UnboundBuffer>> ctrlInBuf_;
+  std::vector<std::atomic<bool>> peerLeft_;
+  std::vector<std::thread> watchers_;
+  std::thread watchdog_;
+  std::condition_variable watchdogCv_;
+  std::atomic<bool> stopping_{false};
+  std::mutex failMutex_;
+  std::condition_variable failCv_;
+  std::optional<Report> failure_;
+  std::string neutral_;  // how the last error raised here reads for the other ranks
+  CurrentWait current_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeGlooBackend(const ProcessWorld& world) { return std::make_unique<GlooBackend>(world); }
+
+void registerGlooBackend() {
+  registerBackend("gloo", "one rank per process over Gloo's TCP transport (run under `collbench launch`)",
+                  [](int, const BackendOptions& o) { return makeGlooBackend(ProcessWorld::fromOptions(o)); });
+}
+
+}  // namespace collbench::host

@@ -1,0 +1,36 @@
+#pragma once
+/// The process backend "gloo": each process runs ONE rank of the world (nranks() is the world size) and executes
+/// collbench schedules over Gloo's TCP transport with unbound buffers. Buffers passed to run() hold one entry, this
+/// process's rank (an entry per rank of the world is accepted too; only this rank's is used).
+///
+/// Call-order contract: every process of the world calls run() with the same schedule (same spec, algorithm and
+/// parameters) in the same order. Each collective carries a header (sequence number, spec and schedule
+/// fingerprint) that the receiver checks before it accepts data, so a mismatched call fails with Error naming both
+/// ranks and what differs, rather than producing wrong data:
+///   correct:  rank 0: run(ring(count=1000))   rank 1: run(ring(count=1000))
+///   error:    rank 0: run(ring(count=1000))   rank 1: run(ring(count=2000))   -> "count 1000 here, 2000 there"
+///
+/// Faults never hang: a peer that dies makes every survivor throw Error{PeerFailure} naming the dead rank (its
+/// connection closes, and survivors pass the news on); a peer that stops responding fails the wait after the
+/// timeout with Error{Timeout} naming it; a task missing at rendezvous is named in the error.
+///
+/// Schedules named gloo_ring, gloo_ring_chunked, gloo_halving_doubling and gloo_bcube (native, no ops) run Gloo's
+/// own all-reduce on the output buffer (the input is copied there first when the call is out of place, inside the
+/// timed region, since those algorithms work in place): peer baselines measured in the same harness.
+#include <array>
+#include <memory>
+#include <string_view>
+
+#include "collbench/backend.h"
+#include "process_world.h"
+
+namespace collbench::host {
+
+inline constexpr std::array<std::string_view, 4> kGlooNativeAlgorithms = {"gloo_ring", "gloo_ring_chunked",
+                                                                          "gloo_halving_doubling", "gloo_bcube"};
+
+/// Rendezvous (store, transport connections, hello handshake) happens here; throws Error naming the missing or
+/// refused task when it cannot complete within the world's timeout.
+std::unique_ptr<Backend> makeGlooBackend(const ProcessWorld& world);
+
+}  // namespace collbench::host

@@ -1,0 +1,178 @@
+// Registration, device probing, environment description, and the kernel test/benchmark hooks of nccl_backend.h.
+#include <cstring>
+#include <memory>
+
+#include "collbench/error.h"
+#include "cuda_util.h"
+#include "kernels.h"
+#include "nccl_backend.h"
+
+namespace collbench::nccl {
+namespace {
+
+/// Device buffers of the hooks start this far into their allocation at most (offsetElems * element size).
+constexpr std::size_t kHookAlignBytes = 256;
+
+DeviceProbe runProbe() {
+  DeviceProbe p;
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    // Without a GPU (or driver) this reads "CUDA driver version is insufficient for CUDA runtime version" or "no
+    // CUDA-capable device is detected": either way there is no device to run on.
+    p.reason = fmt::format("no CUDA device (cudaGetDeviceCount: {}, {})", cudaGetErrorString(e), cudaGetErrorName(e));
+    return p;
+  }
+  if (n <= 0) {
+    p.reason = "no CUDA device (cudaGetDeviceCount returned 0)";
+    return p;
+  }
+  p.count = n;
+  return p;
+}
+
+void requireDevice(int device) {
+  const DeviceProbe& p = probeDevices();
+  if (p.count == 0) throw Error(Errc::Unsupported, p.reason);
+  if (device < 0 || device >= p.count) {
+    throw Error(Errc::InvalidArgument, fmt::format("device {} does not exist ({} visible)", device, p.count));
+  }
+  COLLBENCH_CUDA(cudaSetDevice(device));
+}
+
+/// RAII device buffer for the hooks (DeviceMemory is per rank and grow-only; these are one-shot).
+struct Scratch {
+  explicit Scratch(std::size_t bytes) { COLLBENCH_CUDA(cudaMalloc(&ptr, bytes ? bytes : 1)); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { (void)cudaFree(ptr); }
+  std::byte* bytes() const { return static_cast<std::byte*>(ptr); }
+  void* ptr = nullptr;
+};
+
+struct Events {
+  Events() {
+    COLLBENCH_CUDA(cudaEventCreate(&start));
+    COLLBENCH_CUDA(cudaEventCreate(&stop));
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  ~Events() {
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+  }
+  double elapsedSeconds() const {
+    float ms = 0;
+    COLLBENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    return ms * 1e-3;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+};
+
+}  // namespace
+
+const DeviceProbe& probeDevices() {
+  static const DeviceProbe probe = runProbe();
+  return probe;
+}
+
+void registerNcclBackends() {
+  registerBackend("nccl", "NCCL on GPUs, one rank per GPU (native collectives and schedules as ncclSend/ncclRecv)",
+                  [](int nranks, const BackendOptions& o) { return makeNcclBackend(nranks, o); });
+  registerBackend("cuda-1gpu", "several ranks on one GPU (device copies and reduce kernels), for validation",
+                  [](int nranks, const BackendOptions& o) { return makeSingleGpuBackend(nranks, o); });
+}
+
+std::vector<std::pair<std::string, std::string>> describeGpuEnvironment() {
+  std::vector<std::pair<std::string, std::string>> out;
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) {
+    // NCCL_VERSION_CODE since 2.9: major * 10000 + minor * 100 + patch.
+    out.emplace_back("nccl_version", fmt::format("{}.{}.{}", nccl / 10000, nccl / 100 % 100, nccl % 100));
+  }
+  int runtime = 0, driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+    out.emplace_back("cuda_runtime", fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10));
+  }
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) {
+    out.emplace_back("cuda_driver", fmt::format("{}.{}", driver / 1000, driver % 1000 / 10));
+  }
+  (void)cudaGetLastError();
+  const DeviceProbe& p = probeDevices();
+  if (p.count == 0) out.emplace_back("gpu", p.reason);
+  for (int d = 0; d < p.count; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) continue;
+    out.emplace_back(fmt::format("gpu{}", d),
+                     fmt::format("{} (sm_{}{}, {} SMs, {:.1f} GiB)", prop.name, prop.major, prop.minor,
+                                 prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30)));
+  }
+  out.emplace_back("NCCL_ALGO", envOrDefault("NCCL_ALGO"));
+  out.emplace_back("NCCL_PROTO", envOrDefault("NCCL_PROTO"));
+  return out;
+}
+
+void reduceOnDevice(DType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count, KernelAlias alias,
+                    std::size_t offsetElems) {
+  requireDevice(0);
+  const std::size_t es = dtypeSize(t), bytes = count * es, off = offsetElems * es;
+  COLLBENCH_CHECK(off < kHookAlignBytes, "offsetElems {} is past the {}-byte pad", offsetElems, kHookAlignBytes);
+  // Three separately padded regions of one allocation; each starts at a 256-byte boundary plus `off`.
+  const std::size_t stride = (bytes + kHookAlignBytes - 1) / kHookAlignBytes * kHookAlignBytes + kHookAlignBytes;
+  Scratch mem(3 * stride);
+  std::byte* da = mem.bytes() + off;
+  std::byte* db = mem.bytes() + stride + off;
+  std::byte* dd = alias == KernelAlias::DstIsA   ? da
+                  : alias == KernelAlias::DstIsB ? db
+                                                 : mem.bytes() + 2 * stride + off;
+  COLLBENCH_CUDA(cudaMemcpy(da, a, bytes, cudaMemcpyHostToDevice));
+  COLLBENCH_CUDA(cudaMemcpy(db, b, bytes, cudaMemcpyHostToDevice));
+  COLLBENCH_CUDA(launchReduce(t, op, dd, da, db, count, nullptr));
+  COLLBENCH_CUDA(cudaDeviceSynchronize());
+  COLLBENCH_CUDA(cudaMemcpy(dst, dd, bytes, cudaMemcpyDeviceToHost));
+}
+
+void divideOnDevice(DType t, void* data, std::size_t count, int divisor) {
+  requireDevice(0);
+  const std::size_t bytes = count * dtypeSize(t);
+  Scratch mem(bytes);
+  COLLBENCH_CUDA(cudaMemcpy(mem.ptr, data, bytes, cudaMemcpyHostToDevice));
+  COLLBENCH_CUDA(launchDivide(t, mem.ptr, count, divisor, nullptr));
+  COLLBENCH_CUDA(cudaDeviceSynchronize());
+  COLLBENCH_CUDA(cudaMemcpy(data, mem.ptr, bytes, cudaMemcpyDeviceToHost));
+}
+
+double timeDeviceCopy(std::size_t bytes, int iterations, int device) {
+  requireDevice(device);
+  Scratch src(bytes), dst(bytes);
+  COLLBENCH_CUDA(cudaMemset(src.ptr, 1, bytes));
+  Events ev;
+  COLLBENCH_CUDA(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, nullptr));  // warmup
+  COLLBENCH_CUDA(cudaEventRecord(ev.start, nullptr));
+  for (int i = 0; i < iterations; ++i) {
+    COLLBENCH_CUDA(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, nullptr));
+  }
+  COLLBENCH_CUDA(cudaEventRecord(ev.stop, nullptr));
+  COLLBENCH_CUDA(cudaEventSynchronize(ev.stop));
+  return iterations > 0 ? ev.elapsedSeconds() / iterations : 0.0;
+}
+
+double timeReduceKernel(DType t, ReduceOp op, std::size_t count, int iterations, int device) {
+  requireDevice(device);
+  const std::size_t bytes = count * dtypeSize(t);
+  Scratch a(bytes), b(bytes), d(bytes);
+  // 0x3c bytes are finite normal values in every float format (f16 0x3c3c is about 1.06), so the timing never
+  // involves NaN or infinity; the result is not accumulated, so products cannot overflow either.
+  COLLBENCH_CUDA(cudaMemset(a.ptr, 0x3c, bytes));
+  COLLBENCH_CUDA(cudaMemset(b.ptr, 0x3c, bytes));
+  Events ev;
+  COLLBENCH_CUDA(launchReduce(t, op, d.ptr, a.ptr, b.ptr, count, nullptr));  // warmup
+  COLLBENCH_CUDA(cudaEventRecord(ev.start, nullptr));
+  for (int i = 0; i < iterations; ++i) COLLBENCH_CUDA(launchReduce(t, op, d.ptr, a.ptr, b.ptr, count, nullptr));
+  COLLBENCH_CUDA(cudaEventRecord(ev.stop, nullptr));
+  COLLBENCH_CUDA(cudaEventSynchronize(ev.stop));
+  return iterations > 0 ? ev.elapsedSeconds() / iterations : 0.0;
+}
+
+}  // namespace collbench::nccl

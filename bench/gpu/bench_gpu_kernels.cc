@@ -1,0 +1,135 @@
+// Device micro-benchmarks behind tests/gpu/device-check.sh: device-to-device copy bandwidth, reduce-kernel bandwidth
+// per dtype (and per op at one size), and the native NCCL collectives on one GPU, all timed with CUDA events
+// (manual time). Counters: GBps is buffer bytes per second (what a collective's algbw counts), traffic_GBps adds
+// every byte the device memory moves (copy: read + write; reduce: two reads + one write), comparable with the
+// HBM peak. Without a device every benchmark reports the probe's reason as its error.
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "collbench/algorithms.h"
+#include "collbench/reference.h"
+#include "nccl_backend.h"
+
+namespace {
+
+using collbench::DType;
+using collbench::ReduceOp;
+namespace nccl = collbench::nccl;
+
+/// Timed repetitions inside one benchmark iteration: enough to amortise the launch of the first one.
+constexpr int kInnerIterations = 20;
+
+bool haveDevice(benchmark::State& state) {
+  const auto& probe = nccl::probeDevices();
+  if (probe.count > 0) return true;
+  state.SkipWithError(probe.reason.c_str());
+  return false;
+}
+
+void setBandwidth(benchmark::State& state, double bytes, double traffic, double seconds) {
+  state.counters["GBps"] = seconds > 0 ? bytes / seconds / 1e9 : 0;
+  state.counters["traffic_GBps"] = seconds > 0 ? traffic / seconds / 1e9 : 0;
+  state.counters["bytes"] = bytes;
+}
+
+void deviceCopy(benchmark::State& state) {
+  if (!haveDevice(state)) return;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  double total = 0;
+  for (auto _ : state) {
+    const double t = nccl::timeDeviceCopy(bytes, kInnerIterations);
+    state.SetIterationTime(t);
+    total += t;
+  }
+  const double mean = total / static_cast<double>(state.iterations());
+  setBandwidth(state, static_cast<double>(bytes), 2.0 * static_cast<double>(bytes), mean);
+}
+
+void reduceKernel(benchmark::State& state, DType t, ReduceOp op) {
+  if (!haveDevice(state)) return;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = bytes / collbench::dtypeSize(t);
+  double total = 0;
+  for (auto _ : state) {
+    const double s = nccl::timeReduceKernel(t, op, count, kInnerIterations);
+    state.SetIterationTime(s);
+    total += s;
+  }
+  const double mean = total / static_cast<double>(state.iterations());
+  setBandwidth(state, static_cast<double>(bytes), 3.0 * static_cast<double>(bytes), mean);
+}
+
+void nativeOneGpu(benchmark::State& state, collbench::Collective c) {
+  if (!haveDevice(state)) return;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const collbench::CollectiveSpec spec{c, 1, bytes / sizeof(float), DType::F32, ReduceOp::Sum, 0};
+  auto backend = nccl::makeNcclBackend(1);
+  const collbench::Schedule s = collbench::buildSchedule(spec, nccl::kNativeAlgorithm);
+  collbench::RankBufferSet bufs(spec, false);
+  bufs.fill();
+  double total = 0;
+  std::string algorithm;
+  for (auto _ : state) {
+    const collbench::RunResult r = backend->run(s, bufs.views(), collbench::RunOptions{kInnerIterations, 2, 60.0});
+    state.SetIterationTime(r.seconds);
+    total += r.seconds;
+    algorithm = r.algorithm;
+  }
+  state.SetLabel(algorithm);
+  const double mean = total / static_cast<double>(state.iterations());
+  setBandwidth(state, static_cast<double>(bytes), 2.0 * static_cast<double>(bytes), mean);
+}
+
+constexpr std::int64_t kMiB = 1 << 20;
+
+void registerAll() {
+  benchmark::RegisterBenchmark("device_copy", deviceCopy)
+      ->Arg(kMiB)
+      ->Arg(16 * kMiB)
+      ->Arg(256 * kMiB)
+      ->UseManualTime()
+      ->Iterations(3)
+      ->Unit(benchmark::kMicrosecond);
+  for (DType t : collbench::kAllDTypes) {
+    const std::string name = "reduce_kernel/" + std::string(collbench::toString(t)) + "/sum";
+    benchmark::RegisterBenchmark(name.c_str(), [t](benchmark::State& st) { reduceKernel(st, t, ReduceOp::Sum); })
+        ->Arg(kMiB)
+        ->Arg(16 * kMiB)
+        ->Arg(256 * kMiB)
+        ->UseManualTime()
+        ->Iterations(3)
+        ->Unit(benchmark::kMicrosecond);
+  }
+  for (ReduceOp op : {ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max}) {
+    for (DType t : {DType::F32, DType::BF16}) {
+      const std::string name =
+          "reduce_kernel/" + std::string(collbench::toString(t)) + "/" + std::string(collbench::toString(op));
+      benchmark::RegisterBenchmark(name.c_str(), [t, op](benchmark::State& st) { reduceKernel(st, t, op); })
+          ->Arg(64 * kMiB)
+          ->UseManualTime()
+          ->Iterations(3)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (collbench::Collective c : {collbench::Collective::AllReduce, collbench::Collective::Broadcast}) {
+    const std::string name = "nccl_native_1gpu/" + std::string(collbench::toString(c));
+    benchmark::RegisterBenchmark(name.c_str(), [c](benchmark::State& st) { nativeOneGpu(st, c); })
+        ->Arg(kMiB)
+        ->Arg(64 * kMiB)
+        ->UseManualTime()
+        ->Iterations(3)
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  registerAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

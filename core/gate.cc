@@ -1,0 +1,393 @@
+// Perf-run parsing and the regression gate (collbench/gate.h).
+#include "collbench/gate.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "collbench/error.h"
+#include "gate_json.h"
+
+namespace collbench {
+
+namespace detail {
+
+/// Deeper documents are rejected: none of collbench's formats nests more than 6 levels, and a bound keeps a hostile
+/// input from exhausting the stack of code that walks the tree recursively.
+constexpr int kMaxJsonDepth = 64;
+
+nlohmann::json parseJsonDocument(std::string_view text, std::string_view source) {
+  bool tooDeep = false;
+  nlohmann::json::parser_callback_t cb = [&tooDeep](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth) tooDeep = true;
+    return !tooDeep;
+  };
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text.begin(), text.end(), cb);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::InvalidArgument, fmt::format("{}: not valid JSON: {}", printable(source), printable(e.what())));
+  }
+  if (tooDeep) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: JSON nested deeper than {} levels", printable(source), kMaxJsonDepth));
+  }
+  return doc;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::JsonReader;
+using nlohmann::json;
+
+constexpr std::string_view kPerfFormat = "collbench-perf";
+constexpr int kPerfVersion = 1;
+
+PerfSample readSample(const JsonReader& row, const char* field) {
+  const JsonReader h = row.object(field);
+  PerfSample s;
+  s.timeUs = h.number("time_us", 0);
+  s.algbwGBps = h.number("algbw_GBps", 0);
+  s.busbwGBps = h.number("busbw_GBps", 0);
+  if (h.has("wrong")) s.wrong = h.integer("wrong", 0);
+  return s;
+}
+
+std::string readFile(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Errc::InvalidArgument, fmt::format("cannot read {} file '{}'", what, printable(path)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string rowKey(const std::string& collective, const std::string& algorithm, std::size_t size, bool inPlace) {
+  return fmt::format("{} {} {} B {}", collective, algorithm, size, inPlace ? "in-place" : "out-of-place");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// current / baseline - 1, with a zero baseline meaning "no cost before": any cost now is an unbounded change.
+double relativeChange(double base, double cur) {
+  if (base <= 0) return cur <= 0 ? 0.0 : HUGE_VAL;
+  return cur / base - 1;
+}
+
+/// FNV-1a 64 of the row key: each row's bootstrap stream depends on the row, not on its position.
+std::uint64_t hashKey(std::string_view s) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+/// Percentile bootstrap of the change of medians.
+void bootstrap(GateRow& r, const GateOptions& o) {
+  std::mt19937_64 rng(o.seed ^ hashKey(r.key));
+  std::vector<double> changes;
+  changes.reserve(static_cast<std::size_t>(o.resamples));
+  std::vector<double> b(r.baselineUs.size()), c(r.currentUs.size());
+  std::uniform_int_distribution<std::size_t> pickB(0, b.size() - 1), pickC(0, c.size() - 1);
+  for (int i = 0; i < o.resamples; ++i) {
+    for (double& x : b) x = r.baselineUs[pickB(rng)];
+    for (double& x : c) x = r.currentUs[pickC(rng)];
+    changes.push_back(relativeChange(median(b), median(c)));
+  }
+  std::sort(changes.begin(), changes.end());
+  const double alpha = (1 - o.confidence) / 2;
+  const auto at = [&](double q) {
+    const auto k = static_cast<std::size_t>(std::clamp(q * static_cast<double>(changes.size() - 1), 0.0,
+                                                        static_cast<double>(changes.size() - 1)));
+    return changes[k];
+  };
+  r.ciLow = at(alpha);
+  r.ciHigh = at(1 - alpha);
+  r.hasInterval = true;
+}
+
+struct Side {
+  std::map<std::string, std::vector<double>> times;
+  std::map<std::string, long long> wrong;
+  std::vector<std::string> order;  // keys in first-seen order
+};
+
+Side collect(const std::vector<PerfRun>& runs) {
+  Side s;
+  for (const PerfRun& run : runs) {
+    std::set<std::string> inThisRun;
+    for (const PerfRow& row : run.rows) {
+      for (int inPlace = 0; inPlace < 2; ++inPlace) {
+        const std::string key = rowKey(run.collective, row.algorithm, row.size, inPlace == 1);
+        if (!inThisRun.insert(key).second) {
+          throw Error(Errc::InvalidArgument, fmt::format("{}: row '{}' appears twice", printable(run.source), key));
+        }
+        const PerfSample& h = inPlace ? row.inPlace : row.outOfPlace;
+        auto [it, fresh] = s.times.try_emplace(key);
+        if (fresh) s.order.push_back(key);
+        it->second.push_back(h.timeUs);
+        if (h.wrong && *h.wrong > 0) s.wrong[key] += *h.wrong;
+      }
+    }
+  }
+  return s;
+}
+
+std::string describeSetup(const PerfRun& r) {
+  std::string s = fmt::format("{}, {} rank{}", r.backend, r.ranks, r.ranks == 1 ? "" : "s");
+  if (!r.topology.empty()) s += ", topology " + r.topology;
+  return s + ", " + r.datatype + " " + r.op;
+}
+
+void checkCompatible(const std::vector<PerfRun>& runs, const PerfRun& ref, std::string_view side) {
+  for (const PerfRun& r : runs) {
+    const auto mismatch = [&](std::string_view field, const std::string& a, const std::string& b) {
+      if (a != b) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("{} run {}: config.{} is {} but {} has {}; runs of different setups cannot be compared",
+                                side, printable(r.source), field, printable(a.empty() ? "(none)" : a),
+                                printable(ref.source), printable(b.empty() ? "(none)" : b)));
+      }
+    };
+    mismatch("backend", r.backend, ref.backend);
+    mismatch("ranks", std::to_string(r.ranks), std::to_string(ref.ranks));
+    mismatch("topology", r.topology, ref.topology);
+    mismatch("datatype", r.datatype, ref.datatype);
+    mismatch("op", r.op, ref.op);
+  }
+}
+
+std::string percent(double x) {
+  if (std::isinf(x)) return x > 0 ? "+inf" : "-inf";
+  return fmt::format("{:+.2f}%", 100 * x);
+}
+
+std::string micro(double us) { return fmt::format("{:.3f}", us); }
+
+}  // namespace
+
+PerfRun parsePerfRun(std::string_view text, std::string_view source) {
+  const json doc = detail::parseJsonDocument(text, source);
+  const JsonReader top(source, "", doc);
+  if (const std::string f = top.string("format"); f != kPerfFormat) {
+    top.fail("format", fmt::format("expected \"{}\", got \"{}\"", kPerfFormat, printable(f)));
+  }
+  if (const std::int64_t v = top.integer("version", 0); v != kPerfVersion) {
+    top.fail("version", fmt::format("version {} is not supported (this collbench reads version {})", v, kPerfVersion));
+  }
+  PerfRun r;
+  r.source = std::string(source);
+  r.collective = top.string("collective");
+  const JsonReader cfg = top.object("config");
+  r.backend = cfg.string("backend");
+  r.ranks = static_cast<int>(cfg.integer("ranks", 1, 1 << 24));
+  r.topology = cfg.stringOr("topology", "");
+  r.algorithm = cfg.stringOr("algorithm", "auto");
+  r.datatype = cfg.string("datatype");
+  r.op = cfg.string("op");
+  r.iters = cfg.has("iters") ? static_cast<int>(cfg.integer("iters", 0, INT32_MAX)) : 0;
+  r.commandLine = top.stringOr("command_line", "");
+  if (top.has("environment")) {
+    const JsonReader env = top.object("environment");
+    r.toolVersion = env.stringOr("collbench_version", "");
+  }
+  const json& rows = top.array("results");
+  std::set<std::pair<std::string, std::size_t>> seen;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const JsonReader row(source, fmt::format("results[{}]", i), rows[i]);
+    PerfRow p;
+    p.size = static_cast<std::size_t>(row.integer("size", 0));
+    p.count = row.has("count") ? static_cast<std::size_t>(row.integer("count", 0)) : 0;
+    p.type = row.stringOr("type", r.datatype);
+    p.redop = row.stringOr("redop", r.op);
+    p.root = row.has("root") ? static_cast<int>(row.integer("root", -1, 1 << 24)) : -1;
+    p.algorithm = row.string("algorithm");
+    if (p.algorithm.empty()) row.fail("algorithm", "must not be empty");
+    p.algorithmReason = row.stringOr("algorithm_reason", "");
+    p.outOfPlace = readSample(row, "out_of_place");
+    p.inPlace = readSample(row, "in_place");
+    if (!seen.insert({p.algorithm, p.size}).second) {
+      row.fail("size", fmt::format("{} B with algorithm {} appears twice", p.size, printable(p.algorithm)));
+    }
+    r.rows.push_back(std::move(p));
+  }
+  return r;
+}
+
+PerfRun readPerfRun(const std::string& path) { return parsePerfRun(readFile(path, "perf"), path); }
+
+std::string_view toString(Verdict v) {
+  switch (v) {
+    case Verdict::Pass: return "pass";
+    case Verdict::Improvement: return "improvement";
+    case Verdict::Regression: return "regression";
+    case Verdict::Inconclusive: return "inconclusive";
+  }
+  return "?";
+}
+
+double parseTolerance(std::string_view text) {
+  std::string s;
+  for (char c : text) {
+    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
+  }
+  bool pct = false;
+  if (!s.empty() && s.back() == '%') {
+    pct = true;
+    s.pop_back();
+  }
+  double x = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(x)) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--tolerance: expected a percentage like 3% or a fraction like 0.03, got '{}'", printable(text)));
+  }
+  if (pct) x /= 100;
+  if (x < 0 || x >= 1) {
+    throw Error(Errc::InvalidArgument, fmt::format("--tolerance must be in [0%, 100%), got '{}'", printable(text)));
+  }
+  return x;
+}
+
+int GateReport::count(Verdict v) const {
+  return static_cast<int>(std::count_if(rows.begin(), rows.end(), [v](const GateRow& r) { return r.verdict == v; }));
+}
+
+int GateReport::exitCode(bool failInconclusive) const {
+  if (count(Verdict::Regression) > 0) return 1;
+  if (failInconclusive && count(Verdict::Inconclusive) > 0) return 1;
+  return 0;
+}
+
+GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>& current, const GateOptions& o) {
+  if (baseline.empty() || current.empty()) {
+    throw Error(Errc::InvalidArgument, "gate needs at least one baseline and one current run");
+  }
+  if (!(o.tolerance >= 0 && o.tolerance < 1) || !(o.confidence > 0 && o.confidence < 1) || o.resamples < 1) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("bad gate options: tolerance {}, confidence {}, resamples {}", o.tolerance, o.confidence,
+                            o.resamples));
+  }
+  const PerfRun& ref = baseline.front();
+  checkCompatible(baseline, ref, "baseline");
+  checkCompatible(current, ref, "current");
+  GateReport rep;
+  rep.options = o;
+  rep.setup = describeSetup(ref);
+  for (const PerfRun& r : baseline) rep.baselineSources.push_back(r.source);
+  for (const PerfRun& r : current) rep.currentSources.push_back(r.source);
+  rep.deterministic = std::all_of(baseline.begin(), baseline.end(), [](const PerfRun& r) { return r.deterministic(); }) &&
+                      std::all_of(current.begin(), current.end(), [](const PerfRun& r) { return r.deterministic(); });
+  const Side b = collect(baseline), c = collect(current);
+  for (const std::string& key : b.order) {
+    const auto it = c.times.find(key);
+    if (it == c.times.end()) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("current runs lack row '{}' of the baseline ({}); rerun with the baseline's sizes and "
+                              "algorithms",
+                              key, printable(ref.source)));
+    }
+    GateRow row;
+    row.key = key;
+    row.baselineUs = b.times.at(key);
+    row.currentUs = it->second;
+    row.baselineMedian = median(row.baselineUs);
+    row.currentMedian = median(row.currentUs);
+    row.change = relativeChange(row.baselineMedian, row.currentMedian);
+    row.ciLow = row.ciHigh = row.change;
+    const double tol = o.tolerance;
+    if (rep.deterministic) {
+      row.verdict = row.change > tol ? Verdict::Regression : row.change < -tol ? Verdict::Improvement : Verdict::Pass;
+    } else if (row.baselineUs.size() >= 2 && row.currentUs.size() >= 2) {
+      bootstrap(row, o);
+      if (row.ciLow > tol) {
+        row.verdict = Verdict::Regression;
+      } else if (row.ciHigh < -tol) {
+        row.verdict = Verdict::Improvement;
+      } else if (row.ciLow >= -tol && row.ciHigh <= tol) {
+        row.verdict = Verdict::Pass;
+      } else {
+        row.verdict = Verdict::Inconclusive;
+        row.note = "interval straddles the tolerance: more repeats needed";
+      }
+    } else if (std::abs(row.change) <= tol) {
+      row.verdict = Verdict::Pass;
+    } else {
+      row.verdict = Verdict::Inconclusive;
+      row.note = fmt::format("{} baseline / {} current sample{}: repeat the runs (--repeat N) for an interval",
+                             row.baselineUs.size(), row.currentUs.size(), row.currentUs.size() == 1 ? "" : "s");
+    }
+    if (const auto w = c.wrong.find(key); w != c.wrong.end()) {
+      row.verdict = Verdict::Regression;
+      row.note = fmt::format("{} wrong element{} in the current results", w->second, w->second == 1 ? "" : "s");
+    }
+    rep.rows.push_back(std::move(row));
+  }
+  for (const std::string& key : c.order) {
+    if (!b.times.count(key)) rep.notes.push_back(fmt::format("row '{}' is new (not in the baseline)", key));
+  }
+  if (rep.count(Verdict::Regression)) {
+    rep.overall = Verdict::Regression;
+  } else if (rep.count(Verdict::Inconclusive)) {
+    rep.overall = Verdict::Inconclusive;
+  } else if (rep.count(Verdict::Improvement)) {
+    rep.overall = Verdict::Improvement;
+  } else {
+    rep.overall = Verdict::Pass;
+  }
+  return rep;
+}
+
+std::string toMarkdown(const GateReport& r, bool allRows) {
+  std::string verdict(toString(r.overall));
+  std::transform(verdict.begin(), verdict.end(), verdict.begin(), [](unsigned char ch) { return std::toupper(ch); });
+  std::string out = fmt::format("## collbench gate: {}\n\n", verdict);
+  const auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& x : v) s += (s.empty() ? "`" : ", `") + printable(x) + "`";
+    return s;
+  };
+  out += fmt::format("- setup: {}\n- baseline: {}\n- current: {}\n", printable(r.setup), list(r.baselineSources),
+                     list(r.currentSources));
+  if (r.deterministic) {
+    out += fmt::format("- simulated runs are deterministic: any change beyond {:.2f}% fails\n\n", 100 * r.options.tolerance);
+  } else {
+    out += fmt::format("- measured runs: medians of repeats, {:.0f}% bootstrap interval of the change, tolerance {:.2f}%\n\n",
+                       100 * r.options.confidence, 100 * r.options.tolerance);
+  }
+  std::vector<const GateRow*> shown;
+  for (const GateRow& row : r.rows) {
+    if (allRows || row.verdict != Verdict::Pass) shown.push_back(&row);
+  }
+  if (!shown.empty()) {
+    out += "| row | baseline (us) | current (us) | change | interval | n | verdict |\n";
+    out += "|---|---:|---:|---:|---|---:|---|\n";
+    for (const GateRow* row : shown) {
+      const std::string ci = row->hasInterval ? fmt::format("[{}, {}]", percent(row->ciLow), percent(row->ciHigh)) : "";
+      const std::string v(toString(row->verdict));
+      out += fmt::format("| {} | {} | {} | {} | {} | {}/{} | {}{} |\n", row->key, micro(row->baselineMedian),
+                         micro(row->currentMedian), percent(row->change), ci, row->baselineUs.size(),
+                         row->currentUs.size(), row->verdict == Verdict::Pass ? v : "**" + v + "**",
+                         row->note.empty() ? "" : " (" + row->note + ")");
+    }
+    out += "\n";
+  }
+  out += fmt::format("{} rows: {} regression, {} improvement, {} inconclusive, {} pass.\n", r.rows.size(),
+                     r.count(Verdict::Regression), r.count(Verdict::Improvement), r.count(Verdict::Inconclusive),
+                     r.count(Verdict::Pass));
+  for (const std::string& n : r.notes) out += "\n- note: " + printable(n);
+  if (!r.notes.empty()) out += "\n";
+  return out;
+}
+
+}  // namespace collbench

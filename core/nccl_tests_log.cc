@@ -1,0 +1,209 @@
+// nccl-tests stdout parser (nccl_tests_log.h). Column layout from NVIDIA/nccl-tests src/util.cu
+// (writeResultHeader, writeBenchmarkLinePreamble, writeBenchmarkLineBody), versions 2.13 to 2.19.
+#include "collbench/nccl_tests_log.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "collbench/error.h"
+
+namespace collbench {
+namespace {
+
+/// Preamble columns: size, count, type, redop, root.
+constexpr std::size_t kPreambleColumns = 5;
+/// Per half: time, algbw, busbw, #wrong; with per-iteration timing (-I 1) also i_min, i_max, i_p99, i_cv%.
+constexpr std::size_t kHalfColumns = 4;
+constexpr std::size_t kHalfColumnsPerIter = 8;
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> out;
+  std::istringstream in(line);
+  for (std::string tok; in >> tok;) out.push_back(tok);
+  return out;
+}
+
+[[noreturn]] void failAt(const std::string& source, int line, const std::string& field, const std::string& what,
+                         const std::string& value) {
+  throw Error(Errc::InvalidArgument,
+              fmt::format("{}:{}: {}: {} (got '{}')", printable(source), line, field, what, printable(value)));
+}
+
+bool parseDouble(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+template <typename T>
+bool parseInt(const std::string& s, T& out) {
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+/// The value after `key` in a "# nThread 1 nGpus 8 ..." style line: the token following the key's last word.
+std::string valueAfter(const std::vector<std::string>& toks, const std::string& key) {
+  for (std::size_t i = 0; i + 1 < toks.size(); ++i) {
+    if (toks[i] == key) return toks[i + 1];
+  }
+  return "";
+}
+
+NcclTestsHalf parseHalf(const std::vector<std::string>& t, std::size_t at, const std::string& source, int line,
+                        const char* which) {
+  NcclTestsHalf h;
+  const std::string f = which;
+  if (!parseDouble(t[at], h.timeUs) || !std::isfinite(h.timeUs) || h.timeUs < 0) {
+    failAt(source, line, f + " time (us)", "must be a finite number >= 0", t[at]);
+  }
+  if (!parseDouble(t[at + 1], h.algbwGBps) || !std::isfinite(h.algbwGBps) || h.algbwGBps < 0) {
+    failAt(source, line, f + " algbw (GB/s)", "must be a finite number >= 0", t[at + 1]);
+  }
+  if (!parseDouble(t[at + 2], h.busbwGBps) || !std::isfinite(h.busbwGBps) || h.busbwGBps < 0) {
+    failAt(source, line, f + " busbw (GB/s)", "must be a finite number >= 0", t[at + 2]);
+  }
+  const std::string& w = t[at + 3];
+  if (w == "N/A") {
+    h.wrong = -1;
+  } else {
+    double d = 0;  // nccl-tests prints #wrong with %6g: "0", "12", "1.5e+06"
+    if (!parseDouble(w, d) || !std::isfinite(d) || d < 0 || d != std::floor(d)) {
+      failAt(source, line, f + " #wrong", "must be a non-negative count or N/A", w);
+    }
+    h.wrong = static_cast<long long>(d);
+  }
+  return h;
+}
+
+}  // namespace
+
+std::optional<Collective> collectiveOfProgram(const std::string& program) {
+  std::string p = program;
+  const auto slash = p.find_last_of('/');
+  if (slash != std::string::npos) p = p.substr(slash + 1);
+  for (const char* suffix : {"_perf_mpi", "_perf"}) {
+    const std::string s = suffix;
+    if (p.size() > s.size() && p.compare(p.size() - s.size(), s.size(), s) == 0) {
+      p.resize(p.size() - s.size());
+      break;
+    }
+  }
+  if (p == "all_reduce") return Collective::AllReduce;
+  if (p == "reduce_scatter") return Collective::ReduceScatter;
+  if (p == "all_gather") return Collective::AllGather;
+  if (p == "broadcast") return Collective::Broadcast;
+  if (p == "reduce") return Collective::Reduce;
+  return std::nullopt;
+}
+
+NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& source) {
+  NcclTestsLog log;
+  bool inTable = false, sawHeader = false;
+  std::size_t halfColumns = kHalfColumns;
+  std::istringstream in(text);
+  int lineNo = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lineNo;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    if (line[first] == '#') {
+      const std::vector<std::string> t = split(line.substr(first + 1));
+      if (t.empty()) continue;
+      if (t[0] == "nccl-tests" && t.size() > 2 && t[1] == "version") {
+        log.version = t[2];
+      } else if (t.size() >= 4 && t[0] == "Collective" && t[1] == "test" && t[2] == "starting:") {
+        log.program = t[3];
+        log.collective = collectiveOfProgram(t[3]);
+      } else if (t.size() >= 4 && t[0] == "collbench" && t[2] == "perf") {
+        // "# collbench 0.1.0 perf all_reduce: backend host, 4 ranks, algorithm ring"
+        std::string c = t[3];
+        if (!c.empty() && c.back() == ':') c.pop_back();
+        log.program = "collbench perf " + c;
+        try {
+          log.collective = parseCollective(c);
+        } catch (const Error&) {
+          failAt(source, lineNo, "collective", "unknown collective in the collbench header", c);
+        }
+        const std::string algo = valueAfter(t, "algorithm");
+        if (!algo.empty()) log.algorithm = algo;
+      } else if (t[0] == "nThread") {
+        parseInt(valueAfter(t, "nThread"), log.nThread);
+        parseInt(valueAfter(t, "nGpus"), log.nGpus);
+        parseInt(valueAfter(t, "minBytes"), log.minBytes);
+        parseInt(valueAfter(t, "maxBytes"), log.maxBytes);
+        for (std::size_t i = 0; i + 2 < t.size(); ++i) {
+          if (t[i] == "warmup" && t[i + 1] == "iters:") parseInt(t[i + 2], log.warmupIters);
+        }
+        for (std::size_t i = 0; i + 1 < t.size(); ++i) {
+          if (t[i] == "iters:" && (i == 0 || (t[i - 1] != "warmup" && t[i - 1] != "agg"))) parseInt(t[i + 1], log.iters);
+        }
+      } else if (t[0] == "Rank" && t.size() >= 8) {
+        ++log.nranks;
+        const std::string host = valueAfter(t, "on");
+        if (!host.empty() && std::find(log.hosts.begin(), log.hosts.end(), host) == log.hosts.end()) {
+          log.hosts.push_back(host);
+        }
+      } else if (t[0] == "size" && t.size() >= kPreambleColumns && t[1] == "count") {
+        sawHeader = inTable = true;
+        halfColumns = std::find(t.begin(), t.end(), "i_min") != t.end() ? kHalfColumnsPerIter : kHalfColumns;
+      } else if (t[0] == "Out" && t.size() >= 6 && t[1] == "of" && t[2] == "bounds") {
+        inTable = false;
+        parseInt(t[5], log.outOfBounds);
+      } else if (t[0] == "Avg" && t.size() >= 5 && t[1] == "bus") {
+        inTable = false;
+        double bw = 0;
+        if (parseDouble(t[4], bw)) log.avgBusBwGBps = bw;
+      }
+      continue;
+    }
+    if (!inTable) continue;  // launcher and NCCL INFO output before the table
+    if (!std::isdigit(static_cast<unsigned char>(line[first]))) continue;  // NCCL INFO/WARN lines inside it
+    const std::vector<std::string> t = split(line);
+    NcclTestsRow row;
+    row.line = lineNo;
+    // Rows: 5 preamble columns, then one half (trace replay: in-place only) or two, optionally a timestamp.
+    const std::size_t one = kPreambleColumns + halfColumns, two = kPreambleColumns + 2 * halfColumns;
+    std::size_t halves = 0;
+    if (t.size() == one) {
+      halves = 1;
+    } else if (t.size() >= two && t.size() <= two + 2) {
+      halves = 2;  // and the "%21s" timestamp of -T (date and time tokens)
+    }
+    if (halves == 0) {
+      failAt(source, lineNo, "row", fmt::format("expected {} or {} columns, found {}", one, two, t.size()),
+             line.substr(first, 60));
+    }
+    if (!parseInt(t[0], row.bytes)) failAt(source, lineNo, "size (B)", "must be a non-negative integer", t[0]);
+    if (!parseInt(t[1], row.count)) failAt(source, lineNo, "count (elements)", "must be a non-negative integer", t[1]);
+    row.type = t[2];
+    row.redop = t[3];
+    if (!parseInt(t[4], row.root)) failAt(source, lineNo, "root", "must be an integer", t[4]);
+    if (halves == 1) {
+      row.inPlace = row.outOfPlace = parseHalf(t, kPreambleColumns, source, lineNo, "in-place");
+    } else {
+      row.outOfPlace = parseHalf(t, kPreambleColumns, source, lineNo, "out-of-place");
+      row.inPlace = parseHalf(t, kPreambleColumns + halfColumns, source, lineNo, "in-place");
+    }
+    log.rows.push_back(std::move(row));
+  }
+  if (!sawHeader) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: no nccl-tests result table (expected a '#  size  count  type  redop  root  time  algbw  "
+                            "busbw  #wrong ...' header line)",
+                            printable(source)));
+  }
+  if (log.rows.empty()) {
+    throw Error(Errc::InvalidArgument, fmt::format("{}: the nccl-tests table has no result rows", printable(source)));
+  }
+  if (log.nranks == 0) log.nranks = log.nThread * log.nGpus;
+  return log;
+}
+
+}  // namespace collbench

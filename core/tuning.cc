@@ -1,0 +1,470 @@
+// Tuning tables: JSON format with validation, and the interpolation between measured points (tuning.h).
+#include "collbench/tuning.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "collbench/algorithms.h"
+#include "collbench/cost_model.h"
+#include "collbench/error.h"
+#include "topology_internal.h"
+
+namespace collbench {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kFormat = "collbench-tuning";
+constexpr int kVersion = 1;
+/// Long values are cut so that the message stays one line (as topology messages do).
+constexpr std::size_t kMaxRenderedChars = 80;
+
+[[noreturn]] void fail(const std::string& source, const std::string& path, const std::string& what,
+                       const json* value = nullptr) {
+  std::string msg = fmt::format("{}: {}: {}", printable(source), path.empty() ? "<root>" : path, what);
+  if (value) {
+    std::string s = value->dump(-1, ' ', true, json::error_handler_t::replace);  // ASCII, escaped: one line
+    if (s.size() > kMaxRenderedChars) s = s.substr(0, kMaxRenderedChars - 3) + "...";
+    msg += fmt::format(" (got {})", s);
+  }
+  throw Error(Errc::InvalidArgument, msg);
+}
+
+/// Reads an object's fields, rejecting unknown ones.
+class Fields {
+ public:
+  Fields(const json& j, std::string path, const std::string& source) : j_(j), path_(std::move(path)), source_(source) {
+    if (!j.is_object()) fail(source_, path_, "must be an object", &j);
+  }
+  void allow(std::initializer_list<const char*> names) {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (std::find_if(names.begin(), names.end(), [&](const char* n) { return it.key() == n; }) == names.end()) {
+        fail(source_, at(it.key()), "unknown field");
+      }
+    }
+  }
+  std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const json* get(const char* key) const {
+    auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  const json& need(const char* key) const {
+    const json* v = get(key);
+    if (!v) fail(source_, at(key), "missing");
+    return *v;
+  }
+  std::string str(const char* key, bool required = true, const std::string& fallback = "") const {
+    const json* v = required ? &need(key) : get(key);
+    if (!v) return fallback;
+    if (!v->is_string()) fail(source_, at(key), "must be a string", v);
+    return v->get<std::string>();
+  }
+  /// An integer in [lo, hi].
+  long long integer(const char* key, long long lo, long long hi, bool required = true, long long fallback = 0) const {
+    const json* v = required ? &need(key) : get(key);
+    if (!v) return fallback;
+    if (!v->is_number_integer()) fail(source_, at(key), "must be an integer", v);
+    if (v->is_number_unsigned()) {
+      const auto u = v->get<unsigned long long>();
+      if (u > static_cast<unsigned long long>(hi) || static_cast<long long>(u) < lo) {
+        fail(source_, at(key), fmt::format("must be in [{}, {}]", lo, hi), v);
+      }
+      return static_cast<long long>(u);
+    }
+    const auto x = v->get<long long>();
+    if (x < lo || x > hi) fail(source_, at(key), fmt::format("must be in [{}, {}]", lo, hi), v);
+    return x;
+  }
+  std::size_t size(const char* key) const {
+    const json& v = need(key);
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0)) {
+      fail(source_, at(key), "must be a non-negative integer", &v);
+    }
+    return static_cast<std::size_t>(v.get<unsigned long long>());
+  }
+  double number(const char* key) const {
+    const json& v = need(key);
+    if (!v.is_number()) fail(source_, at(key), "must be a number", &v);
+    return v.get<double>();
+  }
+  const json& array(const char* key) const {
+    const json& v = need(key);
+    if (!v.is_array()) fail(source_, at(key), "must be an array", &v);
+    return v;
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  const std::string& source_;
+};
+
+Collective collectiveAt(const Fields& f, const char* key, const std::string& source) {
+  const std::string name = f.str(key);
+  try {
+    return parseCollective(name);
+  } catch (const Error&) {
+    const json v = name;
+    fail(source, f.at(key), "unknown collective", &v);
+  }
+}
+
+TuningCandidate parseCandidate(const json& j, const std::string& path, const std::string& source, Collective c,
+                               bool nccl) {
+  Fields f(j, path, source);
+  f.allow({"algorithm", "protocol", "chunk_bytes", "channels", "time_us"});
+  TuningCandidate k;
+  k.algorithm = f.str("algorithm");
+  if (nccl) {
+    try {
+      k.algorithm = std::string(toString(parseNcclAlgo(k.algorithm)));
+    } catch (const Error&) {
+      const json v = k.algorithm;
+      fail(source, f.at("algorithm"), "unknown NCCL algorithm (tree, ring)", &v);
+    }
+    if (k.algorithm == "tree" && c != Collective::AllReduce) {
+      const json v = k.algorithm;
+      fail(source, f.at("algorithm"), fmt::format("NCCL has no tree {}", toString(c)), &v);
+    }
+    k.protocol = f.str("protocol");
+    try {
+      k.protocol = std::string(toString(parseNcclProto(k.protocol)));
+    } catch (const Error&) {
+      const json v = k.protocol;
+      fail(source, f.at("protocol"), "unknown NCCL protocol (ll, ll128, simple)", &v);
+    }
+  } else {
+    bool known = false;
+    for (const auto& a : algorithms()) known = known || (a.collective == c && a.name == k.algorithm);
+    if (!known) {
+      const json v = k.algorithm;
+      fail(source, f.at("algorithm"), fmt::format("unknown algorithm for {}", toString(c)), &v);
+    }
+    if (f.get("protocol")) fail(source, f.at("protocol"), "only NCCL candidates (library \"nccl\") have a protocol");
+  }
+  k.chunkBytes = f.get("chunk_bytes") ? f.size("chunk_bytes") : 0;
+  k.channels = static_cast<int>(f.integer("channels", 1, 1024, false, 1));
+  k.timeUs = f.number("time_us");
+  if (!std::isfinite(k.timeUs) || k.timeUs < 0) {
+    fail(source, f.at("time_us"), "must be a finite number >= 0", &f.need("time_us"));
+  }
+  return k;
+}
+
+json candidateJson(const TuningCandidate& k) {
+  json j = {{"algorithm", k.algorithm}};
+  if (!k.protocol.empty()) j["protocol"] = k.protocol;
+  j["chunk_bytes"] = k.chunkBytes;
+  j["channels"] = k.channels;
+  j["time_us"] = k.timeUs;
+  return j;
+}
+
+void sortCandidates(std::vector<TuningCandidate>& v) {
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.timeUs < b.timeUs; });
+}
+
+}  // namespace
+
+const TuningEntry* TuningSection::find(Collective c, int nranks, std::size_t bytes) const {
+  for (const TuningEntry& e : entries) {
+    if (e.collective == c && e.nranks == nranks && e.bytes == bytes) return &e;
+  }
+  return nullptr;
+}
+
+const TuningSection* TuningTable::find(std::string_view fp, std::string_view library, std::string_view backend) const {
+  const TuningSection* first = nullptr;
+  for (const TuningSection& s : sections) {
+    if (s.fingerprint != fp || s.library != library) continue;
+    if (!first) first = &s;
+    if (!backend.empty() && s.backend == backend) return &s;
+  }
+  return first;
+}
+
+TuningTable parseTuningTable(const std::string& text, const std::string& source) {
+  json doc;
+  try {
+    doc = topo_detail::parseJsonText(text, source);
+  } catch (const Error& e) {
+    throw Error(Errc::InvalidArgument, e.what());  // same message; a tuning table is not a topology
+  }
+  Fields top(doc, "", source);
+  top.allow({"format", "version", "provenance", "sections"});
+  if (top.str("format") != kFormat) {
+    fail(source, "format", fmt::format("must be \"{}\"", kFormat), &top.need("format"));
+  }
+  const json& version = top.need("version");
+  if (!version.is_number_integer() || version.get<long long>() != kVersion) {
+    fail(source, "version", fmt::format("unsupported version (this build reads {})", kVersion), &version);
+  }
+  TuningTable t;
+  if (const json* p = top.get("provenance")) {
+    Fields f(*p, "provenance", source);
+    f.allow({"tool", "command_line", "backend", "host", "date", "topology", "topology_fingerprint"});
+    t.provenance = {f.str("tool", false),   f.str("command_line", false), f.str("backend", false),
+                    f.str("host", false),   f.str("date", false),         f.str("topology", false),
+                    f.str("topology_fingerprint", false)};
+  }
+  const json& sections = top.array("sections");
+  for (std::size_t si = 0; si < sections.size(); ++si) {
+    const std::string sp = fmt::format("sections[{}]", si);
+    Fields f(sections[si], sp, source);
+    f.allow({"topology", "fingerprint", "backend", "library", "entries"});
+    TuningSection s;
+    s.topology = f.str("topology", false);
+    s.fingerprint = f.str("fingerprint");
+    s.backend = f.str("backend", false);
+    s.library = f.str("library", false, std::string(kLibraryCollbench));
+    if (s.library != kLibraryCollbench && s.library != kLibraryNccl) {
+      fail(source, f.at("library"), "must be \"collbench\" or \"nccl\"", &f.need("library"));
+    }
+    const bool nccl = s.library == kLibraryNccl;
+    const json& entries = f.array("entries");
+    std::set<std::tuple<int, int, std::size_t>> seen;
+    for (std::size_t ei = 0; ei < entries.size(); ++ei) {
+      const std::string ep = fmt::format("{}.entries[{}]", sp, ei);
+      Fields g(entries[ei], ep, source);
+      g.allow({"collective", "nranks", "nnodes", "bytes", "candidates"});
+      TuningEntry e;
+      e.collective = collectiveAt(g, "collective", source);
+      e.nranks = static_cast<int>(g.integer("nranks", 1, 1 << 24));
+      e.nnodes = static_cast<int>(g.integer("nnodes", 1, e.nranks, false, 1));
+      e.bytes = g.size("bytes");
+      if (!seen.insert({static_cast<int>(e.collective), e.nranks, e.bytes}).second) {
+        fail(source, ep, fmt::format("duplicate point ({}, nranks {}, bytes {})", toString(e.collective), e.nranks,
+                                     e.bytes));
+      }
+      const json& cands = g.array("candidates");
+      if (cands.empty()) fail(source, g.at("candidates"), "must hold at least one candidate");
+      for (std::size_t ci = 0; ci < cands.size(); ++ci) {
+        e.candidates.push_back(
+            parseCandidate(cands[ci], fmt::format("{}.candidates[{}]", ep, ci), source, e.collective, nccl));
+      }
+      sortCandidates(e.candidates);
+      s.entries.push_back(std::move(e));
+    }
+    t.sections.push_back(std::move(s));
+  }
+  return t;
+}
+
+TuningTable loadTuningTable(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot read tuning table '{}'", printable(path)));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parseTuningTable(ss.str(), path);
+}
+
+std::string toJson(const TuningTable& t) {
+  // One entry per line: diffs of committed tables stay readable.
+  const TuningProvenance& p = t.provenance;
+  const json prov = {{"tool", p.tool},   {"command_line", p.commandLine}, {"backend", p.backend},
+                     {"host", p.host},   {"date", p.date},                {"topology", p.topology},
+                     {"topology_fingerprint", p.topologyFingerprint}};
+  std::string out = fmt::format("{{\"format\": \"{}\", \"version\": {},\n \"provenance\": {},\n \"sections\": [", kFormat,
+                                kVersion, prov.dump());
+  for (std::size_t si = 0; si < t.sections.size(); ++si) {
+    const TuningSection& s = t.sections[si];
+    const json head = {{"topology", s.topology}, {"fingerprint", s.fingerprint}, {"backend", s.backend},
+                       {"library", s.library}};
+    std::string h = head.dump();
+    h.pop_back();  // reopen the object to append the entries
+    out += fmt::format("{}\n  {}, \"entries\": [", si ? "," : "", h);
+    for (std::size_t ei = 0; ei < s.entries.size(); ++ei) {
+      const TuningEntry& e = s.entries[ei];
+      json cands = json::array();
+      for (const auto& k : e.candidates) cands.push_back(candidateJson(k));
+      const json ej = {{"collective", std::string(toString(e.collective))},
+                       {"nranks", e.nranks},
+                       {"nnodes", e.nnodes},
+                       {"bytes", e.bytes},
+                       {"candidates", cands}};
+      out += fmt::format("{}\n    {}", ei ? "," : "", ej.dump());
+    }
+    out += "]}";
+  }
+  out += "]}\n";
+  return out;
+}
+
+ParamSpace paramSpace(Collective c, std::string_view algorithm) {
+  // Which generators read chunk_bytes and channels (core/algorithms/*.cc).
+  if (c == Collective::Barrier) return {};
+  if (c == Collective::AllReduce) {
+    if (algorithm == "ring" || algorithm == "tree") return {true, true};
+    return {};
+  }
+  if (algorithm == "ring") return {true, true};  // RS/AG rings, broadcast/reduce chains
+  return {};
+}
+
+// ---- Interpolation -----------------------------------------------------------------------------------------------
+
+std::string_view toString(TableFit f) {
+  switch (f) {
+    case TableFit::Exact: return "table point";
+    case TableFit::Interpolated: return "interpolated";
+    case TableFit::Extrapolated: return "extrapolated";
+  }
+  return "?";
+}
+
+namespace {
+
+/// The enclosing pair of `v` in sorted unique `grid` (clamped to the ends), and the weight of the upper one.
+struct Bracket {
+  std::size_t lo = 0, hi = 0;
+  double w = 0;
+  bool outside = false;
+};
+
+template <typename T, typename F>
+Bracket bracket(const std::vector<T>& grid, T v, F coord) {
+  Bracket b;
+  if (grid.empty()) return b;
+  if (v <= grid.front()) {
+    b.outside = v < grid.front();
+    return b;
+  }
+  if (v >= grid.back()) {
+    b.lo = b.hi = grid.size() - 1;
+    b.outside = v > grid.back();
+    return b;
+  }
+  const auto it = std::upper_bound(grid.begin(), grid.end(), v);
+  b.hi = static_cast<std::size_t>(it - grid.begin());
+  b.lo = b.hi - 1;
+  const double x0 = coord(grid[b.lo]), x1 = coord(grid[b.hi]), x = coord(v);
+  b.w = x1 > x0 ? (x - x0) / (x1 - x0) : 0;
+  if (b.w <= 0) {
+    b.hi = b.lo;
+    b.w = 0;
+  }
+  return b;
+}
+
+double logBytes(std::size_t b) { return std::log(static_cast<double>(std::max<std::size_t>(b, 1))); }
+
+}  // namespace
+
+std::vector<TablePrediction> predictFromTable(const TuningSection& section, Collective collective, int nranks,
+                                              std::size_t bytes, const ModelTimeFn& model) {
+  // Rank counts and, per rank count, the sizes measured for this collective.
+  std::map<int, std::map<std::size_t, const TuningEntry*>> grid;
+  for (const TuningEntry& e : section.entries) {
+    if (e.collective == collective) grid[e.nranks][e.bytes] = &e;
+  }
+  if (grid.empty()) return {};
+  std::vector<int> ranks;
+  for (const auto& [r, _] : grid) ranks.push_back(r);
+  const Bracket rb = bracket(ranks, nranks, [](int r) { return static_cast<double>(r); });
+
+  struct Corner {
+    const TuningEntry* entry;
+    double weight;
+  };
+  std::vector<Corner> corners;
+  bool outside = rb.outside;
+  std::size_t bytesLo = 0, bytesHi = 0;
+  const std::size_t rankRows[2] = {rb.lo, rb.hi};
+  const double rankWeights[2] = {1 - rb.w, rb.w};
+  for (int k = 0; k < 2; ++k) {
+    if (k == 1 && rb.hi == rb.lo) break;
+    const auto& row = grid.at(ranks[rankRows[k]]);
+    std::vector<std::size_t> sizes;
+    for (const auto& [b, _] : row) sizes.push_back(b);
+    const Bracket bb = bracket(sizes, bytes, logBytes);
+    outside = outside || bb.outside;
+    if (k == 0 || rankWeights[1] > rankWeights[0]) {  // report the sizes around the query at the nearer rank count
+      bytesLo = sizes[bb.lo];
+      bytesHi = sizes[bb.hi];
+    }
+    corners.push_back({row.at(sizes[bb.lo]), rankWeights[k] * (1 - bb.w)});
+    if (bb.hi != bb.lo) corners.push_back({row.at(sizes[bb.hi]), rankWeights[k] * bb.w});
+  }
+  const bool exact = !outside && corners.size() == 1;
+
+  // Every algorithm found at some corner; its fastest configuration at each corner.
+  std::vector<std::string> algos;
+  for (const Corner& c : corners) {
+    for (const auto& k : c.entry->candidates) {
+      if (std::find(algos.begin(), algos.end(), k.algorithm) == algos.end()) algos.push_back(k.algorithm);
+    }
+  }
+  std::vector<TablePrediction> out;
+  for (const std::string& a : algos) {
+    struct Sample {
+      const TuningCandidate* cand;
+      const TuningEntry* entry;
+      double weight;
+    };
+    std::vector<Sample> samples;
+    for (const Corner& c : corners) {
+      for (const auto& k : c.entry->candidates) {  // sorted: the first of an algorithm is its best configuration
+        if (k.algorithm == a) {
+          samples.push_back({&k, c.entry, c.weight});
+          break;
+        }
+      }
+    }
+    const Sample* nearest = &samples.front();
+    double wsum = 0;
+    for (const Sample& s : samples) {
+      wsum += s.weight;
+      if (s.weight > nearest->weight) nearest = &s;
+    }
+    TablePrediction p;
+    p.candidate = *nearest->cand;
+    p.fit = exact ? TableFit::Exact : outside ? TableFit::Extrapolated : TableFit::Interpolated;
+    p.nranksLo = ranks[rb.lo];
+    p.nranksHi = ranks[rb.hi];
+    p.bytesLo = bytesLo;
+    p.bytesHi = bytesHi;
+    // Model-shaped: log(measured / model) at the corners, the model at the query with the nearest configuration.
+    std::optional<double> atQuery;
+    bool shaped = static_cast<bool>(model);
+    double logRatio = 0;
+    if (shaped) {
+      atQuery = model(a, p.candidate.chunkBytes, p.candidate.channels, nranks, bytes);
+      if (!atQuery) continue;  // cannot run here (hierarchical on unequal hosts, ...)
+      for (const Sample& s : samples) {
+        const auto m = model(a, s.cand->chunkBytes, s.cand->channels, s.entry->nranks, s.entry->bytes);
+        if (!m || !(*m > 0) || !(s.cand->timeUs > 0) || !(*atQuery > 0)) {
+          shaped = false;
+          break;
+        }
+        logRatio += (wsum > 0 ? s.weight / wsum : 1.0 / static_cast<double>(samples.size())) * std::log(s.cand->timeUs / *m);
+      }
+    }
+    if (shaped) {
+      p.candidate.timeUs = *atQuery * std::exp(logRatio);
+    } else {
+      double lt = 0;
+      bool zero = false;
+      for (const Sample& s : samples) {
+        zero = zero || !(s.cand->timeUs > 0);
+        lt += (wsum > 0 ? s.weight / wsum : 1.0 / static_cast<double>(samples.size())) *
+              std::log(std::max(s.cand->timeUs, 1e-9));
+      }
+      p.candidate.timeUs = zero && exact ? nearest->cand->timeUs : std::exp(lt);
+    }
+    p.modelShaped = shaped;
+    out.push_back(std::move(p));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& x, const auto& y) { return x.candidate.timeUs < y.candidate.timeUs; });
+  return out;
+}
+
+}  // namespace collbench

@@ -1,0 +1,94 @@
+#pragma once
+/// `collbench calibrate`: fits the cost model's alpha and beta per link class (intra-host, inter-host) and gamma
+/// (reduction rate) to measured runs by least squares, and writes them as a topology (classTopology) that the
+/// simulator and the cost model read.
+///
+/// The fit: for parameters p, every sample's model estimate is linear in u = (alpha_intra, alpha_inter,
+/// 1/beta_intra, 1/beta_inter, 1/gamma) with the coefficients of its critical path (CostTerms), and the critical
+/// path depends on p only through which flow or phase is slowest. So: evaluate the coefficients at p, solve the
+/// non-negative least squares problem min sum ((A u - t) / t)^2 (relative errors, so that 1 KiB and 1 GiB weigh
+/// alike), repeat from the new p until it stops changing (or kCalibrateMaxIterations), keeping the best fit seen.
+/// Parameters no sample depends on (inter-host on one host, gamma without reductions) keep their initial values and
+/// are reported as not identified. Every `holdOutEvery`-th size of each series (collective, algorithm, ranks) is
+/// left out of the fit and only predicted, so the error reported on it is honest.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collbench/cost_model.h"
+#include "collbench/nccl_tests_log.h"
+#include "collbench/topology.h"
+#include "collbench/types.h"
+
+namespace collbench {
+
+struct CalibrationSample {
+  Collective collective = Collective::AllReduce;
+  std::string algorithm;
+  int nranks = 1;
+  int hosts = 1;  ///< ranks split evenly over hosts in rank order
+  std::size_t bytes = 0;  ///< nccl-tests size
+  DType dtype = DType::F32;
+  std::size_t chunkBytes = 0;
+  int channels = 1;
+  double timeUs = 0;
+  std::string origin;  ///< "file:line" or "file results[i]", for messages
+};
+
+/// The rows of a collbench-perf JSON document (`collbench perf -J`, any backend): out-of-place times, the row's
+/// algorithm (the selector's pick under --algo auto) and its chunk/channels (row fields, else the config's). Hosts
+/// come from config.topology when it names one (loadTopology), else `hosts`. Throws Error{InvalidArgument} naming the
+/// field and the value for documents that are not collbench-perf version 1 or rows that are malformed.
+std::vector<CalibrationSample> samplesFromPerfJson(const std::string& jsonText, const std::string& source,
+                                                   int hosts = 1);
+/// The rows of an nccl-tests log (out-of-place times). NCCL picks its own algorithm per size, so `algorithm` says
+/// which collbench algorithm models the run (record logs with NCCL_ALGO=Ring NCCL_PROTO=Simple for "ring"). The
+/// collective comes from the log, else `collective`; hosts from its rank lines. Throws Error{InvalidArgument} when
+/// the log names no collective and none is given, or for an algorithm the collective does not have.
+std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, const std::string& source,
+                                                       const std::string& algorithm,
+                                                       std::optional<Collective> collective = std::nullopt);
+
+struct CalibrationParams {
+  LinkClassCost intra{true, 1.0, 10.0};
+  LinkClassCost inter{true, 5.0, 10.0};
+  double gammaGBps = 10.0;  ///< 0 = free reductions
+};
+
+inline constexpr int kCalibrateMaxIterations = 30;
+/// Bandwidth written for a class whose fitted 1/beta is 0 (no measurable transfer cost): effectively infinite.
+inline constexpr double kCalibrateUnboundedGBps = 1e6;
+
+struct CalibrationOptions {
+  int holdOutEvery = 2;  ///< 0 or 1: no hold-out (fit on everything)
+  int maxIterations = kCalibrateMaxIterations;
+  std::string topologyName = "calibrated";
+  NodeKind rankKind = NodeKind::Cpu;
+  CalibrationParams initial;
+};
+
+struct SampleFit {
+  CalibrationSample sample;
+  double predictedUs = 0;
+  double relError = 0;  ///< (predicted - measured) / measured
+  bool heldOut = false;
+};
+
+struct CalibrationResult {
+  CalibrationParams params;
+  /// alpha_intra, alpha_inter, beta_intra, beta_inter, gamma: whether the samples determine it.
+  bool identified[5] = {false, false, false, false, false};
+  std::vector<SampleFit> fits;
+  double fitMedian = 0, fitWorst = 0;  ///< |relative error| over the fitted samples
+  double heldOutMedian = 0, heldOutWorst = 0;
+  int heldOutCount = 0;
+  int iterations = 0;
+  Topology topology;  ///< classTopology of the fit, big enough for every sample
+  std::vector<std::string> notes;
+};
+
+/// Fits; throws Error{InvalidArgument} without usable samples (time > 0, bytes > 0, a schedule algorithm).
+CalibrationResult calibrate(const std::vector<CalibrationSample>& samples, const CalibrationOptions& options = {});
+
+}  // namespace collbench

@@ -1,0 +1,66 @@
+#pragma once
+/// The model behind `collbench train`: softmax regression (hidden == 0) or a one-hidden-layer ReLU MLP on
+/// synthetic data, trained with plain SGD through the strategy API exactly as a TF custom training loop does:
+///   dataset = from_tensor_slices((x, y)).repeat().batch(global_batch, drop_remainder=True)
+///   dist = strategy.experimental_distribute_dataset(dataset)
+///   with strategy.scope(): variables (mirrored, initial values broadcast from the chief)
+///   per step: strategy.run(step_fn, batch): forward/backward on the replica's piece (Eigen), loss scaled by the
+///             global batch, all_reduce(SUM) of the gradient list (packed), SGD update of each replica's copy;
+///             strategy.reduce(SUM, per-replica [loss, correct]).
+/// Synchronous data parallelism makes the weights after any number of steps independent of the replica count up to
+/// float summation order (tests/strategy/test_train.cc).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collbench/strategy/dataset.h"
+#include "collbench/strategy/strategy.h"
+#include "collbench/strategy/tensor.h"
+
+namespace collbench::strategy {
+
+struct TrainConfig {
+  std::int64_t examples = 1024;  ///< synthetic examples (one epoch)
+  std::int64_t features = 16;
+  std::int64_t classes = 4;
+  std::int64_t hidden = 0;  ///< 0: softmax regression; > 0: MLP with this many ReLU units
+  std::int64_t globalBatch = 64;
+  int steps = 50;
+  double learningRate = 0.5;
+  std::uint64_t seed = 1;
+  /// The dataset's AutoShardPolicy (TF tutorials set DATA for in-memory data; AUTO falls back to it with a warning).
+  AutoShardPolicy shardPolicy = AutoShardPolicy::Data;
+
+  /// Throws Error{InvalidArgument} naming the field for non-positive sizes, steps < 0 or learning rate <= 0.
+  void validate() const;
+};
+
+/// Deterministic synthetic data: features uniform in [-1, 1) (SplitMix64 from `seed`, so identical on every
+/// platform), labels the argmax of a fixed random linear teacher. features F32 [examples, features], labels I32
+/// [examples].
+struct SyntheticData {
+  Tensor features;
+  Tensor labels;
+};
+SyntheticData makeSyntheticData(const TrainConfig& config);
+
+struct TrainStepLog {
+  int step = 0;
+  double loss = 0;      ///< mean cross-entropy over the global batch
+  double accuracy = 0;  ///< fraction of the global batch classified correctly (before the update)
+};
+
+struct TrainResult {
+  std::vector<std::string> names;  ///< variable names: W, b (softmax) or W1, b1, W2, b2 (MLP)
+  std::vector<Tensor> weights;     ///< final values (this worker's primary copies)
+  std::vector<Variable> variables;
+  std::vector<TrainStepLog> log;   ///< one entry per step
+};
+
+/// Trains with `strategy` (any Strategy; the default one trains on a single replica). Throws Error from the
+/// strategy or the data pipeline. `onStep` is called after each step (from the calling thread).
+TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
+                         const std::function<void(const TrainStepLog&)>& onStep = {});
+
+}  // namespace collbench::strategy

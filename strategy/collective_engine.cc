@@ -1,0 +1,266 @@
+#include "collective_engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <set>
+
+#include "collbench/algorithms.h"
+#include "collbench/error.h"
+#include "collbench/reduce.h"
+#include "collbench/selector.h"
+#include "collbench/strategy/packing.h"
+
+namespace collbench::strategy::detail {
+
+namespace {
+/// Schedules kept per engine; a program with more distinct collective shapes rebuilds them.
+constexpr std::size_t kMaxCachedSchedules = 256;
+/// Algorithm name recorded for stages done in this process (local reduce and broadcast).
+constexpr const char* kLocalAlgorithm = "in_process";
+}  // namespace
+
+CollectiveEngine::CollectiveEngine(EngineConfig config)
+    : config_(std::move(config)), replicas_(config_.numWorkers * config_.localReplicas) {
+  origin_ = lastRealEnd_ = Clock::now();
+  trace_.worldSize = replicas_;
+  trace_.topology = TraceTopology{config_.topologyName, config_.numWorkers, config_.localReplicas};
+  trace_.backend = config_.backend;
+  trace_.simulated = config_.simulate;
+  trace_.tool = std::string("collbench ") + COLLBENCH_VERSION;
+  if (config_.mode == ExecutionMode::Threads && !config_.hierarchical) {
+    flat_ = makeBackend(config_.backend, replicas_, config_.backendOptions);
+    if (!config_.simulate && !flat_->movesData()) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("backend '{}' moves no data (a simulator): set StrategyOptions.simulate for what-if runs",
+                              config_.backend));
+    }
+  } else if (config_.numWorkers > 1) {
+    cross_ = makeBackend(config_.backend, config_.numWorkers, config_.backendOptions);
+  }
+}
+
+CollectiveEngine::SpecKey CollectiveEngine::keyOf(const CollectiveSpec& spec) {
+  return {static_cast<int>(spec.kind), spec.nranks, spec.count, static_cast<int>(spec.dtype), static_cast<int>(spec.op),
+          spec.root};
+}
+
+Choice CollectiveEngine::choiceFor(const CollectiveSpec& spec, const CommunicationOptions& opts) {
+  using CI = CommunicationImplementation;
+  const ImplementationChoice c = opts.implementation == config_.choice.requested
+                                     ? config_.choice
+                                     : resolveImplementation(opts.implementation, config_.gpuReplicas,
+                                                             config_.choice.useNcclBackend);
+  if (c.effective == CI::Nccl && spec.kind == Collective::AllReduce) return Choice("nccl", c.reason);
+  if (opts.implementation != CI::Auto || c.effective != CI::Ring) return Choice("ring", c.reason);
+  const SpecKey key = keyOf(spec);
+  auto it = autoChoices_.find(key);
+  if (it == autoChoices_.end()) {
+    if (autoChoices_.size() >= kMaxCachedSchedules) autoChoices_.clear();
+    it = autoChoices_.emplace(key, selector_.choose(spec)).first;
+    spdlog::debug("AUTO: {} -> {} ({})", describe(spec), it->second.algorithm, it->second.reason);
+  }
+  return it->second;
+}
+
+const Schedule& CollectiveEngine::schedule(const CollectiveSpec& spec, const Choice& choice) {
+  auto key = std::make_tuple(keyOf(spec), choice.algorithm, choice.chunkBytes, choice.channels);
+  auto it = schedules_.find(key);
+  if (it != schedules_.end()) return it->second;
+  if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
+  AlgoParams params;
+  params.chunkBytes = choice.chunkBytes;
+  params.channels = std::max(1, choice.channels);
+  return schedules_.emplace(key, buildSchedule(spec, choice.algorithm, params)).first->second;
+}
+
+void CollectiveEngine::record(TraceEvent e, Clock::time_point realStart, Clock::time_point realEnd,
+                              double simulatedSeconds) {
+  std::lock_guard lock(traceMutex_);
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  if (config_.simulate) {
+    // Simulated clock: the real compute time since the last collective, then the simulated collective.
+    e.startSeconds = lastEnd_ + std::max(0.0, seconds(realStart - lastRealEnd_));
+    e.endSeconds = e.startSeconds + simulatedSeconds;
+  } else {
+    e.startSeconds = std::max(lastEnd_, seconds(realStart - origin_));
+    e.endSeconds = std::max(e.startSeconds, seconds(realEnd - origin_));
+  }
+  e.computeGapSeconds = std::max(0.0, e.startSeconds - lastEnd_);
+  lastEnd_ = e.endSeconds;
+  lastRealEnd_ = realEnd;
+  trace_.events.push_back(std::move(e));
+}
+
+Trace CollectiveEngine::trace() const {
+  std::lock_guard lock(traceMutex_);
+  return trace_;
+}
+
+void CollectiveEngine::runCollective(Backend& backend, const CollectiveSpec& spec, const std::vector<std::byte*>& bufs,
+                                     const CommunicationOptions& opts, std::string_view group, std::int64_t step,
+                                     int pack) {
+  const Choice choice = choiceFor(spec, opts);
+  const Schedule& s = schedule(spec, choice);
+  Buffers buffers;
+  const bool data = backend.movesData();
+  if (data) {
+    // This process's ranks: all of them (threads) or its own (a process backend: one rank per process).
+    for (std::byte* b : bufs) buffers.push_back(RankBuffers{b, b});
+  } else {
+    buffers.assign(static_cast<std::size_t>(spec.nranks), RankBuffers{});
+  }
+  RunOptions ro;
+  ro.timeoutSeconds = opts.timeoutSeconds.value_or(kNoTimeoutSeconds);
+  const auto start = Clock::now();
+  const RunResult result = backend.run(s, buffers, ro);
+  const auto end = Clock::now();
+  TraceEvent e;
+  e.kind = spec.kind;
+  e.bytes = spec.inputBytes();
+  e.dtype = spec.dtype;
+  e.op = spec.op;
+  e.root = spec.root;
+  e.group = std::string(group);
+  e.nranks = spec.nranks;
+  e.algorithm = choice.algorithm;
+  e.step = step;
+  e.pack = pack;
+  record(std::move(e), start, end, result.seconds);
+}
+
+void CollectiveEngine::recordLocal(Collective kind, DType dtype, std::size_t count, Clock::time_point start,
+                                   Clock::time_point end, std::int64_t step, int pack) {
+  TraceEvent e;
+  e.kind = kind;
+  e.bytes = count * dtypeSize(dtype);
+  e.dtype = dtype;
+  e.op = collbench::ReduceOp::Sum;
+  e.root = 0;
+  e.group = std::string(kTraceGroupLocal);
+  e.nranks = config_.localReplicas;
+  e.algorithm = kLocalAlgorithm;
+  e.step = step;
+  e.pack = pack;
+  record(std::move(e), start, end, std::chrono::duration<double>(end - start).count());
+}
+
+void CollectiveEngine::allReducePack(const std::vector<std::byte*>& bufs, DType dtype, std::size_t count,
+                                     const CommunicationOptions& opts, std::int64_t step, int pack) {
+  const CollectiveSpec flatSpec{Collective::AllReduce, replicas_, count, dtype, collbench::ReduceOp::Sum, 0};
+  if (flat_ && !flat_->movesData()) {
+    // Simulated: combine here (hosted order), time on the simulator.
+    for (std::size_t h = 1; h < bufs.size(); ++h) reduceElements(dtype, collbench::ReduceOp::Sum, bufs[0], bufs[0], bufs[h], count);
+    for (std::size_t h = 1; h < bufs.size(); ++h) std::memcpy(bufs[h], bufs[0], count * dtypeSize(dtype));
+    runCollective(*flat_, flatSpec, bufs, opts, kTraceGroupReplicas, step, pack);
+    return;
+  }
+  if (flat_) {
+    runCollective(*flat_, flatSpec, bufs, opts, kTraceGroupReplicas, step, pack);
+    return;
+  }
+  // Hierarchical: each hosted worker reduces into its first replica, the workers all-reduce, and copy back.
+  const auto L = static_cast<std::size_t>(config_.localReplicas);
+  const std::size_t workers = bufs.size() / L;
+  std::vector<std::byte*> leaders;
+  for (std::size_t k = 0; k < workers; ++k) leaders.push_back(bufs[k * L]);
+  if (L > 1) {
+    const auto t0 = Clock::now();
+    for (std::size_t k = 0; k < workers; ++k) {
+      for (std::size_t l = 1; l < L; ++l) {
+        reduceElements(dtype, collbench::ReduceOp::Sum, leaders[k], leaders[k], bufs[k * L + l], count);
+      }
+    }
+    recordLocal(Collective::Reduce, dtype, count, t0, Clock::now(), step, pack);
+  }
+  if (cross_) {
+    const CollectiveSpec crossSpec{Collective::AllReduce, config_.numWorkers, count, dtype, collbench::ReduceOp::Sum, 0};
+    runCollective(*cross_, crossSpec, leaders, opts, kTraceGroupWorkers, step, pack);
+  }
+  if (L > 1) {
+    const auto t0 = Clock::now();
+    for (std::size_t k = 0; k < workers; ++k) {
+      for (std::size_t l = 1; l < L; ++l) std::memcpy(bufs[k * L + l], leaders[k], count * dtypeSize(dtype));
+    }
+    recordLocal(Collective::Broadcast, dtype, count, t0, Clock::now(), step, pack);
+  }
+}
+
+void CollectiveEngine::allReduce(const std::vector<std::vector<Tensor>*>& perHosted, ReduceOp op,
+                                 const CommunicationOptions& perCall, std::int64_t step) {
+  const CommunicationOptions opts = config_.defaults.merge(perCall);
+  opts.validate();
+  const std::vector<Tensor>& first = *perHosted.front();
+  std::vector<PackInput> inputs;
+  inputs.reserve(first.size());
+  for (const Tensor& t : first) inputs.push_back({t.dtype(), t.numBytes()});
+  const std::vector<Pack> packs = packValues(inputs, opts.bytesPerPack);
+  const std::size_t hosted = perHosted.size();
+  for (std::size_t p = 0; p < packs.size(); ++p) {
+    const Pack& pack = packs[p];
+    const std::size_t es = dtypeSize(pack.dtype);
+    const std::size_t count = pack.bytes / es;
+    std::vector<std::byte*> bufs(hosted);
+    const bool single = pack.indices.size() == 1;
+    if (single) {
+      for (std::size_t h = 0; h < hosted; ++h) bufs[h] = static_cast<std::byte*>((*perHosted[h])[pack.indices[0]].raw());
+    } else {
+      staging_.resize(std::max(staging_.size(), hosted));
+      for (std::size_t h = 0; h < hosted; ++h) {
+        staging_[h].resize(pack.bytes);
+        std::size_t offset = 0;
+        for (std::size_t idx : pack.indices) {
+          const Tensor& t = (*perHosted[h])[idx];
+          if (t.numBytes()) std::memcpy(staging_[h].data() + offset, t.raw(), t.numBytes());
+          offset += t.numBytes();
+        }
+        bufs[h] = staging_[h].data();
+      }
+    }
+    allReducePack(bufs, pack.dtype, count, opts, step, static_cast<int>(p));
+    for (std::size_t h = 0; h < hosted; ++h) {
+      if (op == ReduceOp::Mean) divideElements(pack.dtype, bufs[h], count, replicas_);
+      if (single) continue;
+      std::size_t offset = 0;
+      for (std::size_t idx : pack.indices) {
+        Tensor& t = (*perHosted[h])[idx];
+        if (t.numBytes()) std::memcpy(t.raw(), staging_[h].data() + offset, t.numBytes());
+        offset += t.numBytes();
+      }
+    }
+  }
+}
+
+void CollectiveEngine::broadcast(const std::vector<Tensor*>& perHosted, std::int64_t step) {
+  const Tensor& root = *perHosted.front();
+  const std::size_t count = root.numElements();
+  const DType dtype = root.dtype();
+  const CommunicationOptions& opts = config_.defaults;
+  std::vector<std::byte*> bufs;
+  for (Tensor* t : perHosted) bufs.push_back(static_cast<std::byte*>(t->raw()));
+  if (flat_) {
+    const CollectiveSpec spec{Collective::Broadcast, replicas_, count, dtype, collbench::ReduceOp::Sum, 0};
+    if (!flat_->movesData()) {
+      for (std::size_t h = 1; h < bufs.size(); ++h) std::memcpy(bufs[h], bufs[0], root.numBytes());
+    }
+    runCollective(*flat_, spec, bufs, opts, kTraceGroupReplicas, step, 0);
+    return;
+  }
+  const auto L = static_cast<std::size_t>(config_.localReplicas);
+  const std::size_t workers = bufs.size() / L;
+  std::vector<std::byte*> leaders;
+  for (std::size_t k = 0; k < workers; ++k) leaders.push_back(bufs[k * L]);
+  if (cross_) {
+    const CollectiveSpec spec{Collective::Broadcast, config_.numWorkers, count, dtype, collbench::ReduceOp::Sum, 0};
+    runCollective(*cross_, spec, leaders, opts, kTraceGroupWorkers, step, 0);
+  }
+  if (L > 1) {
+    const auto t0 = Clock::now();
+    for (std::size_t k = 0; k < workers; ++k) {
+      for (std::size_t l = 1; l < L; ++l) std::memcpy(bufs[k * L + l], leaders[k], root.numBytes());
+    }
+    recordLocal(Collective::Broadcast, dtype, count, t0, Clock::now(), step, 0);
+  }
+}
+
+}  // namespace collbench::strategy::detail

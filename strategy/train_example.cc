@@ -1,0 +1,207 @@
+#include "collbench/strategy/train_example.h"
+
+#include <fmt/format.h>
+
+#include <Eigen/Dense>
+#include <cmath>
+
+#include "collbench/error.h"
+
+namespace collbench::strategy {
+
+namespace {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<Matrix>;
+using ConstMatrixMap = Eigen::Map<const Matrix>;
+using RowVector = Eigen::Matrix<float, 1, Eigen::Dynamic>;
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a fixed, portable sequence (std::uniform_real_distribution is not
+/// specified bit-for-bit across standard libraries).
+class SplitMix64 {
+ public:
+  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [lo, hi) from the top 24 bits (exact in float).
+  float uniform(float lo, float hi) {
+    constexpr float kInv24 = 1.0f / 16777216.0f;
+    return lo + (hi - lo) * static_cast<float>(next() >> 40) * kInv24;
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+/// Streams derived from the seed: data, teacher, and each worker's initial weights.
+constexpr std::uint64_t kDataStream = 0x1000;
+constexpr std::uint64_t kTeacherStream = 0x2000;
+constexpr std::uint64_t kInitStream = 0x3000;
+
+Tensor uniformTensor(Shape shape, float limit, std::uint64_t seed) {
+  Tensor t(DType::F32, std::move(shape));
+  SplitMix64 rng(seed);
+  float* p = t.data<float>();
+  for (std::size_t i = 0; i < t.numElements(); ++i) p[i] = rng.uniform(-limit, limit);
+  return t;
+}
+
+MatrixMap asMatrix(Tensor& t, std::int64_t rows, std::int64_t cols) { return MatrixMap(t.data<float>(), rows, cols); }
+ConstMatrixMap asMatrix(const Tensor& t, std::int64_t rows, std::int64_t cols) {
+  return ConstMatrixMap(t.data<float>(), rows, cols);
+}
+
+Tensor fromMatrix(const Matrix& m, Shape shape) {
+  Tensor t(DType::F32, std::move(shape));
+  MatrixMap(t.data<float>(), m.rows(), m.cols()) = m;
+  return t;
+}
+
+/// Glorot-uniform limit sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010), Keras' default initializer.
+float glorotLimit(std::int64_t fanIn, std::int64_t fanOut) {
+  return std::sqrt(6.0f / static_cast<float>(fanIn + fanOut));
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  auto positive = [](const char* field, std::int64_t v) {
+    if (v < 1) throw Error(Errc::InvalidArgument, fmt::format("train: {} must be >= 1, got {}", field, v));
+  };
+  positive("examples", examples);
+  positive("features", features);
+  positive("classes", classes);
+  positive("global_batch", globalBatch);
+  if (hidden < 0) throw Error(Errc::InvalidArgument, fmt::format("train: hidden must be >= 0, got {}", hidden));
+  if (steps < 0) throw Error(Errc::InvalidArgument, fmt::format("train: steps must be >= 0, got {}", steps));
+  if (!(learningRate > 0) || !std::isfinite(learningRate)) {
+    throw Error(Errc::InvalidArgument, fmt::format("train: learning_rate must be > 0, got {}", learningRate));
+  }
+}
+
+SyntheticData makeSyntheticData(const TrainConfig& config) {
+  config.validate();
+  SyntheticData d;
+  d.features = uniformTensor({config.examples, config.features}, 1.0f, config.seed ^ kDataStream);
+  const Tensor teacher = uniformTensor({config.features, config.classes}, 1.0f, config.seed ^ kTeacherStream);
+  const Matrix logits = asMatrix(d.features, config.examples, config.features) *
+                        asMatrix(teacher, config.features, config.classes);
+  d.labels = Tensor(DType::I32, {config.examples});
+  std::int32_t* y = d.labels.data<std::int32_t>();
+  for (std::int64_t i = 0; i < config.examples; ++i) {
+    Eigen::Index best = 0;
+    logits.row(i).maxCoeff(&best);
+    y[i] = static_cast<std::int32_t>(best);
+  }
+  return d;
+}
+
+TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
+                         const std::function<void(const TrainStepLog&)>& onStep) {
+  config.validate();
+  const std::int64_t f = config.features, c = config.classes, h = config.hidden, B = config.globalBatch;
+  const bool mlp = h > 0;
+  const SyntheticData data = makeSyntheticData(config);
+  const Dataset dataset = Dataset::fromTensorSlices({data.features, data.labels})
+                              .repeat()
+                              .batch(B, /*dropRemainder=*/true)
+                              .withOptions(DatasetOptions{config.shardPolicy});
+  const DistributedDataset dist = strategy.experimentalDistributeDataset(dataset);
+
+  TrainResult result;
+  {
+    StrategyScope scope = strategy.scope();
+    // Each worker draws its own initial weights; a mirrored variable takes the chief's (broadcast).
+    auto init = [&](Shape shape, float limit, std::uint64_t stream) {
+      return [=, seed = config.seed](int worker) {
+        return limit == 0 ? Tensor(DType::F32, shape)
+                          : uniformTensor(shape, limit, seed ^ (kInitStream + stream) ^ (static_cast<std::uint64_t>(worker) << 32));
+      };
+    };
+    if (mlp) {
+      result.names = {"W1", "b1", "W2", "b2"};
+      result.variables.push_back(createVariable(init({f, h}, glorotLimit(f, h), 1), {"W1"}));
+      result.variables.push_back(createVariable(init({h}, 0, 2), {"b1"}));
+      result.variables.push_back(createVariable(init({h, c}, glorotLimit(h, c), 3), {"W2"}));
+      result.variables.push_back(createVariable(init({c}, 0, 4), {"b2"}));
+    } else {
+      result.names = {"W", "b"};
+      result.variables.push_back(createVariable(init({f, c}, glorotLimit(f, c), 1), {"W"}));
+      result.variables.push_back(createVariable(init({c}, 0, 2), {"b"}));
+    }
+  }
+  const std::vector<Variable>& vars = result.variables;
+  const float lr = static_cast<float>(config.learningRate);
+  const float invGlobal = 1.0f / static_cast<float>(B);
+
+  // One replica's step: forward and backward on its piece of the global batch, gradients all-reduced (SUM: each
+  // replica's loss is already divided by the global batch, TF's compute_average_loss), SGD on its own copy.
+  auto stepFn = [&](const Element& batch) {
+    const Tensor& xt = batch.at(0);
+    const Tensor& yt = batch.at(1);
+    const std::int64_t b = xt.dim(0);
+    const ConstMatrixMap x = asMatrix(xt, b, f);
+    const std::int32_t* y = yt.data<std::int32_t>();
+    Matrix hidden;
+    Matrix logits;
+    if (mlp) {
+      hidden = ((x * asMatrix(vars[0].local(), f, h)).rowwise() + asMatrix(vars[1].local(), 1, h).row(0)).cwiseMax(0.0f);
+      logits = (hidden * asMatrix(vars[2].local(), h, c)).rowwise() + asMatrix(vars[3].local(), 1, c).row(0);
+    } else {
+      logits = (x * asMatrix(vars[0].local(), f, c)).rowwise() + asMatrix(vars[1].local(), 1, c).row(0);
+    }
+    // Softmax cross-entropy, numerically stable; dlogits = (p - onehot) / B.
+    Matrix dlogits(b, c);
+    double lossSum = 0;
+    double correct = 0;
+    for (std::int64_t i = 0; i < b; ++i) {
+      Eigen::Index argmax = 0;
+      const float m = logits.row(i).maxCoeff(&argmax);
+      const RowVector e = (logits.row(i).array() - m).exp().matrix();
+      const float z = e.sum();
+      lossSum += std::log(z) - (logits(i, y[i]) - m);
+      correct += argmax == y[i] ? 1.0 : 0.0;
+      dlogits.row(i) = e / z;
+      dlogits(i, y[i]) -= 1.0f;
+    }
+    dlogits *= invGlobal;
+    std::vector<Tensor> grads;
+    if (mlp) {
+      const Matrix dHidden = (dlogits * asMatrix(vars[2].local(), h, c).transpose()).cwiseProduct(
+          (hidden.array() > 0.0f).cast<float>().matrix());
+      grads.push_back(fromMatrix(x.transpose() * dHidden, {f, h}));
+      grads.push_back(fromMatrix(dHidden.colwise().sum(), {h}));
+      grads.push_back(fromMatrix(hidden.transpose() * dlogits, {h, c}));
+      grads.push_back(fromMatrix(dlogits.colwise().sum(), {c}));
+    } else {
+      grads.push_back(fromMatrix(x.transpose() * dlogits, {f, c}));
+      grads.push_back(fromMatrix(dlogits.colwise().sum(), {c}));
+    }
+    grads = getReplicaContext()->allReduce(ReduceOp::Sum, grads);
+    for (std::size_t k = 0; k < vars.size(); ++k) {
+      Tensor& w = vars[k].local();
+      Eigen::Map<Eigen::ArrayXf>(w.data<float>(), static_cast<Eigen::Index>(w.numElements())) -=
+          lr * Eigen::Map<const Eigen::ArrayXf>(grads[k].data<float>(), static_cast<Eigen::Index>(grads[k].numElements()));
+    }
+    return Tensor::fromVector(std::vector<double>{lossSum / static_cast<double>(B), correct});
+  };
+
+  DistributedIterator it = dist.iterator();
+  for (int step = 0; step < config.steps; ++step) {
+    std::optional<PerReplicaValues<Element>> batch = it.next();
+    if (!batch) throw Error(Errc::InvalidArgument, fmt::format("train: input ended at step {}", step));
+    const PerReplica stats = strategy.run(stepFn, *batch);
+    const Tensor total = strategy.reduce(ReduceOp::Sum, stats);
+    TrainStepLog log{step, total.at(0), total.at(1) / static_cast<double>(B)};
+    result.log.push_back(log);
+    if (onStep) onStep(log);
+  }
+  for (const Variable& v : vars) result.weights.push_back(v.value());
+  return result;
+}
+
+}  // namespace collbench::strategy

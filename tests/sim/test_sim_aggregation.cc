@@ -1,0 +1,202 @@
+// The fast methods against op-by-op simulation on mid-size cases: "aggregated" (steps simulated once per distinct
+// contention group), "ring-model" (the same without a schedule) and "extrapolated" (pipelines from a few chunks).
+// Where a method says its result is exact, it must equal the exact simulation; where its assumptions fail it must
+// say so.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "collbench/algorithms.h"
+#include "collbench/topology.h"
+#include "sim_backend.h"
+
+namespace collbench {
+namespace {
+
+constexpr double kSameRel = 1e-9;  // two evaluations of one dependency graph with the same durations
+
+sim::SimConfig mode(sim::SimMode m, std::size_t exactLimit = sim::kDefaultExactTransferLimit) {
+  sim::SimConfig c;
+  c.mode = m;
+  c.exactTransferLimit = exactLimit;
+  return c;
+}
+
+Topology flatWithReduce(int n, double reduceGBps) {
+  Topology t = flatTopology(n, 50, 1);
+  for (TopoNode& node : t.nodes) {
+    if (node.kind == NodeKind::Gpu) node.reduceGBps = reduceGBps;
+  }
+  return t;
+}
+
+Topology fatTree(int k, double oversubscription, double reduceGBps) {
+  return generateTopology("fat_tree", fmt::format(R"({{"k": {}, "oversubscription": {}, "reduce_GBps": {}}})", k,
+                                                  oversubscription, reduceGBps));
+}
+
+struct AggCase {
+  std::string name;
+  std::function<Topology()> topo;
+  std::string algo;
+  std::size_t count;
+  AlgoParams params;
+  bool mustBeExact;  // the aggregated method's assumptions hold by construction
+};
+
+class AggregatedVsExact : public ::testing::TestWithParam<AggCase> {};
+
+TEST_P(AggregatedVsExact, SameTimeWhereExact) {
+  const AggCase& c = GetParam();
+  const Topology t = c.topo();
+  const int n = static_cast<int>(t.ranks.size());
+  const Schedule s = buildSchedule(CollectiveSpec{Collective::AllReduce, n, c.count, DType::F32}, c.algo, c.params);
+  const sim::SimResult exact = sim::Simulator(t, n, mode(sim::SimMode::Exact)).run(s);
+  const sim::SimResult agg = sim::Simulator(t, n, mode(sim::SimMode::Aggregated)).run(s);
+  ASSERT_EQ(exact.method, "exact");
+  ASSERT_EQ(agg.method, "aggregated");
+  EXPECT_EQ(agg.transfers, exact.transfers);
+  if (c.mustBeExact) {
+    EXPECT_TRUE(agg.exact) << agg.note;
+  }
+  if (agg.exact) {
+    EXPECT_NEAR(agg.seconds, exact.seconds, kSameRel * exact.seconds) << agg.note;
+    // Identical steps are simulated once: far fewer SimGrid activities than transfers.
+    EXPECT_LT(agg.simulatedActivities, exact.simulatedActivities);
+  } else {
+    EXPECT_FALSE(agg.note.empty());
+  }
+}
+
+std::vector<AggCase> aggCases() {
+  const auto flat64 = [] { return flatTopology(64, 50, 1); };
+  const auto flat17g = [] { return flatWithReduce(17, 200); };
+  const auto flat64g = [] { return flatWithReduce(64, 200); };
+  const auto ft = [] { return fatTree(4, 1, 0); };
+  const auto ft2 = [] { return fatTree(4, 2, 0); };
+  const auto ft6 = [] { return fatTree(6, 1, 1100); };
+  return {
+      {"ring_flat64_even", flat64, "ring", 64 * 1000, {}, true},
+      {"ring_flat64_uneven", flat64, "ring", 64 * 1000 + 17, {}, true},
+      {"ring_flat64_gamma", flat64g, "ring", 64 * 4096 + 5, {}, true},
+      {"ring_flat64_rounds", flat64g, "ring", 64 * 4096, {4096, 1, {}}, true},
+      {"ring_flat64_channels", flat64, "ring", 64 * 4096, {0, 2, {}}, true},
+      {"ring_flat64_channels_uneven", flat64, "ring", 64 * 4096 + 3, {0, 2, {}}, false},
+      {"ring_fattree_k4", ft, "ring", 16 * 65536, {}, true},
+      {"ring_fattree_k4_oversub2", ft2, "ring", 16 * 65536 + 9, {}, true},
+      {"ring_fattree_k6_gamma", ft6, "ring", 54 * 10000, {}, false},
+      {"rd_flat17_gamma", flat17g, "recursive_doubling", 100000, {}, true},
+      {"rd_flat64", flat64, "recursive_doubling", 100001, {}, true},
+      {"rabenseifner_flat17_gamma", flat17g, "rabenseifner", 100003, {}, true},
+      {"rabenseifner_flat64", flat64, "rabenseifner", 1 << 20, {}, true},
+      {"rabenseifner_fattree_k4", ft, "rabenseifner", 1 << 20, {}, false},
+      {"tree_flat17", flat17g, "tree", 1 << 20, {}, false},
+      {"direct_flat17", flat17g, "direct", 17 * 1000, {}, false},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(MidSize, AggregatedVsExact, ::testing::ValuesIn(aggCases()),
+                         [](const auto& paramInfo) { return paramInfo.param.name; });
+
+// Where chunks of a pipeline overlap on links, the aggregated method must say it is approximate: in the tree the
+// next chunk from one child arrives while the other child's previous chunk is still on the parent's downlink.
+TEST(Aggregated, FlagsOverlappingSteps) {
+  const int n = 17;
+  const Topology t = flatWithReduce(n, 200);
+  const Schedule s = buildSchedule(CollectiveSpec{Collective::AllReduce, n, 1 << 20, DType::F32}, "tree");
+  const sim::SimResult agg = sim::Simulator(t, n, mode(sim::SimMode::Aggregated)).run(s);
+  EXPECT_FALSE(agg.exact);
+  EXPECT_FALSE(agg.note.empty());
+}
+
+// All sends of a direct all-to-all start at once and are one step: simulated together, exactly.
+TEST(Aggregated, DirectAllToAllIsOneStep) {
+  const Topology t = flatTopology(8, 50, 1);
+  const Schedule s = buildSchedule(CollectiveSpec{Collective::AllReduce, 8, 8 * 100000, DType::F32}, "direct");
+  const sim::SimResult exact = sim::Simulator(t, 8, mode(sim::SimMode::Exact)).run(s);
+  const sim::SimResult agg = sim::Simulator(t, 8, mode(sim::SimMode::Aggregated)).run(s);
+  EXPECT_TRUE(agg.exact) << agg.note;
+  EXPECT_NEAR(agg.seconds, exact.seconds, kSameRel * exact.seconds);
+  // alpha + 7 S/8 beta for the reduce-scatter (n-1 flows share each uplink and each downlink) and the same again.
+  const double blk = 100000.0 * 4, want = 2 * (2e-6 + 7 * blk / 50e9);
+  EXPECT_NEAR(exact.seconds, want, 1e-9 * want);
+}
+
+// Identical steps reuse one simulation: a uniform ring on flat has one contention group shape for all 2(n-1)
+// steps (one flow over two identical links, same size in reduce-scatter and all-gather).
+TEST(Aggregated, UniformRingSimulatesOnePattern) {
+  const int n = 64;
+  const Schedule s = buildSchedule(CollectiveSpec{Collective::AllReduce, n, n * 1000u, DType::F32}, "ring");
+  const sim::SimResult agg = sim::Simulator(flatTopology(n, 50, 1), n, mode(sim::SimMode::Aggregated)).run(s);
+  EXPECT_EQ(agg.patterns, 1u);
+  EXPECT_EQ(agg.simulatedActivities, 1u);
+  EXPECT_TRUE(agg.exact);
+}
+
+// ---- Ring model (no schedule) against exact simulation of the schedule.
+struct RingCase {
+  std::string name;
+  std::function<Topology()> topo;
+  std::size_t count;
+  AlgoParams params;
+};
+
+class RingModelVsExact : public ::testing::TestWithParam<RingCase> {};
+
+TEST_P(RingModelVsExact, SameTime) {
+  const RingCase& c = GetParam();
+  const Topology t = c.topo();
+  const int n = static_cast<int>(t.ranks.size());
+  const CollectiveSpec spec{Collective::AllReduce, n, c.count, DType::F32};
+  // An exact-transfer limit of 0 sends runAlgorithm to the data-free model.
+  const sim::SimResult model = sim::Simulator(t, n, mode(sim::SimMode::Auto, 0)).runAlgorithm(spec, "ring", c.params);
+  const sim::SimResult exact =
+      sim::Simulator(t, n, mode(sim::SimMode::Exact)).run(buildSchedule(spec, "ring", c.params));
+  ASSERT_EQ(model.method, "ring-model");
+  EXPECT_TRUE(model.exact) << model.note;
+  EXPECT_EQ(model.transfers, exact.transfers);
+  EXPECT_NEAR(model.seconds, exact.seconds, kSameRel * exact.seconds);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    MidSize, RingModelVsExact,
+    ::testing::Values(RingCase{"flat64_even", [] { return flatTopology(64, 50, 1); }, 64 * 5000, {}},
+                      RingCase{"flat64_uneven_gamma", [] { return flatWithReduce(64, 200); }, 64 * 5000 + 33, {}},
+                      RingCase{"flat32_rounds", [] { return flatWithReduce(32, 200); }, 32 * 5000, {8000, 1, {}}},
+                      RingCase{"flat32_channels", [] { return flatTopology(32, 50, 1); }, 3 * 32 * 5000, {0, 3, {}}},
+                      RingCase{"fattree_k4", [] { return fatTree(4, 1, 0); }, 16 * 100000, {}},
+                      RingCase{"fattree_k4_oversub2_uneven", [] { return fatTree(4, 2, 0); }, 16 * 100000 + 5, {}}),
+    [](const auto& paramInfo) { return paramInfo.param.name; });
+
+// ---- Extrapolated pipelines against exact simulation (chunks of one size, so the real run is the steady state
+// continued).
+// The tree's increments wander (children fold in turn, both trees share links): its extrapolation is an estimate,
+// within a few percent here, and says so.
+TEST(Extrapolated, TreeIsCloseAndSaysSo) {
+  const int n = 16;
+  const std::size_t chunkElems = 4096, chunks = 80;
+  const AlgoParams p{chunkElems * 4, 1, {}};
+  const CollectiveSpec spec{Collective::AllReduce, n, 2 * chunks * chunkElems, DType::F32};
+  const Topology t = flatWithReduce(n, 200);
+  const sim::SimResult extra = sim::Simulator(t, n, mode(sim::SimMode::Auto, 1000)).runAlgorithm(spec, "tree", p);
+  const sim::SimResult exact = sim::Simulator(t, n, mode(sim::SimMode::Exact)).run(buildSchedule(spec, "tree", p));
+  ASSERT_EQ(extra.method, "extrapolated");
+  EXPECT_FALSE(extra.exact);
+  EXPECT_NEAR(extra.seconds, exact.seconds, 0.03 * exact.seconds) << extra.note;
+}
+
+// A chain's pipeline is linear once full: the extrapolation equals the full simulation.
+TEST(Extrapolated, BroadcastChainMatchesExact) {
+  const int n = 24;
+  const std::size_t chunkElems = 8192, chunks = 64;
+  const AlgoParams p{chunkElems * 4, 1, {}};
+  const CollectiveSpec spec{Collective::Broadcast, n, chunks * chunkElems, DType::F32, ReduceOp::Sum, 3};
+  const Topology t = flatTopology(n, 50, 1);
+  const sim::SimResult extra = sim::Simulator(t, n, mode(sim::SimMode::Auto, 100)).runAlgorithm(spec, "ring", p);
+  const sim::SimResult exact = sim::Simulator(t, n, mode(sim::SimMode::Exact)).run(buildSchedule(spec, "ring", p));
+  ASSERT_EQ(extra.method, "extrapolated");
+  EXPECT_NEAR(extra.seconds, exact.seconds, 1e-6 * exact.seconds) << extra.note;
+}
+
+}  // namespace
+}  // namespace collbench

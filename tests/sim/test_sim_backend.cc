@@ -1,0 +1,252 @@
+// The "sim" backend through the registry, its errors, the timeline file, and the CLI paths (sim, perf --backend
+// sim, sweep) as a user meets them: bad input gives one line on stderr and exit status 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "collbench/algorithms.h"
+#include "collbench/backend.h"
+#include "collbench/error.h"
+#include "collbench/topology.h"
+#include "sim_backend.h"
+
+namespace collbench {
+namespace {
+
+class SimBackend : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { sim::registerSimBackend(); }
+};
+
+Schedule ring(int n, std::size_t count) {
+  return buildSchedule(CollectiveSpec{Collective::AllReduce, n, count, DType::F32}, "ring");
+}
+
+TEST_F(SimBackend, DefaultTopologyIsOneDgxH100) {
+  auto b = makeBackend("sim", 8);
+  EXPECT_EQ(b->name(), "sim");
+  EXPECT_EQ(b->nranks(), 8);
+  EXPECT_FALSE(b->movesData());
+  // Ring on one NVSwitch: 2(n-1) hops of alpha = 2 x 0.3 us and beta = 1 / 450 GB/s on blocks of count/8 floats,
+  // plus n-1 reductions at 1100 GB/s (topologies/README.md).
+  const std::size_t count = 8 * 1000000;
+  const RunResult r = b->run(ring(8, count), Buffers(8), RunOptions{});
+  const double blk = 1000000.0 * 4;
+  const double want = 14 * (0.6e-6 + blk / 450e9) + 7 * blk / 1100e9;
+  EXPECT_NEAR(r.seconds, want, 1e-6 * want);
+  EXPECT_EQ(r.algorithm, "ring");
+}
+
+TEST_F(SimBackend, ManyRunsAndTopologiesInOneProcess) {
+  auto a = makeBackend("sim", 4, {{"topology", "dgx-a100-8x1"}});
+  auto h = makeBackend("sim", 4, {{"topology", "dgx-h100-8x1"}});
+  const Schedule s = ring(4, 1 << 20);
+  const double ta1 = a->run(s, Buffers(4), {}).seconds, th = h->run(s, Buffers(4), {}).seconds;
+  const double ta2 = a->run(s, Buffers(4), {}).seconds;
+  EXPECT_EQ(ta1, ta2);  // deterministic
+  EXPECT_GT(ta1, th);   // NVLink3 is slower than NVLink4
+}
+
+TEST_F(SimBackend, OptionsAndOverrides) {
+  const Schedule s = ring(8, 1 << 22);
+  const double base = makeBackend("sim", 8)->run(s, Buffers(8), {}).seconds;
+  const double slow =
+      makeBackend("sim", 8, {{"set", "link.nvlink.bandwidth_GBps=225; node.gpu.reduce_GBps=550"}})->run(s, Buffers(8), {}).seconds;
+  EXPECT_GT(slow, 1.9 * base);
+  const double lv08 = makeBackend("sim", 8, {{"model", "LV08"}})->run(s, Buffers(8), {}).seconds;
+  EXPECT_GT(lv08, base);
+  EXPECT_THROW(makeBackend("sim", 8, {{"model", "CM03"}}), Error);
+  EXPECT_THROW(makeBackend("sim", 8, {{"colour", "blue"}}), Error);
+  EXPECT_THROW(makeBackend("sim", 8, {{"set", "link.nope.bandwidth_GBps=1"}}), Error);
+}
+
+TEST_F(SimBackend, Errors) {
+  try {
+    makeBackend("sim", 9);
+    FAIL() << "9 ranks on an 8-GPU topology";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("8 ranks"), std::string::npos) << e.what();
+  }
+  try {
+    makeBackend("sim", 2, {{"topology", "/nonexistent/topology.json"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidTopology);
+  }
+  auto b = makeBackend("sim", 2);
+  EXPECT_THROW(b->run(ring(3, 100), Buffers(3), {}), Error);  // rank count differs
+  const Schedule native = buildSchedule(CollectiveSpec{Collective::AllReduce, 2, 100, DType::F32}, "nccl");
+  try {
+    b->run(native, Buffers(2), {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::Unsupported);
+  }
+  // Each rank waits for the other's message before sending its own: a deadlock under rendezvous.
+  Schedule dead;
+  dead.spec = CollectiveSpec{Collective::AllReduce, 2, 1, DType::F32};
+  dead.ranks.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    Op recv;
+    recv.kind = OpKind::Recv;
+    recv.peer = 1 - r;
+    recv.bytes = 4;
+    Op send = recv;
+    send.kind = OpKind::Send;
+    send.deps = {0};
+    dead.ranks[static_cast<std::size_t>(r)].ops = {recv, send};
+  }
+  try {
+    b->run(dead, Buffers(2), {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidSchedule);
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SimTimeline, EveryOpOnNonOverlappingLanes) {
+  const int n = 5;
+  sim::SimConfig cfg;
+  cfg.timeline = true;
+  Topology t = flatTopology(n, 50, 1);
+  for (TopoNode& node : t.nodes) node.reduceGBps = node.kind == NodeKind::Gpu ? 100 : 0;
+  const Schedule s = buildSchedule(CollectiveSpec{Collective::AllReduce, n, 1 << 20, DType::F32}, "tree",
+                                   AlgoParams{1 << 18, 2, {}});
+  const sim::SimResult r = sim::Simulator(t, n, cfg).run(s);
+  std::size_t reduces = 0;
+  for (const auto& rp : s.ranks) {
+    for (const Op& op : rp.ops) reduces += op.kind == OpKind::RecvReduce ? 1 : 0;
+  }
+  ASSERT_EQ(r.spans.size(), s.totalOps() + reduces);  // a RecvReduce is a receive span and a reduce span
+  std::ostringstream os;
+  sim::writeTimeline(os, r, "test");
+  const nlohmann::json doc = nlohmann::json::parse(os.str());
+  std::size_t complete = 0;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    ++complete;
+    lanes[{e.at("pid").get<int>(), e.at("tid").get<int>()}].emplace_back(e.at("ts").get<double>(),
+                                                                         e.at("ts").get<double>() + e.at("dur").get<double>());
+  }
+  EXPECT_EQ(complete, r.spans.size());
+  for (auto& [lane, spans] : lanes) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) {
+      EXPECT_LE(spans[i - 1].second, spans[i].first + 1e-6) << "pid " << lane.first << " tid " << lane.second;
+    }
+  }
+  EXPECT_NEAR(doc.at("otherData").at("simulated_seconds").get<double>(), r.seconds, 1e-15);
+}
+
+// ---- The CLI (built next to the tests; skipped when it is not there).
+struct CliRun {
+  int status;
+  std::string out, err;
+};
+
+CliRun cli(const std::string& args) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "collbench-test-sim";
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
+  const int rc = std::system(fmt::format("{} {} >{} 2>{}", COLLBENCH_CLI, args, out, err).c_str());
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  return CliRun{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(out), slurp(err)};
+}
+
+class SimCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(COLLBENCH_CLI)) GTEST_SKIP() << "collbench binary not built: " << COLLBENCH_CLI;
+    dir_ = std::filesystem::temp_directory_path() / fmt::format("collbench-sim-cli-{}", ::getpid());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST_F(SimCli, BadTopologyIsOneLineAndExitTwo) {
+  const std::string bad = (dir_ / "bad.json").string();
+  std::ofstream(bad) << R"({"format": "collbench-topology", "version": 1, "nodes": [], "links": [], "ranks": ["x"]})";
+  for (const std::string& args : {fmt::format("sim --topology {}", bad), fmt::format("sim --topology {}/none.json", dir_.string()),
+                                  fmt::format("perf --backend sim --topology {} -g 2", bad),
+                                  fmt::format("sweep --topology {}", bad)}) {
+    const CliRun r = cli(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("collbench: error:"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty() || r.out.find("error") == std::string::npos) << r.out;
+  }
+  EXPECT_EQ(cli("sim --topology dgx-h100-8x1 -g 9").status, 2);
+  EXPECT_EQ(cli("sim --model CM03").status, 2);
+}
+
+TEST_F(SimCli, SimPrintsTimeAlgbwBusbwAndWritesATimeline) {
+  const std::string tl = (dir_ / "t.json").string();
+  const CliRun r = cli(fmt::format("sim --topology dgx-h100-8x1 --collective allreduce --algo ring --bytes 64M --timeline {}", tl));
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* field : {"time", "algbw", "busbw", "exact"}) EXPECT_NE(r.out.find(field), std::string::npos) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;  // no SimGrid chatter
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(tl));
+  EXPECT_GT(doc.at("traceEvents").size(), 8u * 14u);
+  EXPECT_EQ(cli(fmt::format("sim --bytes 1M --timeline {}", tl)).status, 2);  // exists, no --force
+  EXPECT_EQ(cli(fmt::format("sim --bytes 1M --timeline {} --force", tl)).status, 0);
+}
+
+TEST_F(SimCli, PerfOnTheSimBackend) {
+  const CliRun r = cli("perf all_reduce --backend sim -g 8 -b 1M -e 4M -f 2 --algo ring -n 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("Avg bus bandwidth"), std::string::npos) << r.out;
+}
+
+TEST_F(SimCli, SweepWritesCsvAndJson) {
+  const std::string csv = (dir_ / "s.csv").string(), json = (dir_ / "s.json").string();
+  const std::string args = fmt::format(
+      "sweep --topology dgx-h100-8x1,dgx-a100-8x1 -g 4,all --sizes 1M,64M --algo ring,tree --set '' "
+      "--set 'link.nvlink.bandwidth_GBps=100' --csv {} --json {}",
+      csv, json);
+  const CliRun r = cli(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::size_t rows = 2 * 2 * 2 * 2 * 2;
+  EXPECT_EQ(lines(r.out), rows + 2) << r.out;  // title and header
+  std::ifstream f(csv);
+  std::string line;
+  std::size_t csvRows = 0;
+  while (std::getline(f, line)) ++csvRows;
+  EXPECT_EQ(csvRows, rows + 1);
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(json));
+  ASSERT_EQ(doc.at("rows").size(), rows);
+  // The override halves... well, quarters NVLink: every overridden row is slower than its unmodified twin.
+  std::map<std::string, double> time;
+  for (const auto& row : doc.at("rows")) {
+    time[fmt::format("{}/{}/{}/{}/{}", row.at("topology").get<std::string>(), row.at("set").get<std::string>(),
+                     row.at("ranks").get<int>(), row.at("bytes").get<std::size_t>(), row.at("algorithm").get<std::string>())] =
+        row.at("time_us").get<double>();
+  }
+  for (const auto& [key, t] : time) {
+    if (key.find("/link.nvlink") == std::string::npos) continue;
+    std::string base = key;
+    base.replace(base.find("link.nvlink.bandwidth_GBps=100"), std::string("link.nvlink.bandwidth_GBps=100").size(), "");
+    ASSERT_TRUE(time.count(base)) << base;
+    EXPECT_GT(t, time[base]) << key;
+  }
+  EXPECT_EQ(cli(args).status, 2);  // files exist
+  EXPECT_EQ(cli(args + " --force").status, 0);
+}
+
+}  // namespace
+}  // namespace collbench

@@ -1,0 +1,218 @@
+// `collbench calibrate`: fits alpha, beta per link class and gamma to measured runs (collbench-perf JSON from any
+// backend, nccl-tests or `collbench perf` stdout tables), writes the calibrated topology and prints the fit quality,
+// on held-out sizes too; --verify-sim also simulates the held-out samples on the calibrated topology.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "collbench/algorithms.h"
+#include "collbench/backend.h"
+#include "collbench/calibrate.h"
+#include "collbench/error.h"
+#include "collbench/nccl_tests_log.h"
+#include "collbench/topology.h"
+#include "collbench/units.h"
+#include "commands.h"
+#include "environment.h"
+
+namespace collbench::cli {
+extern std::string gCommandLine;
+
+namespace {
+
+struct CalibrateArgs {
+  std::vector<std::string> inputs;
+  std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated";
+  int hosts = 1, holdOutEvery = 2;
+  bool force = false, verifySim = false;
+};
+
+std::string readAll(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot read '{}'", printable(path)));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+double medianAbs(std::vector<double> v) {
+  if (v.empty()) return 0;
+  for (double& x : v) x = std::abs(x);
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::string pct(double x) { return fmt::format("{:+.1f}%", 100 * x); }
+
+}  // namespace
+
+void addCalibrateCommand(CLI::App& app, int& exitCode) {
+  auto a = std::make_shared<CalibrateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "fit alpha/beta per link class and gamma to measured runs; write a calibrated topology");
+  cmd->add_option("inputs", a->inputs, "collbench perf -J files, nccl-tests logs or collbench perf tables")->required();
+  cmd->add_option("-o,--output", a->output, "calibrated topology to write (JSON)")->required();
+  cmd->add_flag("--force", a->force, "overwrite existing output files");
+  cmd->add_option("--collective", a->collective, "collective of logs that do not say");
+  cmd->add_option("--assume-algorithm", a->assumeAlgorithm,
+                  "collbench algorithm modelling nccl-tests runs (NCCL picks its own; record with NCCL_ALGO)")
+      ->default_val("ring");
+  cmd->add_option("--hosts", a->hosts, "hosts of perf runs without a topology (ranks split evenly)")->default_val(1);
+  cmd->add_option("--holdout-every", a->holdOutEvery, "hold out every k-th size of each series (0: none)")
+      ->default_val(2);
+  cmd->add_option("--rank-kind", a->rankKind, "node kind of the ranks written: cpu (host, gloo) or gpu")
+      ->default_val("cpu");
+  cmd->add_option("--name", a->name, "name of the calibrated topology")->default_val("calibrated");
+  cmd->add_flag("--verify-sim", a->verifySim, "also simulate every sample on the calibrated topology");
+  cmd->add_option("-J,--output_file", a->json, "write the fit and every sample as JSON");
+  cmd->callback([a, &exitCode] {
+    for (const std::string* out : {&a->output, &a->json}) {
+      if (!out->empty() && std::filesystem::exists(*out) && !a->force) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("output file '{}' exists; pass --force to overwrite it", printable(*out)));
+      }
+    }
+    const NodeKind kind = parseNodeKind(a->rankKind);
+    if (kind != NodeKind::Cpu && kind != NodeKind::Gpu) {
+      throw Error(Errc::InvalidArgument, "--rank-kind must be cpu or gpu");
+    }
+    std::optional<Collective> coll;
+    if (!a->collective.empty()) coll = parseCollective(a->collective);
+    std::vector<CalibrationSample> samples;
+    for (const std::string& in : a->inputs) {
+      const std::string text = readAll(in);
+      const auto first = text.find_first_not_of(" \t\r\n");
+      std::vector<CalibrationSample> got;
+      if (first != std::string::npos && text[first] == '{') {
+        got = samplesFromPerfJson(text, in, a->hosts);
+      } else {
+        got = samplesFromNcclTestsLog(parseNcclTestsLog(text, in), in, a->assumeAlgorithm, coll);
+      }
+      samples.insert(samples.end(), got.begin(), got.end());
+    }
+    CalibrationOptions opt;
+    opt.holdOutEvery = a->holdOutEvery;
+    opt.topologyName = a->name;
+    opt.rankKind = kind;
+    const CalibrationResult r = calibrate(samples, opt);
+    {
+      Topology out = r.topology;  // provenance rides in the description (the format has no other free field)
+      out.description += fmt::format("; collbench {}: {}", COLLBENCH_VERSION, gCommandLine);
+      std::ofstream f(a->output);
+      if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(a->output)));
+      f << toJson(out);
+    }
+    // The calibrated simulator on every sample (the topology just written, by path).
+    std::vector<double> simUs(r.fits.size(), -1);
+    if (a->verifySim) {
+      bool haveSim = false;
+      for (const auto& [name, summary] : backendNames()) haveSim = haveSim || name == "sim";
+      if (!haveSim) throw Error(Errc::Unsupported, "--verify-sim: this collbench was built without the simulator");
+      std::map<int, std::unique_ptr<Backend>> sims;
+      for (std::size_t i = 0; i < r.fits.size(); ++i) {
+        const CalibrationSample& s = r.fits[i].sample;
+        auto& b = sims[s.nranks];
+        if (!b) b = makeBackend("sim", s.nranks, {{"topology", a->output}});
+        const std::size_t es = dtypeSize(s.dtype);
+        const bool perRank = s.collective == Collective::ReduceScatter || s.collective == Collective::AllGather;
+        CollectiveSpec spec{s.collective, s.nranks, perRank ? s.bytes / es / static_cast<std::size_t>(s.nranks) : s.bytes / es,
+                            s.dtype};
+        AlgoParams p{s.chunkBytes, s.channels, rankHosts(r.topology, s.nranks)};
+        Buffers none(static_cast<std::size_t>(s.nranks));
+        simUs[i] = b->run(buildSchedule(spec, s.algorithm, p), none, RunOptions{}).seconds * 1e6;
+      }
+    }
+    const CalibrationParams& p = r.params;
+    auto cls = [&](const LinkClassCost& c, bool alphaId, bool betaId) {
+      return fmt::format("alpha {:.4g} us{}, beta {:.4g} GB/s{}", c.alphaUs, alphaId ? "" : " (not identified)",
+                         c.betaGBps, betaId ? "" : " (not identified)");
+    };
+    fmt::print("# collbench calibrate: {} samples from {} file(s), {} held out; {} iterations\n", r.fits.size(),
+               a->inputs.size(), r.heldOutCount, r.iterations);
+    fmt::print("# intra: {}\n# inter: {}\n# gamma: {}\n", cls(p.intra, r.identified[0], r.identified[2]),
+               cls(p.inter, r.identified[1], r.identified[3]),
+               p.gammaGBps > 0 ? fmt::format("{:.4g} GB/s{}", p.gammaGBps, r.identified[4] ? "" : " (not identified)")
+                               : std::string("free (0)"));
+    for (const std::string& n : r.notes) fmt::print("# note: {}\n", n);
+    fmt::print("# wrote {}\n", a->output);
+    fmt::print("# {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12}  {:>12}  {:>8}{}  {}\n", "collective", "algorithm", "nranks",
+               "hosts", "bytes", "measured_us", "model_us", "model", a->verifySim ? "       sim_us       sim" : "",
+               "set");
+    std::vector<double> simHeld, simFit;
+    for (std::size_t i = 0; i < r.fits.size(); ++i) {
+      const SampleFit& f = r.fits[i];
+      std::string simCols;
+      if (a->verifySim) {
+        const double e = simUs[i] / f.sample.timeUs - 1;
+        (f.heldOut ? simHeld : simFit).push_back(e);
+        simCols = fmt::format("  {:>12.3f}  {:>8}", simUs[i], pct(e));
+      }
+      fmt::print("  {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12.3f}  {:>12.3f}  {:>8}{}  {}\n", toString(f.sample.collective),
+                 f.sample.algorithm, f.sample.nranks, f.sample.hosts, f.sample.bytes, f.sample.timeUs, f.predictedUs,
+                 pct(f.relError), simCols, f.heldOut ? "held-out" : "fit");
+    }
+    fmt::print("# model fit: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.fitMedian, 100 * r.fitWorst,
+               r.fits.size() - static_cast<std::size_t>(r.heldOutCount));
+    fmt::print("# model held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.heldOutMedian,
+               100 * r.heldOutWorst, r.heldOutCount);
+    if (a->verifySim) {
+      auto worst = [](std::vector<double> v) {
+        double w = 0;
+        for (double x : v) w = std::max(w, std::abs(x));
+        return w;
+      };
+      fmt::print("# calibrated simulator held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n",
+                 100 * medianAbs(simHeld), 100 * worst(simHeld), simHeld.size());
+    }
+    if (!a->json.empty()) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (std::size_t i = 0; i < r.fits.size(); ++i) {
+        const SampleFit& f = r.fits[i];
+        rows.push_back({{"collective", toString(f.sample.collective)},
+                        {"algorithm", f.sample.algorithm},
+                        {"nranks", f.sample.nranks},
+                        {"hosts", f.sample.hosts},
+                        {"bytes", f.sample.bytes},
+                        {"measured_us", f.sample.timeUs},
+                        {"model_us", f.predictedUs},
+                        {"sim_us", simUs[i] >= 0 ? nlohmann::json(simUs[i]) : nlohmann::json(nullptr)},
+                        {"held_out", f.heldOut},
+                        {"origin", f.sample.origin}});
+      }
+      const nlohmann::json doc = {
+          {"format", "collbench-calibration"},
+          {"version", 1},
+          {"command_line", gCommandLine},
+          {"environment", describeEnvironment()},
+          {"topology_file", a->output},
+          {"topology_fingerprint", fingerprint(r.topology)},
+          {"params",
+           {{"intra", {{"alpha_us", p.intra.alphaUs}, {"beta_GBps", p.intra.betaGBps}}},
+            {"inter", {{"alpha_us", p.inter.alphaUs}, {"beta_GBps", p.inter.betaGBps}}},
+            {"gamma_GBps", p.gammaGBps}}},
+          {"identified",
+           {{"alpha_intra", r.identified[0]},
+            {"alpha_inter", r.identified[1]},
+            {"beta_intra", r.identified[2]},
+            {"beta_inter", r.identified[3]},
+            {"gamma", r.identified[4]}}},
+          {"fit", {{"median", r.fitMedian}, {"worst", r.fitWorst}}},
+          {"held_out", {{"median", r.heldOutMedian}, {"worst", r.heldOutWorst}, {"count", r.heldOutCount}}},
+          {"notes", r.notes},
+          {"samples", rows}};
+      std::ofstream f(a->json);
+      if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(a->json)));
+      f << doc.dump(2) << '\n';
+    }
+    exitCode = 0;
+  });
+}
+
+}  // namespace collbench::cli

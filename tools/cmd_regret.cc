@@ -1,0 +1,288 @@
+// `collbench regret`: on a held-out grid (sizes and rank counts that are not table points) measures every algorithm
+// and reports how much slower the selector's choice is than the best one measured (chosen / oracle time).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "collbench/algorithms.h"
+#include "collbench/cost_model.h"
+#include "collbench/error.h"
+#include "collbench/selector.h"
+#include "collbench/topology.h"
+#include "collbench/tuning.h"
+#include "collbench/units.h"
+#include "commands.h"
+#include "environment.h"
+#include "perf_runner.h"
+
+namespace collbench::cli {
+extern std::string gCommandLine;
+
+namespace {
+
+/// Held-out sizes are rounded down to this many bytes so that every element type and 16-byte RS/AG block divides them
+/// (nccl-tests rounds per-rank counts to 16 bytes).
+constexpr std::size_t kSizeAlignBytes = 16;
+
+struct RegretArgs {
+  std::string backend = "sim", topology, tuning, ranks, json, minBytes, maxBytes, collective = "all_reduce";
+  std::string dtype = "float";
+  double factor = 0;
+  int iters = 20, warmup = 1, repeats = 3;
+  double maxWorst = 0, maxGeomean = 0;
+  bool force = false;
+};
+
+struct Row {
+  int nranks;
+  std::size_t bytes;
+  std::string chosen, chosenSource;
+  std::size_t chosenChunk;
+  int chosenChannels;
+  double chosenUs, predictedUs;
+  std::string oracle;
+  std::size_t oracleChunk;
+  int oracleChannels;
+  double oracleUs;
+  double regret() const { return oracleUs > 0 ? chosenUs / oracleUs : 1.0; }
+};
+
+std::vector<std::string> splitComma(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string describeCfg(const std::string& a, std::size_t chunk, int ch) {
+  std::string s = a;
+  if (chunk) s += " c" + formatBytes(chunk);
+  if (ch != 1) s += fmt::format(" x{}", ch);
+  return s;
+}
+
+}  // namespace
+
+void addRegretCommand(CLI::App& app, int& exitCode) {
+  auto a = std::make_shared<RegretArgs>();
+  CLI::App* cmd = app.add_subcommand("regret", "chosen / best measured time on sizes and rank counts not in the table");
+  cmd->add_option("--backend", a->backend, "sim, host, ...")->default_val("sim");
+  cmd->add_option("--topology", a->topology, "topology (the table section is looked up by its fingerprint)");
+  cmd->add_option("--tuning", a->tuning, "tuning table (default $COLLBENCH_TUNING_FILE)");
+  cmd->add_option("collective", a->collective, "collective")->default_val("all_reduce");
+  cmd->add_option("-g,--ranks", a->ranks, "rank counts (default: those between the table's that it lacks)");
+  cmd->add_option("-b,--minbytes", a->minBytes, "with -e and -f: explicit held-out sizes (default: table midpoints)");
+  cmd->add_option("-e,--maxbytes", a->maxBytes, "largest held-out size");
+  cmd->add_option("-f,--stepfactor", a->factor, "factor between held-out sizes");
+  cmd->add_option("-d,--datatype", a->dtype, "element type")->default_val("float");
+  cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(20);
+  cmd->add_option("-w,--warmup_iters", a->warmup, "untimed iterations first")->default_val(1);
+  cmd->add_option("--repeats", a->repeats, "repetitions; the median is kept")->default_val(3);
+  cmd->add_option("-J,--output_file", a->json, "write rows and summary as JSON");
+  cmd->add_flag("--force", a->force, "overwrite an existing -J file");
+  cmd->add_option("--max-worst", a->maxWorst, "exit 1 when the worst regret exceeds this (0 = no check)");
+  cmd->add_option("--max-geomean", a->maxGeomean, "exit 1 when the geometric-mean regret exceeds this");
+  cmd->callback([a, &exitCode] {
+    if (a->tuning.empty()) {
+      if (const char* env = std::getenv("COLLBENCH_TUNING_FILE")) a->tuning = env;
+    }
+    if (a->tuning.empty()) throw Error(Errc::InvalidArgument, "regret needs a tuning table: --tuning FILE");
+    if (!a->json.empty() && std::filesystem::exists(a->json) && !a->force) {
+      throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it",
+                                                     printable(a->json)));
+    }
+    const Collective coll = parseCollective(a->collective);
+    const DType dtype = parseDType(a->dtype);
+    const TuningTable table = loadTuningTable(a->tuning);
+    std::optional<Topology> topo;
+    if (!a->topology.empty()) topo = loadTopology(a->topology);
+    const std::string fp = topo ? fingerprint(*topo) : "";
+    const TuningSection* section = table.find(fp, kLibraryCollbench, a->backend);
+    if (!section) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("{} has no collbench section for {} (fingerprint '{}')", printable(a->tuning),
+                              topo ? printable(topo->name) : "runs without a topology", fp));
+    }
+    // The table's grid.
+    std::set<int> tableRanks;
+    std::map<int, std::set<std::size_t>> tableSizes;
+    for (const TuningEntry& e : section->entries) {
+      if (e.collective != coll) continue;
+      tableRanks.insert(e.nranks);
+      tableSizes[e.nranks].insert(e.bytes);
+    }
+    if (tableRanks.empty()) {
+      throw Error(Errc::InvalidArgument, fmt::format("{} has no {} entries", printable(a->tuning), toString(coll)));
+    }
+    // Held-out rank counts: those inside the table's range that it lacks (else its own, with a note).
+    std::vector<int> ranks;
+    std::string note;
+    if (!a->ranks.empty()) {
+      for (const std::string& r : splitComma(a->ranks)) {
+        int n = 0;
+        try {
+          n = std::stoi(r);
+        } catch (const std::exception&) {
+          throw Error(Errc::InvalidArgument, fmt::format("--ranks: '{}' is not an integer", printable(r)));
+        }
+        if (n < 1) throw Error(Errc::InvalidArgument, fmt::format("--ranks: {} is not a rank count", n));
+        ranks.push_back(n);
+      }
+    } else {
+      const int maxRanks = topo ? static_cast<int>(topo->ranks.size()) : *tableRanks.rbegin();
+      for (int n = *tableRanks.begin(); n <= std::min(*tableRanks.rbegin(), maxRanks); ++n) {
+        if (!tableRanks.count(n)) ranks.push_back(n);
+      }
+      if (ranks.empty()) {
+        ranks.assign(tableRanks.begin(), tableRanks.end());
+        note = "the table holds every rank count in its range: held-out sizes only";
+      }
+    }
+    // Held-out sizes: geometric midpoints of the table's sizes, or -b/-e/-f.
+    std::vector<std::size_t> sizes;
+    if (!a->minBytes.empty() || !a->maxBytes.empty() || a->factor != 0) {
+      PerfConfig pc;
+      pc.minBytes = parseBytes(a->minBytes.empty() ? "1K" : a->minBytes, "-b");
+      pc.maxBytes = parseBytes(a->maxBytes.empty() ? a->minBytes.empty() ? "1K" : a->minBytes : a->maxBytes, "-e");
+      pc.stepFactor = a->factor > 1 ? a->factor : 2;
+      sizes = sizeSequence(pc);
+    } else {
+      const std::set<std::size_t>& ts = tableSizes.begin()->second;
+      for (auto it = ts.begin(); std::next(it) != ts.end(); ++it) {
+        const double mid = std::sqrt(static_cast<double>(*it) * static_cast<double>(*std::next(it)));
+        const std::size_t b = static_cast<std::size_t>(mid) / kSizeAlignBytes * kSizeAlignBytes;
+        if (b > *it && b < *std::next(it)) sizes.push_back(b);
+      }
+    }
+    if (sizes.empty()) throw Error(Errc::InvalidArgument, "no held-out sizes (the table needs two sizes at least)");
+
+    SelectorOptions so;
+    so.topology = topo ? &*topo : nullptr;
+    so.table = &table;
+    so.backend = a->backend;
+    so.tableSource = a->tuning;
+    Selector selector(so);
+    const MeasureOptions mo{a->iters, a->warmup, a->repeats, kDefaultTimeoutSeconds};
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    std::vector<Row> rows;
+    int tablePoints = 0;
+    for (int n : ranks) {
+      BackendOptions bo;
+      if (!a->topology.empty()) bo["topology"] = a->topology;
+      auto backend = makeBackend(a->backend, n, bo);
+      const std::vector<int> hosts = topo ? rankHosts(*topo, n) : std::vector<int>{};
+      std::optional<CostModel> model;
+      if (topo) model.emplace(*topo, n);
+      for (std::size_t b : sizes) {
+        CollectiveSpec spec{coll, n, countForSize(coll, b, dtypeSize(dtype), n), dtype};
+        if (spec.count == 0) continue;
+        const std::size_t key = std::max(spec.inputBytes(), spec.outputBytes());
+        if (section->find(coll, n, key)) ++tablePoints;
+        const Choice choice = selector.choose(spec);
+        // Every algorithm at the configuration the selector would use for it, and at its defaults.
+        std::map<std::string, std::vector<std::pair<std::size_t, int>>> configs;
+        for (const auto& alg : algorithms()) {
+          if (alg.collective != coll || alg.native) continue;
+          if (alg.name == "hierarchical" && (!model || !model->estimate(spec, alg.name).supported)) continue;
+          configs[alg.name].push_back({0, 1});
+        }
+        for (const Alternative& alt : choice.ranking) configs[alt.algorithm].push_back({alt.chunkBytes, alt.channels});
+        configs[choice.algorithm].push_back({choice.chunkBytes, choice.channels});
+        Row row{n, key, choice.algorithm, choice.source, choice.chunkBytes, choice.channels, -1, choice.predictedUs,
+                "", 0, 1, -1};
+        for (auto& [alg, cfgs] : configs) {
+          std::sort(cfgs.begin(), cfgs.end());
+          cfgs.erase(std::unique(cfgs.begin(), cfgs.end()), cfgs.end());
+          for (const auto& [chunk, ch] : cfgs) {
+            if (tty) {
+              std::fprintf(stderr, "\r\033[Kregret: n=%d %s %s", n, formatBytes(key).c_str(),
+                           describeCfg(alg, chunk, ch).c_str());
+            }
+            const double us = measureUs(*backend, buildSchedule(spec, alg, AlgoParams{chunk, ch, hosts}), mo);
+            if (alg == choice.algorithm && chunk == choice.chunkBytes && ch == choice.channels) row.chosenUs = us;
+            if (row.oracleUs < 0 || us < row.oracleUs) {
+              row.oracle = alg;
+              row.oracleChunk = chunk;
+              row.oracleChannels = ch;
+              row.oracleUs = us;
+            }
+          }
+        }
+        rows.push_back(row);
+      }
+    }
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    double worst = 1, logSum = 0;
+    const Row* worstRow = nullptr;
+    for (const Row& r : rows) {
+      logSum += std::log(r.regret());
+      if (!worstRow || r.regret() > worst) {
+        worst = r.regret();
+        worstRow = &r;
+      }
+    }
+    const double geomean = rows.empty() ? 1 : std::exp(logSum / static_cast<double>(rows.size()));
+    fmt::print("# collbench regret: {} on backend {}, topology {}, table {}\n", toString(coll), a->backend,
+               topo ? topo->name : "(none)", a->tuning);
+    if (!note.empty()) fmt::print("# note: {}\n", note);
+    if (tablePoints) fmt::print("# warning: {} of the points are table points\n", tablePoints);
+    fmt::print("# {:>6}  {:>12}  {:<26} {:<13} {:>12}  {:>12}  {:<26} {:>12}  {:>7}\n", "nranks", "bytes", "chosen",
+               "source", "predicted_us", "chosen_us", "best measured", "best_us", "regret");
+    for (const Row& r : rows) {
+      fmt::print("  {:>6}  {:>12}  {:<26} {:<13} {:>12.3f}  {:>12.3f}  {:<26} {:>12.3f}  {:>7.4f}\n", r.nranks, r.bytes,
+                 describeCfg(r.chosen, r.chosenChunk, r.chosenChannels), r.chosenSource, r.predictedUs, r.chosenUs,
+                 describeCfg(r.oracle, r.oracleChunk, r.oracleChannels), r.oracleUs, r.regret());
+    }
+    fmt::print("# points {}  worst {:.4f}{}  geomean {:.4f}\n", rows.size(), worst,
+               worstRow ? fmt::format(" (n={}, {})", worstRow->nranks, formatBytes(worstRow->bytes)) : "", geomean);
+    if (!a->json.empty()) {
+      nlohmann::json jr = nlohmann::json::array();
+      for (const Row& r : rows) {
+        jr.push_back({{"nranks", r.nranks},
+                      {"bytes", r.bytes},
+                      {"chosen", {{"algorithm", r.chosen}, {"chunk_bytes", r.chosenChunk}, {"channels", r.chosenChannels},
+                                  {"source", r.chosenSource}, {"predicted_us", r.predictedUs}, {"time_us", r.chosenUs}}},
+                      {"best", {{"algorithm", r.oracle}, {"chunk_bytes", r.oracleChunk}, {"channels", r.oracleChannels},
+                                {"time_us", r.oracleUs}}},
+                      {"regret", r.regret()}});
+      }
+      const nlohmann::json doc = {{"format", "collbench-regret"},
+                                  {"version", 1},
+                                  {"collective", toString(coll)},
+                                  {"backend", a->backend},
+                                  {"topology", topo ? topo->name : ""},
+                                  {"topology_fingerprint", fp},
+                                  {"tuning", a->tuning},
+                                  {"command_line", gCommandLine},
+                                  {"environment", describeEnvironment()},
+                                  {"rows", jr},
+                                  {"summary", {{"points", rows.size()}, {"worst", worst}, {"geomean", geomean}}}};
+      std::ofstream f(a->json);
+      if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(a->json)));
+      f << doc.dump(2) << '\n';
+    }
+    exitCode = 0;
+    if ((a->maxWorst > 0 && worst > a->maxWorst) || (a->maxGeomean > 0 && geomean > a->maxGeomean)) {
+      std::fprintf(stderr, "collbench: regret worst %.4f / geomean %.4f exceeds the bound (worst %g, geomean %g)\n",
+                   worst, geomean, a->maxWorst, a->maxGeomean);
+      exitCode = 1;
+    }
+  });
+}
+
+}  // namespace collbench::cli

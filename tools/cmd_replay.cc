@@ -1,0 +1,479 @@
+// `collbench replay TRACE --backend B`: runs a trace's collectives on a backend with the trace's compute gaps
+// between them, optionally at another world size, and reports step time, exposed communication and scaling
+// efficiency. Semantics: docs/trace-format.md "Replay".
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "collbench/algorithms.h"
+#include "collbench/backend.h"
+#include "collbench/error.h"
+#include "collbench/reference.h"
+#include "collbench/selector.h"
+#include "collbench/topology.h"
+#include "collbench/trace.h"
+#include "commands.h"
+
+namespace collbench::cli {
+extern std::string gCommandLine;
+
+namespace {
+
+using nlohmann::json;
+
+enum class Scaling { Weak, Strong };
+enum class Overlap { None, Backward };
+
+struct ReplayArgs {
+  std::string trace;
+  std::string backend;
+  std::string topology;
+  int worldSize = 0;
+  std::string scaling = "weak";
+  std::string overlap = "auto";
+  std::string algo = "trace";
+  int warmup = 1;
+  bool check = false;
+  double timeoutSeconds = kDefaultTimeoutSeconds;
+  std::string output;
+  bool force = false;
+};
+
+struct ReplayEvent {
+  const TraceEvent* recorded = nullptr;
+  CollectiveSpec spec;
+  std::string group;
+  std::size_t bytes = 0;
+  std::string algorithm;  ///< what ran ("" when the group has one rank: nothing to communicate)
+  double gap = 0;         ///< compute before it, rescaled
+  double start = 0, end = 0;
+  std::size_t wrong = 0;
+};
+
+struct StepStats {
+  std::int64_t step = 0;
+  double start = 0, end = 0;  ///< on the trace's clock
+  double seconds = 0, compute = 0, comm = 0, exposed = 0;
+};
+
+bool rooted(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
+
+/// Per-rank element count of `bytes` in the CollectiveSpec convention (trace bytes are CollectiveSpec::inputBytes).
+std::size_t countFor(Collective c, std::size_t bytes, DType dt, int n) {
+  if (c == Collective::Barrier) return 0;
+  const std::size_t elems = bytes / dtypeSize(dt);
+  return c == Collective::ReduceScatter ? elems / static_cast<std::size_t>(n) : elems;
+}
+
+/// Step statistics from a timeline of (step, gap, start, end): a step ends when its last collective does and
+/// starts where the previous step (or the collectives before the first step, or the origin) ended.
+template <typename Get>
+std::vector<StepStats> stepStats(std::size_t n, Get get) {
+  std::vector<StepStats> out;
+  double origin = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [step, gap, start, end] = get(i);
+    if (step < 0) {
+      origin = std::max(origin, end);
+      continue;
+    }
+    if (out.empty() || out.back().step != step) {
+      StepStats s;
+      s.step = step;
+      s.start = s.end = out.empty() ? origin : out.back().end;
+      out.push_back(s);
+    }
+    StepStats& s = out.back();
+    s.compute += gap;
+    s.comm += end - start;
+    s.end = std::max(s.end, end);
+  }
+  for (StepStats& s : out) {
+    s.seconds = s.end - s.start;
+    // The compute stream is one: whatever part of the step it was not computing, it waited for communication.
+    s.exposed = std::max(0.0, s.seconds - s.compute);
+  }
+  return out;
+}
+
+double meanStep(const std::vector<StepStats>& v, double StepStats::*field) {
+  if (v.empty()) return 0;
+  double sum = 0;
+  for (const StepStats& s : v) sum += s.*field;
+  return sum / static_cast<double>(v.size());
+}
+
+class Replayer {
+ public:
+  Replayer(const ReplayArgs& a, Trace trace) : a_(a), trace_(std::move(trace)) {
+    if (a_.scaling == "weak") {
+      scaling_ = Scaling::Weak;
+    } else if (a_.scaling == "strong") {
+      scaling_ = Scaling::Strong;
+    } else {
+      throw Error(Errc::InvalidArgument, fmt::format("--scaling must be weak or strong, got '{}'", printable(a_.scaling)));
+    }
+    // Recordings of the strategy are blocking: each collective's gap starts when the previous one ended. Workload
+    // traces model backward passes, which keep computing while earlier gradients are all-reduced.
+    if (a_.overlap == "auto") {
+      overlap_ = trace_.backend == "workload" ? Overlap::Backward : Overlap::None;
+    } else if (a_.overlap == "none") {
+      overlap_ = Overlap::None;
+    } else if (a_.overlap == "backward") {
+      overlap_ = Overlap::Backward;
+    } else {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--overlap must be auto, none or backward, got '{}'", printable(a_.overlap)));
+    }
+    world_ = a_.worldSize > 0 ? a_.worldSize : trace_.worldSize;
+    if (a_.worldSize < 0) throw Error(Errc::InvalidArgument, fmt::format("--world-size must be >= 1, got {}", a_.worldSize));
+    local_ = trace_.topology.localReplicas;
+    if (world_ % local_ != 0) {
+      // The local groups keep their size (a worker's GPUs); a world that is not a whole number of workers is flat.
+      local_ = 1;
+    }
+    workers_ = world_ / local_;
+    computeScale_ = scaling_ == Scaling::Weak ? 1.0 : static_cast<double>(trace_.worldSize) / world_;
+    if (a_.warmup < 0) throw Error(Errc::InvalidArgument, fmt::format("--warmup must be >= 0, got {}", a_.warmup));
+    topology_ = a_.topology;
+    if (topology_.empty() && a_.backend == "sim") {
+      // A simulated recording names its topology; use it when it is one this build can find.
+      try {
+        resolveTopologyPath(trace_.topology.name);
+        topology_ = trace_.topology.name;
+      } catch (const Error&) {
+      }
+    }
+  }
+
+  void run() {
+    const bool tty = ::isatty(STDERR_FILENO);
+    events_.reserve(trace_.events.size());
+    for (const TraceEvent& e : trace_.events) events_.push_back(plan(e));
+    std::size_t done = 0;
+    for (ReplayEvent& e : events_) {
+      if (tty && (done % 16 == 0 || done + 1 == events_.size())) {
+        std::fprintf(stderr, "\rcollbench replay: %zu/%zu collectives", done + 1, events_.size());
+      }
+      ++done;
+      duration(e);
+    }
+    if (tty) std::fprintf(stderr, "\n");
+    timeline();
+  }
+
+  void print(std::FILE* out) const {
+    const auto recorded = recordedSteps();
+    const auto replayed = replayedSteps();
+    std::fprintf(out,
+                 "# collbench %s replay %s: %zu collectives, recorded on %s with %d replicas (%d x %d); replayed on "
+                 "%s%s with %d replicas, %s scaling, overlap %s\n",
+                 COLLBENCH_VERSION, a_.trace.c_str(), events_.size(),
+                 trace_.backend.empty() ? "?" : trace_.backend.c_str(), trace_.worldSize, trace_.topology.workers,
+                 trace_.topology.localReplicas, a_.backend.c_str(),
+                 topology_.empty() ? "" : fmt::format(" ({})", topology_).c_str(), world_,
+                 scaling_ == Scaling::Weak ? "weak" : "strong", overlap_ == Overlap::None ? "none" : "backward");
+    std::fprintf(out, "# %6s  %12s  %12s  %12s  %12s  %12s\n", "step", "recorded(s)", "replayed(s)", "compute(s)",
+                 "comm(s)", "exposed(s)");
+    for (std::size_t i = 0; i < replayed.size(); ++i) {
+      const StepStats& r = replayed[i];
+      const std::string rec = i < recorded.size() ? fmt::format("{:12.6f}", recorded[i].seconds) : fmt::format("{:>12}", "-");
+      std::fprintf(out, "  %6lld  %s  %12.6f  %12.6f  %12.6f  %12.6f\n", static_cast<long long>(r.step), rec.c_str(),
+                   r.seconds, r.compute, r.comm, r.exposed);
+    }
+    const Summary s = summary();
+    std::fprintf(out, "# mean step time: recorded %.6f s, replayed %.6f s (%+.1f%%)\n", s.recordedStep, s.replayedStep,
+                 s.recordedStep > 0 ? 100 * (s.replayedStep / s.recordedStep - 1) : 0.0);
+    std::fprintf(out, "# exposed communication: %.6f s per step (%.1f%% of the step), communication %.6f s per step\n",
+                 s.exposed, s.replayedStep > 0 ? 100 * s.exposed / s.replayedStep : 0.0, s.comm);
+    std::fprintf(out, "# scaling efficiency vs 1 replica: %.3f (%s scaling: 1-replica step %.6f s, speedup %.2f)\n",
+                 s.efficiency, scaling_ == Scaling::Weak ? "weak" : "strong", s.oneReplicaStep, s.speedup);
+    if (wrong_ > 0) std::fprintf(out, "# wrong elements: %zu FAILED\n", wrong_);
+  }
+
+  json toJsonDoc() const {
+    const Summary s = summary();
+    json events = json::array();
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      const ReplayEvent& e = events_[i];
+      json j = {{"index", i},
+                {"kind", toString(e.spec.kind)},
+                {"bytes", e.bytes},
+                {"dtype", toString(e.spec.dtype)},
+                {"group", e.group},
+                {"nranks", e.spec.nranks},
+                {"algorithm", e.algorithm},
+                {"step", e.recorded->step},
+                {"pack", e.recorded->pack},
+                {"compute_gap_s", e.gap},
+                {"start_s", e.start},
+                {"end_s", e.end},
+                {"recorded_start_s", e.recorded->startSeconds},
+                {"recorded_end_s", e.recorded->endSeconds}};
+      if (e.spec.reduces()) j["op"] = toString(e.spec.op);
+      events.push_back(std::move(j));
+    }
+    const auto stepsJson = [](const std::vector<StepStats>& v) {
+      json a = json::array();
+      for (const StepStats& st : v) {
+        a.push_back({{"step", st.step}, {"seconds", st.seconds}, {"compute_s", st.compute}, {"comm_s", st.comm},
+                     {"exposed_comm_s", st.exposed}});
+      }
+      return a;
+    };
+    return json{{"format", "collbench-replay"},
+                {"version", 1},
+                {"tool", std::string("collbench ") + COLLBENCH_VERSION},
+                {"command_line", gCommandLine},
+                {"trace", {{"path", a_.trace},
+                           {"world_size", trace_.worldSize},
+                           {"backend", trace_.backend},
+                           {"topology", trace_.topology.name},
+                           {"simulated", trace_.simulated},
+                           {"command", trace_.command}}},
+                {"config", {{"backend", a_.backend},
+                            {"topology", topology_},
+                            {"world_size", world_},
+                            {"workers", workers_},
+                            {"local_replicas", local_},
+                            {"scaling", scaling_ == Scaling::Weak ? "weak" : "strong"},
+                            {"overlap", overlap_ == Overlap::None ? "none" : "backward"},
+                            {"algo", a_.algo},
+                            {"warmup", a_.warmup}}},
+                {"summary", {{"recorded_step_s", s.recordedStep},
+                             {"replayed_step_s", s.replayedStep},
+                             {"compute_s", s.compute},
+                             {"comm_s", s.comm},
+                             {"exposed_comm_s", s.exposed},
+                             {"one_replica_step_s", s.oneReplicaStep},
+                             {"scaling_efficiency", s.efficiency},
+                             {"speedup", s.speedup},
+                             {"wrong", wrong_}}},
+                {"recorded_steps", stepsJson(recordedSteps())},
+                {"steps", stepsJson(replayedSteps())},
+                {"events", events}};
+  }
+
+  std::size_t wrong() const { return wrong_; }
+
+ private:
+  struct Summary {
+    double recordedStep = 0, replayedStep = 0, compute = 0, comm = 0, exposed = 0;
+    double oneReplicaStep = 0, efficiency = 0, speedup = 0;
+  };
+
+  Summary summary() const {
+    const auto rec = recordedSteps();
+    const auto rep = replayedSteps();
+    Summary s;
+    s.recordedStep = meanStep(rec, &StepStats::seconds);
+    s.replayedStep = meanStep(rep, &StepStats::seconds);
+    s.compute = meanStep(rep, &StepStats::compute);
+    s.comm = meanStep(rep, &StepStats::comm);
+    s.exposed = meanStep(rep, &StepStats::exposed);
+    // One replica communicates nothing: its step is the compute alone, of one replica's batch (weak) or of the whole
+    // global batch (strong).
+    s.oneReplicaStep = scaling_ == Scaling::Weak ? s.compute : s.compute * world_;
+    if (s.replayedStep > 0) {
+      s.speedup = s.oneReplicaStep / s.replayedStep;
+      s.efficiency = scaling_ == Scaling::Weak ? s.speedup : s.speedup / world_;
+    }
+    return s;
+  }
+
+  std::vector<StepStats> recordedSteps() const {
+    const auto& ev = trace_.events;
+    return stepStats(ev.size(), [&](std::size_t i) {
+      return std::tuple(ev[i].step, ev[i].computeGapSeconds, ev[i].startSeconds, ev[i].endSeconds);
+    });
+  }
+  std::vector<StepStats> replayedSteps() const {
+    return stepStats(events_.size(), [&](std::size_t i) {
+      const ReplayEvent& e = events_[i];
+      return std::tuple(e.recorded->step, e.gap, e.start, e.end);
+    });
+  }
+
+  int groupSize(const std::string& group) const {
+    if (group == kTraceGroupReplicas) return world_;
+    if (group == kTraceGroupWorkers) return workers_;
+    return local_;
+  }
+
+  ReplayEvent plan(const TraceEvent& e) {
+    ReplayEvent r;
+    r.recorded = &e;
+    r.group = e.group;
+    const int n = groupSize(e.group);
+    r.bytes = e.bytes;
+    // All-gather inputs are per-replica values, which shrink with the per-replica batch under strong scaling; the
+    // other kinds carry model-sized buffers (gradients, variables) that do not depend on the replica count.
+    if (e.kind == Collective::AllGather && scaling_ == Scaling::Strong) {
+      const std::size_t es = dtypeSize(e.dtype);
+      r.bytes = static_cast<std::size_t>(std::llround(static_cast<double>(e.bytes / es) * computeScale_)) * es;
+    }
+    r.spec = CollectiveSpec{e.kind, n, countFor(e.kind, r.bytes, e.dtype, n), e.dtype, e.op,
+                            rooted(e.kind) ? std::min(e.root, n - 1) : 0};
+    r.gap = e.computeGapSeconds * computeScale_;
+    if (n > 1) r.algorithm = chooseFor(e, r.spec);
+    return r;
+  }
+
+  std::string chooseFor(const TraceEvent& e, const CollectiveSpec& spec) const {
+    std::string want = a_.algo == "trace" ? e.algorithm : a_.algo;
+    if (want.empty() || want == "auto") return chooseAlgorithm(spec).algorithm;
+    try {
+      const AlgorithmInfo& info = findAlgorithm(spec.kind, want);
+      // A library's own call runs only on that library's backend: elsewhere the replay uses collbench's choice.
+      if (info.native && want.rfind(a_.backend, 0) != 0) return chooseAlgorithm(spec).algorithm;
+      return info.name;
+    } catch (const Error&) {
+      if (a_.algo != "trace") throw;  // the user named it: a typo must not silently run something else
+      return chooseAlgorithm(spec).algorithm;
+    }
+  }
+
+  Backend& backendFor(int n) {
+    auto it = backends_.find(n);
+    if (it != backends_.end()) return *it->second;
+    BackendOptions opts;
+    if (!topology_.empty()) opts["topology"] = topology_;
+    return *backends_.emplace(n, makeBackend(a_.backend, n, opts)).first->second;
+  }
+
+  AlgoParams paramsFor(int n) {
+    AlgoParams p;
+    if (!topology_.empty()) {
+      if (!topo_) topo_ = std::make_unique<Topology>(loadTopology(topology_));
+      if (static_cast<int>(topo_->ranks.size()) >= n) p.rankHost = rankHosts(*topo_, n);
+    }
+    if (p.rankHost.empty()) {
+      // Without a topology, replicas sit on their workers as in the trace: replica r on worker r / local.
+      for (int r = 0; r < n; ++r) p.rankHost.push_back(n == world_ ? r / local_ : r);
+    }
+    return p;
+  }
+
+  void duration(ReplayEvent& e) {
+    if (e.algorithm.empty()) return;  // a one-rank group: nothing to move
+    const CollectiveSpec& s = e.spec;
+    const auto key = std::tuple(static_cast<int>(s.kind), s.count, static_cast<int>(s.dtype), static_cast<int>(s.op),
+                                s.root, s.nranks, e.algorithm);
+    Backend& b = backendFor(s.nranks);
+    auto sched = schedules_.find(key);
+    if (sched == schedules_.end()) sched = schedules_.emplace(key, buildSchedule(s, e.algorithm, paramsFor(s.nranks))).first;
+    const bool first = !seen_.count(key);
+    seen_.insert(key);
+    if (!b.movesData()) {
+      // A simulator returns the same time for the same schedule: simulate each distinct collective once.
+      auto t = simulated_.find(key);
+      if (t == simulated_.end()) {
+        Buffers none(static_cast<std::size_t>(s.nranks));
+        t = simulated_.emplace(key, b.run(sched->second, none, RunOptions{1, 0, a_.timeoutSeconds}).seconds).first;
+      }
+      e.end = t->second;  // holds the duration until timeline()
+      return;
+    }
+    auto bufs = buffers_.find(key);
+    if (bufs == buffers_.end()) bufs = buffers_.emplace(key, std::make_unique<RankBufferSet>(s, false)).first;
+    if (a_.check) bufs->second->fill();
+    const RunResult r = b.run(sched->second, bufs->second->views(), RunOptions{1, first ? a_.warmup : 0, a_.timeoutSeconds});
+    if (a_.check) {
+      e.wrong = bufs->second->countWrong();
+      wrong_ += e.wrong;
+    }
+    // A collective is over when its slowest rank is done.
+    e.end = r.rankSeconds.empty() ? r.seconds : *std::max_element(r.rankSeconds.begin(), r.rankSeconds.end());
+  }
+
+  /// Places the collectives on the clock (docs/trace-format.md "Replay"): one collective at a time in trace order;
+  /// the compute before one starts when the previous collective ended (overlap none, and at every step boundary:
+  /// the optimizer needs all gradients) or, within a step under overlap backward, when the previous one was issued.
+  void timeline() {
+    double compute = 0, commEnd = 0;
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      ReplayEvent& e = events_[i];
+      const double d = e.end;
+      const bool newStep = i == 0 || e.recorded->step != events_[i - 1].recorded->step;
+      if (overlap_ == Overlap::None || newStep) compute = std::max(compute, commEnd);
+      compute += e.gap;
+      e.start = std::max(compute, commEnd);
+      e.end = e.start + d;
+      commEnd = e.end;
+    }
+  }
+
+  using Key = std::tuple<int, std::size_t, int, int, int, int, std::string>;
+  const ReplayArgs& a_;
+  Trace trace_;
+  Scaling scaling_ = Scaling::Weak;
+  Overlap overlap_ = Overlap::None;
+  int world_ = 1, local_ = 1, workers_ = 1;
+  double computeScale_ = 1;
+  std::string topology_;
+  std::unique_ptr<Topology> topo_;
+  std::vector<ReplayEvent> events_;
+  std::map<int, std::unique_ptr<Backend>> backends_;
+  std::map<Key, Schedule> schedules_;
+  std::map<Key, double> simulated_;
+  std::map<Key, std::unique_ptr<RankBufferSet>> buffers_;
+  std::set<Key> seen_;
+  std::size_t wrong_ = 0;
+};
+
+int run(const ReplayArgs& a) {
+  if (!a.output.empty() && std::filesystem::exists(a.output) && !a.force) {
+    throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it", a.output));
+  }
+  Replayer r(a, readTrace(a.trace));
+  r.run();
+  r.print(stdout);
+  if (!a.output.empty()) {
+    std::ofstream f(a.output);
+    if (!f || !(f << r.toJsonDoc().dump(2) << '\n')) {
+      throw Error(Errc::InvalidArgument, fmt::format("cannot write output file '{}'", a.output));
+    }
+  }
+  return r.wrong() > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+void addReplayCommand(CLI::App& app, int& exitCode) {
+  auto a = std::make_shared<ReplayArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "replay", "run a trace's collectives with its compute gaps on a backend (optionally at another world size)");
+  cmd->add_option("trace", a->trace, "trace file (collbench train --trace, collbench workload)")->required();
+  cmd->add_option("--backend", a->backend, "sim | host | gloo | nccl")->required();
+  cmd->add_option("--topology", a->topology, "topology for the simulator (default: the trace's, else the sim default)");
+  cmd->add_option("--world-size", a->worldSize, "replicas to replay on (default: the trace's)")->default_val(0);
+  cmd->add_option("--scaling", a->scaling,
+                  "weak: per-replica work stays (gaps kept); strong: global batch stays (gaps x N/M)")
+      ->default_val("weak");
+  cmd->add_option("--overlap", a->overlap,
+                  "auto | none (compute waits for each collective) | backward (compute continues within a step)")
+      ->default_val("auto");
+  cmd->add_option("--algo", a->algo, "trace (the recorded algorithm where this backend has it) | auto | a name")
+      ->default_val("trace");
+  cmd->add_option("--warmup", a->warmup, "untimed runs of each distinct collective before its first timed one")
+      ->default_val(1);
+  cmd->add_flag("--check", a->check, "check results of real backends (exit 1 if any are wrong)");
+  cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")
+      ->default_val(kDefaultTimeoutSeconds);
+  cmd->add_option("-J,--output", a->output, "write the replayed timeline and summary as JSON (collbench-replay)");
+  cmd->add_flag("--force", a->force, "overwrite an existing -J file");
+  cmd->callback([a, &exitCode] { exitCode = run(*a); });
+}
+
+}  // namespace collbench::cli

@@ -1,0 +1,144 @@
+// `collbench sim`: one collective on a simulated topology: time, algbw, busbw, and optionally a Perfetto timeline.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "collbench/error.h"
+#include "collbench/selector.h"
+#include "collbench/units.h"
+#include "commands.h"
+#include "perf_runner.h"
+#include "sim_backend.h"
+
+namespace collbench::cli {
+extern std::string gCommandLine;
+
+namespace {
+
+void refuseExisting(const std::string& path, bool force, const char* what) {
+  if (!path.empty() && !force && std::filesystem::exists(path)) {
+    throw Error(Errc::InvalidArgument, fmt::format("{} file '{}' exists; pass --force to overwrite it", what, path));
+  }
+}
+
+}  // namespace
+
+void addSimCommand(CLI::App& app, int& exitCode) {
+  struct Args {
+    std::string topology = sim::kDefaultTopology, collective = "all_reduce", algo = "auto", bytes = "32M";
+    std::string dtype = "float", op = "sum", chunk = "0", model = "CM02", mode = "auto", timeline;
+    std::vector<std::string> sets;
+    int ranks = 0, root = 0, channels = 1;
+    bool crossTraffic = false, force = false, json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("sim", "simulate one collective on a topology (SimGrid): time, algbw, busbw");
+  cmd->add_option("--topology", a->topology, "topology file or shipped name")->default_str(sim::kDefaultTopology);
+  cmd->add_option("--collective", a->collective, "all_reduce | reduce_scatter | all_gather | broadcast | reduce")
+      ->default_str("all_reduce");
+  cmd->add_option("--algo", a->algo, "algorithm name or auto")->default_str("auto");
+  cmd->add_option("--bytes", a->bytes, "message size as nccl-tests counts it (K/M/G suffixes)")->default_str("32M");
+  cmd->add_option("-g,--ranks", a->ranks, "ranks to use (default: all of the topology's)");
+  cmd->add_option("-d,--datatype", a->dtype, "float | double | half | bfloat16 | int32 | int64")->default_str("float");
+  cmd->add_option("-o,--op", a->op, "sum | prod | min | max | avg")->default_str("sum");
+  cmd->add_option("-r,--root", a->root, "root rank for broadcast and reduce")->default_str("0");
+  cmd->add_option("--channels", a->channels, "parallel channels")->default_str("1");
+  cmd->add_option("--chunk-bytes", a->chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
+  cmd->add_option("--model", a->model, "network model: CM02 (max-min, exact alpha-beta) | LV08 (calibrated TCP)")
+      ->default_str("CM02");
+  cmd->add_flag("--crosstraffic", a->crossTraffic, "add SimGrid's reverse acknowledgement flows");
+  cmd->add_option("--mode", a->mode, "auto | exact | aggregated (see sim_backend.h)")->default_str("auto");
+  cmd->add_option("--set", a->sets, "topology override k=v, e.g. link.nic.bandwidth_GBps=50 (repeatable)");
+  cmd->add_option("--timeline", a->timeline, "write a Chrome-trace/Perfetto JSON of every op");
+  cmd->add_flag("--force", a->force, "overwrite an existing --timeline file");
+  cmd->add_flag("--json", a->json, "print the result as JSON");
+  cmd->callback([a, &exitCode] {
+    refuseExisting(a->timeline, a->force, "timeline");
+    std::string overrides;
+    for (const std::string& s : a->sets) overrides += s + ";";
+    Topology topo = sim::loadTopologyWithOverrides(a->topology, overrides);
+    sim::SimConfig cfg;
+    cfg.model = sim::parseNetworkModel(a->model);
+    cfg.crossTraffic = a->crossTraffic;
+    cfg.mode = sim::parseSimMode(a->mode);
+    cfg.timeline = !a->timeline.empty();
+    if (a->ranks < 0) throw Error(Errc::InvalidArgument, fmt::format("-g/--ranks must be >= 1, got {}", a->ranks));
+    const std::string fp = fingerprint(topo), topoName = topo.name;
+    const sim::Simulator simulator(std::move(topo), a->ranks, cfg);
+    const int n = simulator.nranks();
+
+    CollectiveSpec spec;
+    spec.kind = parseCollective(a->collective);
+    if (spec.kind == Collective::Barrier) throw Error(Errc::InvalidArgument, "sim does not time barrier (no bytes)");
+    spec.nranks = n;
+    spec.dtype = parseDType(a->dtype);
+    spec.op = parseReduceOp(a->op);
+    spec.root = a->root;
+    const std::size_t bytes = parseBytes(a->bytes, "--bytes");
+    spec.count = countForSize(spec.kind, bytes, spec.elementSize(), n);
+    AlgoParams params;
+    params.chunkBytes = parseBytes(a->chunk, "--chunk-bytes");
+    params.channels = a->channels;
+    params.rankHost = rankHosts(simulator.topology(), n);
+    checkSpec(spec, params);
+    const Choice choice = a->algo == "auto" ? chooseAlgorithm(spec) : Choice{a->algo, "forced by --algo"};
+
+    const sim::SimResult r = simulator.runAlgorithm(spec, choice.algorithm, params);
+    const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
+    const double algbw = r.seconds > 0 ? static_cast<double>(rowBytes) / r.seconds / 1e9 : 0;
+    const double busbw = algbw * busBandwidthFactor(spec.kind, n);
+    if (a->json) {
+      const nlohmann::json doc = {{"format", "collbench-sim"},
+                                  {"version", 1},
+                                  {"tool", std::string("collbench ") + COLLBENCH_VERSION},
+                                  {"command_line", gCommandLine},
+                                  {"topology", topoName},
+                                  {"topology_fingerprint", fp},
+                                  {"model", sim::toString(cfg.model)},
+                                  {"collective", toString(spec.kind)},
+                                  {"algorithm", choice.algorithm},
+                                  {"ranks", n},
+                                  {"bytes", rowBytes},
+                                  {"count", spec.count},
+                                  {"datatype", toString(spec.dtype)},
+                                  {"time_us", r.seconds * 1e6},
+                                  {"algbw_GBps", algbw},
+                                  {"busbw_GBps", busbw},
+                                  {"method", r.method},
+                                  {"exact", r.exact},
+                                  {"note", r.note},
+                                  {"ops", r.ops},
+                                  {"transfers", r.transfers},
+                                  {"simulated_activities", r.simulatedActivities},
+                                  {"wall_s", r.wallSeconds}};
+      fmt::print("{}\n", doc.dump(2));
+    } else {
+      fmt::print("# collbench {} sim: {} {} on {} ranks of {} ({}), {}\n", COLLBENCH_VERSION, toString(spec.kind),
+                 choice.algorithm, n, topoName, fp, sim::toString(cfg.model));
+      fmt::print("size      {} B ({} x {}, {})\n", rowBytes, rowBytes / spec.elementSize(), toString(spec.dtype),
+                 spec.reduces() ? toString(spec.op) : "no reduction");
+      fmt::print("time      {:.3f} us\n", r.seconds * 1e6);
+      fmt::print("algbw     {:.2f} GB/s\n", algbw);
+      fmt::print("busbw     {:.2f} GB/s\n", busbw);
+      fmt::print("method    {}{}{}\n", r.method, r.exact ? "" : " (approximate)", r.note.empty() ? "" : ": " + r.note);
+      fmt::print("work      {} ops, {} transfers, {} SimGrid activities, {:.3f} s wall\n", r.ops, r.transfers,
+                 r.simulatedActivities, r.wallSeconds);
+    }
+    if (!a->timeline.empty()) {
+      std::ofstream f(a->timeline);
+      if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write timeline file '{}'", a->timeline));
+      sim::writeTimeline(f, r,
+                         fmt::format("{} {} {} ranks {} B on {}", toString(spec.kind), choice.algorithm, n, rowBytes,
+                                     topoName));
+      if (isatty(STDERR_FILENO)) fmt::print(stderr, "timeline: {} spans written to {}\n", r.spans.size(), a->timeline);
+    }
+    exitCode = 0;
+  });
+}
+
+}  // namespace collbench::cli

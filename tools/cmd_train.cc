@@ -1,0 +1,209 @@
+// `collbench train`: the MultiWorkerMirroredStrategy example (strategy/train_example.h) on N replicas, with a
+// trace of every collective it issued (--trace) and its final weights (--weights-out).
+//
+// Threads mode (default): --workers simulated workers x --local-replicas replicas, all in this process.
+// Processes mode: one process per worker, started by `collbench launch -n N -- collbench train --mode processes`
+// (or Slurm, mpirun, or TF_CONFIG by hand); the cluster comes from the environment and the cross-worker collectives
+// run on a process backend (gloo). Each process prints its own log; the chief writes --weights-out, and --trace is
+// written by the chief, or by every worker when the path holds "{rank}".
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "collbench/error.h"
+#include "collbench/strategy/multi_worker_mirrored_strategy.h"
+#include "collbench/strategy/train_example.h"
+#include "commands.h"
+#include "world_options.h"
+
+namespace collbench::cli {
+extern std::string gCommandLine;
+
+namespace {
+
+using nlohmann::json;
+using namespace collbench::strategy;
+
+/// Synthetic cluster addresses of threads-mode workers (never contacted: every worker is a thread group here).
+constexpr int kThreadsModeBasePort = 23456;
+
+struct TrainArgs {
+  TrainConfig config;
+  std::string mode = "threads";
+  int workers = 1;
+  int localReplicas = 1;
+  std::string backend;
+  std::string implementation = "auto";
+  std::int64_t bytesPerPack = 0;
+  double timeoutSeconds = 0;
+  std::string shardPolicy = "data";
+  std::string hierarchy = "auto";
+  bool simulate = false;
+  std::string topology;
+  std::string trace;
+  std::string weightsOut;
+  int logEvery = 10;
+  bool force = false;
+};
+
+void checkWritable(const std::string& path, bool force, const char* flag) {
+  if (!path.empty() && std::filesystem::exists(path) && !force) {
+    throw Error(Errc::InvalidArgument, fmt::format("{} file '{}' exists; pass --force to overwrite it", flag, path));
+  }
+}
+
+std::shared_ptr<const ClusterResolver> threadsCluster(int workers) {
+  if (workers == 1) return std::make_shared<SimpleClusterResolver>(SimpleClusterResolver::singleWorker());
+  ClusterSpec spec;
+  for (int w = 0; w < workers; ++w) spec.jobs["worker"].push_back(fmt::format("localhost:{}", kThreadsModeBasePort + w));
+  return std::make_shared<SimpleClusterResolver>(spec, "worker", 0);
+}
+
+void writeWeights(const TrainResult& r, const TrainArgs& a, const MultiWorkerMirroredStrategy& s) {
+  json weights = json::object();
+  for (std::size_t k = 0; k < r.weights.size(); ++k) {
+    weights[r.names[k]] = {{"shape", r.weights[k].shape()}, {"values", r.weights[k].toDoubles()}};
+  }
+  json j = {{"format", "collbench-weights"},
+            {"version", 1},
+            {"tool", std::string("collbench ") + COLLBENCH_VERSION},
+            {"command", gCommandLine},
+            {"replicas_in_sync", s.numReplicasInSync()},
+            {"steps", a.config.steps},
+            {"final_loss", r.log.empty() ? 0.0 : r.log.back().loss},
+            {"names", r.names},
+            {"weights", weights}};
+  std::ofstream out(a.weightsOut);
+  if (!out) throw Error(Errc::InvalidArgument, fmt::format("cannot write --weights-out file '{}'", a.weightsOut));
+  out << j.dump(2) << '\n';
+}
+
+void runTrain(const TrainArgs& a) {
+  a.config.validate();
+  if (a.workers < 1) throw Error(Errc::InvalidArgument, fmt::format("--workers must be >= 1, got {}", a.workers));
+  if (a.localReplicas < 1) {
+    throw Error(Errc::InvalidArgument, fmt::format("--local-replicas must be >= 1, got {}", a.localReplicas));
+  }
+  if (a.logEvery < 1) throw Error(Errc::InvalidArgument, fmt::format("--log-every must be >= 1, got {}", a.logEvery));
+  TrainConfig config = a.config;
+  config.shardPolicy = parseAutoShardPolicy(a.shardPolicy);
+
+  CommunicationOptions comm;
+  comm.implementation = parseCommunicationImplementation(a.implementation);
+  comm.bytesPerPack = a.bytesPerPack;
+  if (a.timeoutSeconds != 0) comm.timeoutSeconds = a.timeoutSeconds;
+  comm.validate();
+
+  StrategyOptions opts;
+  opts.mode = parseExecutionMode(a.mode);
+  opts.localReplicas = a.localReplicas;
+  opts.backend = a.backend;
+  opts.simulate = a.simulate;
+  opts.topology = a.topology;
+  if (a.hierarchy == "auto") {
+    opts.hierarchy = HierarchyMode::Auto;
+  } else if (a.hierarchy == "flat") {
+    opts.hierarchy = HierarchyMode::Flat;
+  } else if (a.hierarchy == "hierarchical") {
+    opts.hierarchy = HierarchyMode::Hierarchical;
+  } else {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--hierarchy \"{}\" is not one of auto, flat, hierarchical", a.hierarchy));
+  }
+  std::shared_ptr<const ClusterResolver> resolver;
+  if (opts.mode == ExecutionMode::Processes) {
+    if (a.workers != 1) {
+      throw Error(Errc::InvalidArgument,
+                  "--workers is for threads mode; in processes mode the cluster comes from the environment (collbench "
+                  "launch, TF_CONFIG, Slurm or MPI)");
+    }
+    resolver = makeClusterResolverFromEnvironment();
+    if (opts.backend.empty()) opts.backend = "gloo";
+    if (isProcessBackend(opts.backend) && resolver->numWorkers() > 1) opts.backendOptions = processWorldOptions();
+  } else {
+    resolver = threadsCluster(a.workers);
+  }
+
+  const bool chief = resolver->isChief();
+  const int rank = resolver->rank();
+  const bool traceAll = a.trace.find("{rank}") != std::string::npos;
+  std::string tracePath = a.trace;
+  if (traceAll) tracePath.replace(tracePath.find("{rank}"), 6, std::to_string(rank));
+  if (chief || traceAll) checkWritable(tracePath, a.force, "--trace");
+  if (chief) checkWritable(a.weightsOut, a.force, "--weights-out");
+
+  MultiWorkerMirroredStrategy strategy(comm, resolver, opts);
+  const std::int64_t perReplica = config.globalBatch / strategy.numReplicasInSync();
+  std::printf("# collbench train: %s, %lld features, %lld classes, %lld examples, global batch %lld (%s%lld per "
+              "replica)\n",
+              config.hidden ? fmt::format("MLP with {} hidden units", config.hidden).c_str() : "softmax regression",
+              static_cast<long long>(config.features), static_cast<long long>(config.classes),
+              static_cast<long long>(config.examples), static_cast<long long>(config.globalBatch),
+              config.globalBatch % strategy.numReplicasInSync() ? "about " : "", static_cast<long long>(perReplica));
+  std::printf("# %d worker(s) x %d local replica(s) = %d replicas in sync; %s mode, %s all-reduce%s; worker %d%s\n",
+              strategy.numWorkers(), strategy.localReplicas(), strategy.numReplicasInSync(), a.mode.c_str(),
+              strategy.hierarchical() ? "hierarchical" : "flat", a.simulate ? " (simulated timing)" : "", rank,
+              chief ? " (chief)" : "");
+  std::printf("# %s; %s\n", comm.describe().c_str(), strategy.implementationChoice().reason.c_str());
+  std::printf("#%7s %12s %10s\n", "step", "loss", "accuracy");
+  std::fflush(stdout);
+  const TrainResult result = trainExample(strategy, config, [&](const TrainStepLog& l) {
+    if (l.step % a.logEvery == 0 || l.step + 1 == config.steps) {
+      std::printf("%8d %12.6f %10.4f\n", l.step, l.loss, l.accuracy);
+      std::fflush(stdout);
+    }
+  });
+  const Trace trace = strategy.trace();
+  if (!tracePath.empty() && (chief || traceAll)) strategy.writeTrace(tracePath, gCommandLine);
+  if (!a.weightsOut.empty() && chief) writeWeights(result, a, strategy);
+  double commSeconds = 0;
+  for (const TraceEvent& e : trace.events) commSeconds += e.endSeconds - e.startSeconds;
+  std::printf("# %d steps, final loss %.6f; %zu collectives, %.3f s in collectives%s%s\n", config.steps,
+              result.log.empty() ? 0.0 : result.log.back().loss, trace.events.size(), commSeconds,
+              tracePath.empty() || !(chief || traceAll) ? "" : fmt::format("; trace {}", tracePath).c_str(),
+              a.weightsOut.empty() || !chief ? "" : fmt::format("; weights {}", a.weightsOut).c_str());
+}
+
+}  // namespace
+
+void addTrainCommand(CLI::App& app, int& exitCode) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "train a small model with MultiWorkerMirroredStrategy on N replicas and trace its collectives");
+  cmd->add_option("--mode", a->mode, "threads (every replica in this process) | processes (one per worker)")
+      ->default_val("threads");
+  cmd->add_option("--workers", a->workers, "threads mode: simulated workers")->default_val(1);
+  cmd->add_option("-n,--local-replicas", a->localReplicas, "replicas per worker (CPU)")->default_val(1);
+  cmd->add_option("--backend", a->backend, "backend (default host in threads mode, gloo in processes mode)");
+  cmd->add_option("--steps", a->config.steps, "training steps")->default_val(a->config.steps);
+  cmd->add_option("-b,--global-batch", a->config.globalBatch, "global batch size")->default_val(a->config.globalBatch);
+  cmd->add_option("--examples", a->config.examples, "synthetic examples")->default_val(a->config.examples);
+  cmd->add_option("--features", a->config.features, "input features")->default_val(a->config.features);
+  cmd->add_option("--classes", a->config.classes, "classes")->default_val(a->config.classes);
+  cmd->add_option("--hidden", a->config.hidden, "hidden units (0: softmax regression)")->default_val(a->config.hidden);
+  cmd->add_option("--lr", a->config.learningRate, "SGD learning rate")->default_val(a->config.learningRate);
+  cmd->add_option("--seed", a->config.seed, "data and initialisation seed")->default_val(a->config.seed);
+  cmd->add_option("--implementation", a->implementation, "CommunicationOptions.implementation: auto | ring | nccl")
+      ->default_val("auto");
+  cmd->add_option("--bytes-per-pack", a->bytesPerPack, "CommunicationOptions.bytes_per_pack (0: one pack)")
+      ->default_val(0);
+  cmd->add_option("--timeout", a->timeoutSeconds, "CommunicationOptions.timeout_seconds (0: none)")->default_val(0);
+  cmd->add_option("--shard-policy", a->shardPolicy, "AutoShardPolicy of the dataset: auto | file | data | off")
+      ->default_val("data");
+  cmd->add_option("--hierarchy", a->hierarchy, "all-reduce: auto | flat | hierarchical")->default_val("auto");
+  cmd->add_flag("--simulate", a->simulate, "time the collectives on the simulator (threads mode; needs --topology)");
+  cmd->add_option("--topology", a->topology, "topology file or shipped name for --simulate");
+  cmd->add_option("--trace", a->trace, "write the collective trace here (\"{rank}\" in the path: one per worker)");
+  cmd->add_option("--weights-out", a->weightsOut, "write the final weights as JSON (chief)");
+  cmd->add_option("--log-every", a->logEvery, "print the loss every N steps")->default_val(10);
+  cmd->add_flag("--force", a->force, "overwrite existing --trace / --weights-out files");
+  cmd->callback([a, &exitCode] {
+    runTrain(*a);
+    exitCode = 0;
+  });
+}
+
+}  // namespace collbench::cli

@@ -1,0 +1,561 @@
+// `collbench tune`: sweeps algorithm x chunk_bytes x channels x sizes x rank counts on a backend and writes a tuning
+// table (tuning.h) with provenance; `--export nccl-tuner FILE` also sweeps NCCL's algorithms x protocols x channels
+// (on the hardware, or as the simulator / NCCL's own model sees them) and writes NCCL's tuner plugin CSV.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "collbench/algorithms.h"
+#include "collbench/cost_model.h"
+#include "collbench/error.h"
+#include "collbench/topology.h"
+#include "collbench/tuning.h"
+#include "collbench/units.h"
+#include "commands.h"
+#include "environment.h"
+#include "perf_runner.h"
+#include "world_options.h"
+
+namespace collbench::cli {
+extern std::string gCommandLine;
+
+namespace {
+
+/// Pseudo-backend: the cost model instead of measurements (huge rank counts, machines without the simulator).
+constexpr const char* kModelBackend = "model";
+/// Default NCCL channel counts swept for the export: H100 NCCL uses up to 32 channels (NCCL_MAX_NCHANNELS).
+constexpr const char* kDefaultNcclChannels = "2,8,16,32";
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int> intList(const std::string& s, const char* what, int lo) {
+  std::vector<int> out;
+  for (const std::string& item : splitList(s)) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < lo) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("{}: '{}' is not an integer >= {}", what, printable(item), lo));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw Error(Errc::InvalidArgument, fmt::format("{}: empty list", what));
+  return out;
+}
+
+std::vector<std::size_t> bytesList(const std::string& s, const char* what) {
+  std::vector<std::size_t> out;
+  for (const std::string& item : splitList(s)) out.push_back(parseBytes(item, what));
+  if (out.empty()) throw Error(Errc::InvalidArgument, fmt::format("{}: empty list", what));
+  return out;
+}
+
+void refuseOverwrite(const std::string& path, bool force, const char* flag) {
+  if (!path.empty() && std::filesystem::exists(path) && !force) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{} '{}' exists; pass --force to overwrite it", flag, printable(path)));
+  }
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(path)));
+  f << text;
+}
+
+std::string utcNow() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// "\r[k/n] what" on stderr when it is a terminal (DESIGN.md: progress never mixes with results).
+class Progress {
+ public:
+  explicit Progress(std::size_t total) : total_(total), tty_(isatty(STDERR_FILENO) != 0) {}
+  void step(const std::string& what) {
+    ++done_;
+    if (tty_) std::fprintf(stderr, "\r\033[Ktune: [%zu/%zu] %s", done_, total_, what.c_str());
+  }
+  ~Progress() {
+    if (tty_ && done_ > 0) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  std::size_t total_, done_ = 0;
+  bool tty_;
+};
+
+struct TuneArgs {
+  std::string backend = "sim", topology, output, exportKind, exportFile, from, library;
+  std::string collectives = "all_reduce", algos, ranks, chunks = "0,128K,2M", channels = "1,2,4";
+  std::string ncclChannels = kDefaultNcclChannels;
+  std::string minBytes = "1K", maxBytes = "1G", dtype = "float";
+  double factor = 4;
+  int iters = 20, warmup = 1, repeats = 3;
+  double timeoutSeconds = kDefaultTimeoutSeconds;
+  bool force = false;
+};
+
+struct Point {
+  Collective collective;
+  int nranks;
+  std::size_t bytes;  // table key (nccl-tests size)
+  CollectiveSpec spec;
+};
+
+/// The sweep's points for one rank count: sizes as nccl-tests walks them, keyed by the row size perf prints.
+std::vector<Point> pointsFor(const std::vector<Collective>& colls, int n, const std::vector<std::size_t>& sizes,
+                             DType dtype) {
+  std::vector<Point> out;
+  for (Collective c : colls) {
+    for (std::size_t b : sizes) {
+      CollectiveSpec spec{c, n, countForSize(c, b, dtypeSize(dtype), n), dtype};
+      const std::size_t key = std::max(spec.inputBytes(), spec.outputBytes());
+      if (spec.count == 0) continue;
+      out.push_back({c, n, key, spec});
+    }
+  }
+  return out;
+}
+
+/// Keeps the fastest configuration of each algorithm, fastest algorithm first.
+void addBest(TuningEntry& e, const TuningCandidate& k) {
+  for (TuningCandidate& have : e.candidates) {
+    if (have.algorithm == k.algorithm && have.protocol == k.protocol) {
+      if (k.timeUs < have.timeUs) have = k;
+      return;
+    }
+  }
+  e.candidates.push_back(k);
+}
+
+void sortEntry(TuningEntry& e) {
+  std::stable_sort(e.candidates.begin(), e.candidates.end(),
+                   [](const auto& a, const auto& b) { return a.timeUs < b.timeUs; });
+}
+
+std::string ncclAlgoEnv(NcclAlgo a) { return a == NcclAlgo::Tree ? "Tree" : "Ring"; }
+std::string ncclProtoEnv(NcclProto p) {
+  switch (p) {
+    case NcclProto::LL: return "LL";
+    case NcclProto::LL128: return "LL128";
+    case NcclProto::Simple: return "Simple";
+  }
+  return "Simple";
+}
+
+/// Sets environment variables for one scope and restores them (NCCL reads NCCL_ALGO and friends at comm init).
+class ScopedEnv {
+ public:
+  void set(const std::string& k, const std::string& v) {
+    if (!saved_.count(k)) {
+      const char* old = std::getenv(k.c_str());
+      saved_[k] = old ? std::optional<std::string>(old) : std::nullopt;
+    }
+    setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : saved_) {
+      if (v) setenv(k.c_str(), v->c_str(), 1);
+      else unsetenv(k.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+class Tuner {
+ public:
+  Tuner(const TuneArgs& a) : a_(a) {
+    if (!a.topology.empty()) topo_ = loadTopology(a.topology);
+    dtype_ = parseDType(a.dtype);
+    for (const std::string& c : splitList(a.collectives)) {
+      const Collective k = parseCollective(c);
+      if (k == Collective::Barrier) throw Error(Errc::InvalidArgument, "tune does not time barrier (no bytes)");
+      colls_.push_back(k);
+    }
+    if (colls_.empty()) throw Error(Errc::InvalidArgument, "--collectives: empty list");
+    PerfConfig pc;
+    pc.minBytes = parseBytes(a.minBytes, "-b/--minbytes");
+    pc.maxBytes = parseBytes(a.maxBytes, "-e/--maxbytes");
+    if (!(a.factor > 1)) throw Error(Errc::InvalidArgument, fmt::format("-f/--stepfactor must be > 1, got {}", a.factor));
+    if (pc.minBytes > pc.maxBytes || pc.minBytes == 0) {
+      throw Error(Errc::InvalidArgument, fmt::format("sizes must satisfy 0 < -b ({}) <= -e ({})", pc.minBytes, pc.maxBytes));
+    }
+    pc.stepFactor = a.factor;
+    sizes_ = sizeSequence(pc);
+    chunks_ = bytesList(a.chunks, "--chunks");
+    channels_ = intList(a.channels, "--channels", 1);
+    ncclChannels_ = intList(a.ncclChannels, "--nccl-channels", 1);
+    const int topoRanks = topo_ ? static_cast<int>(topo_->ranks.size()) : 0;
+    if (!a.ranks.empty()) {
+      ranks_ = intList(a.ranks, "--ranks", 1);
+    } else if (topo_) {
+      for (int n = 2; n < topoRanks; n *= 2) ranks_.push_back(n);
+      ranks_.push_back(topoRanks);
+    } else {
+      ranks_ = {2, 4};
+    }
+    for (int n : ranks_) {
+      if (topo_ && n > topoRanks) {
+        throw Error(Errc::InvalidArgument, fmt::format("--ranks {}: topology '{}' has {} ranks", n,
+                                                       printable(topo_->name), topoRanks));
+      }
+    }
+    if (!a.algos.empty()) algoFilter_ = splitList(a.algos);
+    for (const std::string& f : algoFilter_) {  // typos fail loudly
+      bool found = false;
+      for (const auto& alg : algorithms()) {
+        found = found || (alg.name == f && !alg.native &&
+                          std::find(colls_.begin(), colls_.end(), alg.collective) != colls_.end());
+      }
+      if (!found) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("--algos: '{}' is not a schedule algorithm of the collectives swept", printable(f)));
+      }
+    }
+    if (isProcessBackend(a.backend)) {
+      // One rank per process: the world is fixed by the launcher, so is the rank count.
+      world_ = processWorldOptions();
+      const int world = std::stoi(world_.at("world"));
+      if (a.ranks.empty()) ranks_ = {world};
+      if (ranks_.size() != 1 || ranks_[0] != world) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("--ranks must be the world size {} for the process backend {}", world, a.backend));
+      }
+      localRank_ = std::stoi(world_.at("rank"));
+    }
+    mo_ = MeasureOptions{a.iters, a.warmup, a.repeats, a.timeoutSeconds};
+  }
+
+  bool writer() const { return localRank_ <= 0; }
+
+  TuningProvenance provenance() const {
+    TuningProvenance p;
+    p.tool = std::string("collbench ") + COLLBENCH_VERSION;
+    p.commandLine = gCommandLine;
+    p.backend = a_.backend;
+    p.host = hostName();
+    p.date = utcNow();
+    p.topology = topo_ ? topo_->name : "";
+    p.topologyFingerprint = topo_ ? fingerprint(*topo_) : "";
+    return p;
+  }
+
+  TuningSection newSection(std::string_view library) const {
+    TuningSection s;
+    s.topology = topo_ ? topo_->name : "";
+    s.fingerprint = topo_ ? fingerprint(*topo_) : "";
+    s.backend = a_.backend;
+    s.library = std::string(library);
+    return s;
+  }
+
+  int hostsOf(int n) const {
+    if (!topo_) return 1;
+    const std::vector<int> h = rankHosts(*topo_, n);
+    return *std::max_element(h.begin(), h.end()) + 1;
+  }
+
+  std::vector<std::string> algorithmsFor(Collective c, int n) const {
+    std::vector<std::string> out;
+    for (const auto& a : algorithms()) {
+      if (a.collective != c || a.native) continue;
+      if (!algoFilter_.empty() && std::find(algoFilter_.begin(), algoFilter_.end(), a.name) == algoFilter_.end()) continue;
+      if (a.name == "hierarchical") {
+        if (!topo_) continue;  // needs the hosts of the ranks
+        const CostModel m(*topo_, n);
+        if (!m.estimate(CollectiveSpec{c, n, 1024, dtype_}, a.name).supported) continue;  // unequal hosts
+      }
+      out.push_back(a.name);
+    }
+    return out;
+  }
+
+  std::unique_ptr<Backend> backendFor(int n, const std::string& topologyPath = "") const {
+    BackendOptions o = world_;
+    const std::string t = topologyPath.empty() ? a_.topology : topologyPath;
+    if (!t.empty()) o["topology"] = t;
+    return makeBackend(a_.backend, n, o);
+  }
+
+  /// collbench's algorithms on the backend (or the model).
+  TuningSection sweepCollbench() {
+    TuningSection sec = newSection(kLibraryCollbench);
+    std::size_t total = 0;
+    for (int n : ranks_) {
+      for (const Point& p : pointsFor(colls_, n, sizes_, dtype_)) {
+        for (const auto& a : algorithmsFor(p.collective, n)) total += sweepConfigs(p.collective, a, chunks_, channels_).size();
+      }
+    }
+    Progress progress(total);
+    for (int n : ranks_) {
+      const std::vector<int> hosts = topo_ ? rankHosts(*topo_, n) : std::vector<int>{};
+      std::unique_ptr<Backend> backend;
+      std::optional<CostModel> model;
+      if (a_.backend == kModelBackend) {
+        model.emplace(topo_ ? CostModel(*topo_, n) : CostModel::defaultFlat(n));
+      } else {
+        backend = backendFor(n);
+      }
+      for (const Point& p : pointsFor(colls_, n, sizes_, dtype_)) {
+        TuningEntry e{p.collective, n, hostsOf(n), p.bytes, {}};
+        for (const std::string& a : algorithmsFor(p.collective, n)) {
+          std::size_t lastOps = 0;
+          int lastChannels = 0;
+          for (const AlgoParams& params : sweepConfigs(p.collective, a, chunks_, channels_, hosts)) {
+            progress.step(fmt::format("{} n={} {} {} chunk {} x{}", toString(p.collective), n, formatBytes(p.bytes), a,
+                                      formatBytes(params.chunkBytes), params.channels));
+            double us = 0;
+            if (model) {
+              const Estimate est = model->estimate(p.spec, a, params);
+              if (!est.supported) continue;
+              us = est.terms.us;
+            } else {
+              const Schedule s = buildSchedule(p.spec, a, params);
+              // A chunk size at or above the data gives the schedule of chunk 0 again: measure it once.
+              if (s.totalOps() == lastOps && params.channels == lastChannels) continue;
+              lastOps = s.totalOps();
+              lastChannels = params.channels;
+              us = measureUs(*backend, s, mo_);
+            }
+            addBest(e, TuningCandidate{a, "", params.chunkBytes, params.channels, us});
+          }
+        }
+        if (e.candidates.empty()) continue;
+        sortEntry(e);
+        sec.entries.push_back(std::move(e));
+      }
+    }
+    return sec;
+  }
+
+  /// NCCL's algorithms x protocols x channels: on the nccl backend (NCCL_ALGO / NCCL_PROTO / NCCL_MIN_NCHANNELS /
+  /// NCCL_MAX_NCHANNELS), simulated (collbench's ring and tree on ncclProtocolTopology, plus NCCL's base latency),
+  /// or with NCCL's own model (backend "model").
+  TuningSection sweepNccl() {
+    TuningSection sec = newSection(kLibraryNccl);
+    const bool sim = a_.backend == "sim", hw = a_.backend == "nccl", mdl = a_.backend == kModelBackend;
+    if (!sim && !hw && !mdl) {
+      throw Error(Errc::InvalidArgument, fmt::format("--export nccl-tuner sweeps NCCL's algorithms: use --backend nccl "
+                                                     "(hardware), sim or model, not '{}'",
+                                                     printable(a_.backend)));
+    }
+    if ((sim || mdl) && !topo_) {
+      throw Error(Errc::InvalidArgument, "--export nccl-tuner with the simulator or the model needs --topology");
+    }
+    std::filesystem::path tmp;
+    if (sim) {
+      tmp = std::filesystem::temp_directory_path() / fmt::format("collbench-tune-{}", getpid());
+      std::filesystem::create_directories(tmp);
+    }
+    struct Cleanup {
+      std::filesystem::path p;
+      ~Cleanup() {
+        std::error_code ec;
+        if (!p.empty()) std::filesystem::remove_all(p, ec);
+      }
+    } cleanup{tmp};
+    std::size_t total = 0;
+    for (int n : ranks_) {
+      for (const Point& p : pointsFor(colls_, n, sizes_, dtype_)) {
+        total += (p.collective == Collective::AllReduce ? 2 : 1) * std::size(kNcclProtos) * ncclChannels_.size();
+      }
+    }
+    Progress progress(total);
+    for (int n : ranks_) {
+      const std::vector<int> hosts = topo_ ? rankHosts(*topo_, n) : std::vector<int>{};
+      const int nnodes = hostsOf(n);
+      std::map<std::pair<Collective, std::size_t>, TuningEntry> entries;
+      const std::vector<Point> points = pointsFor(colls_, n, sizes_, dtype_);
+      for (NcclAlgo algo : kNcclAlgos) {
+        for (NcclProto proto : kNcclProtos) {
+          for (int ch : ncclChannels_) {
+            std::unique_ptr<Backend> backend;
+            std::optional<ScopedEnv> env;
+            if (sim) {
+              const auto path = tmp / fmt::format("{}-{}-{}.json", toString(algo), toString(proto), ch);
+              writeFile(path.string(), toJson(ncclProtocolTopology(*topo_, algo, proto, ch)));
+              backend = backendFor(n, path.string());
+            } else if (hw) {
+              env.emplace();
+              env->set("NCCL_ALGO", ncclAlgoEnv(algo));
+              env->set("NCCL_PROTO", ncclProtoEnv(proto));
+              env->set("NCCL_MIN_NCHANNELS", std::to_string(ch));
+              env->set("NCCL_MAX_NCHANNELS", std::to_string(ch));
+              backend = backendFor(n);
+            }
+            const NcclMachine machine = topo_ ? ncclMachine(*topo_, n) : NcclMachine{};
+            for (const Point& p : points) {
+              if (algo == NcclAlgo::Tree && p.collective != Collective::AllReduce) continue;  // NCCL: tree is AR only
+              progress.step(fmt::format("nccl {} n={} {} {}/{} x{}", toString(p.collective), n, formatBytes(p.bytes),
+                                        toString(algo), toString(proto), ch));
+              double us = 0;
+              if (mdl) {
+                const auto t = ncclModelTimeUs(p.collective, algo, proto, ch, p.bytes, machine);
+                if (!t) continue;
+                us = *t;
+              } else if (sim) {
+                const std::string a = algo == NcclAlgo::Tree ? "tree" : "ring";
+                const Schedule s = buildSchedule(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts});
+                us = measureUs(*backend, s, mo_) + ncclBaseLatencyUs(algo, proto);
+              } else {
+                us = measureUs(*backend, buildSchedule(p.spec, "nccl"), mo_);
+              }
+              auto [it, fresh] = entries.try_emplace({p.collective, p.bytes},
+                                                     TuningEntry{p.collective, n, nnodes, p.bytes, {}});
+              (void)fresh;
+              it->second.candidates.push_back(
+                  TuningCandidate{std::string(toString(algo)), std::string(toString(proto)), 0, ch, us});
+            }
+          }
+        }
+      }
+      for (auto& [key, e] : entries) {
+        sortEntry(e);
+        sec.entries.push_back(std::move(e));
+      }
+    }
+    return sec;
+  }
+
+ private:
+  const TuneArgs& a_;
+  std::optional<Topology> topo_;
+  DType dtype_ = DType::F32;
+  std::vector<Collective> colls_;
+  std::vector<std::size_t> sizes_, chunks_;
+  std::vector<int> channels_, ncclChannels_, ranks_;
+  std::vector<std::string> algoFilter_;
+  BackendOptions world_;
+  int localRank_ = -1;
+  MeasureOptions mo_;
+};
+
+/// A compact summary on stdout: the winner and the runner-up per point.
+void printSummary(const TuningTable& t) {
+  for (const TuningSection& s : t.sections) {
+    fmt::print("# section: library {}, backend {}, topology {} (fingerprint {}), {} points\n", s.library, s.backend,
+               s.topology.empty() ? "(none)" : s.topology, s.fingerprint.empty() ? "-" : s.fingerprint, s.entries.size());
+    fmt::print("# {:>14}  {:>6}  {:>6}  {:>12}  {:<28} {:>12}  {:<28} {:>12}\n", "collective", "nranks", "nnodes", "bytes",
+               "best", "time_us", "runner-up", "time_us");
+    for (const TuningEntry& e : s.entries) {
+      auto name = [&](const TuningCandidate& k) {
+        std::string n = k.algorithm;
+        if (!k.protocol.empty()) n += "/" + k.protocol;
+        if (k.chunkBytes) n += " c" + formatBytes(k.chunkBytes);
+        if (k.channels != 1) n += fmt::format(" x{}", k.channels);
+        return n;
+      };
+      const TuningCandidate& b = e.candidates.front();
+      const std::string second = e.candidates.size() > 1 ? name(e.candidates[1]) : "-";
+      const double secondUs = e.candidates.size() > 1 ? e.candidates[1].timeUs : 0;
+      fmt::print("  {:>14}  {:>6}  {:>6}  {:>12}  {:<28} {:>12.3f}  {:<28} {:>12.3f}\n", toString(e.collective), e.nranks,
+                 e.nnodes, e.bytes, name(b), b.timeUs, second, secondUs);
+    }
+  }
+}
+
+}  // namespace
+
+void addTuneCommand(CLI::App& app, int& exitCode) {
+  auto a = std::make_shared<TuneArgs>();
+  CLI::App* cmd = app.add_subcommand("tune", "sweep algorithms x chunk x channels x sizes x ranks; write a tuning table");
+  cmd->add_option("--backend", a->backend, "sim, host, gloo, nccl, or model (the cost model)")->default_val("sim");
+  cmd->add_option("--topology", a->topology, "topology file or shipped name (fingerprint keys the table)");
+  cmd->add_option("-o,--output", a->output, "tuning table to write (JSON)");
+  cmd->add_flag("--force", a->force, "overwrite existing output files");
+  cmd->add_option("--collectives", a->collectives, "comma-separated collectives")->default_val("all_reduce");
+  cmd->add_option("--algos", a->algos, "only these algorithms (comma-separated; default all)");
+  cmd->add_option("-g,--ranks", a->ranks, "rank counts (comma-separated; default powers of two up to the topology's)");
+  cmd->add_option("-b,--minbytes", a->minBytes, "smallest size (nccl-tests size)")->default_val("1K");
+  cmd->add_option("-e,--maxbytes", a->maxBytes, "largest size")->default_val("1G");
+  cmd->add_option("-f,--stepfactor", a->factor, "size factor between points (> 1)")->default_val(4);
+  cmd->add_option("--chunks", a->chunks, "chunk_bytes values for algorithms that pipeline")->default_val("0,128K,2M");
+  cmd->add_option("--channels", a->channels, "channel counts for algorithms that use them")->default_val("1,2,4");
+  cmd->add_option("-d,--datatype", a->dtype, "element type")->default_val("float");
+  cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(20);
+  cmd->add_option("-w,--warmup_iters", a->warmup, "untimed iterations first")->default_val(1);
+  cmd->add_option("--repeats", a->repeats, "repetitions; the median is kept (real backends)")->default_val(3);
+  cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")->default_val(kDefaultTimeoutSeconds);
+  cmd->add_option("--library", a->library, "collbench (our schedules), nccl (NCCL algo x proto x channels) or both");
+  cmd->add_option("--nccl-channels", a->ncclChannels, "NCCL channel counts swept for the NCCL export")
+      ->default_val(kDefaultNcclChannels);
+  cmd->add_option("--export", a->exportKind, "also write a file for another tool: nccl-tuner");
+  cmd->add_option("--export-file", a->exportFile, "where --export writes (NCCL_TUNER_CONFIG_FILE)");
+  cmd->add_option("--from", a->from, "export from this existing tuning table instead of sweeping");
+  cmd->callback([a, &exitCode] {
+    if (!a->exportKind.empty() && a->exportKind != "nccl-tuner") {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--export: unknown format '{}' (available: nccl-tuner)", printable(a->exportKind)));
+    }
+    if (!a->exportKind.empty() && a->exportFile.empty()) {
+      throw Error(Errc::InvalidArgument, "--export nccl-tuner needs --export-file FILE");
+    }
+    if (a->output.empty() && a->exportFile.empty()) {
+      throw Error(Errc::InvalidArgument, "nothing to write: give -o TABLE and/or --export nccl-tuner --export-file FILE");
+    }
+    if (!a->from.empty() && !a->output.empty()) {
+      throw Error(Errc::InvalidArgument, "--from exports an existing table: it writes no new table (drop -o)");
+    }
+    refuseOverwrite(a->output, a->force, "output file");
+    refuseOverwrite(a->exportFile, a->force, "export file");
+    TuningTable table;
+    if (!a->from.empty()) {
+      table = loadTuningTable(a->from);
+    } else {
+      std::string library = a->library.empty() ? (a->exportKind.empty() ? "collbench" : "nccl") : a->library;
+      if (library != "collbench" && library != "nccl" && library != "both") {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("--library: '{}' is not collbench, nccl or both", printable(library)));
+      }
+      Tuner tuner(*a);
+      const auto start = std::chrono::steady_clock::now();
+      table.provenance = tuner.provenance();
+      if (library != "nccl") table.sections.push_back(tuner.sweepCollbench());
+      if (library != "collbench") table.sections.push_back(tuner.sweepNccl());
+      if (!tuner.writer()) return;  // process backends: rank 0 writes
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      fmt::print("# collbench tune: backend {}, topology {}, {:.1f} s\n", a->backend,
+                 a->topology.empty() ? "(none)" : a->topology, secs);
+    }
+    printSummary(table);
+    if (!a->output.empty()) writeFile(a->output, toJson(table));
+    if (!a->exportFile.empty()) {
+      const std::vector<NcclTunerRule> rules = ncclTunerRules(table);
+      writeFile(a->exportFile, ncclTunerCsv(rules, table.provenance));
+      fmt::print("# wrote {} NCCL tuner rules to {}\n", rules.size(), a->exportFile);
+    }
+    exitCode = 0;
+  });
+}
+
+}  // namespace collbench::cli
