@@ -202,7 +202,11 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
   if (log.rows.empty()) {
     throw Error(Errc::InvalidArgument, fmt::format("{}: the nccl-tests table has no result rows", printable(source)));
   }
-  if (log.nranks == 0) log.nranks = log.nThread * log.nGpus;
+  if (log.nranks == 0) {  // no rank lines (trimmed log): one process's threads x GPUs, when plausible
+    const long long n = static_cast<long long>(log.nThread) * log.nGpus;
+    constexpr long long kMaxRanks = 1 << 24;
+    log.nranks = n >= 1 && n <= kMaxRanks ? static_cast<int>(n) : 0;
+  }
   return log;
 }
 

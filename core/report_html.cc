@@ -81,7 +81,9 @@ struct Axis {
       const double e0 = std::floor(std::log(lo) / std::log(base) + 1e-9);
       const double e1 = std::ceil(std::log(hi) / std::log(base) - 1e-9);
       const double step = std::max(1.0, std::ceil((e1 - e0 + 1) / kMaxTicks));
-      for (double e = e0; e <= e1 + 1e-9; e += step) {
+      for (int k = 0; k <= 2 * kMaxTicks; ++k) {
+        const double e = e0 + k * step;
+        if (!(e <= e1 + 1e-9)) break;
         const double v = std::pow(base, e);
         if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) t.push_back(v);
       }
@@ -98,7 +100,14 @@ struct Axis {
         break;
       }
     }
-    for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+    // Indexed, not accumulated: where step is below the spacing of doubles near lo, v += step would never move.
+    const double first = std::ceil(lo / step) * step;
+    for (int k = 0; k <= 2 * kMaxTicks; ++k) {
+      const double v = first + k * step;
+      if (!(v <= hi + step * 1e-9)) break;
+      t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+    }
+    if (t.empty()) t = {lo, hi};
     return t;
   }
 };

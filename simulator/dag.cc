@@ -78,8 +78,8 @@ Dag::Dag(const Schedule& s, const Matching& m, World& w) : s_(s), m_(m), world_(
     x.channel = so.channel;
     x.bytes = so.bytes;
     x.reduce = ro.kind == OpKind::RecvReduce;
-    auto [it, inserted] = connOf.try_emplace(connKey(mt.srcRank, mt.dstRank, so.channel),
-                                             static_cast<int>(connCount.size()));
+    auto [it, inserted] =
+        connOf.try_emplace(connKey(mt.srcRank, mt.dstRank, so.channel), static_cast<int>(connCount.size()));
     if (inserted) connCount.push_back(0);
     x.conn = it->second;
     x.seq = connCount[static_cast<std::size_t>(x.conn)]++;
@@ -109,7 +109,8 @@ void Dag::reset() {
 
 const Op& Dag::op(int g) const {
   const int r = opRank_[static_cast<std::size_t>(g)];
-  return s_.ranks[static_cast<std::size_t>(r)].ops[static_cast<std::size_t>(g - rankOffset_[static_cast<std::size_t>(r)])];
+  return s_.ranks[static_cast<std::size_t>(r)]
+      .ops[static_cast<std::size_t>(g - rankOffset_[static_cast<std::size_t>(r)])];
 }
 
 void Dag::begin(Timing& timing) {
@@ -137,7 +138,9 @@ void Dag::drain() {
 void Dag::handle(std::uint64_t tag, double t) {
   const auto id = static_cast<int>(tag >> 2);
   switch (static_cast<TagKind>(tag & 3)) {
-    case kLocal: opDone(id, t); break;
+    case kLocal:
+      opDone(id, t);
+      break;
     case kTransfer: {
       Xfer& x = xf_[static_cast<std::size_t>(id)];
       x.end = t;
@@ -151,11 +154,15 @@ void Dag::handle(std::uint64_t tag, double t) {
       } else {
         opDone(x.recvOp, t);
       }
-      if (connStart_[c] + next < connStart_[c + 1]) tryStart(connMatches_[static_cast<std::size_t>(connStart_[c] + next)]);
+      if (connStart_[c] + next < connStart_[c + 1])
+        tryStart(connMatches_[static_cast<std::size_t>(connStart_[c] + next)]);
       break;
     }
-    case kReduce: opDone(xf_[static_cast<std::size_t>(id)].recvOp, t); break;
-    default: COLLBENCH_CHECK(false, "tag {}", tag);
+    case kReduce:
+      opDone(xf_[static_cast<std::size_t>(id)].recvOp, t);
+      break;
+    default:
+      COLLBENCH_CHECK(false, "tag {}", tag);
   }
 }
 
@@ -164,7 +171,8 @@ void Dag::opReady(int g, double t) {
   const int rank = opRank_[static_cast<std::size_t>(g)];
   start_[static_cast<std::size_t>(g)] = t;
   if (o.isComm()) {
-    const int m = m_.opMatch[static_cast<std::size_t>(rank)][static_cast<std::size_t>(g - rankOffset_[static_cast<std::size_t>(rank)])];
+    const int m = m_.opMatch[static_cast<std::size_t>(rank)]
+                            [static_cast<std::size_t>(g - rankOffset_[static_cast<std::size_t>(rank)])];
     Xfer& x = xf_[static_cast<std::size_t>(m)];
     (o.kind == OpKind::Send ? x.sendReady : x.recvReady) = t;
     tryStart(m);
@@ -239,7 +247,8 @@ std::vector<Span> Dag::spans() const {
     sp.channel = o.channel;
     sp.bytes = o.bytes;
     if (o.isComm()) {
-      const Xfer& x = xf_[static_cast<std::size_t>(m_.opMatch[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)])];
+      const Xfer& x =
+          xf_[static_cast<std::size_t>(m_.opMatch[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)])];
       sp.kind = o.kind == OpKind::Send ? SpanKind::Send : SpanKind::Recv;
       sp.start = x.start;
       sp.end = x.end;

@@ -43,8 +43,10 @@ class Dag {
   /// Work `tag` finished at time t (relative to the start); processes what follows.
   void complete(std::uint64_t tag, double t);
   /// Records that work `tag` will finish at time t, to be handled after the current step (for Timings that know
-  /// durations up front).
+  /// durations up front); drain() handles it.
   void later(std::uint64_t tag, double t) { post(tag, t); }
+  /// Handles everything recorded with later() and what follows from it.
+  void drain();
   /// Throws Error{InvalidSchedule} naming the first op that never finished (a deadlock under rendezvous).
   void checkFinished() const;
 
@@ -61,7 +63,6 @@ class Dag {
  private:
   const Op& op(int g) const;
   void post(std::uint64_t tag, double t) { work_.push_back({tag, t}); }
-  void drain();
   void handle(std::uint64_t tag, double t);
   void opReady(int g, double t);
   void opDone(int g, double t);

@@ -12,21 +12,24 @@ namespace collbench::sim::detail {
 
 /// Every transfer and reduction as its own SimGrid activity.
 SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool timeline);
-/// Steps of contention groups simulated once each, then the dependency graph evaluated with their times.
+/// The dependency graph evaluated batch by batch: the transfers that can start once the previous batch finished are
+/// split into contention groups, each distinct group is simulated once, and identical groups reuse its times.
 SimResult simulateAggregated(World& w, const Schedule& s, const Matching& m, bool timeline);
 /// Ring all-reduce evaluated step by step without a schedule (the aggregated method, streamed).
 SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoParams& params);
 
-/// Per-flow times of contention groups, simulated once per distinct group. A group is a set of flows that start
-/// together; its key describes it completely (flow sizes, each flow's links by their bandwidth and latency, and
-/// which flows share which link), so two groups with one key behave identically in SimGrid.
+/// Per-flow times of contention groups, simulated once per distinct group. A group is a set of flows that share
+/// links, each with its start time; its key describes it completely (start offsets from the group's first flow,
+/// flow sizes, each flow's links by their bandwidth and latency, and which flows share which link), so two groups
+/// with one key behave identically in SimGrid.
 class GroupCache {
  public:
   GroupCache(World& w, bool crossTraffic) : world_(w), crossTraffic_(crossTraffic) {}
-  /// Durations of the flows (src, dst, bytes) of several link-disjoint groups that start at one instant.
-  /// `group[i]` numbers the group of flow i (0..groups-1). Simulates the groups not seen before, all at once.
+  /// Durations of the flows (src, dst, bytes, start time) of several link-disjoint groups; `start` may be empty (all
+  /// together). `group[i]` numbers the group of flow i (0..groups-1). Simulates the groups not seen before, at once.
   std::vector<double> durations(const std::vector<int>& src, const std::vector<int>& dst,
-                                const std::vector<std::uint64_t>& bytes, const std::vector<int>& group, int groups);
+                                const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
+                                const std::vector<int>& group, int groups);
   std::size_t patterns() const { return cache_.size(); }
 
  private:

@@ -65,11 +65,23 @@ int contentionGroups(World& w, const std::vector<int>& src, const std::vector<in
 }
 
 std::vector<double> GroupCache::durations(const std::vector<int>& src, const std::vector<int>& dst,
-                                          const std::vector<std::uint64_t>& bytes, const std::vector<int>& group,
-                                          int groups) {
+                                          const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
+                                          const std::vector<int>& group, int groups) {
   const std::size_t n = src.size();
   std::vector<std::vector<int>> members(static_cast<std::size_t>(groups));
   for (std::size_t i = 0; i < n; ++i) members[static_cast<std::size_t>(group[i])].push_back(static_cast<int>(i));
+  // Offsets from each group's first start.
+  std::vector<double> offset(n, 0);
+  if (!start.empty()) {
+    std::vector<double> first(static_cast<std::size_t>(groups), 0);
+    std::vector<bool> seen(static_cast<std::size_t>(groups), false);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto g = static_cast<std::size_t>(group[i]);
+      first[g] = seen[g] ? std::min(first[g], start[i]) : start[i];
+      seen[g] = true;
+    }
+    for (std::size_t i = 0; i < n; ++i) offset[i] = start[i] - first[static_cast<std::size_t>(group[i])];
+  }
 
   std::vector<double> out(n, 0);
   // Groups whose key is new: simulated together (they are link-disjoint, so they do not interact).
@@ -86,7 +98,8 @@ std::vector<double> GroupCache::durations(const std::vector<int>& src, const std
     std::vector<int>& fl = members[static_cast<std::size_t>(g)];
     // Canonical order: by size, then by the parameters of the links along the route; ties keep their order.
     auto signature = [&](int f) {
-      std::vector<std::uint64_t> sig{bytes[static_cast<std::size_t>(f)]};
+      std::vector<std::uint64_t> sig{std::bit_cast<std::uint64_t>(offset[static_cast<std::size_t>(f)]),
+                                     bytes[static_cast<std::size_t>(f)]};
       for (DirLink l : world_.route(src[static_cast<std::size_t>(f)], dst[static_cast<std::size_t>(f)])) {
         sig.push_back(std::bit_cast<std::uint64_t>(world_.bandwidth(l)));
         sig.push_back(std::bit_cast<std::uint64_t>(world_.latency(l)));
@@ -100,11 +113,12 @@ std::vector<double> GroupCache::durations(const std::vector<int>& src, const std
       std::stable_sort(sigs.begin(), sigs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       for (std::size_t i = 0; i < fl.size(); ++i) fl[i] = sigs[i].second;
     }
-    // Key: the flows in canonical order, each with its size and its links relabelled by first appearance.
+    // Key: the flows in canonical order, each with its offset, its size and its links relabelled by first appearance.
     std::vector<std::uint64_t> key{fl.size()};
     std::unordered_map<DirLink, std::uint64_t> label;
     for (int f : fl) {
       const auto& route = world_.route(src[static_cast<std::size_t>(f)], dst[static_cast<std::size_t>(f)]);
+      key.push_back(std::bit_cast<std::uint64_t>(offset[static_cast<std::size_t>(f)]));
       key.push_back(bytes[static_cast<std::size_t>(f)]);
       key.push_back(route.size());
       for (DirLink l : route) {
@@ -138,13 +152,18 @@ std::vector<double> GroupCache::durations(const std::vector<int>& src, const std
 
   std::vector<std::pair<int, int>> pairs;
   std::vector<std::uint64_t> sizes;
+  std::vector<double> offsets;
+  bool anyOffset = false;
   for (const Pending& p : pending) {
     for (int f : p.flows) {
       pairs.emplace_back(src[static_cast<std::size_t>(f)], dst[static_cast<std::size_t>(f)]);
       sizes.push_back(bytes[static_cast<std::size_t>(f)]);
+      offsets.push_back(offset[static_cast<std::size_t>(f)]);
+      anyOffset = anyOffset || offsets.back() > 0;
     }
   }
-  const std::vector<double> simulated = world_.simulateTogether(pairs, sizes);
+  const std::vector<double> simulated =
+      world_.simulateTogether(pairs, sizes, anyOffset ? offsets : std::vector<double>{});
   std::size_t at = 0;
   for (Pending& p : pending) {
     std::vector<double> d(simulated.begin() + static_cast<std::ptrdiff_t>(at),

@@ -27,7 +27,8 @@ std::vector<Piece> ringPieces(std::size_t elems, std::size_t elemSize, const Alg
   std::vector<Piece> out;
   for (int c = 0; c < p.channels; ++c) {
     const std::size_t parts = static_cast<std::size_t>(p.channels);
-    const std::size_t sliceOff = static_cast<std::size_t>(c) * (elems / parts) + std::min<std::size_t>(c, elems % parts);
+    const std::size_t sliceOff =
+        static_cast<std::size_t>(c) * (elems / parts) + std::min<std::size_t>(c, elems % parts);
     const std::size_t sliceLen = elems / parts + (static_cast<std::size_t>(c) < elems % parts ? 1 : 0);
     std::size_t rounds = 1;
     if (p.chunkBytes != 0 && sliceLen != 0) {
@@ -43,7 +44,9 @@ std::vector<Piece> ringPieces(std::size_t elems, std::size_t elemSize, const Alg
   return out;
 }
 
-std::size_t blockLen(std::size_t pieceLen, std::size_t n, std::size_t b) { return pieceLen / n + (b < pieceLen % n ? 1 : 0); }
+std::size_t blockLen(std::size_t pieceLen, std::size_t n, std::size_t b) {
+  return pieceLen / n + (b < pieceLen % n ? 1 : 0);
+}
 
 }  // namespace
 
@@ -103,21 +106,48 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
     res.note = "reductions of concurrent channels or of ranks sharing a node may overlap (taken as delays here)";
   }
 
-  // The flows of a step: for each active channel, r -> r+1 for every rank.
-  std::vector<int> src, dst, group;
-  std::vector<std::uint64_t> bytes, prevBytes;
-  std::vector<int> prevChannels, active;
-  std::vector<double> dur;
-  std::vector<int> groupSize;
+  // The flows of a step: for each active channel, r -> r+1 for every rank (index a * n + r). Pairs on one node are
+  // memory copies; the others ("network flows", index j) go to the contention groups.
+  std::vector<int> src, dst, netIndex, fs, fd, g;
+  std::vector<std::uint64_t> bytes, prevBytes, fb;
+  std::vector<double> fstart, start, dur, netDur;
+  std::vector<int> prevChannels, active, groupSize;
   int groups = 0;
-  double prevEnd = 0, makespan = 0;
+  bool multiFlowGroups = false;
   bool sameStructure = false;  // this step's pairs and groups are the previous step's
-  std::vector<double> prevGroupEnd;
+  std::vector<double> prevGroupEnd, groupEnd;
+  double prevEnd = 0, makespan = 0;
   const double kTolRel = 1e-12;
   for (int k = 0; k < maxRounds; ++k) {
     active.clear();
     for (int c = 0; c < channels; ++c) {
       if (pieceAt[static_cast<std::size_t>(c * maxRounds + k)] >= 0) active.push_back(c);
+    }
+    if (active != prevChannels) {
+      sameStructure = false;
+      src.clear();
+      dst.clear();
+      for (std::size_t i = 0; i < active.size(); ++i) {
+        for (int r = 0; r < n; ++r) {
+          src.push_back(r);
+          dst.push_back((r + 1) % n);
+        }
+      }
+      netIndex.clear();
+      fs.clear();
+      fd.clear();
+      for (std::size_t i = 0; i < src.size(); ++i) {
+        if (w.sameNode(src[i], dst[i])) continue;
+        netIndex.push_back(static_cast<int>(i));
+        fs.push_back(src[i]);
+        fd.push_back(dst[i]);
+      }
+      groups = contentionGroups(w, fs, fd, w.config().crossTraffic, g);
+      groupSize.assign(static_cast<std::size_t>(groups), 0);
+      for (int gi : g) ++groupSize[static_cast<std::size_t>(gi)];
+      multiFlowGroups = std::any_of(groupSize.begin(), groupSize.end(), [](int x) { return x > 1; });
+      prevChannels = active;
+      prevBytes.clear();
     }
     for (int s = 0; s < steps; ++s) {
       const bool rs = s < n - 1;
@@ -129,81 +159,63 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
           bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
         }
       }
-      // Steps whose flows equal the previous step's reuse its times outright (uniform blocks: every step).
-      if (active != prevChannels || bytes != prevBytes) {
-        if (active != prevChannels) {
-          sameStructure = false;
-          src.clear();
-          dst.clear();
-          for (std::size_t i = 0; i < active.size(); ++i) {
-            for (int r = 0; r < n; ++r) {
-              src.push_back(r);
-              dst.push_back((r + 1) % n);
-            }
-          }
+      // Starts: the send waits for the previous receive on its rank (reduced during reduce-scatter) and for the
+      // previous transfer on its connection.
+      start.resize(src.size());
+      for (std::size_t a = 0; a < active.size(); ++a) {
+        const auto c = static_cast<std::size_t>(active[a]);
+        for (int r = 0; r < n; ++r) {
+          const double sendReady = s == 0 ? 0 : recvDone[c * nu + static_cast<std::size_t>(r)];
+          start[a * nu + static_cast<std::size_t>(r)] =
+              std::max(sendReady, connFree[c * nu + static_cast<std::size_t>(r)]);
         }
-        // Same-node pairs are memory copies, not flows.
-        std::vector<int> fs, fd, idx;
-        std::vector<std::uint64_t> fb;
+      }
+      // Durations. Groups of one flow do not depend on when they start, so a step with the previous step's sizes
+      // reuses its times outright (uniform blocks: every step); groups of several flows are keyed by their offsets.
+      if (multiFlowGroups || bytes != prevBytes) {
+        fb.clear();
+        fstart.clear();
+        for (int i : netIndex) {
+          fb.push_back(bytes[static_cast<std::size_t>(i)]);
+          fstart.push_back(start[static_cast<std::size_t>(i)]);
+        }
+        netDur = cache.durations(fs, fd, fb, multiFlowGroups ? fstart : std::vector<double>{}, g, groups);
         dur.assign(src.size(), 0);
         for (std::size_t i = 0; i < src.size(); ++i) {
-          if (w.sameNode(src[i], dst[i])) {
-            const double rt = rate[static_cast<std::size_t>(src[i])];
-            dur[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
-            continue;
-          }
-          fs.push_back(src[i]);
-          fd.push_back(dst[i]);
-          fb.push_back(bytes[i]);
-          idx.push_back(static_cast<int>(i));
+          if (!w.sameNode(src[i], dst[i])) continue;
+          const double rt = rate[static_cast<std::size_t>(src[i])];
+          dur[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
         }
-        std::vector<int> g;
-        groups = contentionGroups(w, fs, fd, w.config().crossTraffic, g);
-        const std::vector<double> d = cache.durations(fs, fd, fb, g, groups);
-        group.assign(src.size(), -1);
-        groupSize.assign(static_cast<std::size_t>(groups), 0);
-        for (std::size_t j = 0; j < idx.size(); ++j) {
-          dur[static_cast<std::size_t>(idx[j])] = d[j];
-          group[static_cast<std::size_t>(idx[j])] = g[j];
-          ++groupSize[static_cast<std::size_t>(g[j])];
-        }
-        prevChannels = active;
+        for (std::size_t j = 0; j < netIndex.size(); ++j) dur[static_cast<std::size_t>(netIndex[j])] = netDur[j];
         prevBytes = bytes;
       }
-      // Evaluate the step.
-      std::vector<double> groupStart(static_cast<std::size_t>(groups), -1), groupEnd(static_cast<std::size_t>(groups), 0);
+      // Ends, and the checks: a group of several flows was simulated alone on its links, so the same group of the
+      // previous step must have left them (a group of one flow is alone on its links, whose previous user is the
+      // same connection, which is FIFO).
+      groupEnd.assign(static_cast<std::size_t>(groups), 0);
       double lo = -1, hi = 0;
       for (std::size_t a = 0; a < active.size(); ++a) {
         const auto c = static_cast<std::size_t>(active[a]);
-        double* free = &connFree[c * nu];
-        const double* done = &recvDone[c * nu];
-        double* next = &nextRecvDone[c * nu];
         for (int r = 0; r < n; ++r) {
           const std::size_t i = a * nu + static_cast<std::size_t>(r);
-          const double sendReady = s == 0 ? 0 : done[r];
-          const double start = std::max(sendReady, free[r]);
-          const double end = start + dur[i];
-          free[r] = end;
+          const double end = start[i] + dur[i];
+          connFree[c * nu + static_cast<std::size_t>(r)] = end;
           const int to = (r + 1) % n;
           const double rt = rate[static_cast<std::size_t>(to)];
-          next[to] = end + (rs && rt > 0 ? static_cast<double>(bytes[i]) / rt : 0);
-          makespan = std::max(makespan, next[to]);
-          lo = lo < 0 ? start : std::min(lo, start);
+          nextRecvDone[c * nu + static_cast<std::size_t>(to)] =
+              end + (rs && rt > 0 ? static_cast<double>(bytes[i]) / rt : 0);
+          makespan = std::max(makespan, nextRecvDone[c * nu + static_cast<std::size_t>(to)]);
+          lo = lo < 0 ? start[i] : std::min(lo, start[i]);
           hi = std::max(hi, end);
-          const int gi = group[i];
-          if (gi < 0 || groupSize[static_cast<std::size_t>(gi)] < 2) continue;
-          // A group of several flows was simulated starting together and alone on its links: its flows must start
-          // at one instant, after the same group of the previous step has left those links. (A group of one flow
-          // is alone on its links, whose previous user is the same connection, which is FIFO.)
-          const auto gu = static_cast<std::size_t>(gi);
-          double& gs = groupStart[gu];
-          const double tol = kTolRel * std::max(end, 1e-9);
-          if (gs < 0) gs = start;
-          if (res.exact && std::abs(gs - start) > tol) {
-            res.exact = false;
-            res.note = fmt::format("flows that share links in step {} start at different times", s);
-          }
-          if (res.exact && sameStructure && start < prevGroupEnd[gu] - tol) {
+        }
+      }
+      if (multiFlowGroups) {
+        for (std::size_t j = 0; j < netIndex.size(); ++j) {
+          const auto gu = static_cast<std::size_t>(g[j]);
+          if (groupSize[gu] < 2) continue;
+          const auto i = static_cast<std::size_t>(netIndex[j]);
+          const double end = start[i] + dur[i];
+          if (res.exact && sameStructure && start[i] < prevGroupEnd[gu] - kTolRel * std::max(end, 1e-9)) {
             res.exact = false;
             res.note = fmt::format("flows of steps {} and {} share links at the same time", s - 1, s);
           }
@@ -216,7 +228,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
                                s - 1, s);
       }
       prevEnd = std::max(prevEnd, hi);
-      prevGroupEnd = std::move(groupEnd);
+      std::swap(prevGroupEnd, groupEnd);
       sameStructure = true;
       for (int c : active) {
         std::copy_n(&nextRecvDone[static_cast<std::size_t>(c) * nu], nu, &recvDone[static_cast<std::size_t>(c) * nu]);

@@ -60,9 +60,12 @@ NetworkModel parseNetworkModel(std::string_view s) {
 
 std::string_view toString(SimMode m) {
   switch (m) {
-    case SimMode::Auto: return "auto";
-    case SimMode::Exact: return "exact";
-    case SimMode::Aggregated: return "aggregated";
+    case SimMode::Auto:
+      return "auto";
+    case SimMode::Exact:
+      return "exact";
+    case SimMode::Aggregated:
+      return "aggregated";
   }
   return "?";
 }
@@ -72,15 +75,20 @@ SimMode parseSimMode(std::string_view s) {
   if (l == "auto") return SimMode::Auto;
   if (l == "exact") return SimMode::Exact;
   if (l == "aggregated") return SimMode::Aggregated;
-  throw Error(Errc::InvalidArgument, fmt::format("unknown simulation mode '{}' (available: auto, exact, aggregated)", s));
+  throw Error(Errc::InvalidArgument,
+              fmt::format("unknown simulation mode '{}' (available: auto, exact, aggregated)", s));
 }
 
 std::string_view toString(SpanKind k) {
   switch (k) {
-    case SpanKind::Send: return "send";
-    case SpanKind::Recv: return "recv";
-    case SpanKind::Reduce: return "reduce";
-    case SpanKind::Copy: return "copy";
+    case SpanKind::Send:
+      return "send";
+    case SpanKind::Recv:
+      return "recv";
+    case SpanKind::Reduce:
+      return "reduce";
+    case SpanKind::Copy:
+      return "copy";
   }
   return "?";
 }
@@ -112,8 +120,9 @@ std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& option
     } else if (key == "mode") {
       cfg.mode = parseSimMode(value);
     } else {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("unknown sim backend option '{}' (accepted: topology, model, set, crosstraffic, mode)", key));
+      throw Error(
+          Errc::InvalidArgument,
+          fmt::format("unknown sim backend option '{}' (accepted: topology, model, set, crosstraffic, mode)", key));
     }
   }
   return std::make_unique<SimBackend>(Simulator(loadTopologyWithOverrides(topology, overrides), nranks, cfg));

@@ -95,12 +95,12 @@ struct Span {
 };
 
 struct SimResult {
-  double seconds = 0;  ///< simulated time of one execution
-  std::string method;  ///< "exact", "aggregated", "ring-model", "extrapolated"
-  bool exact = true;   ///< false when an aggregated model could not prove it equals op-by-op simulation
-  std::string note;    ///< why not exact, or how the value was extrapolated
-  std::size_t ops = 0;                  ///< schedule ops represented
-  std::size_t transfers = 0;            ///< matched send/receive pairs represented
+  double seconds = 0;         ///< simulated time of one execution
+  std::string method;         ///< "exact", "aggregated", "ring-model", "extrapolated"
+  bool exact = true;          ///< false when an aggregated model could not prove it equals op-by-op simulation
+  std::string note;           ///< why not exact, or how the value was extrapolated
+  std::size_t ops = 0;        ///< schedule ops represented
+  std::size_t transfers = 0;  ///< matched send/receive pairs represented
   std::size_t simulatedActivities = 0;  ///< SimGrid comms and executions actually run
   std::size_t patterns = 0;             ///< distinct contention groups simulated (aggregated methods)
   double wallSeconds = 0;               ///< host time, fork and platform construction included

@@ -128,7 +128,8 @@ SimResult inChild(const std::function<SimResult()>& body) {
     return r;
   }
   int fds[2];
-  if (::pipe(fds) != 0) throw Error(Errc::BackendError, fmt::format("simulator: pipe failed: {}", std::strerror(errno)));
+  if (::pipe(fds) != 0)
+    throw Error(Errc::BackendError, fmt::format("simulator: pipe failed: {}", std::strerror(errno)));
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -177,22 +178,24 @@ SimResult inChild(const std::function<SimResult()>& body) {
   }
   if (data.empty()) {
     if (WIFSIGNALED(status)) {
-      throw Error(Errc::BackendError, fmt::format("simulator process died with signal {} ({}){}", WTERMSIG(status),
-                                                  strsignal(WTERMSIG(status)),
-                                                  WTERMSIG(status) == SIGKILL ? ": out of memory?" : ""));
+      throw Error(Errc::BackendError,
+                  fmt::format("simulator process died with signal {} ({}){}", WTERMSIG(status),
+                              strsignal(WTERMSIG(status)), WTERMSIG(status) == SIGKILL ? ": out of memory?" : ""));
     }
     throw Error(Errc::BackendError, fmt::format("simulator process exited with status {} and no result",
                                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1));
   }
   Reader rd(data);
   switch (rd.pod<Outcome>()) {
-    case Outcome::Result: return get(rd);
+    case Outcome::Result:
+      return get(rd);
     case Outcome::Error: {
       const auto code = rd.pod<Errc>();
       const int rank = rd.pod<int>(), peer = rd.pod<int>();
       throw Error(code, rd.str(), rank, peer);
     }
-    case Outcome::Failure: throw Error(Errc::BackendError, "simulator: " + rd.str());
+    case Outcome::Failure:
+      throw Error(Errc::BackendError, "simulator: " + rd.str());
   }
   throw Error(Errc::BackendError, "simulator: malformed result from the child process");
 }
@@ -210,7 +213,9 @@ std::size_t chunksOf(std::size_t elems, std::size_t elemSize, std::size_t chunkB
   return (elems + chunkElems - 1) / chunkElems;
 }
 
-std::size_t part(std::size_t total, std::size_t parts, std::size_t i) { return total / parts + (i < total % parts ? 1 : 0); }
+std::size_t part(std::size_t total, std::size_t parts, std::size_t i) {
+  return total / parts + (i < total % parts ? 1 : 0);
+}
 
 bool pipelined(const CollectiveSpec& spec, std::string_view algo) {
   return (spec.kind == Collective::AllReduce && algo == "tree") ||
@@ -282,9 +287,8 @@ Simulator::Simulator(Topology topology, int nranks, SimConfig config)
   const int available = static_cast<int>(topo_.ranks.size());
   if (nranks_ <= 0) nranks_ = available;
   if (nranks_ > available) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("topology '{}' has {} ranks, {} requested (use at most {})", topo_.name, available, nranks_,
-                            available));
+    throw Error(Errc::InvalidArgument, fmt::format("topology '{}' has {} ranks, {} requested (use at most {})",
+                                                   topo_.name, available, nranks_, available));
   }
 }
 
@@ -355,10 +359,10 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
   const bool linear = std::abs(dA - slope) <= kAgree && std::abs(dB - slope) <= kAgree;
   out.seconds = t[mb] + static_cast<double>(chunks - mb) * slope;
   out.exact = false;
-  out.note = fmt::format("{} chunks of {} elements extrapolated from {}..{} chunks at {:.6g} us per chunk ({}{}{})",
-                         chunks, chunkElems, ma, mb, slope * 1e6,
-                         linear ? "linear pipeline" : "increments vary around the mean",
-                         uniform ? "" : "; the real chunks differ by one element", subExact ? "" : "; sub-runs approximate");
+  out.note =
+      fmt::format("{} chunks of {} elements extrapolated from {}..{} chunks at {:.6g} us per chunk ({}{}{})", chunks,
+                  chunkElems, ma, mb, slope * 1e6, linear ? "linear pipeline" : "increments vary around the mean",
+                  uniform ? "" : "; the real chunks differ by one element", subExact ? "" : "; sub-runs approximate");
   out.transfers = estimateTransfers(spec, algo, p);
   out.ops = 2 * out.transfers;
   return out;
@@ -380,8 +384,8 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   }
   const std::size_t est = estimateTransfers(spec, algorithm, params);
   const bool small = est <= config_.exactTransferLimit || config_.mode == SimMode::Exact;
-  const bool ringModel = !small && spec.kind == Collective::AllReduce && algorithm == "ring" &&
-                         !config_.timeline && detail::ringModelApplies(spec, params);
+  const bool ringModel = !small && spec.kind == Collective::AllReduce && algorithm == "ring" && !config_.timeline &&
+                         detail::ringModelApplies(spec, params);
   const bool extra = !small && !ringModel && pipelined(spec, algorithm) && !config_.timeline;
   if (!ringModel && !extra) {
     if (est > kMaterializeTransferLimit) {

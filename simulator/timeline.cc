@@ -2,11 +2,11 @@
 // ("ph":"X") in microseconds. Each rank is a process; its spans go to lanes (threads) so that spans on one lane never
 // overlap, which both viewers require: sends, receives and computation get their own lanes, and concurrent spans of
 // one kind (channels, a tree's two children) get extra lanes, assigned greedily.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <map>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "sim_backend.h"
@@ -20,9 +20,12 @@ constexpr int kLaneStride = 100000;
 
 int laneKind(SpanKind k) {
   switch (k) {
-    case SpanKind::Send: return 0;
-    case SpanKind::Recv: return 1;
-    default: return 2;
+    case SpanKind::Send:
+      return 0;
+    case SpanKind::Recv:
+      return 1;
+    default:
+      return 2;
   }
 }
 
@@ -72,10 +75,18 @@ void writeTimeline(std::ostream& out, const SimResult& r, const std::string& tit
     }
     std::string name;
     switch (s->kind) {
-      case SpanKind::Send: name = fmt::format("send to {}", s->peer); break;
-      case SpanKind::Recv: name = fmt::format("recv from {}", s->peer); break;
-      case SpanKind::Reduce: name = s->peer >= 0 ? fmt::format("reduce from {}", s->peer) : "reduce"; break;
-      case SpanKind::Copy: name = "copy"; break;
+      case SpanKind::Send:
+        name = fmt::format("send to {}", s->peer);
+        break;
+      case SpanKind::Recv:
+        name = fmt::format("recv from {}", s->peer);
+        break;
+      case SpanKind::Reduce:
+        name = s->peer >= 0 ? fmt::format("reduce from {}", s->peer) : "reduce";
+        break;
+      case SpanKind::Copy:
+        name = "copy";
+        break;
     }
     emit(fmt::format(
         R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.6f},"dur":{:.6f},"args":{{"op":{},"bytes":{},"channel":{}{}}}}})",

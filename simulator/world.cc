@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
+#include <simgrid/kernel/Timer.hpp>
 
 #include "collbench/error.h"
 
@@ -11,11 +13,14 @@ namespace collbench::sim::detail {
 namespace sg4 = simgrid::s4u;
 namespace {
 
-constexpr double kBytesPerGB = 1e9;   // topology bandwidths are GB/s = 1e9 bytes/s
+constexpr double kBytesPerGB = 1e9;  // topology bandwidths are GB/s = 1e9 bytes/s
 constexpr double kSecondsPerUs = 1e-6;
 // Host speed when a node has no reduction rate (reductions there are free and never reach SimGrid).
 constexpr double kUnusedHostSpeed = 1e9;
 constexpr double kTimePrecisionSeconds = 1e-13;
+// The sleeper host of simulateTogether: any speed; the margin makes it outlive the last timer.
+constexpr double kSleeperSpeed = 1e9;
+constexpr double kSleeperMargin = 1e-6;
 
 World* gCurrent = nullptr;  // the process's World (one engine per process)
 
@@ -63,6 +68,7 @@ World::World(const Topology& topology, int nranks, const SimConfig& config)
     }
     rankHost_[static_cast<std::size_t>(r)] = h;
   }
+  sleeper_ = zone_->create_host("sleeper", kSleeperSpeed);
   // Per-port switch limits cap the links on that port (the same reading as summarize()'s bisection).
   std::unordered_map<std::string, double> switchCap;
   for (const TopoNode& tn : topo_.nodes) {
@@ -186,16 +192,67 @@ void World::run(const std::function<void(std::uint64_t)>& onDone) {
   sg4::Engine::get_instance()->run();
   onDone_ = nullptr;
   finished_.clear();
-  COLLBENCH_CHECK(freeSlots_.size() == live_.size(), "{} activities never completed",
-                  live_.size() - freeSlots_.size());
+  COLLBENCH_CHECK(freeSlots_.size() == live_.size(), "{} activities never completed", live_.size() - freeSlots_.size());
 }
 
 std::vector<double> World::simulateTogether(const std::vector<std::pair<int, int>>& pairs,
-                                            const std::vector<std::uint64_t>& bytes) {
+                                            const std::vector<std::uint64_t>& bytes,
+                                            const std::vector<double>& offset) {
   std::vector<double> duration(pairs.size(), 0);
   const double t0 = now();
-  for (std::size_t i = 0; i < pairs.size(); ++i) startComm(pairs[i].first, pairs[i].second, bytes[i], i);
-  const std::function<void(std::uint64_t)> done = [&](std::uint64_t i) { duration[i] = now() - t0; };
+  std::vector<double> started(pairs.size(), t0);
+  if (offset.empty()) {
+    for (std::size_t i = 0; i < pairs.size(); ++i) startComm(pairs[i].first, pairs[i].second, bytes[i], i);
+  } else {
+    // Flows that start later are started by kernel timers at their dates (no actor is involved). SimGrid's timer
+    // task keeps small callables inline: the callback carries one pointer to this frame and a range.
+    struct Launch {
+      World* world;
+      const std::vector<std::pair<int, int>>* pairs;
+      const std::vector<std::uint64_t>* bytes;
+      std::vector<std::size_t> order;
+      std::vector<double>* started;
+      void run(std::size_t k, std::size_t e) {
+        for (std::size_t j = k; j < e; ++j) {
+          const std::size_t i = order[j];
+          (*started)[i] = world->now();
+          world->startComm((*pairs)[i].first, (*pairs)[i].second, (*bytes)[i], i);
+        }
+      }
+    };
+    Launch launch{this, &pairs, &bytes, std::vector<std::size_t>(pairs.size()), &started};
+    std::iota(launch.order.begin(), launch.order.end(), 0);
+    std::stable_sort(launch.order.begin(), launch.order.end(),
+                     [&](std::size_t x, std::size_t y) { return offset[x] < offset[y]; });
+    const auto& order = launch.order;
+    // The engine stops when no activity is left, even with timers pending: a sleeper execution on a host of its own
+    // keeps it running until just after the last start.
+    const double last = offset[order.back()];
+    if (last > 0) {
+      sg4::ExecPtr e = sg4::Exec::init();
+      e->set_flops_amount(last * (1 + kSleeperMargin) * kSleeperSpeed);
+      e->set_host(sleeper_);
+      e->start();
+      sleeping_ = e;
+    }
+    for (std::size_t k = 0; k < order.size();) {
+      std::size_t e = k;
+      while (e < order.size() && offset[order[e]] == offset[order[k]]) ++e;
+      if (offset[order[k]] <= 0) {
+        launch.run(k, e);
+      } else {
+        Launch* l = &launch;
+        simgrid::kernel::timer::Timer::set(t0 + offset[order[k]], [l, k, e] { l->run(k, e); });
+      }
+      k = e;
+    }
+    // Here, while `launch` lives.
+    const std::function<void(std::uint64_t)> done = [&](std::uint64_t i) { duration[i] = now() - started[i]; };
+    run(done);
+    sleeping_ = nullptr;
+    return duration;
+  }
+  const std::function<void(std::uint64_t)> done = [&](std::uint64_t i) { duration[i] = now() - started[i]; };
   run(done);
   return duration;
 }

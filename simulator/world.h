@@ -4,11 +4,10 @@
 // a World, see isolate.h). Internal to simulator/.
 #include <cstdint>
 #include <functional>
+#include <simgrid/s4u.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <simgrid/s4u.hpp>
 
 #include "collbench/topology.h"
 #include "sim_backend.h"
@@ -55,10 +54,11 @@ class World {
   /// from the handler).
   void run(const std::function<void(std::uint64_t)>& onDone);
 
-  /// Simulates the given flows alone on an idle network, all starting at the same instant; returns their durations
-  /// (latency included). Pairs must be on different nodes.
+  /// Simulates the given flows alone on an idle network, flow i starting `offset[i]` seconds after the first (all at
+  /// once when `offset` is empty); returns their durations from their own start (latency included). Pairs must be on
+  /// different nodes.
   std::vector<double> simulateTogether(const std::vector<std::pair<int, int>>& pairs,
-                                       const std::vector<std::uint64_t>& bytes);
+                                       const std::vector<std::uint64_t>& bytes, const std::vector<double>& offset = {});
 
   std::size_t activities() const { return activities_; }
 
@@ -71,12 +71,14 @@ class World {
   Router router_;
   int nranks_;
   simgrid::s4u::NetZone* zone_ = nullptr;
-  std::vector<simgrid::s4u::Host*> hosts_;           // by host index
-  std::vector<int> rankHost_;                        // rank -> host index
-  std::vector<int> nodeHost_;                        // topology node -> host index, -1 without ranks
-  std::vector<double> hostReduceRate_;               // bytes/s, 0 = infinite
+  std::vector<simgrid::s4u::Host*> hosts_;  // by host index
+  simgrid::s4u::Host* sleeper_ = nullptr;   // keeps the engine running until delayed flows start
+  simgrid::s4u::ExecPtr sleeping_;
+  std::vector<int> rankHost_;           // rank -> host index
+  std::vector<int> nodeHost_;           // topology node -> host index, -1 without ranks
+  std::vector<double> hostReduceRate_;  // bytes/s, 0 = infinite
   std::vector<simgrid::s4u::SplitDuplexLink*> links_;
-  std::vector<double> linkBandwidth_, linkLatency_;  // bytes/s and s, after switch caps
+  std::vector<double> linkBandwidth_, linkLatency_;                 // bytes/s and s, after switch caps
   std::unordered_map<std::uint64_t, std::vector<DirLink>> routes_;  // src rank << 32 | dst rank
   std::unordered_map<std::uint64_t, bool> installed_;               // src node << 32 | dst node
   std::vector<simgrid::s4u::ActivityPtr> live_;                     // slot -> running activity

@@ -70,8 +70,8 @@ ImplementationChoice resolveImplementation(CommunicationImplementation requested
       } else {
         c.effective = CI::Ring;
         c.reason = gpuReplicas ? "AUTO chose RING: GPU replicas but no nccl backend in this build"
-                               : "AUTO chose RING: replicas are CPU; each collective's schedule is picked by size "
-                                 "(recursive doubling when latency-bound, else ring)";
+                               : "AUTO chose collbench schedules: replicas are CPU; the selector picks each "
+                                 "collective's algorithm by size (chooseAlgorithm)";
       }
       break;
     case CI::Ring:

@@ -89,7 +89,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
     fail("StrategyOptions.simulate needs a topology (a topology file or shipped name)");
   }
   choice_ = resolveImplementation(communication_.implementation, options_.gpuReplicas, ncclBackendRegistered());
-  spdlog::info("MultiWorkerMirroredStrategy: {} worker(s) x {} local replica(s) = {} replicas in sync; {}",
+  spdlog::debug("MultiWorkerMirroredStrategy: {} worker(s) x {} local replica(s) = {} replicas in sync; {}",
                numWorkers(), localReplicas(), numReplicasInSync(), choice_.reason);
 
   detail::EngineConfig cfg;
@@ -117,7 +117,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
     cfg.topologyName = std::string(toString(options_.mode));
   }
   switch (options_.hierarchy) {
-    case HierarchyMode::Auto: cfg.hierarchical = processes || (numWorkers() > 1 && localReplicas() > 1); break;
+    // Threads mode: the simulated workers share this process's memory, so one flat collective beats three stages.
+    case HierarchyMode::Auto: cfg.hierarchical = processes; break;
     case HierarchyMode::Flat: cfg.hierarchical = false; break;
     case HierarchyMode::Hierarchical: cfg.hierarchical = true; break;
   }

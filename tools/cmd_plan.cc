@@ -78,7 +78,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
                  choice.channels);
       for (std::size_t i = 0; i < choice.ranking.size() && i < 3; ++i) {
         const Alternative& r = choice.ranking[i];
-        fmt::print("  {} {:<20} chunk {:>10} B  channels {:>2}  {:>12.3f} us\n", i == 0 ? "chosen:   " : "runner-up:",
+        fmt::print("  {} {:<20} chunk {:>10} B  channels {:>2}  {:>12.3f} us\n", i == 0 ? "chosen:   " : i == 1 ? "runner-up:" : "then:     ",
                    r.algorithm, r.chunkBytes, r.channels, r.predictedUs);
       }
     }

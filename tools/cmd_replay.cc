@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -44,6 +46,7 @@ struct ReplayArgs {
   std::string overlap = "auto";
   std::string algo = "trace";
   int warmup = 1;
+  std::string gaps = "wait";
   bool check = false;
   double timeoutSeconds = kDefaultTimeoutSeconds;
   std::string output;
@@ -107,14 +110,35 @@ std::vector<StepStats> stepStats(std::size_t n, Get get) {
   return out;
 }
 
-double meanStep(const std::vector<StepStats>& v, double StepStats::*field) {
-  if (v.empty()) return 0;
-  double sum = 0;
-  for (const StepStats& s : v) sum += s.*field;
-  return sum / static_cast<double>(v.size());
+/// The steady state: every step but the first when there are several (the first carries one-time costs: thread
+/// start-up, first touch of buffers, connection set-up).
+std::vector<double> steady(const std::vector<StepStats>& v, double StepStats::*field) {
+  std::vector<double> out;
+  for (std::size_t i = v.size() > 1 ? 1 : 0; i < v.size(); ++i) out.push_back(v[i].*field);
+  return out;
 }
 
+double meanStep(const std::vector<StepStats>& v, double StepStats::*field) {
+  const std::vector<double> x = steady(v, field);
+  return x.empty() ? 0 : std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(x.size());
+}
+
+/// Median: a step that lost its CPU to another process for a while does not move it, unlike the mean.
+double medianStep(const std::vector<StepStats>& v, double StepStats::*field) {
+  std::vector<double> x = steady(v, field);
+  if (x.empty()) return 0;
+  std::sort(x.begin(), x.end());
+  const std::size_t n = x.size();
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+using Clock = std::chrono::steady_clock;
+/// Waits shorter than this spin rather than sleep (Linux timer slack and wake-up take tens of microseconds).
+constexpr auto kSpinBelow = std::chrono::microseconds(200);
+
 class Replayer {
+  using Key = std::tuple<int, std::size_t, int, int, int, int, std::string>;
+
  public:
   Replayer(const ReplayArgs& a, Trace trace) : a_(a), trace_(std::move(trace)) {
     if (a_.scaling == "weak") {
@@ -145,6 +169,13 @@ class Replayer {
     }
     workers_ = world_ / local_;
     computeScale_ = scaling_ == Scaling::Weak ? 1.0 : static_cast<double>(trace_.worldSize) / world_;
+    if (a_.gaps == "wait") {
+      waitGaps_ = true;
+    } else if (a_.gaps == "skip") {
+      waitGaps_ = false;
+    } else {
+      throw Error(Errc::InvalidArgument, fmt::format("--gaps must be wait or skip, got '{}'", printable(a_.gaps)));
+    }
     if (a_.warmup < 0) throw Error(Errc::InvalidArgument, fmt::format("--warmup must be >= 0, got {}", a_.warmup));
     topology_ = a_.topology;
     if (topology_.empty() && a_.backend == "sim") {
@@ -161,16 +192,29 @@ class Replayer {
     const bool tty = ::isatty(STDERR_FILENO);
     events_.reserve(trace_.events.size());
     for (const TraceEvent& e : trace_.events) events_.push_back(plan(e));
-    std::size_t done = 0;
+    // Backends and schedules first, so that setup does not land inside the timed replay.
     for (ReplayEvent& e : events_) {
-      if (tty && (done % 16 == 0 || done + 1 == events_.size())) {
-        std::fprintf(stderr, "\rcollbench replay: %zu/%zu collectives", done + 1, events_.size());
+      if (!e.algorithm.empty()) prepare(e);
+    }
+    const auto t0 = Clock::now();
+    double compute = 0, commEnd = 0;
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      if (tty && (i % 16 == 0 || i + 1 == events_.size())) {
+        std::fprintf(stderr, "\rcollbench replay: %zu/%zu collectives", i + 1, events_.size());
       }
-      ++done;
-      duration(e);
+      ReplayEvent& e = events_[i];
+      // The clock (docs/trace-format.md "Replay"): collectives run one at a time in trace order; the compute
+      // before one starts when the previous collective ended (overlap none, and at every step boundary: the
+      // optimizer needs all gradients) or, within a step under overlap backward, when the previous one was issued.
+      const bool newStep = i == 0 || e.recorded->step != events_[i - 1].recorded->step;
+      if (overlap_ == Overlap::None || newStep) compute = std::max(compute, commEnd);
+      compute += e.gap;
+      e.start = std::max(compute, commEnd);
+      if (waitGaps_ && !e.algorithm.empty() && backendFor(e.spec.nranks).movesData()) waitUntil(t0, e.start);
+      e.end = e.start + duration(e);
+      commEnd = e.end;
     }
     if (tty) std::fprintf(stderr, "\n");
-    timeline();
   }
 
   void print(std::FILE* out) const {
@@ -193,8 +237,10 @@ class Replayer {
                    r.seconds, r.compute, r.comm, r.exposed);
     }
     const Summary s = summary();
-    std::fprintf(out, "# mean step time: recorded %.6f s, replayed %.6f s (%+.1f%%)\n", s.recordedStep, s.replayedStep,
-                 s.recordedStep > 0 ? 100 * (s.replayedStep / s.recordedStep - 1) : 0.0);
+    std::fprintf(out, "# step time%s: median recorded %.6f s, replayed %.6f s (%+.1f%%); mean %.6f s, %.6f s\n",
+                 replayed.size() > 1 ? " (steps after the first)" : "", s.recordedStep, s.replayedStep,
+                 s.recordedStep > 0 ? 100 * (s.replayedStep / s.recordedStep - 1) : 0.0, s.recordedMean,
+                 s.replayedMean);
     std::fprintf(out, "# exposed communication: %.6f s per step (%.1f%% of the step), communication %.6f s per step\n",
                  s.exposed, s.replayedStep > 0 ? 100 * s.exposed / s.replayedStep : 0.0, s.comm);
     std::fprintf(out, "# scaling efficiency vs 1 replica: %.3f (%s scaling: 1-replica step %.6f s, speedup %.2f)\n",
@@ -253,6 +299,8 @@ class Replayer {
                             {"warmup", a_.warmup}}},
                 {"summary", {{"recorded_step_s", s.recordedStep},
                              {"replayed_step_s", s.replayedStep},
+                             {"recorded_mean_step_s", s.recordedMean},
+                             {"replayed_mean_step_s", s.replayedMean},
                              {"compute_s", s.compute},
                              {"comm_s", s.comm},
                              {"exposed_comm_s", s.exposed},
@@ -269,7 +317,7 @@ class Replayer {
 
  private:
   struct Summary {
-    double recordedStep = 0, replayedStep = 0, compute = 0, comm = 0, exposed = 0;
+    double recordedStep = 0, replayedStep = 0, recordedMean = 0, replayedMean = 0, compute = 0, comm = 0, exposed = 0;
     double oneReplicaStep = 0, efficiency = 0, speedup = 0;
   };
 
@@ -277,16 +325,18 @@ class Replayer {
     const auto rec = recordedSteps();
     const auto rep = replayedSteps();
     Summary s;
-    s.recordedStep = meanStep(rec, &StepStats::seconds);
-    s.replayedStep = meanStep(rep, &StepStats::seconds);
+    s.recordedStep = medianStep(rec, &StepStats::seconds);
+    s.replayedStep = medianStep(rep, &StepStats::seconds);
+    s.recordedMean = meanStep(rec, &StepStats::seconds);
+    s.replayedMean = meanStep(rep, &StepStats::seconds);
     s.compute = meanStep(rep, &StepStats::compute);
     s.comm = meanStep(rep, &StepStats::comm);
     s.exposed = meanStep(rep, &StepStats::exposed);
     // One replica communicates nothing: its step is the compute alone, of one replica's batch (weak) or of the whole
-    // global batch (strong).
+    // global batch (strong). Means throughout: compute + exposed = step.
     s.oneReplicaStep = scaling_ == Scaling::Weak ? s.compute : s.compute * world_;
-    if (s.replayedStep > 0) {
-      s.speedup = s.oneReplicaStep / s.replayedStep;
+    if (s.replayedMean > 0) {
+      s.speedup = s.oneReplicaStep / s.replayedMean;
       s.efficiency = scaling_ == Scaling::Weak ? s.speedup : s.speedup / world_;
     }
     return s;
@@ -365,62 +415,64 @@ class Replayer {
     return p;
   }
 
-  void duration(ReplayEvent& e) {
-    if (e.algorithm.empty()) return;  // a one-rank group: nothing to move
+  Key keyOf(const ReplayEvent& e) const {
     const CollectiveSpec& s = e.spec;
-    const auto key = std::tuple(static_cast<int>(s.kind), s.count, static_cast<int>(s.dtype), static_cast<int>(s.op),
-                                s.root, s.nranks, e.algorithm);
+    return Key(static_cast<int>(s.kind), s.count, static_cast<int>(s.dtype), static_cast<int>(s.op), s.root,
+               s.nranks, e.algorithm);
+  }
+
+  void prepare(const ReplayEvent& e) {
+    const Key key = keyOf(e);
+    Backend& b = backendFor(e.spec.nranks);
+    if (!schedules_.count(key)) schedules_.emplace(key, buildSchedule(e.spec, e.algorithm, paramsFor(e.spec.nranks)));
+    if (b.movesData() && !buffers_.count(key)) buffers_.emplace(key, std::make_unique<RankBufferSet>(e.spec, false));
+  }
+
+  /// Seconds the collective takes on the backend (0 for a one-rank group).
+  double duration(ReplayEvent& e) {
+    if (e.algorithm.empty()) return 0;
+    const CollectiveSpec& s = e.spec;
+    const Key key = keyOf(e);
     Backend& b = backendFor(s.nranks);
-    auto sched = schedules_.find(key);
-    if (sched == schedules_.end()) sched = schedules_.emplace(key, buildSchedule(s, e.algorithm, paramsFor(s.nranks))).first;
-    const bool first = !seen_.count(key);
-    seen_.insert(key);
+    const Schedule& sched = schedules_.at(key);
+    const bool first = seen_.insert(key).second;
     if (!b.movesData()) {
       // A simulator returns the same time for the same schedule: simulate each distinct collective once.
       auto t = simulated_.find(key);
       if (t == simulated_.end()) {
         Buffers none(static_cast<std::size_t>(s.nranks));
-        t = simulated_.emplace(key, b.run(sched->second, none, RunOptions{1, 0, a_.timeoutSeconds}).seconds).first;
+        t = simulated_.emplace(key, b.run(sched, none, RunOptions{1, 0, a_.timeoutSeconds}).seconds).first;
       }
-      e.end = t->second;  // holds the duration until timeline()
-      return;
+      return t->second;
     }
-    auto bufs = buffers_.find(key);
-    if (bufs == buffers_.end()) bufs = buffers_.emplace(key, std::make_unique<RankBufferSet>(s, false)).first;
-    if (a_.check) bufs->second->fill();
-    const RunResult r = b.run(sched->second, bufs->second->views(), RunOptions{1, first ? a_.warmup : 0, a_.timeoutSeconds});
+    RankBufferSet& bufs = *buffers_.at(key);
+    if (a_.check) bufs.fill();
+    const RunResult r = b.run(sched, bufs.views(), RunOptions{1, first ? a_.warmup : 0, a_.timeoutSeconds});
     if (a_.check) {
-      e.wrong = bufs->second->countWrong();
+      e.wrong = bufs.countWrong();
       wrong_ += e.wrong;
     }
     // A collective is over when its slowest rank is done.
-    e.end = r.rankSeconds.empty() ? r.seconds : *std::max_element(r.rankSeconds.begin(), r.rankSeconds.end());
+    return r.rankSeconds.empty() ? r.seconds : *std::max_element(r.rankSeconds.begin(), r.rankSeconds.end());
   }
 
-  /// Places the collectives on the clock (docs/trace-format.md "Replay"): one collective at a time in trace order;
-  /// the compute before one starts when the previous collective ended (overlap none, and at every step boundary:
-  /// the optimizer needs all gradients) or, within a step under overlap backward, when the previous one was issued.
-  void timeline() {
-    double compute = 0, commEnd = 0;
-    for (std::size_t i = 0; i < events_.size(); ++i) {
-      ReplayEvent& e = events_[i];
-      const double d = e.end;
-      const bool newStep = i == 0 || e.recorded->step != events_[i - 1].recorded->step;
-      if (overlap_ == Overlap::None || newStep) compute = std::max(compute, commEnd);
-      compute += e.gap;
-      e.start = std::max(compute, commEnd);
-      e.end = e.start + d;
-      commEnd = e.end;
+  /// Lets the wall clock reach `at` seconds after `t0`, so that a real backend sits idle for the compute gaps as it
+  /// did in the recording (idle workers go to sleep and take time to wake: back-to-back replay would be too fast).
+  /// Spins for the last stretch: sleeping is too coarse for gaps of microseconds.
+  static void waitUntil(Clock::time_point t0, double at) {
+    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at));
+    if (const auto left = deadline - Clock::now(); left > kSpinBelow) std::this_thread::sleep_for(left - kSpinBelow);
+    while (Clock::now() < deadline) {
     }
   }
 
-  using Key = std::tuple<int, std::size_t, int, int, int, int, std::string>;
   const ReplayArgs& a_;
   Trace trace_;
   Scaling scaling_ = Scaling::Weak;
   Overlap overlap_ = Overlap::None;
   int world_ = 1, local_ = 1, workers_ = 1;
   double computeScale_ = 1;
+  bool waitGaps_ = true;
   std::string topology_;
   std::unique_ptr<Topology> topo_;
   std::vector<ReplayEvent> events_;
@@ -468,6 +520,9 @@ void addReplayCommand(CLI::App& app, int& exitCode) {
       ->default_val("trace");
   cmd->add_option("--warmup", a->warmup, "untimed runs of each distinct collective before its first timed one")
       ->default_val(1);
+  cmd->add_option("--gaps", a->gaps,
+                  "wait: real backends sit idle for the compute gaps in wall time (as recorded); skip: only on the clock")
+      ->default_val("wait");
   cmd->add_flag("--check", a->check, "check results of real backends (exit 1 if any are wrong)");
   cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")
       ->default_val(kDefaultTimeoutSeconds);

@@ -1,11 +1,10 @@
 // `collbench sim`: one collective on a simulated topology: time, algbw, busbw, and optionally a Perfetto timeline.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <memory>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "collbench/error.h"
@@ -132,9 +131,8 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     if (!a->timeline.empty()) {
       std::ofstream f(a->timeline);
       if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write timeline file '{}'", a->timeline));
-      sim::writeTimeline(f, r,
-                         fmt::format("{} {} {} ranks {} B on {}", toString(spec.kind), choice.algorithm, n, rowBytes,
-                                     topoName));
+      sim::writeTimeline(
+          f, r, fmt::format("{} {} {} ranks {} B on {}", toString(spec.kind), choice.algorithm, n, rowBytes, topoName));
       if (isatty(STDERR_FILENO)) fmt::print(stderr, "timeline: {} spans written to {}\n", r.spans.size(), a->timeline);
     }
     exitCode = 0;

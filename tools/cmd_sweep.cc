@@ -1,13 +1,12 @@
 // `collbench sweep`: what-if grids on the simulator: topologies x override sets x rank counts x sizes x algorithms.
 // A table on stdout, optionally CSV and JSON files; progress on stderr only when it is a terminal.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "collbench/error.h"
@@ -37,15 +36,16 @@ std::string csvField(const std::string& s) {
   return out + "\"";
 }
 
-std::vector<std::size_t> sizesFrom(const std::vector<std::string>& list, const std::string& minB, const std::string& maxB,
-                                   double factor) {
+std::vector<std::size_t> sizesFrom(const std::vector<std::string>& list, const std::string& minB,
+                                   const std::string& maxB, double factor) {
   std::vector<std::size_t> out;
   if (!list.empty()) {
     for (const std::string& s : list) out.push_back(parseBytes(s, "--sizes"));
     return out;
   }
   const std::size_t lo = parseBytes(minB, "-b/--minbytes"), hi = parseBytes(maxB, "-e/--maxbytes");
-  if (lo > hi) throw Error(Errc::InvalidArgument, fmt::format("-b/--minbytes {} is larger than -e/--maxbytes {}", lo, hi));
+  if (lo > hi)
+    throw Error(Errc::InvalidArgument, fmt::format("-b/--minbytes {} is larger than -e/--maxbytes {}", lo, hi));
   if (!(factor > 1)) throw Error(Errc::InvalidArgument, fmt::format("-f/--stepfactor must be > 1, got {}", factor));
   for (std::size_t s = lo; s <= hi;) {
     out.push_back(s);
@@ -147,8 +147,8 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
           }
           if (n < 1 || n > available) {
             throw Error(Errc::InvalidArgument,
-                        fmt::format("-g/--ranks {}: topology '{}' has {} ranks (use 1..{} or all)", rs, name,
-                                    available, available));
+                        fmt::format("-g/--ranks {}: topology '{}' has {} ranks (use 1..{} or all)", rs, name, available,
+                                    available));
           }
           v.ranks.push_back(n);
         }
@@ -233,7 +233,8 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
     }
     bool anyApprox = false;
     for (const Row& r : rows) anyApprox = anyApprox || !r.exact;
-    if (anyApprox) fmt::print("# ~ approximate: the method could not prove equality with op-by-op simulation (see JSON)\n");
+    if (anyApprox)
+      fmt::print("# ~ approximate: the method could not prove equality with op-by-op simulation (see JSON)\n");
     std::fflush(stdout);
 
     if (!a->csv.empty()) {
@@ -242,10 +243,10 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       f << "topology,fingerprint,set,ranks,collective,algorithm,bytes,count,datatype,time_us,algbw_GBps,busbw_GBps,"
            "method,exact,ops,transfers,simulated_activities,wall_s\n";
       for (const Row& r : rows) {
-        f << fmt::format("{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{},{},{},{:.6f}\n", csvField(r.topology),
-                         r.fingerprint, csvField(r.overrides), r.ranks, toString(kind), r.algorithm, r.bytes, r.count,
-                         toString(dtype), r.seconds * 1e6, r.algbw, r.busbw, r.method, r.exact ? 1 : 0, r.ops,
-                         r.transfers, r.activities, r.wall);
+        f << fmt::format("{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{},{},{},{:.6f}\n",
+                         csvField(r.topology), r.fingerprint, csvField(r.overrides), r.ranks, toString(kind),
+                         r.algorithm, r.bytes, r.count, toString(dtype), r.seconds * 1e6, r.algbw, r.busbw, r.method,
+                         r.exact ? 1 : 0, r.ops, r.transfers, r.activities, r.wall);
       }
     }
     if (!a->json.empty()) {

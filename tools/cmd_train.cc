@@ -6,6 +6,7 @@
 // (or Slurm, mpirun, or TF_CONFIG by hand); the cluster comes from the environment and the cross-worker collectives
 // run on a process backend (gloo). Each process prints its own log; the chief writes --weights-out, and --trace is
 // written by the chief, or by every worker when the path holds "{rank}".
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -47,6 +48,8 @@ struct TrainArgs {
   std::string weightsOut;
   int logEvery = 10;
   bool force = false;
+  int faultKillRank = -1;  ///< fault injection: this worker SIGKILLs itself ...
+  int faultKillStep = 0;   ///< ... after logging this step
 };
 
 void checkWritable(const std::string& path, bool force, const char* flag) {
@@ -155,6 +158,12 @@ void runTrain(const TrainArgs& a) {
       std::printf("%8d %12.6f %10.4f\n", l.step, l.loss, l.accuracy);
       std::fflush(stdout);
     }
+    if (rank == a.faultKillRank && l.step == a.faultKillStep) {
+      // Dies as `kill -9` would: no destructors, no goodbye to the peers; the kernel closes its sockets.
+      std::fprintf(stderr, "collbench train: fault injection: worker %d kills itself after step %d\n", rank, l.step);
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
   });
   const Trace trace = strategy.trace();
   if (!tracePath.empty() && (chief || traceAll)) strategy.writeTrace(tracePath, gCommandLine);
@@ -200,6 +209,9 @@ void addTrainCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--weights-out", a->weightsOut, "write the final weights as JSON (chief)");
   cmd->add_option("--log-every", a->logEvery, "print the loss every N steps")->default_val(10);
   cmd->add_flag("--force", a->force, "overwrite existing --trace / --weights-out files");
+  cmd->add_option("--fault-kill-rank", a->faultKillRank, "worker that SIGKILLs itself (failure-handling tests)")
+      ->group("Fault injection");
+  cmd->add_option("--fault-kill-step", a->faultKillStep, "... after this step")->group("Fault injection");
   cmd->callback([a, &exitCode] {
     runTrain(*a);
     exitCode = 0;

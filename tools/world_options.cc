@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,14 @@ int runMpiPerf(const PerfConfig& c, std::FILE* out) {
                                    c.op,
                                    "-a",
                                    std::to_string(c.average)};
+  // Extra mpirun flags, e.g. "--mca btl self,tcp" to make Open MPI use loopback TCP like the gloo backend
+  // (by default it uses shared memory between local ranks).
+  if (const char* extra = std::getenv("COLLBENCH_MPIRUN_ARGS"); extra && *extra) {
+    std::vector<std::string> words;
+    std::istringstream in(extra);
+    for (std::string w; in >> w;) words.push_back(w);
+    args.insert(args.begin() + 1, words.begin(), words.end());
+  }
   if (c.stepFactor > 1) {
     args.insert(args.end(), {"-f", fmt::format("{}", c.stepFactor)});
   } else {

@@ -51,7 +51,8 @@ long long sumOverProcesses(Backend& backend, long long value, bool processMode, 
 
 /// `collbench perf --algo mpi`: runs the MPI_Allreduce driver (collbench-mpi-allreduce, next to this executable or
 /// at $COLLBENCH_MPI_DRIVER) under `mpirun -np <-g>` with the same size, iteration, check, type and op flags, and
-/// copies its nccl-tests table to `out`. Returns the driver's exit code.
+/// copies its nccl-tests table to `out`; COLLBENCH_MPIRUN_ARGS adds mpirun flags ("--mca btl self,tcp"). Returns the
+/// driver's exit code.
 int runMpiPerf(const PerfConfig& c, std::FILE* out);
 
 }  // namespace collbench::cli

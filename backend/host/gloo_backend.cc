@@ -1007,6 +1007,7 @@ class GlooBackend final : public Backend {
     empty.native = true;
     std::vector<std::byte> none;
     auto headerPlan = makePlan(empty, b, true, &none, &none);
+    headerPlan->resultBytes = 0;  // headers only: Avg's division belongs to the native call
     headerPlan->neighbours.clear();
     headerPlan->headerIn.resize(static_cast<std::size_t>(world_.world));
     headerPlan->headerSend.resize(static_cast<std::size_t>(world_.world));

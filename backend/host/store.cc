@@ -298,10 +298,10 @@ struct StoreServer::Impl {
       else if (st == StoreStatus::BadVersion) ++stats.refusedVersion;
       else ++stats.refusedFrame;
     }
-    reply(c, st, std::span<const char>(reason.data(), reason.size()));
-    c.closeAfterWrite = true;
+    c.closeAfterWrite = true;  // before the reply: a reply that leaves at once closes the connection
     c.in.clear();
     c.partialSince.reset();
+    reply(c, st, std::span<const char>(reason.data(), reason.size()));
   }
 
   void reply(Conn& c, StoreStatus st, std::span<const char> payload) {

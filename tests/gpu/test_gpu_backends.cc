@@ -181,9 +181,11 @@ TEST(GpuNcclOneRank, SchedulesMatchReferenceAndRecordNcclSettings) {
   Backend& b = cached("nccl", 1);
   for (const auto& a : algorithms()) {
     if (a.native) continue;
-    const CollectiveSpec spec{a.collective,  1, a.collective == Collective::Barrier ? 0u : 4099u, DType::F16,
-                              ReduceOp::Sum, 0};
-    runChecked(b, a.build(spec, paramsFor(1)), a.name);
+    const std::size_t count = a.collective == Collective::Barrier ? 0 : 4099;
+    const CollectiveSpec spec{a.collective, 1, count, DType::F16, ReduceOp::Sum, 0};
+    const auto ours = runChecked(b, a.build(spec, paramsFor(1)), a.name);
+    if (a.collective == Collective::Barrier) continue;
+    EXPECT_TRUE(ours == runChecked(b, buildSchedule(spec, kNativeAlgorithm), "native")) << a.name;
   }
   const CollectiveSpec spec{Collective::AllReduce, 1, 64, DType::F32};
   RankBufferSet bufs(spec, false);

@@ -144,6 +144,51 @@ void checkPlan(const Schedule& s, const WavePlan& plan) {
       std::sort(ranges.begin(), ranges.end());
       for (std::size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first);
     }
+    // Ops of one wave run concurrently on the GPU (the single-GPU executor reads a sender's buffer from the
+    // receiver's stream while the sender's stream runs its local ops): no op may write what another op of the same
+    // rank and wave reads or writes, out of place or in place (input and output then share one allocation).
+    for (bool inPlace : {false, true}) {
+      for (std::size_t r = 0; r < n; ++r) {
+        struct Access {
+          int op;
+          int region;  // 0 input, 1 output (0 too in place), 2 scratch
+          std::size_t begin, end;
+          bool write;
+        };
+        auto access = [&](int k, const BufRef& ref, std::size_t bytes, bool write) {
+          const int rank = static_cast<int>(r);
+          std::size_t base = 0;
+          int region = ref.buffer == BufferKind::Scratch ? 2 : ref.buffer == BufferKind::Input ? 0 : 1;
+          if (inPlace && region != 2) {
+            base = region == 0 ? s.spec.inPlaceInputOffset(rank) : s.spec.inPlaceOutputOffset(rank);
+            region = 0;
+          }
+          return Access{k, region, base + ref.offset, base + ref.offset + bytes, write};
+        };
+        std::vector<Access> acc;
+        for (const auto* list : {&w.ranks[r].comm, &w.ranks[r].local}) {
+          for (int k : *list) {
+            const Op& op = s.ranks[r].ops[static_cast<std::size_t>(k)];
+            if (!op.bytes) continue;
+            const Access src = access(k, op.src, op.bytes, false), dst = access(k, op.dst, op.bytes, true);
+            // A copy onto itself (in place: input and output block coincide) is skipped by every executor.
+            if (op.kind == OpKind::Copy && src.region == dst.region && src.begin == dst.begin) continue;
+            if (op.reads()) acc.push_back(src);
+            if (op.writes()) acc.push_back(dst);
+          }
+        }
+        for (const Access& x : acc) {
+          if (!x.write) continue;
+          for (const Access& y : acc) {
+            if (y.op == x.op || y.region != x.region) continue;
+            EXPECT_FALSE(x.begin < y.end && y.begin < x.end)
+                << "wave " << wi << " rank " << r << (inPlace ? " (in place)" : "") << ": op " << x.op << " writes ["
+                << x.begin << "," << x.end << ") of region " << x.region << " while op " << y.op
+                << (y.write ? " writes " : " reads ") << "[" << y.begin << "," << y.end << ")";
+          }
+        }
+      }
+    }
     // Per ordered pair of ranks, the sender's sends and the receiver's receives of this wave list the same matches
     // in the same order (that is how NCCL pairs the p2p calls of a group).
     std::map<std::pair<int, int>, std::vector<int>> sent, received;

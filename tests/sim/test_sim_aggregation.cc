@@ -2,9 +2,8 @@
 // contention group), "ring-model" (the same without a schedule) and "extrapolated" (pipelines from a few chunks).
 // Where a method says its result is exact, it must equal the exact simulation; where its assumptions fail it must
 // say so.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "collbench/algorithms.h"
 #include "collbench/topology.h"

@@ -1,5 +1,6 @@
 // The "sim" backend through the registry, its errors, the timeline file, and the CLI paths (sim, perf --backend
 // sim, sweep) as a user meets them: bad input gives one line on stderr and exit status 2.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -7,8 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "collbench/algorithms.h"
@@ -57,8 +56,9 @@ TEST_F(SimBackend, ManyRunsAndTopologiesInOneProcess) {
 TEST_F(SimBackend, OptionsAndOverrides) {
   const Schedule s = ring(8, 1 << 22);
   const double base = makeBackend("sim", 8)->run(s, Buffers(8), {}).seconds;
-  const double slow =
-      makeBackend("sim", 8, {{"set", "link.nvlink.bandwidth_GBps=225; node.gpu.reduce_GBps=550"}})->run(s, Buffers(8), {}).seconds;
+  const double slow = makeBackend("sim", 8, {{"set", "link.nvlink.bandwidth_GBps=225; node.gpu.reduce_GBps=550"}})
+                          ->run(s, Buffers(8), {})
+                          .seconds;
   EXPECT_GT(slow, 1.9 * base);
   const double lv08 = makeBackend("sim", 8, {{"model", "LV08"}})->run(s, Buffers(8), {}).seconds;
   EXPECT_GT(lv08, base);
@@ -119,8 +119,8 @@ TEST(SimTimeline, EveryOpOnNonOverlappingLanes) {
   cfg.timeline = true;
   Topology t = flatTopology(n, 50, 1);
   for (TopoNode& node : t.nodes) node.reduceGBps = node.kind == NodeKind::Gpu ? 100 : 0;
-  const Schedule s = buildSchedule(CollectiveSpec{Collective::AllReduce, n, 1 << 20, DType::F32}, "tree",
-                                   AlgoParams{1 << 18, 2, {}});
+  const Schedule s =
+      buildSchedule(CollectiveSpec{Collective::AllReduce, n, 1 << 20, DType::F32}, "tree", AlgoParams{1 << 18, 2, {}});
   const sim::SimResult r = sim::Simulator(t, n, cfg).run(s);
   std::size_t reduces = 0;
   for (const auto& rp : s.ranks) {
@@ -135,8 +135,8 @@ TEST(SimTimeline, EveryOpOnNonOverlappingLanes) {
   for (const auto& e : doc.at("traceEvents")) {
     if (e.at("ph") != "X") continue;
     ++complete;
-    lanes[{e.at("pid").get<int>(), e.at("tid").get<int>()}].emplace_back(e.at("ts").get<double>(),
-                                                                         e.at("ts").get<double>() + e.at("dur").get<double>());
+    lanes[{e.at("pid").get<int>(), e.at("tid").get<int>()}].emplace_back(
+        e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
   }
   EXPECT_EQ(complete, r.spans.size());
   for (auto& [lane, spans] : lanes) {
@@ -182,9 +182,9 @@ std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::c
 TEST_F(SimCli, BadTopologyIsOneLineAndExitTwo) {
   const std::string bad = (dir_ / "bad.json").string();
   std::ofstream(bad) << R"({"format": "collbench-topology", "version": 1, "nodes": [], "links": [], "ranks": ["x"]})";
-  for (const std::string& args : {fmt::format("sim --topology {}", bad), fmt::format("sim --topology {}/none.json", dir_.string()),
-                                  fmt::format("perf --backend sim --topology {} -g 2", bad),
-                                  fmt::format("sweep --topology {}", bad)}) {
+  for (const std::string& args :
+       {fmt::format("sim --topology {}", bad), fmt::format("sim --topology {}/none.json", dir_.string()),
+        fmt::format("perf --backend sim --topology {} -g 2", bad), fmt::format("sweep --topology {}", bad)}) {
     const CliRun r = cli(args);
     EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
     EXPECT_EQ(lines(r.err), 1u) << args << "\n" << r.err;
@@ -197,9 +197,11 @@ TEST_F(SimCli, BadTopologyIsOneLineAndExitTwo) {
 
 TEST_F(SimCli, SimPrintsTimeAlgbwBusbwAndWritesATimeline) {
   const std::string tl = (dir_ / "t.json").string();
-  const CliRun r = cli(fmt::format("sim --topology dgx-h100-8x1 --collective allreduce --algo ring --bytes 64M --timeline {}", tl));
+  const CliRun r =
+      cli(fmt::format("sim --topology dgx-h100-8x1 --collective allreduce --algo ring --bytes 64M --timeline {}", tl));
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* field : {"time", "algbw", "busbw", "exact"}) EXPECT_NE(r.out.find(field), std::string::npos) << r.out;
+  for (const char* field : {"time", "algbw", "busbw", "exact"})
+    EXPECT_NE(r.out.find(field), std::string::npos) << r.out;
   EXPECT_TRUE(r.err.empty()) << r.err;  // no SimGrid chatter
   const nlohmann::json doc = nlohmann::json::parse(std::ifstream(tl));
   EXPECT_GT(doc.at("traceEvents").size(), 8u * 14u);
@@ -234,8 +236,8 @@ TEST_F(SimCli, SweepWritesCsvAndJson) {
   std::map<std::string, double> time;
   for (const auto& row : doc.at("rows")) {
     time[fmt::format("{}/{}/{}/{}/{}", row.at("topology").get<std::string>(), row.at("set").get<std::string>(),
-                     row.at("ranks").get<int>(), row.at("bytes").get<std::size_t>(), row.at("algorithm").get<std::string>())] =
-        row.at("time_us").get<double>();
+                     row.at("ranks").get<int>(), row.at("bytes").get<std::size_t>(),
+                     row.at("algorithm").get<std::string>())] = row.at("time_us").get<double>();
   }
   for (const auto& [key, t] : time) {
     if (key.find("/link.nvlink") == std::string::npos) continue;

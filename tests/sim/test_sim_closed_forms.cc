@@ -4,6 +4,7 @@
 // A reduction or a copy of b bytes takes b * gamma with gamma = 1 / reduce_GBps (0 when reduce_GBps is 0).
 // Schedule semantics used below (simulator/sim_backend.h): a transfer starts when its send and its receive are both
 // ready and the previous transfer on its (src, dst, channel) connection finished; RecvReduce reduces after it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 #include <cmath>
 #include <functional>
 #include <map>
-
-#include <fmt/format.h>
 #include <optional>
 
 #include "collbench/algorithms.h"
@@ -22,11 +21,11 @@
 namespace collbench {
 namespace {
 
-constexpr double kLinkGBps = 50;       // B
-constexpr double kLinkLatencyUs = 1;   // L
-constexpr double kReduceGBps = 200;    // when gamma > 0
-constexpr double kRelTol = 1e-6;       // the acceptance bound
-constexpr std::size_t kElem = 4;       // float
+constexpr double kLinkGBps = 50;      // B
+constexpr double kLinkLatencyUs = 1;  // L
+constexpr double kReduceGBps = 200;   // when gamma > 0
+constexpr double kRelTol = 1e-6;      // the acceptance bound
+constexpr std::size_t kElem = 4;      // float
 
 struct Cost {
   double alpha, beta, gamma;
@@ -141,8 +140,10 @@ double singleTree(int n, int tree, double S, const Cost& c, std::vector<FlowUse>
   int root = -1;
   for (int r = 0; r < n; ++r) {
     parent[static_cast<std::size_t>(r)] = dtreeParent(n, r, tree);
-    if (parent[static_cast<std::size_t>(r)] < 0) root = r;
-    else children[static_cast<std::size_t>(parent[static_cast<std::size_t>(r)])].push_back(r);
+    if (parent[static_cast<std::size_t>(r)] < 0)
+      root = r;
+    else
+      children[static_cast<std::size_t>(parent[static_cast<std::size_t>(r)])].push_back(r);
   }
   const double x = c.xfer(S), g = S * c.gamma;
   std::vector<double> U(static_cast<std::size_t>(n), -1);
@@ -177,9 +178,8 @@ double singleTree(int n, int tree, double S, const Cost& c, std::vector<FlowUse>
 }
 
 bool overlapAcrossTrees(std::vector<FlowUse> v) {
-  std::sort(v.begin(), v.end(), [](const FlowUse& a, const FlowUse& b) {
-    return a.link != b.link ? a.link < b.link : a.start < b.start;
-  });
+  std::sort(v.begin(), v.end(),
+            [](const FlowUse& a, const FlowUse& b) { return a.link != b.link ? a.link < b.link : a.start < b.start; });
   for (std::size_t i = 0; i < v.size(); ++i) {
     for (std::size_t j = i + 1; j < v.size() && v[j].link == v[i].link && v[j].start < v[i].end; ++j) {
       if (v[j].tree != v[i].tree && v[j].end > v[j].start && v[i].end > v[i].start) return true;

@@ -1,9 +1,8 @@
 // Contention is modelled, not assumed away: flows sharing a link split it (max-min), an oversubscribed fat tree
 // slows a ring that crosses racks by the oversubscription, and a non-blocking switch adds none. Expected values are
 // derived from the link parameters, not read from the simulator.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "collbench/algorithms.h"
 #include "collbench/topology.h"
@@ -39,7 +38,9 @@ Schedule flows(int n, const std::vector<std::pair<int, int>>& pairs, std::size_t
   return s;
 }
 
-double simulate(const Topology& t, const Schedule& s) { return sim::Simulator(t, static_cast<int>(t.ranks.size())).run(s).seconds; }
+double simulate(const Topology& t, const Schedule& s) {
+  return sim::Simulator(t, static_cast<int>(t.ranks.size())).run(s).seconds;
+}
 
 TEST(Contention, OneFlowGetsTheLink) {
   const std::size_t S = 1 << 24;
@@ -97,8 +98,10 @@ TEST(Contention, OversubscribedFatTreeSlowsTheCrossRackRing) {
   const double b = static_cast<double>(count / n * 4), L = 0.4e-6, B = 50e9;
   std::map<double, double> busbw;
   for (double s : {1.0, 2.0}) {
-    const Topology t = generateTopology("fat_tree", fmt::format(R"({{"k": 4, "oversubscription": {}, "reduce_GBps": 0}})", s));
-    const sim::SimResult r = sim::Simulator(t, n).runAlgorithm(CollectiveSpec{Collective::AllReduce, n, count, DType::F32}, "ring");
+    const Topology t =
+        generateTopology("fat_tree", fmt::format(R"({{"k": 4, "oversubscription": {}, "reduce_GBps": 0}})", s));
+    const sim::SimResult r =
+        sim::Simulator(t, n).runAlgorithm(CollectiveSpec{Collective::AllReduce, n, count, DType::F32}, "ring");
     const double want = 2.0 * (n - 1) * (6 * L + b * s / B);
     EXPECT_NEAR(r.seconds, want, 1e-6 * want) << "oversubscription " << s;
     busbw[s] = static_cast<double>(count * 4) / r.seconds * 2.0 * (n - 1) / n;

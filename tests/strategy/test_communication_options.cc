@@ -60,7 +60,7 @@ TEST(CommunicationOptions, ResolveImplementation) {
   ImplementationChoice c = resolveImplementation(CI::Auto, false, true);
   EXPECT_EQ(c.effective, CI::Ring);
   EXPECT_FALSE(c.useNcclBackend);
-  EXPECT_NE(c.reason.find("AUTO chose RING"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("AUTO chose collbench schedules"), std::string::npos) << c.reason;
   c = resolveImplementation(CI::Auto, true, true);
   EXPECT_EQ(c.effective, CI::Nccl);
   EXPECT_TRUE(c.useNcclBackend);

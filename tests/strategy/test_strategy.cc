@@ -45,7 +45,7 @@ TEST(Strategy, PropertiesOfAWorkerCluster) {
   EXPECT_FALSE(s->isChief());
   EXPECT_EQ(s->workerRank(), 1);
   EXPECT_EQ(s->clusterResolver().numWorkers(), 3);
-  EXPECT_TRUE(s->hierarchical()) << "several workers with several local replicas";
+  EXPECT_FALSE(s->hierarchical()) << "threads mode: one flat collective over shared memory";
   EXPECT_EQ(s->hostedReplicaIds(), (std::vector<int>{0, 1, 2, 3, 4, 5})) << "threads mode hosts every worker";
   EXPECT_EQ(s->communicationOptions(), CommunicationOptions{});
   EXPECT_EQ(s->implementationChoice().effective, CI::Ring);
@@ -304,11 +304,13 @@ struct Layout {
   int workers, local;
 };
 
-class AllReduceLayouts : public ::testing::TestWithParam<std::tuple<Layout, CI>> {};
+class AllReduceLayouts : public ::testing::TestWithParam<std::tuple<Layout, CI, HierarchyMode>> {};
 
 TEST_P(AllReduceLayouts, SumMeanAndLists) {
-  const auto [layout, impl] = GetParam();
-  auto s = makeStrategy(layout.workers, layout.local, {0, std::nullopt, impl});
+  const auto [layout, impl, hierarchy] = GetParam();
+  StrategyOptions options;
+  options.hierarchy = hierarchy;
+  auto s = makeStrategy(layout.workers, layout.local, {0, std::nullopt, impl}, options);
   const int n = layout.workers * layout.local;
   const float total = static_cast<float>(n * (n + 1) / 2);
   const PerReplica sum = s->run([] {
@@ -340,10 +342,12 @@ TEST_P(AllReduceLayouts, SumMeanAndLists) {
 INSTANTIATE_TEST_SUITE_P(Strategy, AllReduceLayouts,
                          ::testing::Combine(::testing::Values(Layout{1, 1}, Layout{1, 3}, Layout{3, 1}, Layout{2, 2},
                                                               Layout{2, 3}),
-                                            ::testing::Values(CI::Auto, CI::Ring)),
+                                            ::testing::Values(CI::Auto, CI::Ring),
+                                            ::testing::Values(HierarchyMode::Auto, HierarchyMode::Hierarchical)),
                          [](const auto& p) {
                            const Layout l = std::get<0>(p.param);
-                           return fmt::format("{}x{}_{}", l.workers, l.local, toString(std::get<1>(p.param)));
+                           return fmt::format("{}x{}_{}{}", l.workers, l.local, toString(std::get<1>(p.param)),
+                                              std::get<2>(p.param) == HierarchyMode::Hierarchical ? "_staged" : "");
                          });
 
 TEST(AllReduce, IntegerMeanTruncates) {
@@ -356,7 +360,10 @@ TEST(AllReduce, IntegerMeanTruncates) {
 }
 
 TEST(AllReduce, HierarchicalOrFlatIsTraced) {
-  auto hier = makeStrategy(2, 2);
+  StrategyOptions staged;
+  staged.hierarchy = HierarchyMode::Hierarchical;
+  auto hier = makeStrategy(2, 2, {}, staged);
+  EXPECT_TRUE(hier->hierarchical());
   hier->run([] { getReplicaContext()->allReduce(ReduceOp::Sum, f32({1, 2, 3})); });
   const Trace t = hier->trace();
   ASSERT_EQ(t.events.size(), 3u);
@@ -473,9 +480,14 @@ TEST(Variables, RegularOutsideScopeMirroredInside) {
 }
 
 TEST(Variables, InitialValuesAreBroadcastFromTheChief) {
-  for (const auto layout : {Layout{3, 1}, Layout{2, 2}}) {
-    SCOPED_TRACE(fmt::format("{}x{}", layout.workers, layout.local));
-    auto s = makeStrategy(layout.workers, layout.local, {}, {}, /*rank=*/1);
+  for (const auto& [layout, hierarchy] : {std::pair{Layout{3, 1}, HierarchyMode::Auto},
+                                          std::pair{Layout{2, 2}, HierarchyMode::Auto},
+                                          std::pair{Layout{2, 2}, HierarchyMode::Hierarchical}}) {
+    SCOPED_TRACE(fmt::format("{}x{}{}", layout.workers, layout.local,
+                             hierarchy == HierarchyMode::Hierarchical ? " staged" : ""));
+    StrategyOptions options;
+    options.hierarchy = hierarchy;
+    auto s = makeStrategy(layout.workers, layout.local, {}, options, /*rank=*/1);
     StrategyScope scope = s->scope();
     std::vector<int> initializedOn;
     const Variable v = createVariable([&](int worker) {
@@ -487,8 +499,9 @@ TEST(Variables, InitialValuesAreBroadcastFromTheChief) {
     EXPECT_EQ(v.value().at(0), 100);
     const Trace t = s->trace();
     ASSERT_FALSE(t.events.empty());
-    const auto& b = layout.local > 1 ? t.events[t.events.size() - 2] : t.events.back();
+    const auto& b = *std::find_if(t.events.rbegin(), t.events.rend(), [](const TraceEvent& e) { return e.group != "local"; });
     EXPECT_EQ(b.kind, Collective::Broadcast);
+    EXPECT_EQ(b.group, hierarchy == HierarchyMode::Hierarchical ? "workers" : "replicas");
     EXPECT_EQ(b.root, 0);
     EXPECT_EQ(b.step, -1) << "before any run()";
     expectInvalid([&] { createVariable([](int worker) { return Tensor(DType::F32, {worker + 1}); }, {"ragged"}); },

@@ -10,9 +10,13 @@
 // 1e-2 or more.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
+#include "cli/cli_runner.h"
 #include "collbench/strategy/train_example.h"
 #include "test_support.h"
 
@@ -55,9 +59,46 @@ std::pair<double, double> maxDifference(const std::vector<Tensor>& a, const std:
   return {diff, scale};
 }
 
-/// How a case runs. Processes: one `collbench train` process per worker under `collbench launch`, weights written
-/// with --weights-out and compared here, once the gloo process backend lands.
+/// How a case runs. Threads: in this process. Processes: one `collbench train --mode processes` per worker under
+/// `collbench launch` (gloo backend), the chief's --weights-out compared here.
 enum class Mode { Threads, Processes };
+
+/// Why the process cases cannot run in this build ("" when they can): they need the CLI binary (tests/CMakeLists.txt
+/// does not make test_strategy depend on it, so build the collbench target first) with the gloo backend.
+std::string processModeUnavailable() {
+  static const std::string reason = [] {
+    if (!std::filesystem::exists(COLLBENCH_CLI)) return std::string("the collbench CLI is not built (") + COLLBENCH_CLI + ")";
+    // Zero steps still create the strategy, hence the gloo backend and its rendezvous.
+    const collbench::testing::CliResult r = collbench::testing::runCli(
+        fmt::format("launch -n 2 -- {} train --mode processes --steps 0", COLLBENCH_CLI));
+    if (r.err.find("unknown backend 'gloo'") != std::string::npos) {
+      return std::string("this collbench has no gloo backend (COLLBENCH_WITH_GLOO=OFF)");
+    }
+    if (r.exitCode != 0) return "`collbench launch -n 2 -- collbench train --mode processes` fails: " + r.err;
+    return std::string();
+  }();
+  return reason;
+}
+
+/// The flags of `collbench train` that reproduce config(hidden).
+std::string trainFlags(std::int64_t hidden) {
+  const TrainConfig c = config(hidden);
+  return fmt::format("--examples {} --features {} --classes {} --hidden {} --global-batch {} --steps {} --lr {} --seed {}",
+                     c.examples, c.features, c.classes, c.hidden, c.globalBatch, c.steps, c.learningRate, c.seed);
+}
+
+/// Weights written by `collbench train --weights-out`.
+std::vector<Tensor> readWeights(const std::string& path) {
+  const nlohmann::json j = nlohmann::json::parse(collbench::testing::slurp(path));
+  EXPECT_EQ(j.at("format"), "collbench-weights");
+  std::vector<Tensor> out;
+  for (const auto& name : j.at("names")) {
+    const auto& w = j.at("weights").at(name.get<std::string>());
+    out.push_back(Tensor::fromDoubles(DType::F32, w.at("values").get<std::vector<double>>(),
+                                      w.at("shape").get<Shape>()));
+  }
+  return out;
+}
 
 struct TrainCase {
   Mode mode;
@@ -66,12 +107,14 @@ struct TrainCase {
   std::int64_t hidden;
   std::int64_t bytesPerPack;
   CI implementation;
+  HierarchyMode hierarchy = HierarchyMode::Auto;
 };
 
 std::string caseName(const ::testing::TestParamInfo<TrainCase>& info) {
   const TrainCase& c = info.param;
-  return fmt::format("{}_{}x{}_{}_pack{}_{}", c.mode == Mode::Threads ? "threads" : "processes", c.workers, c.local,
-                     c.hidden ? "mlp" : "softmax", c.bytesPerPack, toString(c.implementation));
+  return fmt::format("{}_{}x{}_{}_pack{}_{}{}", c.mode == Mode::Threads ? "threads" : "processes", c.workers,
+                     c.local, c.hidden ? "mlp" : "softmax", c.bytesPerPack, toString(c.implementation),
+                     c.hierarchy == HierarchyMode::Hierarchical ? "_staged" : "");
 }
 
 /// The single-replica reference, computed once per model.
@@ -89,16 +132,29 @@ class SyncTraining : public ::testing::TestWithParam<TrainCase> {};
 
 TEST_P(SyncTraining, SameWeightsAsOneReplica) {
   const TrainCase& c = GetParam();
-  if (c.mode == Mode::Processes) {
-    GTEST_SKIP() << "needs the gloo process backend and `collbench launch` (one process per worker); the case runs "
-                    "`collbench launch -n "
-                 << c.workers << " collbench train --mode processes --weights-out w.json` and compares w.json";
-  }
   const TrainResult& ref = reference(c.hidden);
   ASSERT_EQ(ref.log.size(), static_cast<std::size_t>(kSteps));
   EXPECT_LT(ref.log.back().loss, 0.8 * ref.log.front().loss) << "the model learns";
+  if (c.mode == Mode::Processes) {
+    if (const std::string why = processModeUnavailable(); !why.empty()) GTEST_SKIP() << why;
+    const auto path = (std::filesystem::temp_directory_path() /
+                       fmt::format("collbench_train_w_{}_{}.json", ::getpid(), caseName({c, 0})))
+                          .string();
+    const collbench::testing::CliResult r = collbench::testing::runCli(fmt::format(
+        "launch -n {} -- {} train --mode processes -n {} {} --bytes-per-pack {} --implementation {} --hierarchy auto "
+        "--log-every 1000 --weights-out {} --force",
+        c.workers, COLLBENCH_CLI, c.local, trainFlags(c.hidden), c.bytesPerPack, toString(c.implementation), path));
+    ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+    const std::vector<Tensor> got = readWeights(path);
+    std::filesystem::remove(path);
+    const auto [diff, scale] = maxDifference(got, ref.weights);
+    EXPECT_LE(diff, kRelativeTolerance * std::max(1.0, scale)) << "max |w| " << scale;
+    return;
+  }
 
-  auto s = makeStrategy(c.workers, c.local, {c.bytesPerPack, std::nullopt, c.implementation});
+  StrategyOptions options;
+  options.hierarchy = c.hierarchy;
+  auto s = makeStrategy(c.workers, c.local, {c.bytesPerPack, std::nullopt, c.implementation}, options);
   const TrainResult got = trainExample(*s, config(c.hidden));
   const auto [diff, scale] = maxDifference(got.weights, ref.weights);
   EXPECT_LE(diff, kRelativeTolerance * std::max(1.0, scale)) << "max |w| " << scale;
@@ -136,8 +192,10 @@ INSTANTIATE_TEST_SUITE_P(Strategy, SyncTraining,
                                            TrainCase{Mode::Threads, 2, 2, 0, 0, CI::Auto},
                                            TrainCase{Mode::Threads, 3, 1, 8, 128, CI::Ring},
                                            TrainCase{Mode::Threads, 2, 2, 8, 0, CI::Ring},
+                                           TrainCase{Mode::Threads, 2, 2, 0, 8, CI::Auto, HierarchyMode::Hierarchical},
                                            TrainCase{Mode::Processes, 2, 1, 0, 0, CI::Auto},
-                                           TrainCase{Mode::Processes, 2, 2, 0, 0, CI::Auto}),
+                                           TrainCase{Mode::Processes, 2, 2, 8, 64, CI::Auto},
+                                           TrainCase{Mode::Processes, 3, 1, 0, 0, CI::Ring}),
                          caseName);
 
 TEST(SyncTraining, DefaultStrategyMatchesOneReplicaExactly) {
@@ -196,10 +254,28 @@ TEST(SyncTraining, ConfigErrors) {
 }
 
 TEST(TrainProcesses, KilledWorkerStopsOthersWithPeerFailure) {
-  // Procedure once the gloo backend and `collbench launch` exist: launch 3 workers of `collbench train --mode
-  // processes --steps 1000000`, SIGKILL worker 1 after the first logged step, and expect the other two to exit
-  // within the health-check bound with "peer failure" (Errc::PeerFailure from the backend) instead of hanging.
-  GTEST_SKIP() << "needs the gloo process backend (backend/host/gloo_*) and `collbench launch`";
+  // Three workers; worker 1 SIGKILLs itself after step 5 (as `kill -9` would). The others are blocked in the next
+  // gradient all-reduce and must stop on their own with the backend's PeerFailure naming worker 1, well before
+  // `collbench launch` would stop them (--grace 30).
+  if (const std::string why = processModeUnavailable(); !why.empty()) GTEST_SKIP() << why;
+  const auto t0 = std::chrono::steady_clock::now();
+  const collbench::testing::CliResult r = collbench::testing::runCli(fmt::format(
+      "launch -n 3 --grace 30 -- {} train --mode processes --steps 1000000 --log-every 1000000 --fault-kill-rank 1 "
+      "--fault-kill-step 5",
+      COLLBENCH_CLI));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_LT(seconds, 20.0) << "the surviving workers hung until the launcher stopped them";
+  EXPECT_NE(r.err.find("[rank 1] collbench train: fault injection: worker 1 kills itself after step 5"),
+            std::string::npos)
+      << r.err;
+  for (int survivor : {0, 2}) {
+    const std::string line = fmt::format("[rank {}] collbench: error: worker[1] (rank 1,", survivor);
+    const std::size_t at = r.err.find(line);
+    ASSERT_NE(at, std::string::npos) << "worker " << survivor << " did not report the peer failure:\n" << r.err;
+    const std::string rest = r.err.substr(at, r.err.find('\n', at) - at);
+    EXPECT_NE(rest.find("failed: its connection to"), std::string::npos) << rest;
+  }
 }
 
 }  // namespace

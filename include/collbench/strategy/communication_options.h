@@ -9,7 +9,7 @@
 namespace collbench::strategy {
 
 /// TF: tf.distribute.experimental.CommunicationImplementation {AUTO, RING, NCCL}.
-///   Auto: collbench picks per collective (chooseAlgorithm: recursive doubling for latency-bound sizes, else ring)
+///   Auto: collbench picks per collective (chooseAlgorithm: the selector's cost model or tuning table, by size)
 ///         and, on GPU replicas with an nccl backend registered, NCCL; the choice is reported (see
 ///         ImplementationChoice) and recorded per event in the trace.
 ///   Ring: collbench's ring schedules on the strategy's backend.

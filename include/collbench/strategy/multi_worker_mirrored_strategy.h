@@ -20,9 +20,11 @@
 ///
 /// Collectives. All-reduce is flat (one collective over all replicas) or hierarchical (local reduce to each
 /// worker's first replica, an all-reduce across workers, a local broadcast back), chosen by
-/// StrategyOptions::hierarchy; Auto is hierarchical when there are several workers and several local replicas
-/// (links inside a worker are faster than between workers), and always in processes mode. The schedule of each
-/// collective: RING -> "ring"; AUTO -> chooseAlgorithm() per size (see ImplementationChoice::reason). Lists of
+/// StrategyOptions::hierarchy. Auto is hierarchical in processes mode (shared memory inside a worker, the network
+/// between workers) and flat in threads mode, where the simulated workers share one process's memory and a single
+/// collective over all replicas is faster than three stages (Hierarchical forces the staged form, e.g. to trace
+/// it). The schedule of each collective: RING -> "ring"; AUTO -> chooseAlgorithm() per size (see
+/// ImplementationChoice::reason). Lists of
 /// values (gradients) are packed by bytes_per_pack (packValues) and unpacked. MEAN is a sum divided by
 /// numReplicasInSync(). Initial values of mirrored variables are broadcast from replica 0 (the chief's) when there
 /// are several workers.

@@ -1,0 +1,246 @@
+// Selector: the table's choice on table points, sane choices between them (model-shaped interpolation), the cost
+// model fallback, and forced choices (--algo, COLLBENCH_ALGO).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "collbench/algorithms.h"
+#include "collbench/cost_model.h"
+#include "collbench/error.h"
+#include "collbench/selector.h"
+#include "collbench/topology.h"
+#include "collbench/tuning.h"
+
+namespace collbench {
+namespace {
+
+/// Sets an environment variable for one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* k, const char* v) : k_(k) {
+    if (const char* old = std::getenv(k)) {
+      old_ = old;
+      had_ = true;
+    }
+    setenv(k, v, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(k_, old_.c_str(), 1);
+    } else {
+      unsetenv(k_);
+    }
+  }
+
+ private:
+  const char* k_;
+  std::string old_;
+  bool had_ = false;
+};
+
+const std::vector<std::size_t> kTableBytes = {1024, 16384, 262144, 4u << 20, 64u << 20, 1u << 30};
+const std::vector<int> kTableRanks = {2, 4, 8};
+
+/// A table whose "measurements" are the cost model on `t` times `scale(algorithm)`, at every algorithm's
+/// configurations of the selector's model grid (the best kept, as tune keeps it).
+TuningTable modelTable(const Topology& t, const std::function<double(const std::string&, std::size_t)>& scale) {
+  TuningTable table;
+  TuningSection s;
+  s.topology = t.name;
+  s.fingerprint = fingerprint(t);
+  s.backend = "model";
+  for (int n : kTableRanks) {
+    const CostModel m(t, n);
+    for (std::size_t b : kTableBytes) {
+      TuningEntry e{Collective::AllReduce, n, 1, b, {}};
+      const CollectiveSpec spec{Collective::AllReduce, n, b / 4, DType::F32};
+      for (const auto& a : algorithms()) {
+        if (a.collective != Collective::AllReduce || a.native) continue;
+        TuningCandidate best{a.name, "", 0, 1, -1};
+        for (const AlgoParams& p : sweepConfigs(Collective::AllReduce, a.name, {0, 128 * 1024, 2 * 1024 * 1024},
+                                                {1, 2, 4}, m.rankHost())) {
+          const Estimate est = m.estimate(spec, a.name, p);
+          if (!est.supported) continue;
+          const double us = est.terms.us * scale(a.name, b);
+          if (best.timeUs < 0 || us < best.timeUs) best = {a.name, "", p.chunkBytes, p.channels, us};
+        }
+        if (best.timeUs >= 0) e.candidates.push_back(best);
+      }
+      std::stable_sort(e.candidates.begin(), e.candidates.end(),
+                       [](const auto& x, const auto& y) { return x.timeUs < y.timeUs; });
+      s.entries.push_back(e);
+    }
+  }
+  table.sections.push_back(s);
+  return table;
+}
+
+Topology flat8() {
+  Topology t = flatTopology(8, 50, 1);
+  for (TopoNode& n : t.nodes) {
+    if (n.kind == NodeKind::Gpu) n.reduceGBps = 200;
+  }
+  return t;
+}
+
+TEST(Selector, TablePointsGiveTheTableChoice) {
+  const Topology t = flat8();
+  // Penalise direct so that the table's choices differ from the model's on some points.
+  const TuningTable table = modelTable(t, [](const std::string& a, std::size_t b) {
+    return a == "direct" ? 1.8 : a == "ring" && b >= (4u << 20) ? 0.7 : 1.0;
+  });
+  const Selector sel(SelectorOptions{&t, &table, "model", "auto", "table.json"});
+  int differs = 0;
+  for (const TuningEntry& e : table.sections[0].entries) {
+    const Choice c = sel.choose(CollectiveSpec{Collective::AllReduce, e.nranks, e.bytes / 4, DType::F32});
+    EXPECT_EQ(c.source, "table");
+    EXPECT_EQ(c.algorithm, e.candidates.front().algorithm) << e.nranks << " " << e.bytes;
+    EXPECT_EQ(c.chunkBytes, e.candidates.front().chunkBytes);
+    EXPECT_EQ(c.channels, e.candidates.front().channels);
+    EXPECT_NEAR(c.predictedUs, e.candidates.front().timeUs, 1e-9 * e.candidates.front().timeUs);
+    ASSERT_GE(c.ranking.size(), 2u);
+    EXPECT_NE(c.reason.find("runner-up"), std::string::npos) << c.reason;
+    EXPECT_NE(c.reason.find("table table.json"), std::string::npos) << c.reason;
+    const Choice model = chooseAlgorithm(CollectiveSpec{Collective::AllReduce, e.nranks, e.bytes / 4, DType::F32},
+                                         SelectorOptions{&t, nullptr, "", "auto", ""});
+    differs += model.algorithm != c.algorithm ? 1 : 0;
+  }
+  EXPECT_GT(differs, 0);  // the table, not the model, decided
+}
+
+TEST(Selector, BetweenTablePointsFollowsTheCorrectedModel) {
+  const Topology t = flat8();
+  // Measurements = model: between points the prediction is the model itself, so the choice is the model's argmin
+  // over the table's algorithms (within the configurations the table holds).
+  const TuningTable table = modelTable(t, [](const std::string&, std::size_t) { return 1.0; });
+  const Selector sel(SelectorOptions{&t, &table, "", "auto", ""});
+  for (int n : {3, 5, 6, 7}) {
+    const CostModel m(t, n);
+    for (std::size_t b : {std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20, std::size_t{16} << 20,
+                          std::size_t{256} << 20}) {
+      const CollectiveSpec spec{Collective::AllReduce, n, b / 4, DType::F32};
+      const Choice c = sel.choose(spec);
+      EXPECT_EQ(c.source, "interpolated") << n << " " << b;
+      const double chosen = m.estimate(spec, c.algorithm, AlgoParams{c.chunkBytes, c.channels, m.rankHost()}).terms.us;
+      EXPECT_NEAR(c.predictedUs, chosen, 1e-6 * chosen);
+      // Sane: no algorithm is more than 5% faster than the choice at the configuration the table gives it.
+      for (const Alternative& alt : c.ranking) {
+        const double t2 = m.estimate(spec, alt.algorithm, AlgoParams{alt.chunkBytes, alt.channels, m.rankHost()}).terms.us;
+        EXPECT_GE(t2 * 1.05, chosen) << n << " " << b << " " << alt.algorithm << " beats " << c.algorithm;
+      }
+    }
+  }
+}
+
+TEST(Selector, TableScaleCarriesBetweenPoints) {
+  const Topology t = flat8();
+  // Ring "measured" 3x faster than modelled everywhere: between points it must still win where the model alone
+  // would pick something else.
+  const TuningTable table = modelTable(t, [](const std::string& a, std::size_t) { return a == "ring" ? 1 / 3.0 : 1.0; });
+  const Selector sel(SelectorOptions{&t, &table, "", "auto", ""});
+  const CollectiveSpec spec{Collective::AllReduce, 6, (8u << 20) / 4, DType::F32};
+  EXPECT_EQ(sel.choose(spec).algorithm, "ring");
+  EXPECT_NE(chooseAlgorithm(spec, SelectorOptions{&t, nullptr, "", "auto", ""}).algorithm, "ring");
+}
+
+TEST(Selector, FallsBackToTheModelWithoutATableEntry) {
+  const Topology t = flat8();
+  const Topology other = flatTopology(8, 25, 2);
+  const TuningTable table = modelTable(other, [](const std::string&, std::size_t) { return 1.0; });
+  const Choice c = chooseAlgorithm(CollectiveSpec{Collective::AllReduce, 8, 1024, DType::F32},
+                                   SelectorOptions{&t, &table, "", "auto", ""});
+  EXPECT_EQ(c.source, "model");
+  EXPECT_NE(c.reason.find("no section for topology fingerprint " + fingerprint(t)), std::string::npos) << c.reason;
+  // Collectives the table lacks: the model too.
+  const Choice rs = chooseAlgorithm(CollectiveSpec{Collective::ReduceScatter, 4, 1024, DType::F32},
+                                    SelectorOptions{&other, &table, "", "auto", ""});
+  EXPECT_EQ(rs.source, "model");
+  EXPECT_EQ(rs.algorithm, "ring");
+}
+
+TEST(Selector, DefaultWithoutTopologyIsLatencyThenBandwidthOptimal) {
+  const Choice small = chooseAlgorithm(CollectiveSpec{Collective::AllReduce, 8, 256, DType::F32});
+  EXPECT_EQ(small.algorithm, "recursive_doubling");
+  EXPECT_EQ(small.source, "model");
+  const Choice large = chooseAlgorithm(CollectiveSpec{Collective::AllReduce, 8, 64u << 20, DType::F32});
+  EXPECT_TRUE(large.algorithm == "rabenseifner" || large.algorithm == "ring") << large.algorithm;
+  for (Collective c : {Collective::ReduceScatter, Collective::AllGather, Collective::Broadcast, Collective::Reduce,
+                       Collective::Barrier}) {
+    const Choice x = chooseAlgorithm(CollectiveSpec{c, 4, c == Collective::Barrier ? 0u : 4096u, DType::F32});
+    EXPECT_EQ(x.algorithm, algorithmNames(c).front()) << toString(c);
+  }
+  for (int n : {1, 2, 3, 17}) {  // every rank count has a choice that builds
+    const CollectiveSpec spec{Collective::AllReduce, n, 1000, DType::F32};
+    EXPECT_NO_THROW(buildSchedule(spec, chooseAlgorithm(spec).algorithm)) << n;
+  }
+}
+
+TEST(Selector, HierarchicalOnlyWhereHostsAreEqual) {
+  const Topology rail = loadTopology("h100-4x8-rail");
+  for (int n : {12, 24}) {
+    const Choice c = chooseAlgorithm(CollectiveSpec{Collective::AllReduce, n, (256u << 20) / 4, DType::F32},
+                                     SelectorOptions{&rail, nullptr, "", "auto", ""});
+    if (n == 12) {
+      EXPECT_NE(c.algorithm, "hierarchical");
+    } else {
+      EXPECT_EQ(c.algorithm, "hierarchical");  // 3 hosts of 8 over 50 GB/s rails: NVLink first
+    }
+  }
+}
+
+TEST(Selector, ForcedChoices) {
+  const Topology t = flat8();
+  const TuningTable table = modelTable(t, [](const std::string&, std::size_t) { return 1.0; });
+  const CollectiveSpec spec{Collective::AllReduce, 8, (64u << 20) / 4, DType::F32};
+  const Choice byFlag = chooseAlgorithm(spec, SelectorOptions{&t, &table, "", "tree", ""});
+  EXPECT_EQ(byFlag.algorithm, "tree");
+  EXPECT_EQ(byFlag.source, "table");  // the configuration still comes from the table
+  EXPECT_NE(byFlag.reason.find("forced by --algo"), std::string::npos);
+  for (const TuningCandidate& k : table.sections[0].find(Collective::AllReduce, 8, 64u << 20)->candidates) {
+    if (k.algorithm == "tree") {
+      EXPECT_EQ(byFlag.chunkBytes, k.chunkBytes);
+    }
+  }
+  {
+    const ScopedEnv env("COLLBENCH_ALGO", "ring");
+    EXPECT_EQ(chooseAlgorithm(spec).algorithm, "ring");
+    EXPECT_NE(chooseAlgorithm(spec).reason.find("COLLBENCH_ALGO=ring"), std::string::npos);
+    // The flag wins over the environment, as --algo over NCCL_ALGO.
+    EXPECT_EQ(chooseAlgorithm(spec, SelectorOptions{nullptr, nullptr, "", "direct", ""}).algorithm, "direct");
+  }
+  {
+    const ScopedEnv env("COLLBENCH_ALGO", "broadcast:ring; all_reduce:tree");
+    EXPECT_EQ(chooseAlgorithm(spec).algorithm, "tree");
+  }
+  {
+    const ScopedEnv env("COLLBENCH_ALGO", "dissemination");  // a barrier algorithm: all-reduce is not forced
+    EXPECT_EQ(chooseAlgorithm(spec).source, "model");
+    const Choice b = chooseAlgorithm(CollectiveSpec{Collective::Barrier, 4, 0, DType::F32});
+    EXPECT_EQ(b.algorithm, "dissemination");
+    EXPECT_NE(b.reason.find("forced by COLLBENCH_ALGO=dissemination"), std::string::npos) << b.reason;
+  }
+  {
+    const ScopedEnv env("COLLBENCH_ALGO", "all_reduce:nccl");  // native: forced, not modelled
+    EXPECT_EQ(chooseAlgorithm(spec).algorithm, "nccl");
+    EXPECT_EQ(chooseAlgorithm(spec).source, "forced");
+  }
+  for (const char* bad : {"rnig", "all_reduce:dissemination", "allreduce_typo:ring", "all_reduce:"}) {
+    const ScopedEnv env("COLLBENCH_ALGO", bad);
+    try {
+      chooseAlgorithm(spec);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::InvalidArgument) << bad;
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  }
+  EXPECT_THROW(chooseAlgorithm(spec, SelectorOptions{nullptr, nullptr, "", "rnig", ""}), Error);
+  EXPECT_EQ(forcedAlgorithm("auto", Collective::AllReduce), "");
+  EXPECT_EQ(forcedAlgorithm("", Collective::AllReduce), "");
+}
+
+}  // namespace
+}  // namespace collbench
