@@ -6,7 +6,7 @@ packages=(
   libsimgrid-dev libfmt-dev nlohmann-json3-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libopenmpi-dev openmpi-bin libeigen3-dev libhwy-dev
-  clang-format clang-tidy iproute2
+  clang-format clang-tidy iproute2 chromium
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -80,8 +80,8 @@ TEST_P(CostModelVsSim, FlatTopology) {
   EXPECT_NEAR(e.terms.us, simUs, tol * simUs) << "model " << e.terms.us << " us, simulated " << simUs << " us";
 }
 
-INSTANTIATE_TEST_SUITE_P(Flat, CostModelVsSim, ::testing::ValuesIn(cases()), [](const auto& info) {
-  const Case& k = info.param;
+INSTANTIATE_TEST_SUITE_P(Flat, CostModelVsSim, ::testing::ValuesIn(cases()), [](const auto& paramInfo) {
+  const Case& k = paramInfo.param;
   return fmt::format("{}_{}_n{}_{}B_c{}_ch{}_h{}", toString(k.coll), k.algo, k.n, k.bytes, k.params.chunkBytes,
                      k.params.channels, k.hostsOf);
 });

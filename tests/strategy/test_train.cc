@@ -18,6 +18,7 @@
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "cli/cli_runner.h"
 #include "collbench/strategy/train_example.h"
+#include "collbench/trace.h"
 #include "test_support.h"
 
 namespace collbench::strategy {
@@ -251,6 +252,45 @@ TEST(SyncTraining, ConfigErrors) {
   auto s = makeStrategy(2, 1);
   expectInvalid([&] { trainExample(*s, bad([](TrainConfig& c) { c.shardPolicy = AutoShardPolicy::File; })); },
                 {"AutoShardPolicy FILE cannot shard", "from_tensor_slices"});
+}
+
+TEST(TrainCli, ThreadsModeMatchesTheLibraryAndWritesATrace) {
+  if (!std::filesystem::exists(COLLBENCH_CLI)) GTEST_SKIP() << "the collbench CLI is not built (" << COLLBENCH_CLI << ")";
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string weights = (dir / fmt::format("collbench_cli_w_{}.json", ::getpid())).string();
+  const std::string tracePath = (dir / fmt::format("collbench_cli_t_{}.json", ::getpid())).string();
+  const std::string args = fmt::format("train --workers 2 -n 2 {} --bytes-per-pack 8 --weights-out {} --trace {}",
+                                       trainFlags(0), weights, tracePath);
+  collbench::testing::CliResult r = collbench::testing::runCli(args + " --force");
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("2 worker(s) x 2 local replica(s) = 4 replicas in sync"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("      49 "), std::string::npos) << "the last step is logged\n" << r.out;
+  const auto [diff, scale] = maxDifference(readWeights(weights), reference(0).weights);
+  EXPECT_LE(diff, kRelativeTolerance * std::max(1.0, scale));
+  const Trace t = readTrace(tracePath);
+  EXPECT_EQ(t.worldSize, 4);
+  EXPECT_EQ(t.topology, (TraceTopology{"threads", 2, 2}));
+  EXPECT_NE(t.command.find("collbench"), std::string::npos);
+  EXPECT_EQ(t.events.back().step, kSteps - 1);
+  // Existing outputs need --force; bad flags are input errors (exit 2) with one-line messages.
+  r = collbench::testing::runCli(args);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("exists; pass --force"), std::string::npos) << r.err;
+  std::filesystem::remove(weights);
+  std::filesystem::remove(tracePath);
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--mode fast", "execution mode \"fast\""},
+           {"--shard-policy file --workers 2", "AutoShardPolicy FILE cannot shard"},
+           {"--implementation mpi", "\"mpi\" is not one of AUTO, RING, NCCL"},
+           {"--bytes-per-pack -1", "bytes_per_pack must be >= 0"},
+           {"--global-batch 0", "global_batch must be >= 1"},
+           {"--hierarchy tree", "--hierarchy \"tree\""},
+           {"--simulate", "simulate needs a topology"},
+           {"--mode processes --workers 2", "--workers is for threads mode"}}) {
+    r = collbench::testing::runCli("train --steps 2 " + flags);
+    EXPECT_EQ(r.exitCode, 2) << flags << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << "\n" << r.err;
+  }
 }
 
 TEST(TrainProcesses, KilledWorkerStopsOthersWithPeerFailure) {
