@@ -43,6 +43,7 @@ void simulate(benchmark::State& state, const char* algo, bool fromSchedule) {
   state.counters["ops"] = static_cast<double>(r.ops);
   state.counters["ops_per_s"] = r.wallSeconds > 0 ? static_cast<double>(r.ops) / r.wallSeconds : 0;
   state.counters["activities"] = static_cast<double>(r.simulatedActivities);
+  state.counters["cpu_s"] = r.cpuSeconds;
   state.counters["rss_MB"] = static_cast<double>(r.peakRssBytes) / (1 << 20);
   state.counters["exact"] = r.exact ? 1 : 0;
   state.SetLabel(r.method);

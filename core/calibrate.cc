@@ -215,7 +215,11 @@ std::vector<CalibrationSample> samplesFromPerfJson(const std::string& text, cons
   if (nranks == 0) fail(source, "config.ranks", "missing");
   const std::size_t cfgChunk = static_cast<std::size_t>(intField(cfg, "chunk_bytes", "config.", 0, 0));
   const int cfgChannels = static_cast<int>(intField(cfg, "channels", "config.", 1, 1));
-  const std::string topoName = cfg.value("topology", std::string());
+  std::string topoName;
+  if (auto t = cfg.find("topology"); t != cfg.end() && !t->is_null()) {
+    if (!t->is_string()) fail(source, "config.topology", "must be a string", &*t);
+    topoName = t->get<std::string>();
+  }
   if (!topoName.empty()) {
     const std::vector<int> rh = rankHosts(loadTopology(topoName), nranks);
     std::map<int, int> perHost;

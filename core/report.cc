@@ -64,11 +64,18 @@ std::string idOf(const json& v) {
   return "?";
 }
 
-std::string mdCell(std::string s) {
+/// A Markdown table cell: pipes escaped, control bytes (a newline would end the row) as spaces. Not cut short:
+/// command lines are provenance.
+std::string mdCell(std::string_view s) {
   std::string out;
-  for (char c : printable(s)) {
-    if (c == '|') out += "\\|";
-    else out += c;
+  for (char c : s) {
+    if (c == '|') {
+      out += "\\|";
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      out += ' ';
+    } else {
+      out += c;
+    }
   }
   return out;
 }

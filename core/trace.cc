@@ -40,7 +40,8 @@ class Reader {
   [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
     std::string path = where_;
     if (!field.empty()) path += (path.empty() ? "" : ".") + std::string(field);
-    throw Error(Errc::InvalidArgument, fmt::format("{}: {}: {}", source_, path.empty() ? "(top level)" : path, problem));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: {}: {}", source_, path.empty() ? "(top level)" : path, problem));
   }
 
   bool has(const char* field) const { return obj_.contains(field); }
@@ -143,15 +144,16 @@ Trace parseTrace(std::string_view text, std::string_view source) {
   } catch (const json::parse_error& e) {
     throw Error(Errc::InvalidArgument, fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
-  const Reader top(source, "", root,
-                   {"format", "version", "world_size", "topology", "backend", "simulated", "tool", "command", "events"});
+  const Reader top(
+      source, "", root,
+      {"format", "version", "world_size", "topology", "backend", "simulated", "tool", "command", "events"});
   Trace t;
   if (const std::string format = top.string("format"); format != Trace::kFormat) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", Trace::kFormat, format));
   }
   if (const std::int64_t version = top.integer("version", 0); version != Trace::kVersion) {
-    top.fail("version", fmt::format("version {} is not supported (this collbench reads version {})", version,
-                                    Trace::kVersion));
+    top.fail("version",
+             fmt::format("version {} is not supported (this collbench reads version {})", version, Trace::kVersion));
   }
   t.worldSize = static_cast<int>(top.integer("world_size", 1));
   const Reader topo(source, "topology", top.need("topology"), {"name", "workers", "local_replicas"});
@@ -177,8 +179,8 @@ Trace parseTrace(std::string_view text, std::string_view source) {
     e.dtype = ev.parsed("dtype", [](const std::string& s) { return parseDType(s); });
     e.bytes = static_cast<std::size_t>(ev.integer("bytes", 0));
     if (e.kind != Collective::Barrier && e.bytes % dtypeSize(e.dtype) != 0) {
-      ev.fail("bytes", fmt::format("{} is not a multiple of the {} size {}", e.bytes, toString(e.dtype),
-                                   dtypeSize(e.dtype)));
+      ev.fail("bytes",
+              fmt::format("{} is not a multiple of the {} size {}", e.bytes, toString(e.dtype), dtypeSize(e.dtype)));
     }
     e.group = ev.string("group");
     e.nranks = static_cast<int>(ev.integer("nranks", 1));
@@ -190,8 +192,8 @@ Trace parseTrace(std::string_view text, std::string_view source) {
     } else if (e.group == kTraceGroupLocal) {
       groupSize = t.topology.localReplicas;
     } else {
-      ev.fail("group", fmt::format("\"{}\" is not one of {}, {}, {}", e.group, kTraceGroupReplicas,
-                                   kTraceGroupWorkers, kTraceGroupLocal));
+      ev.fail("group", fmt::format("\"{}\" is not one of {}, {}, {}", e.group, kTraceGroupReplicas, kTraceGroupWorkers,
+                                   kTraceGroupLocal));
     }
     if (e.nranks != groupSize) {
       ev.fail("nranks", fmt::format("{} does not match group \"{}\" of {} rank{}", e.nranks, e.group, groupSize,

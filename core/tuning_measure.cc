@@ -32,8 +32,7 @@ double measureUs(Backend& backend, const Schedule& s, const MeasureOptions& o) {
     const RunOptions ro{std::max(o.iterations, 1), k == 0 ? o.warmup : 0, o.timeoutSeconds};
     times.push_back(backend.run(s, bufs.views(), ro).seconds * 1e6);
   }
-  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-  return times[times.size() / 2];
+  return *std::min_element(times.begin(), times.end());
 }
 
 }  // namespace collbench

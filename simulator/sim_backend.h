@@ -67,6 +67,9 @@ SimMode parseSimMode(std::string_view s);
 /// stay within seconds in the bad case.
 inline constexpr std::size_t kAlwaysExactTransfers = 20000;
 inline constexpr std::size_t kDefaultExactTransferLimit = 100000;
+/// The fallback also needs transfers x ranks <= this: SimGrid scans its list of in-flight actor-less comms at each
+/// completion, so op by op costs grow with concurrency (Rabenseifner on 4096 ranks of a fat tree: ~0.5 ms/transfer).
+inline constexpr double kExactFallbackBudget = 2e7;
 /// Schedules are built (rather than modelled without one) up to this many transfers: a ring all-reduce schedule
 /// holds two ops per transfer at about 150 bytes each, so this is about 1.2 GB.
 inline constexpr std::size_t kMaterializeTransferLimit = 4000000;
@@ -105,6 +108,7 @@ struct SimResult {
   std::size_t patterns = 0;             ///< distinct contention groups simulated (aggregated methods)
   double wallSeconds = 0;               ///< host time, fork and platform construction included
   std::size_t peakRssBytes = 0;         ///< peak resident memory of the process that simulated (the child)
+  double cpuSeconds = 0;                ///< user + system time of the process that simulated
   std::vector<Span> spans;              ///< when SimConfig::timeline
 };
 

@@ -83,6 +83,7 @@ void put(Writer& w, const SimResult& r) {
   w.pod(r.simulatedActivities);
   w.pod(r.patterns);
   w.pod(r.peakRssBytes);
+  w.pod(r.cpuSeconds);
   w.pod(r.spans.size());
   w.buffer().append(reinterpret_cast<const char*>(r.spans.data()), r.spans.size() * sizeof(Span));
 }
@@ -98,6 +99,7 @@ SimResult get(Reader& rd) {
   r.simulatedActivities = rd.pod<std::size_t>();
   r.patterns = rd.pod<std::size_t>();
   r.peakRssBytes = rd.pod<std::size_t>();
+  r.cpuSeconds = rd.pod<double>();
   r.spans.resize(rd.pod<std::size_t>());
   for (Span& s : r.spans) s = rd.pod<Span>();
   return r;
@@ -115,16 +117,18 @@ void writeAll(int fd, const std::string& data) {
   }
 }
 
-std::size_t peakRss() {
+void measureSelf(SimResult& r) {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
-  return static_cast<std::size_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+  r.peakRssBytes = static_cast<std::size_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+  r.cpuSeconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                 static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
 }
 
 SimResult inChild(const std::function<SimResult()>& body) {
   if (const char* inProcess = std::getenv("COLLBENCH_SIM_INPROCESS"); inProcess && std::string(inProcess) == "1") {
     SimResult r = body();
-    r.peakRssBytes = peakRss();
+    measureSelf(r);
     return r;
   }
   int fds[2];
@@ -144,7 +148,7 @@ SimResult inChild(const std::function<SimResult()>& body) {
     Writer w;
     try {
       SimResult r = body();
-      r.peakRssBytes = peakRss();
+      measureSelf(r);
       w.pod(Outcome::Result);
       put(w, r);
     } catch (const Error& e) {
@@ -276,7 +280,10 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   if (cfg.mode == SimMode::Aggregated) return detail::simulateAggregated(w, s, m, timeline);
   if (m.matches.size() <= kAlwaysExactTransfers) return detail::simulateExact(w, s, m, timeline);
   SimResult r = detail::simulateAggregated(w, s, m, timeline);
-  if (!r.exact && m.matches.size() <= cfg.exactTransferLimit) return detail::simulateExact(w, s, m, timeline);
+  const double cost = static_cast<double>(m.matches.size()) * static_cast<double>(s.ranks.size());
+  if (!r.exact && m.matches.size() <= cfg.exactTransferLimit && cost <= kExactFallbackBudget) {
+    return detail::simulateExact(w, s, m, timeline);
+  }
   return r;
 }
 

@@ -41,16 +41,16 @@ CollectiveEngine::CollectiveEngine(EngineConfig config)
 }
 
 CollectiveEngine::SpecKey CollectiveEngine::keyOf(const CollectiveSpec& spec) {
-  return {static_cast<int>(spec.kind), spec.nranks, spec.count, static_cast<int>(spec.dtype), static_cast<int>(spec.op),
-          spec.root};
+  return {static_cast<int>(spec.kind), spec.nranks, spec.count, static_cast<int>(spec.dtype),
+          static_cast<int>(spec.op),   spec.root};
 }
 
 Choice CollectiveEngine::choiceFor(const CollectiveSpec& spec, const CommunicationOptions& opts) {
   using CI = CommunicationImplementation;
-  const ImplementationChoice c = opts.implementation == config_.choice.requested
-                                     ? config_.choice
-                                     : resolveImplementation(opts.implementation, config_.gpuReplicas,
-                                                             config_.choice.useNcclBackend);
+  const ImplementationChoice c =
+      opts.implementation == config_.choice.requested
+          ? config_.choice
+          : resolveImplementation(opts.implementation, config_.gpuReplicas, config_.choice.useNcclBackend);
   if (c.effective == CI::Nccl && spec.kind == Collective::AllReduce) return Choice("nccl", c.reason);
   if (opts.implementation != CI::Auto || c.effective != CI::Ring) return Choice("ring", c.reason);
   const SpecKey key = keyOf(spec);
@@ -150,7 +150,8 @@ void CollectiveEngine::allReducePack(const std::vector<std::byte*>& bufs, DType 
   const CollectiveSpec flatSpec{Collective::AllReduce, replicas_, count, dtype, collbench::ReduceOp::Sum, 0};
   if (flat_ && !flat_->movesData()) {
     // Simulated: combine here (hosted order), time on the simulator.
-    for (std::size_t h = 1; h < bufs.size(); ++h) reduceElements(dtype, collbench::ReduceOp::Sum, bufs[0], bufs[0], bufs[h], count);
+    for (std::size_t h = 1; h < bufs.size(); ++h)
+      reduceElements(dtype, collbench::ReduceOp::Sum, bufs[0], bufs[0], bufs[h], count);
     for (std::size_t h = 1; h < bufs.size(); ++h) std::memcpy(bufs[h], bufs[0], count * dtypeSize(dtype));
     runCollective(*flat_, flatSpec, bufs, opts, kTraceGroupReplicas, step, pack);
     return;
@@ -174,7 +175,8 @@ void CollectiveEngine::allReducePack(const std::vector<std::byte*>& bufs, DType 
     recordLocal(Collective::Reduce, dtype, count, t0, Clock::now(), step, pack);
   }
   if (cross_) {
-    const CollectiveSpec crossSpec{Collective::AllReduce, config_.numWorkers, count, dtype, collbench::ReduceOp::Sum, 0};
+    const CollectiveSpec crossSpec{
+        Collective::AllReduce, config_.numWorkers, count, dtype, collbench::ReduceOp::Sum, 0};
     runCollective(*cross_, crossSpec, leaders, opts, kTraceGroupWorkers, step, pack);
   }
   if (L > 1) {
@@ -203,7 +205,8 @@ void CollectiveEngine::allReduce(const std::vector<std::vector<Tensor>*>& perHos
     std::vector<std::byte*> bufs(hosted);
     const bool single = pack.indices.size() == 1;
     if (single) {
-      for (std::size_t h = 0; h < hosted; ++h) bufs[h] = static_cast<std::byte*>((*perHosted[h])[pack.indices[0]].raw());
+      for (std::size_t h = 0; h < hosted; ++h)
+        bufs[h] = static_cast<std::byte*>((*perHosted[h])[pack.indices[0]].raw());
     } else {
       staging_.resize(std::max(staging_.size(), hosted));
       for (std::size_t h = 0; h < hosted; ++h) {

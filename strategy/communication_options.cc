@@ -12,9 +12,12 @@ namespace collbench::strategy {
 
 std::string_view toString(CommunicationImplementation impl) {
   switch (impl) {
-    case CommunicationImplementation::Auto: return "AUTO";
-    case CommunicationImplementation::Ring: return "RING";
-    case CommunicationImplementation::Nccl: return "NCCL";
+    case CommunicationImplementation::Auto:
+      return "AUTO";
+    case CommunicationImplementation::Ring:
+      return "RING";
+    case CommunicationImplementation::Nccl:
+      return "NCCL";
   }
   return "?";
 }

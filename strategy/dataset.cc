@@ -56,7 +56,8 @@ class SlicesIterator final : public DatasetIterator {
   std::optional<Element> next() override {
     if (n_->components.empty() || k_ >= n_->components.front().dim(0)) return std::nullopt;
     Element e;
-    for (const Tensor& c : n_->components) e.push_back(c.slice(k_, k_ + 1).reshaped(Shape(c.shape().begin() + 1, c.shape().end())));
+    for (const Tensor& c : n_->components)
+      e.push_back(c.slice(k_, k_ + 1).reshaped(Shape(c.shape().begin() + 1, c.shape().end())));
     ++k_;
     return e;
   }
@@ -113,9 +114,10 @@ class BatchIterator final : public DatasetIterator {
       if (!rows.empty()) {
         for (std::size_t c = 0; c < e->size() && c < rows.front().size(); ++c) {
           if ((*e)[c].shape() != rows.front()[c].shape() || (*e)[c].dtype() != rows.front()[c].dtype()) {
-            fail(fmt::format("batch({}): element {} (input element {}) component {} is {} but the batch's first "
-                             "element has {}; elements of a batch must have equal shapes",
-                             n_->a, rows.size(), seen_, c, (*e)[c].describe(), rows.front()[c].describe()));
+            fail(
+                fmt::format("batch({}): element {} (input element {}) component {} is {} but the batch's first "
+                            "element has {}; elements of a batch must have equal shapes",
+                            n_->a, rows.size(), seen_, c, (*e)[c].describe(), rows.front()[c].describe()));
           }
         }
       }
@@ -238,14 +240,22 @@ double parseNumber(const std::string& token, const std::string& path, std::size_
 std::unique_ptr<DatasetIterator> DatasetNode::makeIterator() const {
   NodePtr self = shared_from_this();
   switch (kind) {
-    case NodeKind::Slices: return std::make_unique<SlicesIterator>(self);
-    case NodeKind::Elements: return std::make_unique<ElementsIterator>(self);
-    case NodeKind::Files: return std::make_unique<FilesIterator>(self);
-    case NodeKind::Batch: return std::make_unique<BatchIterator>(self);
-    case NodeKind::Shard: return std::make_unique<ShardIterator>(self);
-    case NodeKind::Repeat: return std::make_unique<RepeatIterator>(self);
-    case NodeKind::Take: return std::make_unique<TakeIterator>(self);
-    case NodeKind::Failing: return std::make_unique<FailingIterator>(error);
+    case NodeKind::Slices:
+      return std::make_unique<SlicesIterator>(self);
+    case NodeKind::Elements:
+      return std::make_unique<ElementsIterator>(self);
+    case NodeKind::Files:
+      return std::make_unique<FilesIterator>(self);
+    case NodeKind::Batch:
+      return std::make_unique<BatchIterator>(self);
+    case NodeKind::Shard:
+      return std::make_unique<ShardIterator>(self);
+    case NodeKind::Repeat:
+      return std::make_unique<RepeatIterator>(self);
+    case NodeKind::Take:
+      return std::make_unique<TakeIterator>(self);
+    case NodeKind::Failing:
+      return std::make_unique<FailingIterator>(error);
   }
   COLLBENCH_CHECK(false, "unknown dataset node kind");
 }
@@ -264,10 +274,14 @@ bool TensorSpec::isCompatible(const Tensor& t) const {
 
 std::string_view toString(AutoShardPolicy p) {
   switch (p) {
-    case AutoShardPolicy::Auto: return "AUTO";
-    case AutoShardPolicy::File: return "FILE";
-    case AutoShardPolicy::Data: return "DATA";
-    case AutoShardPolicy::Off: return "OFF";
+    case AutoShardPolicy::Auto:
+      return "AUTO";
+    case AutoShardPolicy::File:
+      return "FILE";
+    case AutoShardPolicy::Data:
+      return "DATA";
+    case AutoShardPolicy::Off:
+      return "OFF";
   }
   return "?";
 }
@@ -275,7 +289,8 @@ std::string_view toString(AutoShardPolicy p) {
 AutoShardPolicy parseAutoShardPolicy(std::string_view text) {
   std::string key(text);
   std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::toupper(c); });
-  for (AutoShardPolicy p : {AutoShardPolicy::Auto, AutoShardPolicy::File, AutoShardPolicy::Data, AutoShardPolicy::Off}) {
+  for (AutoShardPolicy p :
+       {AutoShardPolicy::Auto, AutoShardPolicy::File, AutoShardPolicy::Data, AutoShardPolicy::Off}) {
     if (key == toString(p)) return p;
   }
   fail(fmt::format("AutoShardPolicy \"{}\" is not one of AUTO, FILE, DATA, OFF", text));
@@ -293,8 +308,7 @@ Dataset Dataset::fromTensorSlices(std::vector<Tensor> components) {
     }
     if (components[c].dim(0) != components[0].dim(0)) {
       fail(fmt::format("from_tensor_slices: component {} has {} rows but component 0 has {} ({} vs {})", c,
-                       components[c].dim(0), components[0].dim(0), components[c].describe(),
-                       components[0].describe()));
+                       components[c].dim(0), components[0].dim(0), components[c].describe(), components[0].describe()));
     }
   }
   auto n = std::make_shared<DatasetNode>();
@@ -414,19 +428,20 @@ std::vector<Element> Dataset::toVector() const {
 // ---------------------------------------------------------------------------------------------------------------
 
 InputContext::InputContext(int numInputPipelines, int inputPipelineId, int numReplicasInSync)
-    : numInputPipelines_(numInputPipelines),
-      inputPipelineId_(inputPipelineId),
-      numReplicasInSync_(numReplicasInSync) {
-  if (numInputPipelines < 1) fail(fmt::format("InputContext: num_input_pipelines must be >= 1, got {}", numInputPipelines));
+    : numInputPipelines_(numInputPipelines), inputPipelineId_(inputPipelineId), numReplicasInSync_(numReplicasInSync) {
+  if (numInputPipelines < 1)
+    fail(fmt::format("InputContext: num_input_pipelines must be >= 1, got {}", numInputPipelines));
   if (inputPipelineId < 0 || inputPipelineId >= numInputPipelines) {
     fail(fmt::format("InputContext: input_pipeline_id {} is out of range for {} input pipelines", inputPipelineId,
                      numInputPipelines));
   }
-  if (numReplicasInSync < 1) fail(fmt::format("InputContext: num_replicas_in_sync must be >= 1, got {}", numReplicasInSync));
+  if (numReplicasInSync < 1)
+    fail(fmt::format("InputContext: num_replicas_in_sync must be >= 1, got {}", numReplicasInSync));
 }
 
 std::int64_t InputContext::getPerReplicaBatchSize(std::int64_t globalBatchSize) const {
-  if (globalBatchSize < 0) fail(fmt::format("get_per_replica_batch_size: global batch size {} is negative", globalBatchSize));
+  if (globalBatchSize < 0)
+    fail(fmt::format("get_per_replica_batch_size: global batch size {} is negative", globalBatchSize));
   if (globalBatchSize % numReplicasInSync_ != 0) {
     fail(fmt::format("The global batch size {} is not divisible by num_replicas_in_sync {}", globalBatchSize,
                      numReplicasInSync_));
@@ -476,28 +491,31 @@ Dataset autoShard(const Dataset& dataset, int numWorkers, int workerIndex, Shard
     return Dataset(std::move(f), dataset.options());
   };
   if (n->kind != NodeKind::Files) {
-    const std::string reason =
-        fmt::format("the dataset's source is {}, not a list of files", n->kind == NodeKind::Failing ? "an error" : n->sourceName);
+    const std::string reason = fmt::format("the dataset's source is {}, not a list of files",
+                                           n->kind == NodeKind::Failing ? "an error" : n->sourceName);
     if (policy == AutoShardPolicy::File) {
       d.applied = AutoShardPolicy::File;
-      return failing(fmt::format("AutoShardPolicy FILE cannot shard this dataset: {}. Use AutoShardPolicy DATA to "
-                                 "shard by element, or OFF",
-                                 reason));
+      return failing(
+          fmt::format("AutoShardPolicy FILE cannot shard this dataset: {}. Use AutoShardPolicy DATA to "
+                      "shard by element, or OFF",
+                      reason));
     }
     d.applied = AutoShardPolicy::Data;
-    d.warning = fmt::format("AutoShardPolicy AUTO is applying DATA sharding because FILE sharding failed: {}. Every "
-                            "worker reads the whole dataset and keeps 1/{} of it; set the dataset's AutoShardPolicy to "
-                            "DATA to silence this warning, or to OFF to disable sharding",
-                            reason, numWorkers);
+    d.warning = fmt::format(
+        "AutoShardPolicy AUTO is applying DATA sharding because FILE sharding failed: {}. Every "
+        "worker reads the whole dataset and keeps 1/{} of it; set the dataset's AutoShardPolicy to "
+        "DATA to silence this warning, or to OFF to disable sharding",
+        reason, numWorkers);
     return dataset;
   }
   d.applied = AutoShardPolicy::File;
   const std::size_t files = n->files.size();
   if (files < static_cast<std::size_t>(numWorkers)) {
-    return failing(fmt::format("AutoShardPolicy {}: the dataset has {} file{} but there are {} workers, so some "
-                               "workers would get no data. Use AutoShardPolicy DATA or OFF, or split the input into "
-                               "more, smaller files",
-                               toString(policy), files, files == 1 ? "" : "s", numWorkers));
+    return failing(
+        fmt::format("AutoShardPolicy {}: the dataset has {} file{} but there are {} workers, so some "
+                    "workers would get no data. Use AutoShardPolicy DATA or OFF, or split the input into "
+                    "more, smaller files",
+                    toString(policy), files, files == 1 ? "" : "s", numWorkers));
   }
   auto source = std::make_shared<DatasetNode>(*n);
   source->files.clear();

@@ -16,14 +16,14 @@ struct DatasetNode : std::enable_shared_from_this<DatasetNode> {
   ElementSpec spec;
   std::string sourceName;  ///< the source's name for messages ("from_tensor_slices", "files", ...)
 
-  std::vector<Tensor> components;   ///< Slices
-  std::vector<Element> elements;    ///< Elements
-  std::vector<std::string> files;   ///< Files
-  FileReader reader;                ///< Files
-  std::int64_t a = 0;               ///< Batch size, Shard num_shards, Repeat/Take count
-  std::int64_t b = 0;               ///< Shard index
-  bool flag = false;                ///< Batch drop_remainder
-  std::string error;                ///< Failing: what iterating throws
+  std::vector<Tensor> components;  ///< Slices
+  std::vector<Element> elements;   ///< Elements
+  std::vector<std::string> files;  ///< Files
+  FileReader reader;               ///< Files
+  std::int64_t a = 0;              ///< Batch size, Shard num_shards, Repeat/Take count
+  std::int64_t b = 0;              ///< Shard index
+  bool flag = false;               ///< Batch drop_remainder
+  std::string error;               ///< Failing: what iterating throws
 
   std::unique_ptr<DatasetIterator> makeIterator() const;
 };

@@ -14,7 +14,7 @@ struct DistributedDataset::Impl {
   int numWorkers = 1;
   int localReplicas = 1;
   std::vector<int> hostedWorkers;
-  std::vector<int> replicaIds;         ///< hosted replica ids, hosted order
+  std::vector<int> replicaIds;          ///< hosted replica ids, hosted order
   std::vector<Dataset> workerDatasets;  ///< per hosted worker, after file sharding (or from the function)
   AutoShardPolicy applied = AutoShardPolicy::Off;
   std::optional<BatchInfo> batch;  ///< the global batch, when the dataset is batched (not fromFunction)

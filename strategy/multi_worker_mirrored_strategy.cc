@@ -90,7 +90,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
   }
   choice_ = resolveImplementation(communication_.implementation, options_.gpuReplicas, ncclBackendRegistered());
   spdlog::debug("MultiWorkerMirroredStrategy: {} worker(s) x {} local replica(s) = {} replicas in sync; {}",
-               numWorkers(), localReplicas(), numReplicasInSync(), choice_.reason);
+                numWorkers(), localReplicas(), numReplicasInSync(), choice_.reason);
 
   detail::EngineConfig cfg;
   cfg.numWorkers = numWorkers();
@@ -118,16 +118,23 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
   }
   switch (options_.hierarchy) {
     // Threads mode: the simulated workers share this process's memory, so one flat collective beats three stages.
-    case HierarchyMode::Auto: cfg.hierarchical = processes; break;
-    case HierarchyMode::Flat: cfg.hierarchical = false; break;
-    case HierarchyMode::Hierarchical: cfg.hierarchical = true; break;
+    case HierarchyMode::Auto:
+      cfg.hierarchical = processes;
+      break;
+    case HierarchyMode::Flat:
+      cfg.hierarchical = false;
+      break;
+    case HierarchyMode::Hierarchical:
+      cfg.hierarchical = true;
+      break;
   }
   if (options_.simulate) cfg.hierarchical = false;
   if (processes) {
     if (!cfg.hierarchical) fail("ExecutionMode processes needs hierarchical all-reduce (one backend rank per worker)");
     if (cfg.backend == "host") {
-      fail("ExecutionMode processes needs a process backend such as gloo; 'host' runs every rank as a thread of one "
-           "process (use ExecutionMode threads)");
+      fail(
+          "ExecutionMode processes needs a process backend such as gloo; 'host' runs every rank as a thread of one "
+          "process (use ExecutionMode threads)");
     }
     // The process backend's world (keys of backend/host/process_world.h), unless the caller gave them.
     cfg.backendOptions.emplace("rank", std::to_string(workerRank()));
@@ -196,12 +203,14 @@ std::string MultiWorkerMirroredStrategy::updateConfigProto(std::string_view conf
   } catch (const nlohmann::json::parse_error& e) {
     fail(fmt::format("update_config_proto: the config is not valid JSON: {}", e.what()));
   }
-  if (!config.is_object()) fail(fmt::format("update_config_proto: the config must be a JSON object, got {}", config.type_name()));
+  if (!config.is_object())
+    fail(fmt::format("update_config_proto: the config must be a JSON object, got {}", config.type_name()));
   auto& rewrite = config["graph_options"]["rewrite_options"];
   // TF: the scoped allocator turns many small all-reduces into fewer large ones, for CollectiveReduce only.
   rewrite["scoped_allocator_optimization"] = "ON";
   rewrite["scoped_allocator_opts"]["enable_op"] = nlohmann::json::array({"CollectiveReduce"});
-  if (communication_.implementation == CommunicationImplementation::Nccl) config["experimental"]["collective_nccl"] = true;
+  if (communication_.implementation == CommunicationImplementation::Nccl)
+    config["experimental"]["collective_nccl"] = true;
   const ClusterSpec& spec = resolver_->clusterSpec();
   if (spec.empty()) return config.dump(2);
   // TF multi_worker_util.collective_leader.

@@ -106,8 +106,9 @@ struct CollectiveRequest {
   std::string describe() const {
     std::string shapes;
     for (const Tensor& t : *values) shapes += (shapes.empty() ? "" : ", ") + t.describe();
-    return fmt::format("{} of {} value{} [{}] with {}", broadcast ? "broadcast" : fmt::format("all_reduce({})", toString(op)),
-                       values->size(), values->size() == 1 ? "" : "s", shapes, options.describe());
+    return fmt::format("{} of {} value{} [{}] with {}",
+                       broadcast ? "broadcast" : fmt::format("all_reduce({})", toString(op)), values->size(),
+                       values->size() == 1 ? "" : "s", shapes, options.describe());
   }
 };
 
@@ -115,8 +116,7 @@ class Rendezvous {
  public:
   using Work = std::function<void(const std::vector<CollectiveRequest*>&, int call)>;
 
-  explicit Rendezvous(std::vector<int> replicaIds)
-      : ids_(std::move(replicaIds)), n_(static_cast<int>(ids_.size())) {}
+  explicit Rendezvous(std::vector<int> replicaIds) : ids_(std::move(replicaIds)), n_(static_cast<int>(ids_.size())) {}
 
   void begin() {
     std::lock_guard lock(m_);
@@ -212,9 +212,9 @@ class Rendezvous {
     done_[static_cast<std::size_t>(h)] = true;
     if (aborted_) return;
     const int id = ids_[static_cast<std::size_t>(h)];
-    abortWith(std::make_exception_ptr(Error(
-                  Errc::PeerFailure, fmt::format("replica {} failed, so the others stop: {}", id, whatOf(e)),
-                  Error::kNoRank, id)),
+    abortWith(std::make_exception_ptr(Error(Errc::PeerFailure,
+                                            fmt::format("replica {} failed, so the others stop: {}", id, whatOf(e)),
+                                            Error::kNoRank, id)),
               e);
     cv_.notify_all();
   }
@@ -238,8 +238,10 @@ class Rendezvous {
   std::exception_ptr mismatchError() const {
     std::vector<int> returned, waiting;
     for (int k = 0; k < n_; ++k) {
-      if (waiting_[static_cast<std::size_t>(k)]) waiting.push_back(ids_[static_cast<std::size_t>(k)]);
-      else if (done_[static_cast<std::size_t>(k)]) returned.push_back(ids_[static_cast<std::size_t>(k)]);
+      if (waiting_[static_cast<std::size_t>(k)])
+        waiting.push_back(ids_[static_cast<std::size_t>(k)]);
+      else if (done_[static_cast<std::size_t>(k)])
+        returned.push_back(ids_[static_cast<std::size_t>(k)]);
     }
     const CollectiveRequest* sample = nullptr;
     for (int k = 0; k < n_ && !sample; ++k) {
@@ -368,10 +370,10 @@ StrategyScope Strategy::scope() {
   if (this == &defaultStrategy()) return StrategyScope(nullptr);
   auto& tc = threadContext();
   if (!tc.scopes.empty() && tc.scopes.back() != this) {
-    fail(fmt::format("Mixing different strategies: this thread is in the scope of {} ({}), which is not the {} "
-                     "({}) whose scope() was called",
-                     tc.scopes.back()->name(), static_cast<const void*>(tc.scopes.back()), name(),
-                     static_cast<const void*>(this)));
+    fail(fmt::format(
+        "Mixing different strategies: this thread is in the scope of {} ({}), which is not the {} "
+        "({}) whose scope() was called",
+        tc.scopes.back()->name(), static_cast<const void*>(tc.scopes.back()), name(), static_cast<const void*>(this)));
   }
   tc.scopes.push_back(this);
   return StrategyScope(this);
@@ -405,8 +407,9 @@ void Strategy::broadcastHosted(const std::vector<Tensor*>&) {
 void Strategy::runReplicas(const std::function<void(int hosted)>& body) {
   auto& tc = threadContext();
   if (tc.replica) {
-    fail("strategy.run() was called inside a replica function (replica context); call it from cross-replica "
-         "context");
+    fail(
+        "strategy.run() was called inside a replica function (replica context); call it from cross-replica "
+        "context");
   }
   const int n = numHostedReplicas();
   ++runsStarted_;
@@ -458,15 +461,16 @@ void Strategy::replicaCollective(int hosted, bool broadcast, ReduceOp op, std::v
       bool same = r.broadcast == first.broadcast && r.op == first.op && r.options == first.options &&
                   r.values->size() == first.values->size();
       for (std::size_t i = 0; same && i < r.values->size(); ++i) {
-        same = (*r.values)[i].dtype() == (*first.values)[i].dtype() && (*r.values)[i].shape() == (*first.values)[i].shape();
+        same = (*r.values)[i].dtype() == (*first.values)[i].dtype() &&
+               (*r.values)[i].shape() == (*first.values)[i].shape();
       }
       if (!same) {
-        throw Error(Errc::InvalidArgument,
-                    fmt::format("collective #{}: replica {} called {} but replica {} called {}: every replica must "
-                                "issue the same collectives, with the same structure, in the same order",
-                                call + 1, hostedReplicaIds_[h], r.describe(), hostedReplicaIds_.front(),
-                                first.describe()),
-                    hostedReplicaIds_[h], hostedReplicaIds_.front());
+        throw Error(
+            Errc::InvalidArgument,
+            fmt::format("collective #{}: replica {} called {} but replica {} called {}: every replica must "
+                        "issue the same collectives, with the same structure, in the same order",
+                        call + 1, hostedReplicaIds_[h], r.describe(), hostedReplicaIds_.front(), first.describe()),
+            hostedReplicaIds_[h], hostedReplicaIds_.front());
       }
     }
     if (first.broadcast) {
@@ -502,8 +506,9 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica& value, std::optional<int>
   for (int h = 0; h < n; ++h) {
     const Tensor& v = value[static_cast<std::size_t>(h)];
     if (v.dtype() != first.dtype()) {
-      fail(fmt::format("reduce: replica {} has {} but replica {} has {}", hostedReplicaIds_[static_cast<std::size_t>(h)],
-                       v.describe(), hostedReplicaIds_.front(), first.describe()));
+      fail(fmt::format("reduce: replica {} has {} but replica {} has {}",
+                       hostedReplicaIds_[static_cast<std::size_t>(h)], v.describe(), hostedReplicaIds_.front(),
+                       first.describe()));
     }
     if (!axis) {
       if (v.shape() != first.shape()) {
@@ -516,8 +521,8 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica& value, std::optional<int>
       Tensor numer = v.sumAlongAxis(*axis);
       if (h > 0 && numer.shape() != lists.front().front().shape()) {
         fail(fmt::format("reduce along axis {}: replica {} has {} but replica {} has {}; only the axis may differ",
-                         *axis, hostedReplicaIds_[static_cast<std::size_t>(h)], v.describe(),
-                         hostedReplicaIds_.front(), first.describe()));
+                         *axis, hostedReplicaIds_[static_cast<std::size_t>(h)], v.describe(), hostedReplicaIds_.front(),
+                         first.describe()));
       }
       lists[static_cast<std::size_t>(h)] = {std::move(numer)};
       if (op == ReduceOp::Mean) {
@@ -544,9 +549,10 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica& value, std::optional<int>
 Tensor Strategy::reduce(ReduceOp op, const Tensor& value, std::optional<int> axis) {
   if (!axis) {
     if (op == ReduceOp::Mean || numReplicasInSync() == 1) return value;
-    fail(fmt::format("A non-distributed value {} cannot be reduced with ReduceOp SUM over {} replicas; pass the "
-                     "per-replica values (a PerReplica from run()), or use MEAN",
-                     value.describe(), numReplicasInSync()));
+    fail(
+        fmt::format("A non-distributed value {} cannot be reduced with ReduceOp SUM over {} replicas; pass the "
+                    "per-replica values (a PerReplica from run()), or use MEAN",
+                    value.describe(), numReplicasInSync()));
   }
   PerReplica mirrored(std::vector<Tensor>(static_cast<std::size_t>(numHostedReplicas()), value), hostedReplicaIds_);
   return reduce(op, mirrored, axis);
@@ -610,9 +616,10 @@ Variable Strategy::makeVariable(const std::function<Tensor(int workerRank)>& ini
   if (!initializer) fail("createVariable: no initializer");
   const auto& tc = threadContext();
   if (tc.replica && mirrorsVariables()) {
-    fail(fmt::format("createVariable(\"{}\") inside strategy.run() (replica context): create {} variables in its "
-                     "scope, outside run()",
-                     options.name, name()));
+    fail(
+        fmt::format("createVariable(\"{}\") inside strategy.run() (replica context): create {} variables in its "
+                    "scope, outside run()",
+                    options.name, name()));
   }
   auto st = std::make_shared<detail::VariableState>();
   st->name = options.name.empty() ? std::string("Variable") : options.name;
@@ -629,8 +636,8 @@ Variable Strategy::makeVariable(const std::function<Tensor(int workerRank)>& ini
       if (!perWorker.empty()) {
         const Tensor& ref = perWorker.begin()->second;
         if (t.dtype() != ref.dtype() || t.shape() != ref.shape()) {
-          fail(fmt::format("createVariable(\"{}\"): worker {}'s initial value is {} but worker {}'s is {}", st->name,
-                           w, t.describe(), perWorker.begin()->first, ref.describe()));
+          fail(fmt::format("createVariable(\"{}\"): worker {}'s initial value is {} but worker {}'s is {}", st->name, w,
+                           t.describe(), perWorker.begin()->first, ref.describe()));
         }
       }
       perWorker.emplace(w, std::move(t));
@@ -727,9 +734,10 @@ Tensor& Variable::local() const {
   checkAlive(st);
   const int own = ownReplica(st);
   if (own < 0) {
-    fail(fmt::format("MirroredVariable '{}': local() needs a replica context (inside strategy.run()); in "
-                     "cross-replica context use copy(i) or value()",
-                     st.name));
+    fail(
+        fmt::format("MirroredVariable '{}': local() needs a replica context (inside strategy.run()); in "
+                    "cross-replica context use copy(i) or value()",
+                    st.name));
   }
   return st.copies[static_cast<std::size_t>(own)];
 }
@@ -768,12 +776,17 @@ void Variable::update(const Tensor& value, Update how) const {
   std::vector<Tensor> values{value};
   switch (st.aggregation) {
     case VariableAggregation::None:
-      fail(fmt::format("You must specify an aggregation method to update MirroredVariable '{}' in replica context "
-                       "({} inside strategy.run()): create it with VariableOptions.aggregation SUM, MEAN or "
-                       "ONLY_FIRST_REPLICA, or update it in cross-replica context",
-                       st.name, verb));
-    case VariableAggregation::Sum: st.strategy->replicaCollective(own, false, ReduceOp::Sum, values, {}); break;
-    case VariableAggregation::Mean: st.strategy->replicaCollective(own, false, ReduceOp::Mean, values, {}); break;
+      fail(
+          fmt::format("You must specify an aggregation method to update MirroredVariable '{}' in replica context "
+                      "({} inside strategy.run()): create it with VariableOptions.aggregation SUM, MEAN or "
+                      "ONLY_FIRST_REPLICA, or update it in cross-replica context",
+                      st.name, verb));
+    case VariableAggregation::Sum:
+      st.strategy->replicaCollective(own, false, ReduceOp::Sum, values, {});
+      break;
+    case VariableAggregation::Mean:
+      st.strategy->replicaCollective(own, false, ReduceOp::Mean, values, {});
+      break;
     case VariableAggregation::OnlyFirstReplica:
       st.strategy->replicaCollective(own, true, ReduceOp::Sum, values, {});
       break;

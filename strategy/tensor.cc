@@ -37,8 +37,8 @@ Tensor::Tensor(DType dtype, Shape shape)
 Tensor Tensor::fromDoubles(DType dtype, const std::vector<double>& values, Shape shape) {
   Tensor t(dtype, std::move(shape));
   if (t.numElements() != values.size()) {
-    throw Error(Errc::InvalidArgument, fmt::format("Tensor::fromDoubles: {} values do not fill shape {}",
-                                                   values.size(), toString(t.shape())));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("Tensor::fromDoubles: {} values do not fill shape {}", values.size(), toString(t.shape())));
   }
   for (std::size_t i = 0; i < values.size(); ++i) storeFromDouble(dtype, t.raw(), i, values[i]);
   return t;
@@ -48,8 +48,7 @@ std::size_t Tensor::normalizeAxis(int axis) const {
   const int r = rank();
   const int a = axis < 0 ? axis + r : axis;
   if (a < 0 || a >= r) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("axis {} is out of range for {} (rank {})", axis, describe(), r));
+    throw Error(Errc::InvalidArgument, fmt::format("axis {} is out of range for {} (rank {})", axis, describe(), r));
   }
   return static_cast<std::size_t>(a);
 }
@@ -82,7 +81,8 @@ Tensor Tensor::reshaped(Shape shape) const {
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == kUnknownDim) {
       if (unknown >= 0) {
-        throw Error(Errc::InvalidArgument, fmt::format("reshape to {}: at most one dimension may be -1", toString(shape)));
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("reshape to {}: at most one dimension may be -1", toString(shape)));
       }
       unknown = static_cast<int>(i);
     } else if (shape[i] < 0) {
@@ -126,8 +126,8 @@ Tensor Tensor::stack(const std::vector<Tensor>& tensors) {
   const Tensor& first = tensors.front();
   for (std::size_t i = 1; i < tensors.size(); ++i) {
     if (tensors[i].dtype_ != first.dtype_ || tensors[i].shape_ != first.shape_) {
-      throw Error(Errc::InvalidArgument, fmt::format("stack: tensor {} is {} but tensor 0 is {}", i,
-                                                     tensors[i].describe(), first.describe()));
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("stack: tensor {} is {} but tensor 0 is {}", i, tensors[i].describe(), first.describe()));
     }
   }
   Shape s = first.shape_;
@@ -149,7 +149,8 @@ Tensor Tensor::concat(const std::vector<Tensor>& tensors) {
   s[0] = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& x = tensors[i];
-    const bool sameRest = x.rank() == first.rank() && std::equal(x.shape_.begin() + 1, x.shape_.end(), first.shape_.begin() + 1);
+    const bool sameRest =
+        x.rank() == first.rank() && std::equal(x.shape_.begin() + 1, x.shape_.end(), first.shape_.begin() + 1);
     if (x.dtype_ != first.dtype_ || !sameRest) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("concat: tensor {} is {} but tensor 0 is {}", i, x.describe(), first.describe()));

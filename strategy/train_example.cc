@@ -88,8 +88,8 @@ SyntheticData makeSyntheticData(const TrainConfig& config) {
   SyntheticData d;
   d.features = uniformTensor({config.examples, config.features}, 1.0f, config.seed ^ kDataStream);
   const Tensor teacher = uniformTensor({config.features, config.classes}, 1.0f, config.seed ^ kTeacherStream);
-  const Matrix logits = asMatrix(d.features, config.examples, config.features) *
-                        asMatrix(teacher, config.features, config.classes);
+  const Matrix logits =
+      asMatrix(d.features, config.examples, config.features) * asMatrix(teacher, config.features, config.classes);
   d.labels = Tensor(DType::I32, {config.examples});
   std::int32_t* y = d.labels.data<std::int32_t>();
   for (std::int64_t i = 0; i < config.examples; ++i) {
@@ -119,7 +119,8 @@ TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
     auto init = [&](Shape shape, float limit, std::uint64_t stream) {
       return [=, seed = config.seed](int worker) {
         return limit == 0 ? Tensor(DType::F32, shape)
-                          : uniformTensor(shape, limit, seed ^ (kInitStream + stream) ^ (static_cast<std::uint64_t>(worker) << 32));
+                          : uniformTensor(shape, limit,
+                                          seed ^ (kInitStream + stream) ^ (static_cast<std::uint64_t>(worker) << 32));
       };
     };
     if (mlp) {
@@ -149,7 +150,8 @@ TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
     Matrix hidden;
     Matrix logits;
     if (mlp) {
-      hidden = ((x * asMatrix(vars[0].local(), f, h)).rowwise() + asMatrix(vars[1].local(), 1, h).row(0)).cwiseMax(0.0f);
+      hidden =
+          ((x * asMatrix(vars[0].local(), f, h)).rowwise() + asMatrix(vars[1].local(), 1, h).row(0)).cwiseMax(0.0f);
       logits = (hidden * asMatrix(vars[2].local(), h, c)).rowwise() + asMatrix(vars[3].local(), 1, c).row(0);
     } else {
       logits = (x * asMatrix(vars[0].local(), f, c)).rowwise() + asMatrix(vars[1].local(), 1, c).row(0);
@@ -171,8 +173,8 @@ TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
     dlogits *= invGlobal;
     std::vector<Tensor> grads;
     if (mlp) {
-      const Matrix dHidden = (dlogits * asMatrix(vars[2].local(), h, c).transpose()).cwiseProduct(
-          (hidden.array() > 0.0f).cast<float>().matrix());
+      const Matrix dHidden = (dlogits * asMatrix(vars[2].local(), h, c).transpose())
+                                 .cwiseProduct((hidden.array() > 0.0f).cast<float>().matrix());
       grads.push_back(fromMatrix(x.transpose() * dHidden, {f, h}));
       grads.push_back(fromMatrix(dHidden.colwise().sum(), {h}));
       grads.push_back(fromMatrix(hidden.transpose() * dlogits, {h, c}));
@@ -185,7 +187,8 @@ TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
     for (std::size_t k = 0; k < vars.size(); ++k) {
       Tensor& w = vars[k].local();
       Eigen::Map<Eigen::ArrayXf>(w.data<float>(), static_cast<Eigen::Index>(w.numElements())) -=
-          lr * Eigen::Map<const Eigen::ArrayXf>(grads[k].data<float>(), static_cast<Eigen::Index>(grads[k].numElements()));
+          lr *
+          Eigen::Map<const Eigen::ArrayXf>(grads[k].data<float>(), static_cast<Eigen::Index>(grads[k].numElements()));
     }
     return Tensor::fromVector(std::vector<double>{lossSum / static_cast<double>(B), correct});
   };

@@ -38,7 +38,7 @@ struct RegretArgs {
   std::string backend = "sim", topology, tuning, ranks, json, minBytes, maxBytes, collective = "all_reduce";
   std::string dtype = "float";
   double factor = 0;
-  int iters = 20, warmup = 1, repeats = 3;
+  int iters = 5, warmup = 1, repeats = 7;
   double maxWorst = 0, maxGeomean = 0;
   bool force = false;
 };
@@ -90,9 +90,9 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("-e,--maxbytes", a->maxBytes, "largest held-out size");
   cmd->add_option("-f,--stepfactor", a->factor, "factor between held-out sizes");
   cmd->add_option("-d,--datatype", a->dtype, "element type")->default_val("float");
-  cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(20);
+  cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(5);
   cmd->add_option("-w,--warmup_iters", a->warmup, "untimed iterations first")->default_val(1);
-  cmd->add_option("--repeats", a->repeats, "repetitions; the median is kept")->default_val(3);
+  cmd->add_option("--repeats", a->repeats, "repetitions; the fastest is kept")->default_val(7);
   cmd->add_option("-J,--output_file", a->json, "write rows and summary as JSON");
   cmd->add_flag("--force", a->force, "overwrite an existing -J file");
   cmd->add_option("--max-worst", a->maxWorst, "exit 1 when the worst regret exceeds this (0 = no check)");

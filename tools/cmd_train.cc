@@ -6,12 +6,12 @@
 // (or Slurm, mpirun, or TF_CONFIG by hand); the cluster comes from the environment and the cross-worker collectives
 // run on a process backend (gloo). Each process prints its own log; the chief writes --weights-out, and --trace is
 // written by the chief, or by every worker when the path holds "{rank}".
+#include <fmt/format.h>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "collbench/error.h"
@@ -61,7 +61,8 @@ void checkWritable(const std::string& path, bool force, const char* flag) {
 std::shared_ptr<const ClusterResolver> threadsCluster(int workers) {
   if (workers == 1) return std::make_shared<SimpleClusterResolver>(SimpleClusterResolver::singleWorker());
   ClusterSpec spec;
-  for (int w = 0; w < workers; ++w) spec.jobs["worker"].push_back(fmt::format("localhost:{}", kThreadsModeBasePort + w));
+  for (int w = 0; w < workers; ++w)
+    spec.jobs["worker"].push_back(fmt::format("localhost:{}", kThreadsModeBasePort + w));
   return std::make_shared<SimpleClusterResolver>(spec, "worker", 0);
 }
 
@@ -140,12 +141,13 @@ void runTrain(const TrainArgs& a) {
 
   MultiWorkerMirroredStrategy strategy(comm, resolver, opts);
   const std::int64_t perReplica = config.globalBatch / strategy.numReplicasInSync();
-  std::printf("# collbench train: %s, %lld features, %lld classes, %lld examples, global batch %lld (%s%lld per "
-              "replica)\n",
-              config.hidden ? fmt::format("MLP with {} hidden units", config.hidden).c_str() : "softmax regression",
-              static_cast<long long>(config.features), static_cast<long long>(config.classes),
-              static_cast<long long>(config.examples), static_cast<long long>(config.globalBatch),
-              config.globalBatch % strategy.numReplicasInSync() ? "about " : "", static_cast<long long>(perReplica));
+  std::printf(
+      "# collbench train: %s, %lld features, %lld classes, %lld examples, global batch %lld (%s%lld per "
+      "replica)\n",
+      config.hidden ? fmt::format("MLP with {} hidden units", config.hidden).c_str() : "softmax regression",
+      static_cast<long long>(config.features), static_cast<long long>(config.classes),
+      static_cast<long long>(config.examples), static_cast<long long>(config.globalBatch),
+      config.globalBatch % strategy.numReplicasInSync() ? "about " : "", static_cast<long long>(perReplica));
   std::printf("# %d worker(s) x %d local replica(s) = %d replicas in sync; %s mode, %s all-reduce%s; worker %d%s\n",
               strategy.numWorkers(), strategy.localReplicas(), strategy.numReplicasInSync(), a.mode.c_str(),
               strategy.hierarchical() ? "hierarchical" : "flat", a.simulate ? " (simulated timing)" : "", rank,

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -118,8 +119,9 @@ struct TuneArgs {
   std::string ncclChannels = kDefaultNcclChannels;
   std::string minBytes = "1K", maxBytes = "1G", dtype = "float";
   double factor = 4;
-  int iters = 20, warmup = 1, repeats = 3;
+  int iters = 5, warmup = 1, repeats = 7;
   double timeoutSeconds = kDefaultTimeoutSeconds;
+  double prune = 0;
   bool force = false;
 };
 
@@ -326,14 +328,30 @@ class Tuner {
       } else {
         backend = backendFor(n);
       }
+      std::optional<CostModel> pruner;
+      if (a_.prune > 0) pruner.emplace(topo_ ? CostModel(*topo_, n) : CostModel::defaultFlat(n));
       for (const Point& p : pointsFor(colls_, n, sizes_, dtype_)) {
         TuningEntry e{p.collective, n, hostsOf(n), p.bytes, {}};
+        // --prune F: skip configurations the cost model puts more than F times above its best at this point.
+        double bestModel = 0;
+        if (pruner) {
+          for (const std::string& a : algorithmsFor(p.collective, n)) {
+            for (const AlgoParams& params : sweepConfigs(p.collective, a, chunks_, channels_, hosts)) {
+              const Estimate est = pruner->estimate(p.spec, a, params);
+              if (est.supported && (bestModel == 0 || est.terms.us < bestModel)) bestModel = est.terms.us;
+            }
+          }
+        }
         for (const std::string& a : algorithmsFor(p.collective, n)) {
           std::size_t lastOps = 0;
           int lastChannels = 0;
           for (const AlgoParams& params : sweepConfigs(p.collective, a, chunks_, channels_, hosts)) {
             progress.step(fmt::format("{} n={} {} {} chunk {} x{}", toString(p.collective), n, formatBytes(p.bytes), a,
                                       formatBytes(params.chunkBytes), params.channels));
+            if (pruner && bestModel > 0) {
+              const Estimate est = pruner->estimate(p.spec, a, params);
+              if (est.supported && est.terms.us > a_.prune * bestModel) continue;
+            }
             double us = 0;
             if (model) {
               const Estimate est = model->estimate(p.spec, a, params);
@@ -396,6 +414,20 @@ class Tuner {
       const int nnodes = hostsOf(n);
       std::map<std::pair<Collective, std::size_t>, TuningEntry> entries;
       const std::vector<Point> points = pointsFor(colls_, n, sizes_, dtype_);
+      const NcclMachine machine = topo_ ? ncclMachine(*topo_, n) : NcclMachine{n, nnodes, 0, false, 0};
+      std::map<std::pair<Collective, std::size_t>, double> bestNccl;  // NCCL's model, for --prune
+      for (const Point& p : points) {
+        double best = std::numeric_limits<double>::infinity();
+        for (NcclAlgo algo : kNcclAlgos) {
+          for (NcclProto proto : kNcclProtos) {
+            for (int ch : ncclChannels_) {
+              const auto t = ncclModelTimeUs(p.collective, algo, proto, ch, p.bytes, machine);
+              if (t) best = std::min(best, *t);
+            }
+          }
+        }
+        bestNccl[{p.collective, p.bytes}] = best;
+      }
       for (NcclAlgo algo : kNcclAlgos) {
         for (NcclProto proto : kNcclProtos) {
           for (int ch : ncclChannels_) {
@@ -413,11 +445,14 @@ class Tuner {
               env->set("NCCL_MAX_NCHANNELS", std::to_string(ch));
               backend = backendFor(n);
             }
-            const NcclMachine machine = topo_ ? ncclMachine(*topo_, n) : NcclMachine{};
             for (const Point& p : points) {
               if (algo == NcclAlgo::Tree && p.collective != Collective::AllReduce) continue;  // NCCL: tree is AR only
               progress.step(fmt::format("nccl {} n={} {} {}/{} x{}", toString(p.collective), n, formatBytes(p.bytes),
                                         toString(algo), toString(proto), ch));
+              if (a_.prune > 0 && !mdl) {  // NCCL's own model decides what is worth measuring
+                const auto t = ncclModelTimeUs(p.collective, algo, proto, ch, p.bytes, machine);
+                if (t && *t > a_.prune * bestNccl.at({p.collective, p.bytes})) continue;
+              }
               double us = 0;
               if (mdl) {
                 const auto t = ncclModelTimeUs(p.collective, algo, proto, ch, p.bytes, machine);
@@ -502,10 +537,14 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--chunks", a->chunks, "chunk_bytes values for algorithms that pipeline")->default_val("0,128K,2M");
   cmd->add_option("--channels", a->channels, "channel counts for algorithms that use them")->default_val("1,2,4");
   cmd->add_option("-d,--datatype", a->dtype, "element type")->default_val("float");
-  cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(20);
+  cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(5);
   cmd->add_option("-w,--warmup_iters", a->warmup, "untimed iterations first")->default_val(1);
-  cmd->add_option("--repeats", a->repeats, "repetitions; the median is kept (real backends)")->default_val(3);
+  cmd->add_option("--repeats", a->repeats, "repetitions; the fastest is kept (real backends)")->default_val(7);
   cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")->default_val(kDefaultTimeoutSeconds);
+  cmd->add_option("--prune", a->prune,
+                  "skip configurations the cost model (NCCL's model for the NCCL sweep) puts more than this many times "
+                  "above its best at a point (0 = measure all)")
+      ->default_val(0);
   cmd->add_option("--library", a->library, "collbench (our schedules), nccl (NCCL algo x proto x channels) or both");
   cmd->add_option("--nccl-channels", a->ncclChannels, "NCCL channel counts swept for the NCCL export")
       ->default_val(kDefaultNcclChannels);

@@ -100,13 +100,15 @@ std::vector<AlgoParams> sweepConfigs(Collective c, std::string_view algorithm, c
 // ---- Measurement (tune and regret) ----
 
 struct MeasureOptions {
-  int iterations = 20;  ///< timed iterations per repetition (RunOptions::iterations)
+  int iterations = 5;  ///< timed iterations per repetition (RunOptions::iterations)
   int warmup = 1;
-  int repeats = 3;  ///< repetitions; the median of their means is the result (one run on simulators)
+  int repeats = 7;  ///< repetitions; the fastest repetition's mean is the result (one run on simulators)
   double timeoutSeconds = kDefaultTimeoutSeconds;
 };
 /// Time of one call of `s` on `backend` in microseconds: filled reference buffers (out of place) on backends that
-/// move data, none on simulators.
+/// move data, none on simulators. The minimum over repetitions, not the mean or median: on a shared machine the
+/// noise is one-sided (preemption and other jobs only add time), so the fastest repetition is the least disturbed
+/// estimate of the collective's own cost, and comparisons between algorithms (tune, regret) stay stable.
 double measureUs(Backend& backend, const Schedule& s, const MeasureOptions& options);
 
 // ---- Interpolation ----

@@ -14,11 +14,12 @@
 namespace collbench {
 namespace {
 
-/// Step algorithms: the model follows the simulator's semantics exactly (floating-point noise only).
-constexpr double kExactTol = 1e-6;
-/// The tree's steady state is a bound (every connection busy at the most loaded link's share); measured within 6%
-/// on flat topologies for the chunk sizes swept here.
-constexpr double kPipelinedTol = 0.06;
+/// Step algorithms: the model follows the simulator's semantics exactly; the one approximation is that every round
+/// or chunk is costed at the largest piece of the even partition (pieces differ by one element), 1e-5 here.
+constexpr double kExactTol = 1e-4;
+/// The tree's steady state is a bound (every connection busy at the most loaded link's share, latency included),
+/// measured within 12% of the simulator on flat topologies for the chunk sizes swept here.
+constexpr double kPipelinedTol = 0.12;
 
 struct Case {
   Collective coll;

@@ -51,7 +51,8 @@ class TextFiles {
   TextFiles(int files, int perFile) {
     const auto dir = std::filesystem::temp_directory_path();
     for (int k = 0; k < files; ++k) {
-      const auto path = dir / ("collbench_ds_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++) + ".txt");
+      const auto path =
+          dir / ("collbench_ds_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++) + ".txt");
       std::ofstream out(path);
       out << "# file " << k << "\n";
       for (int i = 0; i < perFile; ++i) out << 100 * k + i << "\n";
@@ -86,20 +87,30 @@ TEST(Dataset, FromTensorSlicesAndElementSpec) {
   EXPECT_EQ(all[2][1].at(0), 9);
   EXPECT_EQ(ds.batch(2).elementSpec()[0].describe(), "TensorSpec(shape=[?, 2], dtype=float)");
   EXPECT_EQ(ds.batch(2, true).elementSpec()[1].shape, (Shape{2}));
-  expectInvalid([&] { Dataset::fromTensorSlices({x, Tensor(DType::F32, {4})}); },
-                {"component 1 has 4 rows but component 0 has 3"});
+  expectInvalid(
+      [&] {
+        Dataset::fromTensorSlices({x, Tensor(DType::F32, {4})});
+      },
+      {"component 1 has 4 rows but component 0 has 3"});
   expectInvalid([] { Dataset::fromTensorSlices({Tensor::scalar(1.0f)}); }, {"component 0 is the scalar"});
   expectInvalid([] { Dataset::fromTensorSlices({}); }, {"no components"});
 }
 
 TEST(Dataset, FromVectorAndElements) {
-  EXPECT_EQ(firstValues(Dataset::fromVector(std::vector<std::int64_t>{4, 5, 6}).toVector()), (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(firstValues(Dataset::fromVector(std::vector<std::int64_t>{4, 5, 6}).toVector()),
+            (std::vector<int>{4, 5, 6}));
   const Dataset ds = Dataset::fromElements({{Tensor::scalar(1.0)}, {Tensor::scalar(2.0)}});
   EXPECT_EQ(firstValues(ds.toVector()), (std::vector<int>{1, 2}));
-  expectInvalid([] { Dataset::fromElements({{Tensor::scalar(1.0)}, {Tensor::scalar(2.0f)}}); },
-                {"element 1 component 0 is float[]", "dtype=double"});
-  expectInvalid([] { Dataset::fromElements({{Tensor::scalar(1.0)}, {Tensor::scalar(1.0), Tensor::scalar(1.0)}}); },
-                {"element 1 has 2 components"});
+  expectInvalid(
+      [] {
+        Dataset::fromElements({{Tensor::scalar(1.0)}, {Tensor::scalar(2.0f)}});
+      },
+      {"element 1 component 0 is float[]", "dtype=double"});
+  expectInvalid(
+      [] {
+        Dataset::fromElements({{Tensor::scalar(1.0)}, {Tensor::scalar(1.0), Tensor::scalar(1.0)}});
+      },
+      {"element 1 has 2 components"});
   EXPECT_TRUE(Dataset::fromElements({}).toVector().empty());
 }
 
@@ -125,8 +136,8 @@ TEST(Dataset, BatchShardRepeatTake) {
 }
 
 TEST(Dataset, BatchOfUnequalShapesFailsWhenIterated) {
-  const Dataset ds = Dataset::fromElements({{Tensor(DType::F32, {2})}, {Tensor(DType::F32, {2})}})
-                         .batch(2);  // fine: equal
+  const Dataset ds =
+      Dataset::fromElements({{Tensor(DType::F32, {2})}, {Tensor(DType::F32, {2})}}).batch(2);  // fine: equal
   EXPECT_EQ(ds.toVector().size(), 1u);
   TextFiles files(1, 0);
   {
@@ -134,8 +145,8 @@ TEST(Dataset, BatchOfUnequalShapesFailsWhenIterated) {
     out << "1 2\n3 4 5\n";
   }
   const Dataset ragged = Dataset::fromTextFiles(files.paths()).batch(2);
-  expectInvalid([&] { ragged.toVector(); }, {"batch(2): element 1 (input element 1) component 0 is float[3]",
-                                             "float[2]"});
+  expectInvalid([&] { ragged.toVector(); },
+                {"batch(2): element 1 (input element 1) component 0 is float[3]", "float[2]"});
 }
 
 TEST(Dataset, TextFilesAndOptions) {
@@ -162,7 +173,8 @@ TEST(Dataset, TextFilesAndOptions) {
 
 TEST(Dataset, FileReaderOutputIsChecked) {
   const Dataset ds = Dataset::fromFiles(
-      {"a", "b"}, [](const std::string& path) { return std::vector<Element>{{Tensor::scalar(path == "a" ? 1.0f : 2.0f)}}; },
+      {"a", "b"},
+      [](const std::string& path) { return std::vector<Element>{{Tensor::scalar(path == "a" ? 1.0f : 2.0f)}}; },
       {{DType::F32, {}}});
   EXPECT_EQ(firstValues(ds.toVector()), (std::vector<int>{1, 2}));
   const Dataset bad = Dataset::fromFiles(
@@ -210,16 +222,16 @@ TEST(AutoShard, FileErrorsSurfaceWhenIterating) {
   TextFiles files(1, 2);
   const Dataset oneFile = Dataset::fromTextFiles(files.paths()).withOptions({AutoShardPolicy::File});
   const Dataset sharded = autoShard(oneFile, 2, 0);  // no error yet
-  expectInvalid([&] { sharded.toVector(); },
-                {"AutoShardPolicy FILE", "1 file but there are 2 workers", "Use AutoShardPolicy DATA or OFF",
-                 "more, smaller files"});
+  expectInvalid([&] { sharded.toVector(); }, {"AutoShardPolicy FILE", "1 file but there are 2 workers",
+                                              "Use AutoShardPolicy DATA or OFF", "more, smaller files"});
   const Dataset autoOneFile = Dataset::fromTextFiles(files.paths());
   expectInvalid([&] { autoShard(autoOneFile, 3, 1).toVector(); }, {"AutoShardPolicy AUTO", "1 file but there are 3"});
   const Dataset memory = Dataset::fromVector(range(0, 4)).withOptions({AutoShardPolicy::File});
   ShardDecision d;
   const Dataset bad = autoShard(memory, 2, 0, &d);
   EXPECT_TRUE(d.warning.empty());
-  expectInvalid([&] { bad.toVector(); }, {"AutoShardPolicy FILE cannot shard", "from_tensor_slices, not a list of files"});
+  expectInvalid([&] { bad.toVector(); },
+                {"AutoShardPolicy FILE cannot shard", "from_tensor_slices, not a list of files"});
 }
 
 TEST(AutoShard, AutoFallsBackToDataWithWarning) {
@@ -227,10 +239,11 @@ TEST(AutoShard, AutoFallsBackToDataWithWarning) {
   const Dataset ds = Dataset::fromVector(range(0, 4));
   autoShard(ds, 2, 0, &d);
   EXPECT_EQ(d.applied, AutoShardPolicy::Data);
-  EXPECT_EQ(d.warning,
-            "AutoShardPolicy AUTO is applying DATA sharding because FILE sharding failed: the dataset's source is "
-            "from_tensor_slices, not a list of files. Every worker reads the whole dataset and keeps 1/2 of it; set the "
-            "dataset's AutoShardPolicy to DATA to silence this warning, or to OFF to disable sharding");
+  EXPECT_EQ(
+      d.warning,
+      "AutoShardPolicy AUTO is applying DATA sharding because FILE sharding failed: the dataset's source is "
+      "from_tensor_slices, not a list of files. Every worker reads the whole dataset and keeps 1/2 of it; set the "
+      "dataset's AutoShardPolicy to DATA to silence this warning, or to OFF to disable sharding");
   autoShard(ds.withOptions({AutoShardPolicy::Off}), 2, 0, &d);
   EXPECT_EQ(d.applied, AutoShardPolicy::Off);
   autoShard(ds, 1, 0, &d);
@@ -376,7 +389,8 @@ TEST(DistributeDataset, UnevenWorkersPadBatchedButNotUnbatched) {
   }
   // Each worker cuts its batches of 2 into 2 pieces of 1: worker 0 has 4 pieces, worker 1 has 2.
   EXPECT_EQ(steps, 4);
-  EXPECT_EQ(worker1Rows, (std::vector<std::int64_t>{1, 1, 0, 0})) << "worker 1 gets empty batches once its file is done";
+  EXPECT_EQ(worker1Rows, (std::vector<std::int64_t>{1, 1, 0, 0}))
+      << "worker 1 gets empty batches once its file is done";
   DistributedIterator unbatched = s->experimentalDistributeDataset(ds).iterator();
   unbatched.next();
   unbatched.next();
@@ -407,11 +421,13 @@ TEST(DistributeDatasetsFromFunction, FunctionShardsWithItsContext) {
   EXPECT_EQ(got[3], (std::vector<int>{5, 7, 13, 15}));
   EXPECT_EQ(dist.elementSpec()[0].shape, (Shape{kUnknownDim}));
   // TF's experimental_ name is the same function; a global batch that does not divide is the context's error.
-  expectInvalid([&] {
-    s->experimentalDistributeDatasetsFromFunction(
-        [](const InputContext& ctx) { return Dataset::fromVector(range(0, 4)).batch(ctx.getPerReplicaBatchSize(6)); });
-  },
-                {"global batch size 6 is not divisible by num_replicas_in_sync 4"});
+  expectInvalid(
+      [&] {
+        s->experimentalDistributeDatasetsFromFunction([](const InputContext& ctx) {
+          return Dataset::fromVector(range(0, 4)).batch(ctx.getPerReplicaBatchSize(6));
+        });
+      },
+      {"global batch size 6 is not divisible by num_replicas_in_sync 4"});
 }
 
 TEST(DistributeDataset, MakeNumpyDataset) {

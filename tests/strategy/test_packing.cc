@@ -35,8 +35,7 @@ TEST(Packing, NewPackOnlyWhenTheCurrentHoldsMoreThanBytesPerPack) {
 
 TEST(Packing, ZeroMeansOnePackInReversedOrder) {
   EXPECT_EQ(indicesOf(packValues(f32Sizes({4, 4, 4}), 0)), (std::vector<std::vector<std::size_t>>{{2, 1, 0}}));
-  EXPECT_EQ(indicesOf(packValues(f32Sizes({4, 4, 4}), 1)),
-            (std::vector<std::vector<std::size_t>>{{2}, {1}, {0}}));
+  EXPECT_EQ(indicesOf(packValues(f32Sizes({4, 4, 4}), 1)), (std::vector<std::vector<std::size_t>>{{2}, {1}, {0}}));
   EXPECT_EQ(indicesOf(packValues(f32Sizes({4, 4, 4}), 4)), (std::vector<std::vector<std::size_t>>{{2, 1}, {0}}));
   EXPECT_TRUE(packValues({}, 16).empty());
   expectInvalid([] { packValues(f32Sizes({4}), -1); }, {"bytes_per_pack must be >= 0", "-1"});
@@ -86,7 +85,7 @@ TEST(Packing, PerCallOptionsOverride) {
   auto s = makeStrategy(1, 2);
   s->run([] {
     std::vector<Tensor> grads(4, Tensor(DType::F32, {4}));
-    getReplicaContext()->allReduce(ReduceOp::Sum, grads);                                          // one pack
+    getReplicaContext()->allReduce(ReduceOp::Sum, grads);  // one pack
     getReplicaContext()->allReduce(ReduceOp::Sum, grads, {1, std::nullopt, CommunicationImplementation::Ring});  // 4
   });
   const Trace t = s->trace();

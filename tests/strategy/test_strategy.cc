@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "collbench/selector.h"
+#include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "collbench/trace.h"
 #include "test_support.h"
 
@@ -70,8 +70,8 @@ TEST(Strategy, ChiefAndSingleWorker) {
   EXPECT_EQ(single->numReplicasInSync(), 4);
   EXPECT_FALSE(single->hierarchical());
   // TF's default resolver is TF_CONFIG's; an environment without TF_CONFIG is single-worker mode.
-  auto fromEnv = std::make_shared<TFConfigClusterResolver>(
-      TFConfigClusterResolver::fromEnvironment(environmentFromMap({})));
+  auto fromEnv =
+      std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolver::fromEnvironment(environmentFromMap({})));
   MultiWorkerMirroredStrategy local({}, fromEnv);
   EXPECT_EQ(local.numReplicasInSync(), 1);
 }
@@ -324,8 +324,9 @@ TEST_P(AllReduceLayouts, SumMeanAndLists) {
   const PerReplicaValues<std::vector<Tensor>> lists = s->run([] {
     ReplicaContext* ctx = getReplicaContext();
     const float id = static_cast<float>(ctx->replicaIdInSyncGroup());
-    return ctx->allReduce(ReduceOp::Sum, std::vector<Tensor>{f32({id}), Tensor::fromVector(std::vector<double>{id, 1, 2}),
-                                                             f32({id, id, id, id}, {2, 2})});
+    return ctx->allReduce(ReduceOp::Sum,
+                          std::vector<Tensor>{f32({id}), Tensor::fromVector(std::vector<double>{id, 1, 2}),
+                                              f32({id, id, id, id}, {2, 2})});
   });
   for (int h = 0; h < n; ++h) {
     EXPECT_EQ(sum[h].toVector<float>(), (std::vector<float>{total, 10 * total})) << "replica " << h;
@@ -419,8 +420,9 @@ TEST(Reduce, AlongAxisWithPartialBatches) {
 
 TEST(Reduce, SumAlongLastAxisAndErrors) {
   auto s = makeStrategy(1, 2);
-  const PerReplica v = s->experimentalDistributeValuesFromFunction(
-      [](const ValueContext& ctx) { return f32({1, 2, static_cast<float>(ctx.replicaIdInSyncGroup)}, {1, 3}); });
+  const PerReplica v = s->experimentalDistributeValuesFromFunction([](const ValueContext& ctx) {
+    return f32({1, 2, static_cast<float>(ctx.replicaIdInSyncGroup)}, {1, 3});
+  });
   EXPECT_EQ(s->reduce(ReduceOp::Sum, v, -1).toVector<float>(), (std::vector<float>{7}));
   const PerReplica mixed(std::vector<Tensor>{f32({1, 2}, {1, 2}), f32({1, 2, 3}, {1, 3})}, {0, 1});
   expectInvalid([&] { s->reduce(ReduceOp::Sum, mixed, 0); }, {"along axis 0", "only the axis may differ"});
@@ -480,9 +482,9 @@ TEST(Variables, RegularOutsideScopeMirroredInside) {
 }
 
 TEST(Variables, InitialValuesAreBroadcastFromTheChief) {
-  for (const auto& [layout, hierarchy] : {std::pair{Layout{3, 1}, HierarchyMode::Auto},
-                                          std::pair{Layout{2, 2}, HierarchyMode::Auto},
-                                          std::pair{Layout{2, 2}, HierarchyMode::Hierarchical}}) {
+  for (const auto& [layout, hierarchy] :
+       {std::pair{Layout{3, 1}, HierarchyMode::Auto}, std::pair{Layout{2, 2}, HierarchyMode::Auto},
+        std::pair{Layout{2, 2}, HierarchyMode::Hierarchical}}) {
     SCOPED_TRACE(fmt::format("{}x{}{}", layout.workers, layout.local,
                              hierarchy == HierarchyMode::Hierarchical ? " staged" : ""));
     StrategyOptions options;
@@ -499,7 +501,8 @@ TEST(Variables, InitialValuesAreBroadcastFromTheChief) {
     EXPECT_EQ(v.value().at(0), 100);
     const Trace t = s->trace();
     ASSERT_FALSE(t.events.empty());
-    const auto& b = *std::find_if(t.events.rbegin(), t.events.rend(), [](const TraceEvent& e) { return e.group != "local"; });
+    const auto& b =
+        *std::find_if(t.events.rbegin(), t.events.rend(), [](const TraceEvent& e) { return e.group != "local"; });
     EXPECT_EQ(b.kind, Collective::Broadcast);
     EXPECT_EQ(b.group, hierarchy == HierarchyMode::Hierarchical ? "workers" : "replicas");
     EXPECT_EQ(b.root, 0);
@@ -523,9 +526,9 @@ TEST(Variables, UpdatesInCrossReplicaAndReplicaContext) {
   EXPECT_EQ(none.value().at(0), 3);
   s->run([&] {
     const float id = static_cast<float>(getReplicaContext()->replicaIdInSyncGroup());
-    sum.assignAdd(f32({id + 1}));   // 1 + 2 + 3 on every copy
-    mean.assign(f32({id}));         // mean of 0, 1, 2
-    first.assign(f32({id + 10}));   // replica 0's
+    sum.assignAdd(f32({id + 1}));  // 1 + 2 + 3 on every copy
+    mean.assign(f32({id}));        // mean of 0, 1, 2
+    first.assign(f32({id + 10}));  // replica 0's
     EXPECT_EQ(sum.value().at(0), 6);
   });
   for (int h = 0; h < 3; ++h) {
@@ -533,15 +536,13 @@ TEST(Variables, UpdatesInCrossReplicaAndReplicaContext) {
     EXPECT_EQ(mean.copy(h).at(0), 1);
     EXPECT_EQ(first.copy(h).at(0), 10);
   }
-  expectInvalid([&] { s->run([&] { none.assignAdd(f32({1})); }); },
-                {"You must specify an aggregation method to update MirroredVariable 'none' in replica context",
-                 "assign_add"});
+  expectInvalid(
+      [&] { s->run([&] { none.assignAdd(f32({1})); }); },
+      {"You must specify an aggregation method to update MirroredVariable 'none' in replica context", "assign_add"});
   expectInvalid([&] { none.assign(f32({1, 2})); }, {"Variable 'none': assign of float[2] to a variable of float[1]"});
   expectInvalid([&] { none.assign(Tensor::fromVector(std::vector<double>{1})); }, {"double[1]"});
   // local(): the replica's own copy, for optimizers.
-  s->run([&] {
-    none.local().set(0, getReplicaContext()->replicaIdInSyncGroup());
-  });
+  s->run([&] { none.local().set(0, getReplicaContext()->replicaIdInSyncGroup()); });
   EXPECT_EQ(none.copy(2).at(0), 2);
 }
 
@@ -675,9 +676,12 @@ TEST(Deprecated, AliasesWarnOnce) {
     return Dataset::fromVector(std::vector<float>{5, 6}).shard(ctx.numInputPipelines(), ctx.inputPipelineId());
   });
   EXPECT_EQ(fnIt.getNext()[1][0].at(0), 6);
-  expectInvalid([&] { s->makeInputFnIterator([](const InputContext&) { return Dataset::fromVector(std::vector<float>{1}); },
-                                             InputReplicationMode::EachReplica); },
-                {"Input replication mode not supported: PER_REPLICA"});
+  expectInvalid(
+      [&] {
+        s->makeInputFnIterator([](const InputContext&) { return Dataset::fromVector(std::vector<float>{1}); },
+                               InputReplicationMode::EachReplica);
+      },
+      {"Input replication mode not supported: PER_REPLICA"});
   EXPECT_EQ(log.countWarnings("experimental_run (from MultiWorkerMirroredStrategy) is deprecated"), 1) << log.text();
   EXPECT_EQ(log.countWarnings("make_dataset_iterator (from MultiWorkerMirroredStrategy) is deprecated"), 1);
   EXPECT_EQ(log.countWarnings("make_input_fn_iterator (from MultiWorkerMirroredStrategy) is deprecated"), 1);
@@ -689,7 +693,8 @@ TEST(Deprecated, UpdateConfigProto) {
   json c = json::parse(single->updateConfigProto(R"({"allow_soft_placement": true})"));
   EXPECT_EQ(c["allow_soft_placement"], true) << "other fields are kept";
   EXPECT_EQ(c["graph_options"]["rewrite_options"]["scoped_allocator_optimization"], "ON");
-  EXPECT_EQ(c["graph_options"]["rewrite_options"]["scoped_allocator_opts"]["enable_op"], json::array({"CollectiveReduce"}));
+  EXPECT_EQ(c["graph_options"]["rewrite_options"]["scoped_allocator_opts"]["enable_op"],
+            json::array({"CollectiveReduce"}));
   EXPECT_FALSE(c.contains("device_filters")) << "single-worker mode sets no leader or filters";
   EXPECT_FALSE(c["experimental"].is_object() && c["experimental"].contains("collective_group_leader"));
 
@@ -699,7 +704,8 @@ TEST(Deprecated, UpdateConfigProto) {
   EXPECT_EQ(c["experimental"]["collective_group_leader"], "/job:worker/replica:0/task:0");
   EXPECT_EQ(c["experimental"]["collective_nccl"], true);
   EXPECT_EQ(c["device_filters"], json::array({"/job:worker/task:2"}));
-  EXPECT_EQ(c["graph_options"]["rewrite_options"]["scoped_allocator_opts"]["enable_op"], json::array({"CollectiveReduce"}));
+  EXPECT_EQ(c["graph_options"]["rewrite_options"]["scoped_allocator_opts"]["enable_op"],
+            json::array({"CollectiveReduce"}));
 
   ClusterSpec spec;
   spec.jobs["chief"] = {"c:1000"};

@@ -56,7 +56,8 @@ TEST(Tensor, ReshapeSliceStackConcat) {
   expectInvalid([&] { m.slice(2, 4); }, {"[2, 4)", "float[3, 2]"});
   expectInvalid([] { Tensor::scalar(1.0f).slice(0, 0); }, {"scalar"});
 
-  Tensor s = Tensor::stack({Tensor::fromVector(std::vector<float>{1, 2}), Tensor::fromVector(std::vector<float>{3, 4})});
+  Tensor s =
+      Tensor::stack({Tensor::fromVector(std::vector<float>{1, 2}), Tensor::fromVector(std::vector<float>{3, 4})});
   EXPECT_EQ(s.shape(), (Shape{2, 2}));
   EXPECT_EQ(s.toVector<float>(), (std::vector<float>{1, 2, 3, 4}));
   expectInvalid([] { Tensor::stack({Tensor(DType::F32, {2}), Tensor(DType::F32, {3})}); }, {"tensor 1", "float[3]"});

@@ -10,8 +10,8 @@
 namespace collbench {
 namespace {
 
-using strategy::testing::expectInvalid;
 using nlohmann::json;
+using strategy::testing::expectInvalid;
 
 Trace sampleTrace() {
   Trace t;

@@ -15,8 +15,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "cli/cli_runner.h"
+#include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "collbench/strategy/train_example.h"
 #include "collbench/trace.h"
 #include "test_support.h"
@@ -68,10 +68,11 @@ enum class Mode { Threads, Processes };
 /// does not make test_strategy depend on it, so build the collbench target first) with the gloo backend.
 std::string processModeUnavailable() {
   static const std::string reason = [] {
-    if (!std::filesystem::exists(COLLBENCH_CLI)) return std::string("the collbench CLI is not built (") + COLLBENCH_CLI + ")";
+    if (!std::filesystem::exists(COLLBENCH_CLI))
+      return std::string("the collbench CLI is not built (") + COLLBENCH_CLI + ")";
     // Zero steps still create the strategy, hence the gloo backend and its rendezvous.
-    const collbench::testing::CliResult r = collbench::testing::runCli(
-        fmt::format("launch -n 2 -- {} train --mode processes --steps 0", COLLBENCH_CLI));
+    const collbench::testing::CliResult r =
+        collbench::testing::runCli(fmt::format("launch -n 2 -- {} train --mode processes --steps 0", COLLBENCH_CLI));
     if (r.err.find("unknown backend 'gloo'") != std::string::npos) {
       return std::string("this collbench has no gloo backend (COLLBENCH_WITH_GLOO=OFF)");
     }
@@ -84,8 +85,9 @@ std::string processModeUnavailable() {
 /// The flags of `collbench train` that reproduce config(hidden).
 std::string trainFlags(std::int64_t hidden) {
   const TrainConfig c = config(hidden);
-  return fmt::format("--examples {} --features {} --classes {} --hidden {} --global-batch {} --steps {} --lr {} --seed {}",
-                     c.examples, c.features, c.classes, c.hidden, c.globalBatch, c.steps, c.learningRate, c.seed);
+  return fmt::format(
+      "--examples {} --features {} --classes {} --hidden {} --global-batch {} --steps {} --lr {} --seed {}", c.examples,
+      c.features, c.classes, c.hidden, c.globalBatch, c.steps, c.learningRate, c.seed);
 }
 
 /// Weights written by `collbench train --weights-out`.
@@ -95,8 +97,8 @@ std::vector<Tensor> readWeights(const std::string& path) {
   std::vector<Tensor> out;
   for (const auto& name : j.at("names")) {
     const auto& w = j.at("weights").at(name.get<std::string>());
-    out.push_back(Tensor::fromDoubles(DType::F32, w.at("values").get<std::vector<double>>(),
-                                      w.at("shape").get<Shape>()));
+    out.push_back(
+        Tensor::fromDoubles(DType::F32, w.at("values").get<std::vector<double>>(), w.at("shape").get<Shape>()));
   }
   return out;
 }
@@ -113,8 +115,8 @@ struct TrainCase {
 
 std::string caseName(const ::testing::TestParamInfo<TrainCase>& info) {
   const TrainCase& c = info.param;
-  return fmt::format("{}_{}x{}_{}_pack{}_{}{}", c.mode == Mode::Threads ? "threads" : "processes", c.workers,
-                     c.local, c.hidden ? "mlp" : "softmax", c.bytesPerPack, toString(c.implementation),
+  return fmt::format("{}_{}x{}_{}_pack{}_{}{}", c.mode == Mode::Threads ? "threads" : "processes", c.workers, c.local,
+                     c.hidden ? "mlp" : "softmax", c.bytesPerPack, toString(c.implementation),
                      c.hierarchy == HierarchyMode::Hierarchical ? "_staged" : "");
 }
 
@@ -184,20 +186,17 @@ TEST_P(SyncTraining, SameWeightsAsOneReplica) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategy, SyncTraining,
-                         ::testing::Values(TrainCase{Mode::Threads, 1, 1, 0, 0, CI::Auto},
-                                           TrainCase{Mode::Threads, 1, 2, 0, 0, CI::Auto},
-                                           TrainCase{Mode::Threads, 1, 3, 0, 0, CI::Ring},
-                                           TrainCase{Mode::Threads, 1, 4, 0, 0, CI::Auto},
-                                           TrainCase{Mode::Threads, 1, 4, 8, 64, CI::Auto},
-                                           TrainCase{Mode::Threads, 2, 2, 0, 0, CI::Auto},
-                                           TrainCase{Mode::Threads, 3, 1, 8, 128, CI::Ring},
-                                           TrainCase{Mode::Threads, 2, 2, 8, 0, CI::Ring},
-                                           TrainCase{Mode::Threads, 2, 2, 0, 8, CI::Auto, HierarchyMode::Hierarchical},
-                                           TrainCase{Mode::Processes, 2, 1, 0, 0, CI::Auto},
-                                           TrainCase{Mode::Processes, 2, 2, 8, 64, CI::Auto},
-                                           TrainCase{Mode::Processes, 3, 1, 0, 0, CI::Ring}),
-                         caseName);
+INSTANTIATE_TEST_SUITE_P(
+    Strategy, SyncTraining,
+    ::testing::Values(TrainCase{Mode::Threads, 1, 1, 0, 0, CI::Auto}, TrainCase{Mode::Threads, 1, 2, 0, 0, CI::Auto},
+                      TrainCase{Mode::Threads, 1, 3, 0, 0, CI::Ring}, TrainCase{Mode::Threads, 1, 4, 0, 0, CI::Auto},
+                      TrainCase{Mode::Threads, 1, 4, 8, 64, CI::Auto}, TrainCase{Mode::Threads, 2, 2, 0, 0, CI::Auto},
+                      TrainCase{Mode::Threads, 3, 1, 8, 128, CI::Ring}, TrainCase{Mode::Threads, 2, 2, 8, 0, CI::Ring},
+                      TrainCase{Mode::Threads, 2, 2, 0, 8, CI::Auto, HierarchyMode::Hierarchical},
+                      TrainCase{Mode::Processes, 2, 1, 0, 0, CI::Auto},
+                      TrainCase{Mode::Processes, 2, 2, 8, 64, CI::Auto},
+                      TrainCase{Mode::Processes, 3, 1, 0, 0, CI::Ring}),
+    caseName);
 
 TEST(SyncTraining, DefaultStrategyMatchesOneReplicaExactly) {
   // One replica has nothing to sum: the strategy's 1-rank all-reduce is a copy, so the bits agree.
@@ -255,7 +254,8 @@ TEST(SyncTraining, ConfigErrors) {
 }
 
 TEST(TrainCli, ThreadsModeMatchesTheLibraryAndWritesATrace) {
-  if (!std::filesystem::exists(COLLBENCH_CLI)) GTEST_SKIP() << "the collbench CLI is not built (" << COLLBENCH_CLI << ")";
+  if (!std::filesystem::exists(COLLBENCH_CLI))
+    GTEST_SKIP() << "the collbench CLI is not built (" << COLLBENCH_CLI << ")";
   const auto dir = std::filesystem::temp_directory_path();
   const std::string weights = (dir / fmt::format("collbench_cli_w_{}.json", ::getpid())).string();
   const std::string tracePath = (dir / fmt::format("collbench_cli_t_{}.json", ::getpid())).string();

@@ -128,7 +128,7 @@ TEST(NcclTestsLog, RejectsGarbage) {
       " #wrong\n";
   expectRejected(header, {"no result rows"});
   expectRejected(header + "        1024           256     float     sum      -1    15.00    0.07\n",
-                 {"bad.log:2", "row", "expected 13 or 9 columns", "found 8"});
+                 {"bad.log:2", "row", "expected 9 or 13 columns", "found 7"});
   expectRejected(header + "        1024           256     float     sum      -1    abc    0.07    0.12       0    15.0    "
                           "0.07    0.12       0\n",
                  {"bad.log:2", "out-of-place time (us)", "abc"});

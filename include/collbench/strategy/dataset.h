@@ -143,7 +143,7 @@ class InputContext {
 /// What autoShard did.
 struct ShardDecision {
   AutoShardPolicy applied = AutoShardPolicy::Off;  ///< File, Data or Off
-  std::string warning;  ///< non-empty when AUTO fell back to DATA (the text logged)
+  std::string warning;                             ///< non-empty when AUTO fell back to DATA (the text logged)
 };
 
 /// Worker `workerIndex`'s view of `dataset` under its options' policy, for `numWorkers` workers (TF auto_shard):

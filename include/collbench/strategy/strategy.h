@@ -428,9 +428,8 @@ auto Strategy::run(Fn&& fn, const Args&... args) {
   } else {
     using V = std::decay_t<R>;
     std::vector<std::optional<V>> results(static_cast<std::size_t>(n));
-    runReplicas([&](int h) {
-      results[static_cast<std::size_t>(h)].emplace(std::invoke(fn, detail::unwrapArg(args, h)...));
-    });
+    runReplicas(
+        [&](int h) { results[static_cast<std::size_t>(h)].emplace(std::invoke(fn, detail::unwrapArg(args, h)...)); });
     std::vector<V> values;
     values.reserve(results.size());
     for (auto& r : results) values.push_back(std::move(*r));

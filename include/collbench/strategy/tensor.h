@@ -28,11 +28,16 @@ std::size_t numElements(const Shape& shape);
 /// The DType of a C++ element type: float F32, double F64, int32_t I32, int64_t I64.
 template <typename T>
 constexpr DType dtypeOf() {
-  if constexpr (std::is_same_v<T, float>) return DType::F32;
-  else if constexpr (std::is_same_v<T, double>) return DType::F64;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return DType::I32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return DType::I64;
-  else static_assert(sizeof(T) == 0, "Tensor element types are float, double, int32_t and int64_t");
+  if constexpr (std::is_same_v<T, float>)
+    return DType::F32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::F64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DType::I32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return DType::I64;
+  else
+    static_assert(sizeof(T) == 0, "Tensor element types are float, double, int32_t and int64_t");
 }
 
 class Tensor {
@@ -144,8 +149,8 @@ template <typename T>
 Tensor Tensor::fromVector(const std::vector<T>& values, Shape shape) {
   Tensor t(dtypeOf<T>(), std::move(shape));
   if (t.numElements() != values.size()) {
-    throw Error(Errc::InvalidArgument, fmt::format("Tensor::fromVector: {} values do not fill shape {}",
-                                                   values.size(), toString(t.shape())));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("Tensor::fromVector: {} values do not fill shape {}", values.size(), toString(t.shape())));
   }
   if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size() * sizeof(T));
   return t;

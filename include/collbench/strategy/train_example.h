@@ -55,7 +55,7 @@ struct TrainResult {
   std::vector<std::string> names;  ///< variable names: W, b (softmax) or W1, b1, W2, b2 (MLP)
   std::vector<Tensor> weights;     ///< final values (this worker's primary copies)
   std::vector<Variable> variables;
-  std::vector<TrainStepLog> log;   ///< one entry per step
+  std::vector<TrainStepLog> log;  ///< one entry per step
 };
 
 /// Trains with `strategy` (any Strategy; the default one trains on a single replica). Throws Error from the
