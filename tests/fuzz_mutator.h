@@ -4,7 +4,12 @@
 // failure is reproducible from the case number printed with it.
 #include <nlohmann/json.hpp>
 
+#include "collbench/error.h"
+
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -81,5 +86,24 @@ class Mutator {
 
 /// Fixed case count per parser: about 10,000 as issue #10 asks, fewer under COLLBENCH_QUICK_SWEEP (sanitizers).
 inline int fuzzCases() { return std::getenv("COLLBENCH_QUICK_SWEEP") ? 3000 : 10000; }
+
+/// Runs `parse` on one mutated input: true if it parsed, false if it was rejected with a collbench::Error whose
+/// message is one non-empty line; any other exception fails the test, printing the case number and the input.
+template <typename F>
+bool survives(F&& parse, const std::string& input, int caseNo) {
+  try {
+    parse(input);
+    return true;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_FALSE(msg.empty()) << "case " << caseNo;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "case " << caseNo << ": " << msg;
+    return false;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what() << "\ninput: "
+                  << input.substr(0, 400);
+    return false;
+  }
+}
 
 }  // namespace collbench::testing

@@ -9,19 +9,7 @@
 namespace collbench::strategy {
 namespace {
 
-template <typename F>
-bool survives(F&& parse, const std::string& input, int caseNo) {
-  try {
-    parse(input);
-    return true;
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "case " << caseNo << ": " << e.what();
-    return false;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what() << "\ninput: " << input;
-    return false;
-  }
-}
+using testing::survives;
 
 TEST(ResolverFuzz, TfConfig) {
   const std::vector<std::string> seeds = {

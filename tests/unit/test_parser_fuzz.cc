@@ -21,23 +21,7 @@ std::string readFile(const std::filesystem::path& p) {
   return ss.str();
 }
 
-/// Runs `parse` and classifies: true if parsed, false if rejected with a proper Error; fails the test otherwise.
-template <typename F>
-bool survives(F&& parse, const std::string& input, int caseNo) {
-  try {
-    parse(input);
-    return true;
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_FALSE(msg.empty()) << "case " << caseNo;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "case " << caseNo << ": " << msg;
-    return false;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what() << "\ninput: "
-                  << input.substr(0, 400);
-    return false;
-  }
-}
+using testing::survives;
 
 TEST(ParserFuzz, TopologyJson) {
   const std::filesystem::path dir = std::filesystem::path(COLLBENCH_SOURCE_DIR) / "topologies";
