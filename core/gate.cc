@@ -107,8 +107,8 @@ void bootstrap(GateRow& r, const GateOptions& o) {
   std::sort(changes.begin(), changes.end());
   const double alpha = (1 - o.confidence) / 2;
   const auto at = [&](double q) {
-    const auto k = static_cast<std::size_t>(std::clamp(q * static_cast<double>(changes.size() - 1), 0.0,
-                                                        static_cast<double>(changes.size() - 1)));
+    const auto k = static_cast<std::size_t>(
+        std::clamp(q * static_cast<double>(changes.size() - 1), 0.0, static_cast<double>(changes.size() - 1)));
     return changes[k];
   };
   r.ciLow = at(alpha);
@@ -228,10 +228,14 @@ PerfRun readPerfRun(const std::string& path) { return parsePerfRun(readFile(path
 
 std::string_view toString(Verdict v) {
   switch (v) {
-    case Verdict::Pass: return "pass";
-    case Verdict::Improvement: return "improvement";
-    case Verdict::Regression: return "regression";
-    case Verdict::Inconclusive: return "inconclusive";
+    case Verdict::Pass:
+      return "pass";
+    case Verdict::Improvement:
+      return "improvement";
+    case Verdict::Regression:
+      return "regression";
+    case Verdict::Inconclusive:
+      return "inconclusive";
   }
   return "?";
 }
@@ -249,8 +253,9 @@ double parseTolerance(std::string_view text) {
   double x = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(x)) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("--tolerance: expected a percentage like 3% or a fraction like 0.03, got '{}'", printable(text)));
+    throw Error(
+        Errc::InvalidArgument,
+        fmt::format("--tolerance: expected a percentage like 3% or a fraction like 0.03, got '{}'", printable(text)));
   }
   if (pct) x /= 100;
   if (x < 0 || x >= 1) {
@@ -274,9 +279,8 @@ GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>
     throw Error(Errc::InvalidArgument, "gate needs at least one baseline and one current run");
   }
   if (!(o.tolerance >= 0 && o.tolerance < 1) || !(o.confidence > 0 && o.confidence < 1) || o.resamples < 1) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("bad gate options: tolerance {}, confidence {}, resamples {}", o.tolerance, o.confidence,
-                            o.resamples));
+    throw Error(Errc::InvalidArgument, fmt::format("bad gate options: tolerance {}, confidence {}, resamples {}",
+                                                   o.tolerance, o.confidence, o.resamples));
   }
   const PerfRun& ref = baseline.front();
   checkCompatible(baseline, ref, "baseline");
@@ -286,8 +290,9 @@ GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>
   rep.setup = describeSetup(ref);
   for (const PerfRun& r : baseline) rep.baselineSources.push_back(r.source);
   for (const PerfRun& r : current) rep.currentSources.push_back(r.source);
-  rep.deterministic = std::all_of(baseline.begin(), baseline.end(), [](const PerfRun& r) { return r.deterministic(); }) &&
-                      std::all_of(current.begin(), current.end(), [](const PerfRun& r) { return r.deterministic(); });
+  rep.deterministic =
+      std::all_of(baseline.begin(), baseline.end(), [](const PerfRun& r) { return r.deterministic(); }) &&
+      std::all_of(current.begin(), current.end(), [](const PerfRun& r) { return r.deterministic(); });
   const Side b = collect(baseline), c = collect(current);
   for (const std::string& key : b.order) {
     const auto it = c.times.find(key);
@@ -360,10 +365,12 @@ std::string toMarkdown(const GateReport& r, bool allRows) {
   out += fmt::format("- setup: {}\n- baseline: {}\n- current: {}\n", printable(r.setup), list(r.baselineSources),
                      list(r.currentSources));
   if (r.deterministic) {
-    out += fmt::format("- simulated runs are deterministic: any change beyond {:.2f}% fails\n\n", 100 * r.options.tolerance);
+    out += fmt::format("- simulated runs are deterministic: any change beyond {:.2f}% fails\n\n",
+                       100 * r.options.tolerance);
   } else {
-    out += fmt::format("- measured runs: medians of repeats, {:.0f}% bootstrap interval of the change, tolerance {:.2f}%\n\n",
-                       100 * r.options.confidence, 100 * r.options.tolerance);
+    out += fmt::format(
+        "- measured runs: medians of repeats, {:.0f}% bootstrap interval of the change, tolerance {:.2f}%\n\n",
+        100 * r.options.confidence, 100 * r.options.tolerance);
   }
   std::vector<const GateRow*> shown;
   for (const GateRow& row : r.rows) {

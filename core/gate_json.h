@@ -1,13 +1,13 @@
 #pragma once
 // Field access for the JSON inputs of gate and report, with one-line messages "source: path: problem" (the same
 // shape as the trace and topology readers).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "collbench/error.h"
 
@@ -67,7 +67,8 @@ class JsonReader {
     const nlohmann::json& v = need(field);
     if (!v.is_number()) fail(field, fmt::format("expected a number, got {} {}", v.type_name(), echoJson(v)));
     const double x = v.get<double>();
-    if (!std::isfinite(x) || x < min) fail(field, fmt::format("expected a finite number >= {}, got {}", min, echoJson(v)));
+    if (!std::isfinite(x) || x < min)
+      fail(field, fmt::format("expected a finite number >= {}, got {}", min, echoJson(v)));
     return x;
   }
   const nlohmann::json& array(const char* field) const {

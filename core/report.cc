@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -89,7 +90,8 @@ ReplayRun parseReplayRun(std::string_view text, std::string_view source) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", kReplayFormat, printable(f)));
   }
   if (const std::int64_t v = top.integer("version", 0); v != kReplayVersion) {
-    top.fail("version", fmt::format("version {} is not supported (this collbench reads version {})", v, kReplayVersion));
+    top.fail("version",
+             fmt::format("version {} is not supported (this collbench reads version {})", v, kReplayVersion));
   }
   ReplayRun r;
   r.source = std::string(source);
@@ -186,7 +188,8 @@ OpTimeline parseChromeTrace(std::string_view text, std::string_view source) {
 void addReportInput(ReportInputs& in, std::string_view text, std::string_view source) {
   const json doc = detail::parseJsonDocument(text, source);
   if (!doc.is_object()) {
-    throw Error(Errc::InvalidArgument, fmt::format("{}: not a collbench file (expected a JSON object)", printable(source)));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: not a collbench file (expected a JSON object)", printable(source)));
   }
   if (doc.contains("format") && doc["format"].is_string()) {
     const std::string f = doc["format"].get<std::string>();
@@ -232,7 +235,8 @@ std::string shortBytes(double b) {
     b /= 1024;
     ++u;
   }
-  return b == std::floor(b) ? fmt::format("{}{}", static_cast<long long>(b), kUnits[u]) : fmt::format("{:.3g}{}", b, kUnits[u]);
+  return b == std::floor(b) ? fmt::format("{}{}", static_cast<long long>(b), kUnits[u])
+                            : fmt::format("{:.3g}{}", b, kUnits[u]);
 }
 
 std::string seriesLabel(const PerfRun& r) {
@@ -267,15 +271,15 @@ std::vector<BusbwPlot> busbwPlots(const ReportInputs& in) {
 
 std::vector<PlotSeries> rankScaling(const ReportInputs& in) {
   std::map<std::string, std::map<double, std::vector<double>>> data;
-  std::map<std::string, std::size_t> sizeOf;
   for (const PerfRun& r : in.perf) {
     if (r.rows.empty()) continue;
     const PerfRow& last = *std::max_element(r.rows.begin(), r.rows.end(),
                                             [](const PerfRow& a, const PerfRow& b) { return a.size < b.size; });
+    // Runs of one setup compare only at one size: the largest size is part of the series.
     std::string label = fmt::format("{} {} {}", r.collective, r.backend, r.algorithm);
     if (!r.topology.empty()) label += " " + r.topology;
+    label += " at " + shortBytes(static_cast<double>(last.size));
     data[label][r.ranks].push_back(last.outOfPlace.busbwGBps);
-    sizeOf[label] = std::max(sizeOf[label], last.size);
   }
   std::vector<PlotSeries> out;
   for (const auto& [label, byRanks] : data) {
@@ -340,7 +344,7 @@ std::vector<SelectorRun> selectorChoices(const ReportInputs& in) {
   std::vector<SelectorRun> out;
   for (const PerfRun& r : in.perf) {
     if (r.algorithm != "auto") continue;
-    SelectorRun s{fmt::format("{} {} ({})", r.collective, seriesLabel(r), r.source), {}};
+    SelectorRun s{fmt::format("{} ({})", seriesLabel(r), std::filesystem::path(r.source).filename().string()), {}};
     for (const PerfRow& row : r.rows) s.rows.push_back(SelectorRow{row.size, row.algorithm, row.algorithmReason});
     out.push_back(std::move(s));
   }
@@ -359,7 +363,8 @@ OpTimeline traceTimeline(const std::string& source, const Trace& t) {
       break;
     }
   }
-  tl.title = fmt::format("{}: step {} ({} replicas, {})", source, step, t.worldSize, t.backend.empty() ? "?" : t.backend);
+  tl.title =
+      fmt::format("{}: step {} ({} replicas, {})", source, step, t.worldSize, t.backend.empty() ? "?" : t.backend);
   double origin = -1;
   for (const TraceEvent& e : t.events) {
     if (e.step != step) continue;
@@ -393,9 +398,10 @@ std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o)
   const auto plots = busbwPlots(in);
   if (plots.empty()) md += "_No perf runs (`collbench perf -J`) among the inputs._\n\n";
   for (const BusbwPlot& p : plots) {
-    md += fmt::format("### {}\n\n| setup | sizes | peak busbw (GB/s) | at size | busbw at largest (GB/s) |\n"
-                      "|---|---|---:|---:|---:|\n",
-                      mdCell(p.collective));
+    md += fmt::format(
+        "### {}\n\n| setup | sizes | peak busbw (GB/s) | at size | busbw at largest (GB/s) |\n"
+        "|---|---|---:|---:|---:|\n",
+        mdCell(p.collective));
     for (const PlotSeries& s : p.series) {
       const auto peak = std::max_element(s.points.begin(), s.points.end(),
                                          [](const PlotPoint& a, const PlotPoint& b) { return a.y < b.y; });
@@ -418,8 +424,9 @@ std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o)
     md += "\n";
   }
   if (!in.replays.empty()) {
-    md += "| replay | world size | step (ms) | recorded (ms) | exposed comm (ms) | efficiency |\n"
-          "|---|---:|---:|---:|---:|---:|\n";
+    md +=
+        "| replay | world size | step (ms) | recorded (ms) | exposed comm (ms) | efficiency |\n"
+        "|---|---:|---:|---:|---:|---:|\n";
     for (const ReplayRun& r : in.replays) {
       md += fmt::format("| {} on {} ({}) | {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |\n", mdCell(r.tracePath),
                         mdCell(r.backend), mdCell(r.scaling), r.worldSize, r.stepSeconds * 1e3,
@@ -430,15 +437,17 @@ std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o)
   md += "## Simulated vs measured\n\n";
   const auto svm = simVsMeasured(in);
   if (svm.empty()) {
-    md += "_Needs a simulated (`--backend sim`) and a measured perf run of the same collective, algorithm, ranks and "
-          "sizes._\n\n";
+    md +=
+        "_Needs a simulated (`--backend sim`) and a measured perf run of the same collective, algorithm, ranks and "
+        "sizes._\n\n";
   } else {
-    md += "| collective | algorithm | ranks | size | simulated (us) | measured median (us) | min..max | repeats | "
-          "error |\n|---|---|---:|---:|---:|---:|---|---:|---:|\n";
+    md +=
+        "| collective | algorithm | ranks | size | simulated (us) | measured median (us) | min..max | repeats | "
+        "error |\n|---|---|---:|---:|---:|---:|---|---:|---:|\n";
     for (const SimMeasuredRow& r : svm) {
-      md += fmt::format("| {} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f}..{:.2f} | {} | {:+.1f}% |\n", mdCell(r.collective),
-                        mdCell(r.algorithm), r.ranks, shortBytes(static_cast<double>(r.size)), r.simUs, r.medianUs,
-                        r.minUs, r.maxUs, r.repeats, 100 * r.error());
+      md += fmt::format("| {} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f}..{:.2f} | {} | {:+.1f}% |\n",
+                        mdCell(r.collective), mdCell(r.algorithm), r.ranks, shortBytes(static_cast<double>(r.size)),
+                        r.simUs, r.medianUs, r.minUs, r.maxUs, r.repeats, 100 * r.error());
     }
     md += "\n";
   }
@@ -473,7 +482,8 @@ std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o)
     md += fmt::format("| {} | replay | {} |\n", mdCell(r.source), mdCell(r.commandLine));
   }
   for (const auto& [src, t] : in.traces) md += fmt::format("| {} | trace | {} |\n", mdCell(src), mdCell(t.command));
-  for (const OpTimeline& t : in.timelines) md += fmt::format("| {} | timeline | {} |\n", mdCell(t.source), mdCell(t.title));
+  for (const OpTimeline& t : in.timelines)
+    md += fmt::format("| {} | timeline | {} |\n", mdCell(t.source), mdCell(t.title));
   return md;
 }
 

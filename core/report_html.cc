@@ -13,7 +13,6 @@
 namespace collbench {
 namespace {
 
-
 using detail::PlotPoint;
 using detail::PlotSeries;
 
@@ -31,11 +30,21 @@ std::string esc(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
         // Control bytes are not allowed in HTML text; invalid UTF-8 would garble the page.
         if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') {
@@ -69,9 +78,12 @@ struct Axis {
 
   std::string label(double v) const {
     switch (format) {
-      case AxisFormat::Bytes: return detail::shortBytes(v);
-      case AxisFormat::Micros: return v >= 1000 ? fmt::format("{:.4g} ms", v / 1000) : fmt::format("{:.4g} us", v);
-      default: return fmt::format("{:.4g}", v);
+      case AxisFormat::Bytes:
+        return detail::shortBytes(v);
+      case AxisFormat::Micros:
+        return v >= 1000 ? fmt::format("{:.4g} ms", v / 1000) : fmt::format("{:.4g} us", v);
+      default:
+        return fmt::format("{:.4g}", v);
     }
   }
 
@@ -218,12 +230,14 @@ std::string svgPlot(const PlotConfig& c, const std::vector<PlotSeries>& series) 
     for (const PlotPoint& p : se.points) {
       if (!std::isnan(p.lo) && !std::isnan(p.hi)) {
         const double x = X(p.x);
-        s += fmt::format(R"~(<path class="errbar" data-lo="{}" data-hi="{}" stroke="{}" d="M{} {}V{}M{} {}H{}M{} {}H{}"/>)~",
-                         num(p.lo), num(p.hi), col, px(x), px(Y(p.lo)), px(Y(p.hi)), px(x - 4), px(Y(p.lo)), px(x + 4),
-                         px(x - 4), px(Y(p.hi)), px(x + 4));
+        s += fmt::format(
+            R"~(<path class="errbar" data-lo="{}" data-hi="{}" stroke="{}" d="M{} {}V{}M{} {}H{}M{} {}H{}"/>)~",
+            num(p.lo), num(p.hi), col, px(x), px(Y(p.lo)), px(Y(p.hi)), px(x - 4), px(Y(p.lo)), px(x + 4), px(x - 4),
+            px(Y(p.hi)), px(x + 4));
       }
-      s += fmt::format(R"~(<circle class="pt" data-x="{}" data-y="{}" cx="{}" cy="{}" r="3.2" fill="{}"><title>{}</title></circle>)~",
-                       num(p.x), num(p.y), px(X(p.x)), px(Y(p.y)), col, esc(p.tip));
+      s += fmt::format(
+          R"~(<circle class="pt" data-x="{}" data-y="{}" cx="{}" cy="{}" r="3.2" fill="{}"><title>{}</title></circle>)~",
+          num(p.x), num(p.y), px(X(p.x)), px(Y(p.y)), col, esc(p.tip));
     }
     s += "</g>";
   }
@@ -275,8 +289,8 @@ std::string svgTimeline(const std::string& kind, const OpTimeline& t) {
                        num(s.startUs), num(s.endUs), s.lane, esc(s.kind), px(x0),
                        px(kAxisHeight + laneHeight * s.lane + 1), px(std::max(0.6, x1 - x0)), px(laneHeight - 2),
                        kPalette[kinds.at(s.kind) % kPaletteSize],
-                       esc(fmt::format("{} ({}): {:.3f}..{:.3f} us", s.label, t.lanes.at(static_cast<std::size_t>(s.lane)),
-                                       s.startUs - lo, s.endUs - lo)));
+                       esc(fmt::format("{} ({}): {:.3f}..{:.3f} us", s.label,
+                                       t.lanes.at(static_cast<std::size_t>(s.lane)), s.startUs - lo, s.endUs - lo)));
   }
   out += "</svg><ul class=\"legend\">";
   for (const auto& [k, i] : kinds) {
@@ -287,7 +301,8 @@ std::string svgTimeline(const std::string& kind, const OpTimeline& t) {
 }
 
 std::string svgSelector(const std::vector<detail::SelectorRun>& runs, std::map<std::string, std::size_t>& algoColour) {
-  constexpr double kWidth = 1100, kLabelWidth = 300, kRow = 26, kAxis = 30;
+  constexpr double kWidth = 1100, kLabelWidth = 330, kRow = 26, kAxis = 30;
+  constexpr std::size_t kMaxLabelChars = 52;  // about what fits in kLabelWidth at the 11 px lane font
   std::vector<double> sizes;
   for (const auto& r : runs) {
     for (const auto& row : r.rows) {
@@ -301,10 +316,10 @@ std::string svgSelector(const std::vector<detail::SelectorRun>& runs, std::map<s
   const auto X = [&](double v) { return kLabelWidth + a.frac(v) * w; };
   std::size_t points = 0;
   for (const auto& r : runs) points += r.rows.size();
-  std::string out = fmt::format(
-      R"~(<svg xmlns="http://www.w3.org/2000/svg" class="selector" data-plot="selector" data-points="{}" )~"
-      R"~(viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="selector choices">)~",
-      points, num(kWidth), num(height), num(kWidth), num(height));
+  std::string out =
+      fmt::format(R"~(<svg xmlns="http://www.w3.org/2000/svg" class="selector" data-plot="selector" data-points="{}" )~"
+                  R"~(viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="selector choices">)~",
+                  points, num(kWidth), num(height), num(kWidth), num(height));
   for (double tick : a.ticks()) {
     out += fmt::format(R"~(<line class="grid" x1="{0}" x2="{0}" y1="{1}" y2="{2}"/><text class="tick" x="{0}" y="14" )~"
                        R"~(text-anchor="middle">{3}</text>)~",
@@ -312,21 +327,26 @@ std::string svgSelector(const std::vector<detail::SelectorRun>& runs, std::map<s
   }
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const double y = kAxis + kRow * static_cast<double>(i);
-    out += fmt::format(R"~(<text class="lane" x="{}" y="{}" text-anchor="end">{}</text>)~", px(kLabelWidth - 6),
-                       px(y + kRow * 0.65), esc(runs[i].label));
+    // Long labels are cut (the table below has them whole) so that they stay inside the drawing.
+    std::string label = runs[i].label;
+    if (label.size() > kMaxLabelChars) label = label.substr(0, kMaxLabelChars - 3) + "...";
+    out += fmt::format(R"~(<text class="lane" x="4" y="{}"><title>{}</title>{}</text>)~", px(y + kRow * 0.65),
+                       esc(runs[i].label), esc(label));
     const auto& rows = runs[i].rows;
     for (std::size_t k = 0; k < rows.size(); ++k) {
       const double size = std::max<double>(1, static_cast<double>(rows[k].size));
       // Each choice covers the sizes up to halfway (geometrically) to its neighbours.
-      const double left = k > 0 ? std::sqrt(size * std::max<double>(1, static_cast<double>(rows[k - 1].size))) : size / 1.4;
-      const double right =
-          k + 1 < rows.size() ? std::sqrt(size * std::max<double>(1, static_cast<double>(rows[k + 1].size))) : size * 1.4;
-      out += fmt::format(R"~(<rect class="choice" data-x="{}" data-algorithm="{}" x="{}" y="{}" width="{}" height="{}" )~"
-                         R"~(fill="{}"><title>{}</title></rect>)~",
-                         num(size), esc(rows[k].algorithm), px(X(left)), px(y + 3),
-                         px(std::max(1.0, X(right) - X(left))), px(kRow - 6),
-                         kPalette[algoColour.at(rows[k].algorithm) % kPaletteSize],
-                         esc(fmt::format("{} B: {} ({})", rows[k].size, rows[k].algorithm, rows[k].reason)));
+      const double left =
+          k > 0 ? std::sqrt(size * std::max<double>(1, static_cast<double>(rows[k - 1].size))) : size / 1.4;
+      const double right = k + 1 < rows.size()
+                               ? std::sqrt(size * std::max<double>(1, static_cast<double>(rows[k + 1].size)))
+                               : size * 1.4;
+      out +=
+          fmt::format(R"~(<rect class="choice" data-x="{}" data-algorithm="{}" x="{}" y="{}" width="{}" height="{}" )~"
+                      R"~(fill="{}"><title>{}</title></rect>)~",
+                      num(size), esc(rows[k].algorithm), px(X(left)), px(y + 3), px(std::max(1.0, X(right) - X(left))),
+                      px(kRow - 6), kPalette[algoColour.at(rows[k].algorithm) % kPaletteSize],
+                      esc(fmt::format("{} B: {} ({})", rows[k].size, rows[k].algorithm, rows[k].reason)));
     }
   }
   return out + "</svg>";
@@ -347,12 +367,14 @@ th{background:#f5f5f5}td.n{text-align:right;font-variant-numeric:tabular-nums}.e
 code{font-size:12px;background:#f4f4f4;padding:1px 4px;border-radius:3px;word-break:break-all}
 )~";
 
-std::string fingerprintOf(const std::string& topology) {
+/// The topology's fingerprint as a table cell ("" without a topology): runs on a renamed copy of the same network
+/// show the same value.
+std::string fingerprintCell(const std::string& topology) {
   if (topology.empty()) return "";
   try {
-    return fingerprint(loadTopology(topology));
+    return "<code>" + fingerprint(loadTopology(topology)) + "</code>";
   } catch (const Error&) {
-    return "not found";
+    return "not found here";
   }
 }
 
@@ -363,13 +385,12 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
   std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
   h += fmt::format("<meta name=\"generator\" content=\"collbench {}\"><title>{}</title><style>{}</style></head><body>",
                    COLLBENCH_VERSION, esc(o.title), kStyle);
-  h += fmt::format("<h1>{}</h1><p class=\"meta\">collbench {}{} &middot; {} perf run{}, {} replay{}, {} trace{}, {} "
-                   "timeline{}</p>",
-                   esc(o.title), COLLBENCH_VERSION,
-                   o.commandLine.empty() ? "" : " &middot; <code>" + esc(o.commandLine) + "</code>", in.perf.size(),
-                   in.perf.size() == 1 ? "" : "s", in.replays.size(), in.replays.size() == 1 ? "" : "s",
-                   in.traces.size(), in.traces.size() == 1 ? "" : "s", in.timelines.size(),
-                   in.timelines.size() == 1 ? "" : "s");
+  h += fmt::format(
+      "<h1>{}</h1><p class=\"meta\">collbench {}{} &middot; {} perf run{}, {} replay{}, {} trace{}, {} "
+      "timeline{}</p>",
+      esc(o.title), COLLBENCH_VERSION, o.commandLine.empty() ? "" : " &middot; <code>" + esc(o.commandLine) + "</code>",
+      in.perf.size(), in.perf.size() == 1 ? "" : "s", in.replays.size(), in.replays.size() == 1 ? "" : "s",
+      in.traces.size(), in.traces.size() == 1 ? "" : "s", in.timelines.size(), in.timelines.size() == 1 ? "" : "s");
 
   // One colour per setup label across plots.
   std::map<std::string, std::size_t> colours;
@@ -416,10 +437,11 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
     h += "<table><tr><th>replay</th><th>world size</th><th>step (ms)</th><th>recorded (ms)</th><th>compute (ms)</th>"
          "<th>exposed comm (ms)</th><th>efficiency</th></tr>";
     for (const ReplayRun& r : in.replays) {
-      h += fmt::format("<tr><td>{} on {} ({})</td><td class=n>{}</td><td class=n>{:.3f}</td><td class=n>{:.3f}</td>"
-                       "<td class=n>{:.3f}</td><td class=n>{:.3f}</td><td class=n>{:.3f}</td></tr>",
-                       esc(r.tracePath), esc(r.backend), esc(r.scaling), r.worldSize, r.stepSeconds * 1e3,
-                       r.recordedStepSeconds * 1e3, r.computeSeconds * 1e3, r.exposedSeconds * 1e3, r.efficiency);
+      h += fmt::format(
+          "<tr><td>{} on {} ({})</td><td class=n>{}</td><td class=n>{:.3f}</td><td class=n>{:.3f}</td>"
+          "<td class=n>{:.3f}</td><td class=n>{:.3f}</td><td class=n>{:.3f}</td></tr>",
+          esc(r.tracePath), esc(r.backend), esc(r.scaling), r.worldSize, r.stepSeconds * 1e3,
+          r.recordedStepSeconds * 1e3, r.computeSeconds * 1e3, r.exposedSeconds * 1e3, r.efficiency);
     }
     h += "</table>";
   }
@@ -459,11 +481,12 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
     h += "<table><tr><th>collective</th><th>algorithm</th><th>ranks</th><th>size</th><th>simulated (us)</th>"
          "<th>measured median (us)</th><th>min..max</th><th>repeats</th><th>error</th></tr>";
     for (const SimMeasuredRow& r : svm) {
-      h += fmt::format("<tr><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{:.2f}</td>"
-                       "<td class=n>{:.2f}</td><td class=n>{:.2f}..{:.2f}</td><td class=n>{}</td>"
-                       "<td class=n>{:+.1f}%</td></tr>",
-                       esc(r.collective), esc(r.algorithm), r.ranks, esc(shortBytes(static_cast<double>(r.size))),
-                       r.simUs, r.medianUs, r.minUs, r.maxUs, r.repeats, 100 * r.error());
+      h += fmt::format(
+          "<tr><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{:.2f}</td>"
+          "<td class=n>{:.2f}</td><td class=n>{:.2f}..{:.2f}</td><td class=n>{}</td>"
+          "<td class=n>{:+.1f}%</td></tr>",
+          esc(r.collective), esc(r.algorithm), r.ranks, esc(shortBytes(static_cast<double>(r.size))), r.simUs,
+          r.medianUs, r.minUs, r.maxUs, r.repeats, 100 * r.error());
     }
     h += "</table>";
   }
@@ -495,10 +518,10 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
     h += "<p class=\"empty\">Needs a timeline (<code>collbench sim --timeline out.json</code>) or a trace.</p>";
   }
   for (const OpTimeline& t : in.timelines) {
-    h += fmt::format("<figure><figcaption>{}{}</figcaption>{}</figure>", esc(t.title),
-                     t.droppedSpans ? fmt::format(" (first {} ops; {} more not drawn)", t.spans.size(), t.droppedSpans)
-                                    : "",
-                     svgTimeline("timeline", t));
+    h += fmt::format(
+        "<figure><figcaption>{}{}</figcaption>{}</figure>", esc(t.title),
+        t.droppedSpans ? fmt::format(" (first {} ops; {} more not drawn)", t.spans.size(), t.droppedSpans) : "",
+        svgTimeline("timeline", t));
   }
   for (const auto& [src, t] : in.traces) {
     const OpTimeline tl = traceTimeline(src, t);
@@ -509,20 +532,23 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
   h += "</section><section id=\"inputs\"><h2>Inputs</h2><table><tr><th>file</th><th>kind</th><th>setup</th>"
        "<th>topology fingerprint</th><th>produced by</th></tr>";
   for (const PerfRun& r : in.perf) {
-    h += fmt::format("<tr><td><code>{}</code></td><td>perf {}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code>"
-                     "{}</td></tr>",
-                     esc(r.source), esc(r.collective), esc(seriesLabel(r)), esc(fingerprintOf(r.topology)),
-                     esc(r.commandLine), r.toolVersion.empty() ? "" : " (collbench " + esc(r.toolVersion) + ")");
+    h += fmt::format(
+        "<tr><td><code>{}</code></td><td>perf {}</td><td>{}</td><td>{}</td><td><code>{}</code>"
+        "{}</td></tr>",
+        esc(r.source), esc(r.collective), esc(seriesLabel(r)), fingerprintCell(r.topology), esc(r.commandLine),
+        r.toolVersion.empty() ? "" : " (collbench " + esc(r.toolVersion) + ")");
   }
   for (const ReplayRun& r : in.replays) {
-    h += fmt::format("<tr><td><code>{}</code></td><td>replay</td><td>{} {} replicas</td><td><code>{}</code></td>"
-                     "<td><code>{}</code></td></tr>",
-                     esc(r.source), esc(r.backend), r.worldSize, esc(fingerprintOf(r.topology)), esc(r.commandLine));
+    h += fmt::format(
+        "<tr><td><code>{}</code></td><td>replay</td><td>{} {} replicas</td><td>{}</td>"
+        "<td><code>{}</code></td></tr>",
+        esc(r.source), esc(r.backend), r.worldSize, fingerprintCell(r.topology), esc(r.commandLine));
   }
   for (const auto& [src, t] : in.traces) {
-    h += fmt::format("<tr><td><code>{}</code></td><td>trace</td><td>{} replicas on {}</td><td></td>"
-                     "<td><code>{}</code></td></tr>",
-                     esc(src), t.worldSize, esc(t.backend), esc(t.command));
+    h += fmt::format(
+        "<tr><td><code>{}</code></td><td>trace</td><td>{} replicas on {}</td><td></td>"
+        "<td><code>{}</code></td></tr>",
+        esc(src), t.worldSize, esc(t.backend), esc(t.command));
   }
   for (const OpTimeline& t : in.timelines) {
     h += fmt::format("<tr><td><code>{}</code></td><td>timeline</td><td>{} lanes</td><td></td><td>{}</td></tr>",

@@ -23,7 +23,9 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-ModelTensor tensor(std::string name, std::vector<std::size_t> shape) { return ModelTensor{std::move(name), std::move(shape)}; }
+ModelTensor tensor(std::string name, std::vector<std::size_t> shape) {
+  return ModelTensor{std::move(name), std::move(shape)};
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // ResNet-50 v1.5 (torchvision's resnet50: the stride sits on the 3x3 convolution of the first block of a stage).
@@ -129,7 +131,8 @@ Model bertLarge(int seq) {
   const std::size_t S = static_cast<std::size_t>(seq), d = t.d;
   Model m;
   m.name = "bert-large";
-  m.description = "BERT-large (Devlin et al. 2019): 24 layers, hidden 1024, 16 heads, FFN 4096, with pre-training heads";
+  m.description =
+      "BERT-large (Devlin et al. 2019): 24 layers, hidden 1024, 16 heads, FFN 4096, with pre-training heads";
   m.sampleUnit = "sequence";
   m.sequenceLength = seq;
   ModelLayer emb{"embeddings", 0, {}};  // lookups: no matmul FLOPs
@@ -152,24 +155,24 @@ Model bertLarge(int seq) {
     m.layers.push_back(std::move(att));
     ModelLayer ffn{p + "ffn", matmulFlops(S, d, t.ffn) + matmulFlops(S, t.ffn, d), {}};
     ffn.tensors = {tensor(p + "intermediate.dense.weight", {t.ffn, d}), tensor(p + "intermediate.dense.bias", {t.ffn}),
-                   tensor(p + "output.dense.weight", {d, t.ffn}), tensor(p + "output.dense.bias", {d}),
-                   tensor(p + "output.LayerNorm.weight", {d}), tensor(p + "output.LayerNorm.bias", {d})};
+                   tensor(p + "output.dense.weight", {d, t.ffn}),       tensor(p + "output.dense.bias", {d}),
+                   tensor(p + "output.LayerNorm.weight", {d}),          tensor(p + "output.LayerNorm.bias", {d})};
     m.layers.push_back(std::move(ffn));
   }
   // The pooler and the next-sentence head see only the [CLS] token.
-  m.layers.push_back(ModelLayer{"pooler", matmulFlops(1, d, d),
-                                {tensor("pooler.dense.weight", {d, d}), tensor("pooler.dense.bias", {d})}});
+  m.layers.push_back(ModelLayer{
+      "pooler", matmulFlops(1, d, d), {tensor("pooler.dense.weight", {d, d}), tensor("pooler.dense.bias", {d})}});
   const auto masked = static_cast<std::size_t>(static_cast<double>(S) * kBertMaskedFraction + 0.5);
   // MLM head: transform (dense + LayerNorm) and the decoder, whose weight is the word embedding (tied: its gradient
   // accumulates into embeddings.word_embeddings.weight) and whose bias is its own.
-  m.layers.push_back(ModelLayer{"cls.predictions",
-                                matmulFlops(masked, d, d) + matmulFlops(masked, d, t.vocab),
-                                {tensor("cls.predictions.transform.dense.weight", {d, d}),
-                                 tensor("cls.predictions.transform.dense.bias", {d}),
-                                 tensor("cls.predictions.transform.LayerNorm.weight", {d}),
-                                 tensor("cls.predictions.transform.LayerNorm.bias", {d}),
-                                 tensor("cls.predictions.bias", {t.vocab})}});
-  m.layers.push_back(ModelLayer{"cls.seq_relationship", matmulFlops(1, d, kBertNspClasses),
+  m.layers.push_back(ModelLayer{
+      "cls.predictions",
+      matmulFlops(masked, d, d) + matmulFlops(masked, d, t.vocab),
+      {tensor("cls.predictions.transform.dense.weight", {d, d}), tensor("cls.predictions.transform.dense.bias", {d}),
+       tensor("cls.predictions.transform.LayerNorm.weight", {d}),
+       tensor("cls.predictions.transform.LayerNorm.bias", {d}), tensor("cls.predictions.bias", {t.vocab})}});
+  m.layers.push_back(ModelLayer{"cls.seq_relationship",
+                                matmulFlops(1, d, kBertNspClasses),
                                 {tensor("cls.seq_relationship.weight", {kBertNspClasses, d}),
                                  tensor("cls.seq_relationship.bias", {kBertNspClasses})}});
   return m;
@@ -183,18 +186,19 @@ Model gpt2Xl(int seq) {
   m.description = "GPT-2 XL (Radford et al. 2019): 48 layers, d 1600, vocab 50257, context 1024, tied embeddings";
   m.sampleUnit = "sequence";
   m.sequenceLength = seq;
-  m.layers.push_back(ModelLayer{"embeddings",
-                                0,
-                                {tensor("wte.weight", {t.vocab, d}),
-                                 tensor("wpe.weight", {static_cast<std::size_t>(t.context), d})}});
+  m.layers.push_back(
+      ModelLayer{"embeddings",
+                 0,
+                 {tensor("wte.weight", {t.vocab, d}), tensor("wpe.weight", {static_cast<std::size_t>(t.context), d})}});
   for (std::size_t i = 0; i < t.layers; ++i) {
     const std::string p = fmt::format("h.{}.", i);
     // GPT-2's Conv1D stores weights [in, out].
-    m.layers.push_back(ModelLayer{p + "attn",
-                                  matmulFlops(S, d, 3 * d) + matmulFlops(S, d, d) + attentionScoreFlops(S, d),
-                                  {tensor(p + "ln_1.weight", {d}), tensor(p + "ln_1.bias", {d}),
-                                   tensor(p + "attn.c_attn.weight", {d, 3 * d}), tensor(p + "attn.c_attn.bias", {3 * d}),
-                                   tensor(p + "attn.c_proj.weight", {d, d}), tensor(p + "attn.c_proj.bias", {d})}});
+    m.layers.push_back(
+        ModelLayer{p + "attn",
+                   matmulFlops(S, d, 3 * d) + matmulFlops(S, d, d) + attentionScoreFlops(S, d),
+                   {tensor(p + "ln_1.weight", {d}), tensor(p + "ln_1.bias", {d}),
+                    tensor(p + "attn.c_attn.weight", {d, 3 * d}), tensor(p + "attn.c_attn.bias", {3 * d}),
+                    tensor(p + "attn.c_proj.weight", {d, d}), tensor(p + "attn.c_proj.bias", {d})}});
     m.layers.push_back(ModelLayer{p + "mlp",
                                   matmulFlops(S, d, t.ffn) + matmulFlops(S, t.ffn, d),
                                   {tensor(p + "ln_2.weight", {d}), tensor(p + "ln_2.bias", {d}),
@@ -236,7 +240,7 @@ Model llama7b(int seq) {
 
 struct ModelEntry {
   const char* name;
-  int context;     ///< default sequence length (0: not a sequence model)
+  int context;            ///< default sequence length (0: not a sequence model)
   bool learnedPositions;  ///< the context is a hard limit (a position table)
   Model (*build)(int seq);
 };

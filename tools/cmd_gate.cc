@@ -127,8 +127,8 @@ int run(const GateArgs& a) {
 
 void addGateCommand(CLI::App& app, int& exitCode) {
   auto a = std::make_shared<GateArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "gate", "compare perf runs (-J JSON) with a baseline: exit 0 pass, 1 regression, 2 bad input");
+  CLI::App* cmd =
+      app.add_subcommand("gate", "compare perf runs (-J JSON) with a baseline: exit 0 pass, 1 regression, 2 bad input");
   cmd->add_option("--baseline", a->baseline, "baseline perf JSON file(s): several files are repeated runs")
       ->required()
       ->expected(1, -1);

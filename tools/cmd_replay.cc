@@ -11,12 +11,11 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 #include <thread>
 #include <tuple>
-
-#include <nlohmann/json.hpp>
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
@@ -146,7 +145,8 @@ class Replayer {
     } else if (a_.scaling == "strong") {
       scaling_ = Scaling::Strong;
     } else {
-      throw Error(Errc::InvalidArgument, fmt::format("--scaling must be weak or strong, got '{}'", printable(a_.scaling)));
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--scaling must be weak or strong, got '{}'", printable(a_.scaling)));
     }
     // Recordings of the strategy are blocking: each collective's gap starts when the previous one ended. Workload
     // traces model backward passes, which keep computing while earlier gradients are all-reduced.
@@ -161,7 +161,8 @@ class Replayer {
                   fmt::format("--overlap must be auto, none or backward, got '{}'", printable(a_.overlap)));
     }
     world_ = a_.worldSize > 0 ? a_.worldSize : trace_.worldSize;
-    if (a_.worldSize < 0) throw Error(Errc::InvalidArgument, fmt::format("--world-size must be >= 1, got {}", a_.worldSize));
+    if (a_.worldSize < 0)
+      throw Error(Errc::InvalidArgument, fmt::format("--world-size must be >= 1, got {}", a_.worldSize));
     local_ = trace_.topology.localReplicas;
     if (world_ % local_ != 0) {
       // The local groups keep their size (a worker's GPUs); a world that is not a whole number of workers is flat.
@@ -232,7 +233,8 @@ class Replayer {
                  "comm(s)", "exposed(s)");
     for (std::size_t i = 0; i < replayed.size(); ++i) {
       const StepStats& r = replayed[i];
-      const std::string rec = i < recorded.size() ? fmt::format("{:12.6f}", recorded[i].seconds) : fmt::format("{:>12}", "-");
+      const std::string rec =
+          i < recorded.size() ? fmt::format("{:12.6f}", recorded[i].seconds) : fmt::format("{:>12}", "-");
       std::fprintf(out, "  %6lld  %s  %12.6f  %12.6f  %12.6f  %12.6f\n", static_cast<long long>(r.step), rec.c_str(),
                    r.seconds, r.compute, r.comm, r.exposed);
     }
@@ -273,7 +275,10 @@ class Replayer {
     const auto stepsJson = [](const std::vector<StepStats>& v) {
       json a = json::array();
       for (const StepStats& st : v) {
-        a.push_back({{"step", st.step}, {"seconds", st.seconds}, {"compute_s", st.compute}, {"comm_s", st.comm},
+        a.push_back({{"step", st.step},
+                     {"seconds", st.seconds},
+                     {"compute_s", st.compute},
+                     {"comm_s", st.comm},
                      {"exposed_comm_s", st.exposed}});
       }
       return a;
@@ -282,32 +287,35 @@ class Replayer {
                 {"version", 1},
                 {"tool", std::string("collbench ") + COLLBENCH_VERSION},
                 {"command_line", gCommandLine},
-                {"trace", {{"path", a_.trace},
-                           {"world_size", trace_.worldSize},
-                           {"backend", trace_.backend},
-                           {"topology", trace_.topology.name},
-                           {"simulated", trace_.simulated},
-                           {"command", trace_.command}}},
-                {"config", {{"backend", a_.backend},
-                            {"topology", topology_},
-                            {"world_size", world_},
-                            {"workers", workers_},
-                            {"local_replicas", local_},
-                            {"scaling", scaling_ == Scaling::Weak ? "weak" : "strong"},
-                            {"overlap", overlap_ == Overlap::None ? "none" : "backward"},
-                            {"algo", a_.algo},
-                            {"warmup", a_.warmup}}},
-                {"summary", {{"recorded_step_s", s.recordedStep},
-                             {"replayed_step_s", s.replayedStep},
-                             {"recorded_mean_step_s", s.recordedMean},
-                             {"replayed_mean_step_s", s.replayedMean},
-                             {"compute_s", s.compute},
-                             {"comm_s", s.comm},
-                             {"exposed_comm_s", s.exposed},
-                             {"one_replica_step_s", s.oneReplicaStep},
-                             {"scaling_efficiency", s.efficiency},
-                             {"speedup", s.speedup},
-                             {"wrong", wrong_}}},
+                {"trace",
+                 {{"path", a_.trace},
+                  {"world_size", trace_.worldSize},
+                  {"backend", trace_.backend},
+                  {"topology", trace_.topology.name},
+                  {"simulated", trace_.simulated},
+                  {"command", trace_.command}}},
+                {"config",
+                 {{"backend", a_.backend},
+                  {"topology", topology_},
+                  {"world_size", world_},
+                  {"workers", workers_},
+                  {"local_replicas", local_},
+                  {"scaling", scaling_ == Scaling::Weak ? "weak" : "strong"},
+                  {"overlap", overlap_ == Overlap::None ? "none" : "backward"},
+                  {"algo", a_.algo},
+                  {"warmup", a_.warmup}}},
+                {"summary",
+                 {{"recorded_step_s", s.recordedStep},
+                  {"replayed_step_s", s.replayedStep},
+                  {"recorded_mean_step_s", s.recordedMean},
+                  {"replayed_mean_step_s", s.replayedMean},
+                  {"compute_s", s.compute},
+                  {"comm_s", s.comm},
+                  {"exposed_comm_s", s.exposed},
+                  {"one_replica_step_s", s.oneReplicaStep},
+                  {"scaling_efficiency", s.efficiency},
+                  {"speedup", s.speedup},
+                  {"wrong", wrong_}}},
                 {"recorded_steps", stepsJson(recordedSteps())},
                 {"steps", stepsJson(replayedSteps())},
                 {"events", events}};
@@ -373,8 +381,8 @@ class Replayer {
       const std::size_t es = dtypeSize(e.dtype);
       r.bytes = static_cast<std::size_t>(std::llround(static_cast<double>(e.bytes / es) * computeScale_)) * es;
     }
-    r.spec = CollectiveSpec{e.kind, n, countFor(e.kind, r.bytes, e.dtype, n), e.dtype, e.op,
-                            rooted(e.kind) ? std::min(e.root, n - 1) : 0};
+    r.spec = CollectiveSpec{e.kind,  n,    countFor(e.kind, r.bytes, e.dtype, n),
+                            e.dtype, e.op, rooted(e.kind) ? std::min(e.root, n - 1) : 0};
     r.gap = e.computeGapSeconds * computeScale_;
     if (n > 1) r.algorithm = chooseFor(e, r.spec);
     return r;
@@ -417,8 +425,8 @@ class Replayer {
 
   Key keyOf(const ReplayEvent& e) const {
     const CollectiveSpec& s = e.spec;
-    return Key(static_cast<int>(s.kind), s.count, static_cast<int>(s.dtype), static_cast<int>(s.op), s.root,
-               s.nranks, e.algorithm);
+    return Key(static_cast<int>(s.kind), s.count, static_cast<int>(s.dtype), static_cast<int>(s.op), s.root, s.nranks,
+               e.algorithm);
   }
 
   void prepare(const ReplayEvent& e) {
@@ -520,8 +528,9 @@ void addReplayCommand(CLI::App& app, int& exitCode) {
       ->default_val("trace");
   cmd->add_option("--warmup", a->warmup, "untimed runs of each distinct collective before its first timed one")
       ->default_val(1);
-  cmd->add_option("--gaps", a->gaps,
-                  "wait: real backends sit idle for the compute gaps in wall time (as recorded); skip: only on the clock")
+  cmd->add_option(
+         "--gaps", a->gaps,
+         "wait: real backends sit idle for the compute gaps in wall time (as recorded); skip: only on the clock")
       ->default_val("wait");
   cmd->add_flag("--check", a->check, "check results of real backends (exit 1 if any are wrong)");
   cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")

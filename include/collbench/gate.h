@@ -80,8 +80,8 @@ struct GateRow {
   std::string key;
   std::vector<double> baselineUs, currentUs;  ///< one time per repeat
   double baselineMedian = 0, currentMedian = 0;
-  double change = 0;              ///< currentMedian / baselineMedian - 1
-  double ciLow = 0, ciHigh = 0;   ///< bootstrap interval of `change` (equal to it for deterministic rows)
+  double change = 0;             ///< currentMedian / baselineMedian - 1
+  double ciLow = 0, ciHigh = 0;  ///< bootstrap interval of `change` (equal to it for deterministic rows)
   bool hasInterval = false;
   Verdict verdict = Verdict::Pass;
   std::string note;
@@ -93,7 +93,7 @@ struct GateReport {
   std::vector<std::string> baselineSources, currentSources;
   GateOptions options;
   std::vector<GateRow> rows;
-  std::vector<std::string> notes;  ///< rows only in the current runs, and similar remarks
+  std::vector<std::string> notes;   ///< rows only in the current runs, and similar remarks
   Verdict overall = Verdict::Pass;  ///< regression if any row regressed, else inconclusive if any, else improvement
                                     ///< if any, else pass
 
@@ -105,7 +105,8 @@ struct GateReport {
 /// Compares the runs. Rows are matched by (collective, algorithm, size, placement); every side's runs must agree on
 /// backend, ranks, topology, dtype and op, and every baseline row must be in the current runs: otherwise
 /// Error{InvalidArgument} naming the files and the field (these are inputs that cannot be compared).
-GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>& current, const GateOptions& options = {});
+GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>& current,
+                const GateOptions& options = {});
 
 /// Markdown for CI logs and PR comments: a verdict heading, the setup, a table of the rows that did not pass (all
 /// rows when `allRows`) and the counts.

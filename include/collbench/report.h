@@ -44,7 +44,7 @@ struct OpTimeline {
   std::string title;
   std::vector<std::string> lanes;  ///< "rank 0 send", ...
   std::vector<TimelineSpan> spans;
-  std::size_t droppedSpans = 0;    ///< beyond kMaxTimelineSpans (the page stays small)
+  std::size_t droppedSpans = 0;  ///< beyond kMaxTimelineSpans (the page stays small)
 };
 /// Spans drawn per timeline: enough for a 64-rank ring all-reduce (about 8000 ops), and a page that still opens
 /// quickly.

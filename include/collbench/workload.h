@@ -40,10 +40,10 @@ struct ModelLayer {
 };
 
 struct Model {
-  std::string name;         ///< "resnet50", ...
-  std::string description;  ///< one line: architecture and source
-  std::string sampleUnit;   ///< "image" or "sequence"
-  int sequenceLength = 0;   ///< tokens per sequence (0 for CNNs)
+  std::string name;                ///< "resnet50", ...
+  std::string description;         ///< one line: architecture and source
+  std::string sampleUnit;          ///< "image" or "sequence"
+  int sequenceLength = 0;          ///< tokens per sequence (0 for CNNs)
   std::vector<ModelLayer> layers;  ///< forward order (= variable creation order)
 
   std::size_t parameters() const;
@@ -74,11 +74,11 @@ std::vector<std::string> modelNames();
 Model buildModel(std::string_view name, int sequenceLength = 0);
 
 struct WorkloadOptions {
-  DType dtype = DType::F32;  ///< gradient dtype
-  int worldSize = 8;         ///< replicas in sync
-  int localReplicas = 0;     ///< per worker; 0 = worldSize (one worker)
+  DType dtype = DType::F32;       ///< gradient dtype
+  int worldSize = 8;              ///< replicas in sync
+  int localReplicas = 0;          ///< per worker; 0 = worldSize (one worker)
   std::string topology = "none";  ///< recorded as topology.name (the replay's default topology when it is a file)
-  int batchPerReplica = 0;   ///< samples per replica per step; 0 = defaultBatch(model)
+  int batchPerReplica = 0;        ///< samples per replica per step; 0 = defaultBatch(model)
   int steps = 3;
   /// Achieved (not peak) throughput of one GPU, TFLOP/s (1e12 FLOP/s).
   double tflops = kDefaultTflops;

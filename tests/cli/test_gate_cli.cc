@@ -1,9 +1,9 @@
 // `collbench gate` as CI runs it: a committed simulator baseline passes against itself, a copy with one algorithm
 // slowed fails with exit 1 naming the rows, malformed or incomparable inputs exit 2, and measured runs repeat.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -44,7 +44,8 @@ TEST(GateCli, SlowedAlgorithmFailsNamingTheRow) {
   json tree = json::parse(testing::slurp(kTree));
   for (json& row : tree["results"]) {
     if (row["size"].get<std::size_t>() >= (1u << 20)) {
-      for (const char* half : {"out_of_place", "in_place"}) row[half]["time_us"] = row[half]["time_us"].get<double>() * 1.1;
+      for (const char* half : {"out_of_place", "in_place"})
+        row[half]["time_us"] = row[half]["time_us"].get<double>() * 1.1;
     }
   }
   const auto slowTree = writeJson("tree_slow.json", tree);
@@ -56,8 +57,8 @@ TEST(GateCli, SlowedAlgorithmFailsNamingTheRow) {
   EXPECT_NE(r.out.find("+10.00%"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("all_reduce ring"), std::string::npos) << "ring did not change: " << r.out;
   // Within a tolerance above the slowdown it passes; --all lists every row.
-  const CliResult loose = runCli(fmt::format("gate --baseline {} --current {} --tolerance 12% --all", kTree.string(),
-                                             slowTree.string()));
+  const CliResult loose =
+      runCli(fmt::format("gate --baseline {} --current {} --tolerance 12% --all", kTree.string(), slowTree.string()));
   EXPECT_EQ(loose.exitCode, 0) << loose.out;
   EXPECT_NE(loose.out.find("| all_reduce tree 1024 B in-place |"), std::string::npos) << loose.out;
   // --summary appends the same markdown (for $GITHUB_STEP_SUMMARY).
@@ -86,8 +87,8 @@ TEST(GateCli, BadInputExitsTwoWithOneLine) {
       {fmt::format("gate --baseline {} --current {}", missing.string(), kRing.string()),
        "results[3].in_place.time_us: missing required field"},
       {fmt::format("gate --baseline {} --current {}", kRing.string(), shorter.string()), "lack row"},
-      {fmt::format("gate --baseline {} --current {}",
-                   (kBaselines / "sim-h100-4x8-rail-all_reduce-ring.json").string(), kRing.string()),
+      {fmt::format("gate --baseline {} --current {}", (kBaselines / "sim-h100-4x8-rail-all_reduce-ring.json").string(),
+                   kRing.string()),
        "config.ranks"},
       {fmt::format("gate --baseline /nonexistent.json --current {}", kRing.string()), "cannot read"},
       {fmt::format("gate --baseline {} --current {} --tolerance lots", kRing.string(), kRing.string()), "--tolerance"},
@@ -108,7 +109,8 @@ TEST(GateCli, MeasuredRunsRepeat) {
   const CliResult perf = runCli("perf all_reduce --backend host -g 2 -b 1K -e 4K -f 2 -n 2 -w 1 -J " + base.string());
   ASSERT_EQ(perf.exitCode, 0) << perf.err;
   // --repeat reruns the current file's recorded perf command: one recorded sample plus two repeats.
-  const CliResult r = runCli(fmt::format("gate --baseline {} --current {} --repeat 2 --all", base.string(), base.string()));
+  const CliResult r =
+      runCli(fmt::format("gate --baseline {} --current {} --repeat 2 --all", base.string(), base.string()));
   EXPECT_TRUE(r.exitCode == 0) << r.out << r.err;  // measured: pass or inconclusive, never a proven regression here
   EXPECT_NE(r.out.find("(repeat 2)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("medians of repeats"), std::string::npos) << r.out;

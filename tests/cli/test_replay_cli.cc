@@ -1,10 +1,10 @@
 // `collbench workload` and `collbench replay` as users run them: generated traces carry every gradient, replays
 // run the same collectives in the same order on the host threads and the simulator, rescaling keeps per-replica
 // work or the global batch, and a recorded `collbench train` replays within 15% of its step time.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -40,18 +40,40 @@ json handTrace() {
     t += gap + dur;
     ev.push_back(e);
   };
-  add({{"kind", "broadcast"}, {"bytes", 4096}, {"dtype", "float"}, {"root", 1}, {"group", "replicas"}, {"nranks", 4},
+  add({{"kind", "broadcast"},
+       {"bytes", 4096},
+       {"dtype", "float"},
+       {"root", 1},
+       {"group", "replicas"},
+       {"nranks", 4},
        {"algorithm", "chain"}},
       0.001, 0.0001, -1);
   for (int s = 0; s < 3; ++s) {
-    add({{"kind", "all_reduce"}, {"bytes", 65536}, {"dtype", "float"}, {"op", "sum"}, {"group", "replicas"},
-         {"nranks", 4}, {"algorithm", "ring"}, {"pack", 0}},
+    add({{"kind", "all_reduce"},
+         {"bytes", 65536},
+         {"dtype", "float"},
+         {"op", "sum"},
+         {"group", "replicas"},
+         {"nranks", 4},
+         {"algorithm", "ring"},
+         {"pack", 0}},
         0.002, 0.0002, s);
-    add({{"kind", "all_reduce"}, {"bytes", 1024}, {"dtype", "bfloat16"}, {"op", "max"}, {"group", "workers"},
-         {"nranks", 2}, {"algorithm", "no_such_algorithm"}, {"pack", 1}},
+    add({{"kind", "all_reduce"},
+         {"bytes", 1024},
+         {"dtype", "bfloat16"},
+         {"op", "max"},
+         {"group", "workers"},
+         {"nranks", 2},
+         {"algorithm", "no_such_algorithm"},
+         {"pack", 1}},
         0.0, 0.0001, s);
-    add({{"kind", "reduce_scatter"}, {"bytes", 8192}, {"dtype", "int32"}, {"op", "sum"}, {"group", "local"},
-         {"nranks", 2}, {"algorithm", ""}},
+    add({{"kind", "reduce_scatter"},
+         {"bytes", 8192},
+         {"dtype", "int32"},
+         {"op", "sum"},
+         {"group", "local"},
+         {"nranks", 2},
+         {"algorithm", ""}},
         0.0005, 0.0001, s);
     add({{"kind", "all_gather"}, {"bytes", 512}, {"dtype", "double"}, {"group", "replicas"}, {"nranks", 4}}, 0.0002,
         0.0001, s);
@@ -92,8 +114,8 @@ TEST(WorkloadCli, ParameterCountsAndTraceBytes) {
   for (const auto& [model, params] : models) {
     const auto path = temp(std::string(model) + ".json");
     std::filesystem::remove(path);
-    const CliResult r = runCli(fmt::format("workload --model {} --dtype bfloat16 --bytes-per-pack 25M --steps 2 -o {}",
-                                           model, path.string()));
+    const CliResult r = runCli(
+        fmt::format("workload --model {} --dtype bfloat16 --bytes-per-pack 25M --steps 2 -o {}", model, path.string()));
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_NE(r.out.find(fmt::format("parameters:          {}", params)), std::string::npos) << r.out;
     const json t = readJson(path);
@@ -124,9 +146,9 @@ TEST(ReplayCli, HostRunsEveryKindAndGroupWithChecks) {
   const json rep = readJson(out);
   expectSameCollectives(trace, rep);
   EXPECT_EQ(rep["summary"]["wrong"], 0);
-  EXPECT_EQ(rep["events"][2]["nranks"], 2);                    // workers group
+  EXPECT_EQ(rep["events"][2]["nranks"], 2);                        // workers group
   EXPECT_EQ(rep["events"][2]["algorithm"], "recursive_doubling");  // unknown recorded name: the selector's choice
-  EXPECT_EQ(rep["events"][1]["algorithm"], "ring");            // recorded and known: kept
+  EXPECT_EQ(rep["events"][1]["algorithm"], "ring");                // recorded and known: kept
   // Recorded steps: gaps 2.8 ms, collectives 0.55 ms.
   EXPECT_NEAR(rep["summary"]["recorded_step_s"].get<double>(), 0.00335, 1e-9);
   for (const json& s : rep["steps"]) EXPECT_GE(s["seconds"].get<double>(), s["compute_s"].get<double>() - 1e-12);
@@ -191,10 +213,12 @@ TEST(ReplayCli, WorkloadOnSimulatorOverlapsBackward) {
   const auto tr = temp("wl_sim.json"), out = temp("wl_sim_replay.json");
   std::filesystem::remove(tr);
   std::filesystem::remove(out);
-  ASSERT_EQ(runCli(fmt::format("workload --model resnet50 --world-size 8 --bytes-per-pack 8M --steps 2 -o {}", tr.string()))
-                .exitCode,
-            0);
-  const CliResult r = runCli(fmt::format("replay {} --backend sim --topology dgx-h100-8x1 -J {}", tr.string(), out.string()));
+  ASSERT_EQ(
+      runCli(fmt::format("workload --model resnet50 --world-size 8 --bytes-per-pack 8M --steps 2 -o {}", tr.string()))
+          .exitCode,
+      0);
+  const CliResult r =
+      runCli(fmt::format("replay {} --backend sim --topology dgx-h100-8x1 -J {}", tr.string(), out.string()));
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_NE(r.out.find("overlap backward"), std::string::npos);
   const json trace = readJson(tr), rep = readJson(out);
@@ -206,7 +230,9 @@ TEST(ReplayCli, WorkloadOnSimulatorOverlapsBackward) {
   // The simulator is deterministic: a second replay gives the same numbers.
   const auto out2 = temp("wl_sim_replay2.json");
   std::filesystem::remove(out2);
-  ASSERT_EQ(runCli(fmt::format("replay {} --backend sim --topology dgx-h100-8x1 -J {}", tr.string(), out2.string())).exitCode, 0);
+  ASSERT_EQ(
+      runCli(fmt::format("replay {} --backend sim --topology dgx-h100-8x1 -J {}", tr.string(), out2.string())).exitCode,
+      0);
   EXPECT_EQ(readJson(out2)["summary"]["replayed_step_s"], s["replayed_step_s"]);
   for (const auto& p : {tr, out, out2}) std::filesystem::remove(p);
 }

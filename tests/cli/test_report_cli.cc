@@ -1,10 +1,10 @@
 // `collbench report`: the HTML page from perf, replay, trace and timeline files renders in headless Chromium
 // (Debian's chromium) with no console messages, its DOM holds every plot with data points, and its screenshot is
 // not blank; --format md gives the same sections as tables.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -137,8 +137,8 @@ TEST_F(ReportCli, HtmlRendersInChromiumWithEveryPlot) {
   const std::string log = testing::slurp(err);
   EXPECT_EQ(log.find(":CONSOLE"), std::string::npos) << log;  // console.* output and uncaught errors land here
   const auto pts = plotPoints(dom);
-  for (const char* kind : {"busbw", "scaling", "scaling-efficiency", "sim-vs-measured", "selector", "timeline",
-                           "trace-timeline"}) {
+  for (const char* kind :
+       {"busbw", "scaling", "scaling-efficiency", "sim-vs-measured", "selector", "timeline", "trace-timeline"}) {
     EXPECT_GT(pts.count(kind) ? pts.at(kind) : 0, 0) << "plot " << kind << " has no data points";
   }
   EXPECT_NE(dom.find("class=\"errbar\""), std::string::npos) << "measured repeats give error bars";
@@ -159,8 +159,9 @@ img.onload = () => { const c = document.createElement('canvas'); c.width = img.w
 img.onerror = () => { document.getElementById('out').textContent = 'error'; };
 img.src = 'report.png';
 </script></body></html>)";
-  const std::string counted = runChromium("file://" + checker, "--allow-file-access-from-files --virtual-time-budget=5000 --dump-dom",
-                                          path("profile3"), path("chromium_check.err"));
+  const std::string counted =
+      runChromium("file://" + checker, "--allow-file-access-from-files --virtual-time-budget=5000 --dump-dom",
+                  path("profile3"), path("chromium_check.err"));
   std::smatch m;
   ASSERT_TRUE(std::regex_search(counted, m, std::regex(R"re(pixels (\d+) nonwhite (\d+))re"))) << counted;
   const double total = std::stod(m[1]), nonWhite = std::stod(m[2]);

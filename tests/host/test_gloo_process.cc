@@ -251,6 +251,15 @@ std::string sweep(int rank, const BackendOptions& o) {
   check(CollectiveSpec{Collective::Broadcast, n, 777, DType::F64, ReduceOp::Sum, n - 1}, "ring", AlgoParams{});
   check(CollectiveSpec{Collective::Reduce, n, 777, DType::F32, ReduceOp::Max, 1 % n}, "ring", AlgoParams{});
   check(CollectiveSpec{Collective::Barrier, n, 0, DType::F32}, "dissemination", AlgoParams{});
+  // Several warmup and timed iterations in one run (headers of the next collective travel ahead); out of place,
+  // so every iteration computes the same result.
+  for (const char* algo : {"ring", "gloo_ring"}) {
+    const CollectiveSpec spec{Collective::AllReduce, n, 777, DType::F32, ReduceOp::Sum};
+    LocalBuffers b(spec, rank, false);
+    backend->run(buildSchedule(spec, algo), Buffers{b.view}, RunOptions{3, 2, 30});
+    if (const std::size_t w = b.wrong()) failures << fmt::format("{} with 2 warmup + 3 iterations: {} wrong\n", algo, w);
+    ++runs;
+  }
   const std::string f = failures.str();
   return f.empty() ? fmt::format("OK {}", runs) : f;
 }
@@ -307,7 +316,7 @@ Reported parseError(const ChildResult& r) {
 }
 
 TEST(GlooRendezvous, AMissingWorkerIsNamed) {
-  constexpr double kTimeout = 2;
+  constexpr double kTimeout = 1;
   const auto addrs = freeAddresses(3);
   const auto t0 = Clock::now();
   auto results = runWorld(addrs, {0, 1}, oneAllReduce, kTimeout, 60s);
@@ -315,7 +324,7 @@ TEST(GlooRendezvous, AMissingWorkerIsNamed) {
     const Reported e = parseError(r);
     EXPECT_EQ(e.code, "timeout");
     EXPECT_EQ(e.peer, 2);
-    EXPECT_NE(e.message.find("worker[2] (rank 2, " + addrs[2] + ") did not join within 2 s"), std::string::npos)
+    EXPECT_NE(e.message.find("worker[2] (rank 2, " + addrs[2] + ") did not join within 1 s"), std::string::npos)
         << e.message;
   }
   EXPECT_LT(Clock::now() - t0, 10s);
@@ -330,7 +339,7 @@ TEST(GlooRendezvous, AMissingWorkerIsNamed) {
 }
 
 TEST(GlooRendezvous, AWrongTokenIsRefused) {
-  const auto results = runWorld(freeAddresses(2), {0, 1}, oneAllReduce, 2, 60s, [](int rank, BackendOptions& o) {
+  const auto results = runWorld(freeAddresses(2), {0, 1}, oneAllReduce, 1, 60s, [](int rank, BackendOptions& o) {
     if (rank == 1) o["token"] = "some-other-cluster";
   });
   const Reported chief = parseError(results[0]);
@@ -392,7 +401,7 @@ TEST(GlooFaults, AStalledPeerTimesOutNamingIt) {
   const Body body = [](int rank, const BackendOptions& o) {
     auto backend = makeGlooBackend(ProcessWorld::fromOptions(o));
     if (rank == 1) {
-      std::this_thread::sleep_for(3s);  // never calls the collective
+      std::this_thread::sleep_for(2s);  // never calls the collective
       return std::string("slept");
     }
     const CollectiveSpec spec{Collective::AllReduce, 2, 1000, DType::F32, ReduceOp::Sum};
@@ -442,6 +451,7 @@ void killDuringAllReduce(const std::string& algo, std::size_t bytes) {
     ::kill(pids[1], SIGKILL);
   });
   std::filesystem::remove(marker);
+  if (std::getenv("DEBUGKILL")) for (auto& r : results) fprintf(stderr, "DBG rank %d: %s (killed %lld)\n", r.rank, r.report.c_str(), killedAt);
   ASSERT_TRUE(WIFSIGNALED(results[1].status));
   for (int r : {0, 2}) {
     const Reported e = parseError(results[static_cast<std::size_t>(r)]);

@@ -19,17 +19,31 @@ json perfDoc(const std::string& backend, const std::string& algorithm, const std
   json rows = json::array();
   for (std::size_t s : sizes) {
     const double t = timeUs(s);
-    const json half = {{"time_us", t}, {"algbw_GBps", s / t / 1e3}, {"busbw_GBps", s / t / 1e3 * 1.75},
+    const json half = {{"time_us", t},
+                       {"algbw_GBps", s / t / 1e3},
+                       {"busbw_GBps", s / t / 1e3 * 1.75},
                        {"wrong", backend == "sim" ? json(nullptr) : json(0)}};
-    rows.push_back({{"size", s}, {"count", s / 4}, {"type", "float"}, {"redop", "sum"}, {"root", -1},
-                    {"algorithm", algorithm}, {"algorithm_reason", "forced by --algo"},
-                    {"out_of_place", half}, {"in_place", half}});
+    rows.push_back({{"size", s},
+                    {"count", s / 4},
+                    {"type", "float"},
+                    {"redop", "sum"},
+                    {"root", -1},
+                    {"algorithm", algorithm},
+                    {"algorithm_reason", "forced by --algo"},
+                    {"out_of_place", half},
+                    {"in_place", half}});
   }
   return {{"format", "collbench-perf"},
           {"version", 1},
           {"collective", "all_reduce"},
-          {"config", {{"backend", backend}, {"ranks", ranks}, {"topology", backend == "sim" ? "dgx-h100-8x1" : ""},
-                      {"algorithm", algorithm}, {"datatype", "float"}, {"op", "sum"}, {"iters", 20}}},
+          {"config",
+           {{"backend", backend},
+            {"ranks", ranks},
+            {"topology", backend == "sim" ? "dgx-h100-8x1" : ""},
+            {"algorithm", algorithm},
+            {"datatype", "float"},
+            {"op", "sum"},
+            {"iters", 20}}},
           {"command_line", "collbench perf all_reduce --backend " + backend},
           {"environment", {{"collbench_version", "0.1.0"}}},
           {"results", rows},
@@ -70,7 +84,8 @@ TEST(GateParse, ReadsWhatPerfWrites) {
 TEST(GateParse, ErrorsNameTheField) {
   json d = perfDoc("sim", "ring", kSizes, simTime);
   d["results"][2]["out_of_place"].erase("time_us");
-  EXPECT_NE(errorOf(d.dump()).find("b.json: results[2].out_of_place.time_us: missing required field"), std::string::npos);
+  EXPECT_NE(errorOf(d.dump()).find("b.json: results[2].out_of_place.time_us: missing required field"),
+            std::string::npos);
   d = perfDoc("sim", "ring", kSizes, simTime);
   d["results"][1]["in_place"]["time_us"] = "fast";
   EXPECT_NE(errorOf(d.dump()).find("results[1].in_place.time_us: expected a number"), std::string::npos);
@@ -117,9 +132,8 @@ TEST(GateSim, IdenticalRunsPass) {
 
 TEST(GateSim, AnyChangeBeyondToleranceCounts) {
   const PerfRun b = run(perfDoc("sim", "ring", kSizes, simTime), "base.json");
-  const PerfRun slower = run(perfDoc("sim", "ring", kSizes, [](std::size_t s) {
-    return s == (1u << 20) ? simTime(s) * 1.05 : simTime(s);
-  }));
+  const PerfRun slower = run(
+      perfDoc("sim", "ring", kSizes, [](std::size_t s) { return s == (1u << 20) ? simTime(s) * 1.05 : simTime(s); }));
   GateReport r = gate({b}, {slower});
   EXPECT_EQ(r.overall, Verdict::Regression);
   EXPECT_EQ(r.exitCode(), 1);
@@ -158,8 +172,9 @@ std::vector<PerfRun> measured(int repeats, double shift, double noise, int salt)
   std::vector<PerfRun> out;
   for (int i = 0; i < repeats; ++i) {
     const double wobble = noise * std::sin(1.7 * (i + 1) + salt);
-    out.push_back(run(perfDoc("host", "ring", kSizes, [&](std::size_t s) { return simTime(s) * (1 + shift) * (1 + wobble); }),
-                      "m" + std::to_string(i) + ".json"));
+    out.push_back(
+        run(perfDoc("host", "ring", kSizes, [&](std::size_t s) { return simTime(s) * (1 + shift) * (1 + wobble); }),
+            "m" + std::to_string(i) + ".json"));
   }
   return out;
 }

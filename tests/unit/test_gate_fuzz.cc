@@ -25,8 +25,8 @@ bool survives(F&& parse, const std::string& input, int caseNo) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "case " << caseNo << ": " << msg;
     return false;
   } catch (const std::exception& e) {
-    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what() << "\ninput: "
-                  << input.substr(0, 400);
+    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what()
+                  << "\ninput: " << input.substr(0, 400);
     return false;
   }
 }
@@ -50,14 +50,14 @@ std::vector<std::string> traceSeeds() {
   t.worldSize = 4;
   t.topology = TraceTopology{"threads", 2, 2};
   t.backend = "host";
-  t.events.push_back(TraceEvent{Collective::Broadcast, 64, DType::F32, ReduceOp::Sum, 1, "replicas", 4, "chain",
-                                0.001, 0.002, 0.001, -1, 0});
-  t.events.push_back(TraceEvent{Collective::AllReduce, 4096, DType::BF16, ReduceOp::Avg, 0, "workers", 2, "ring",
-                                0.003, 0.004, 0.001, 0, 0});
+  t.events.push_back(TraceEvent{Collective::Broadcast, 64, DType::F32, ReduceOp::Sum, 1, "replicas", 4, "chain", 0.001,
+                                0.002, 0.001, -1, 0});
+  t.events.push_back(TraceEvent{Collective::AllReduce, 4096, DType::BF16, ReduceOp::Avg, 0, "workers", 2, "ring", 0.003,
+                                0.004, 0.001, 0, 0});
   t.events.push_back(TraceEvent{Collective::ReduceScatter, 1024, DType::I64, ReduceOp::Max, 0, "local", 2, "ring",
                                 0.004, 0.005, 0, 0, 1});
-  t.events.push_back(TraceEvent{Collective::Barrier, 0, DType::F32, ReduceOp::Sum, 0, "replicas", 4, "", 0.006,
-                                0.006, 0.001, 1, 0});
+  t.events.push_back(
+      TraceEvent{Collective::Barrier, 0, DType::F32, ReduceOp::Sum, 0, "replicas", 4, "", 0.006, 0.006, 0.001, 1, 0});
   WorkloadOptions o;
   o.worldSize = 2;
   o.steps = 2;
@@ -69,14 +69,27 @@ nlohmann::json perfSeed(const std::string& backend) {
   json rows = json::array();
   for (std::size_t s : {1024, 1 << 20}) {
     const json half = {{"time_us", 10.0 + s / 1e5}, {"algbw_GBps", 1.5}, {"busbw_GBps", 2.5}, {"wrong", 0}};
-    rows.push_back({{"size", s}, {"count", s / 4}, {"type", "float"}, {"redop", "sum"}, {"root", -1},
-                    {"algorithm", "ring"}, {"algorithm_reason", "r"}, {"out_of_place", half}, {"in_place", half}});
+    rows.push_back({{"size", s},
+                    {"count", s / 4},
+                    {"type", "float"},
+                    {"redop", "sum"},
+                    {"root", -1},
+                    {"algorithm", "ring"},
+                    {"algorithm_reason", "r"},
+                    {"out_of_place", half},
+                    {"in_place", half}});
   }
   return {{"format", "collbench-perf"},
           {"version", 1},
           {"collective", "all_reduce"},
-          {"config", {{"backend", backend}, {"ranks", 4}, {"topology", ""}, {"algorithm", "ring"},
-                      {"datatype", "float"}, {"op", "sum"}, {"iters", 5}}},
+          {"config",
+           {{"backend", backend},
+            {"ranks", 4},
+            {"topology", ""},
+            {"algorithm", "ring"},
+            {"datatype", "float"},
+            {"op", "sum"},
+            {"iters", 5}}},
           {"command_line", "collbench perf"},
           {"environment", {{"collbench_version", "0.1.0"}}},
           {"results", rows}};
@@ -102,11 +115,17 @@ TEST(GateFuzz, ReplayJson) {
       {"version", 1},
       {"command_line", "collbench replay t.json --backend sim"},
       {"trace", {{"path", "t.json"}, {"world_size", 4}, {"backend", "host"}}},
-      {"config", {{"backend", "sim"}, {"topology", "dgx-h100-8x1"}, {"world_size", 8}, {"scaling", "weak"},
-                  {"overlap", "none"}}},
-      {"summary", {{"recorded_step_s", 0.01}, {"replayed_step_s", 0.011}, {"compute_s", 0.009}, {"comm_s", 0.002},
-                   {"exposed_comm_s", 0.002}, {"one_replica_step_s", 0.009}, {"scaling_efficiency", 0.82},
-                   {"speedup", 0.82}}}};
+      {"config",
+       {{"backend", "sim"}, {"topology", "dgx-h100-8x1"}, {"world_size", 8}, {"scaling", "weak"}, {"overlap", "none"}}},
+      {"summary",
+       {{"recorded_step_s", 0.01},
+        {"replayed_step_s", 0.011},
+        {"compute_s", 0.009},
+        {"comm_s", 0.002},
+        {"exposed_comm_s", 0.002},
+        {"one_replica_step_s", 0.009},
+        {"scaling_efficiency", 0.82},
+        {"speedup", 0.82}}}};
   fuzz(9003, {seed.dump(2)}, [](const std::string& s) { parseReplayRun(s, "fuzz.json"); });
 }
 

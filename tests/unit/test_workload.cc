@@ -14,8 +14,8 @@ namespace {
 
 struct Expected {
   const char* model;
-  std::size_t exact;   ///< the reference implementation's count (torchvision / Hugging Face), from its shapes
-  double quoted;       ///< the figure papers and the issue quote
+  std::size_t exact;  ///< the reference implementation's count (torchvision / Hugging Face), from its shapes
+  double quoted;      ///< the figure papers and the issue quote
   double quotedTolerance;
 };
 
@@ -119,7 +119,9 @@ TEST(Workload, GapsFollowBackwardProgress) {
     EXPECT_EQ(ev.step, 0);
     EXPECT_EQ(ev.pack, static_cast<int>(i));
     EXPECT_GE(ev.computeGapSeconds, 0);
-    if (i > 0) EXPECT_GE(ev.startSeconds, t.events[i - 1].endSeconds);
+    if (i > 0) {
+      EXPECT_GE(ev.startSeconds, t.events[i - 1].endSeconds);
+    }
   }
   EXPECT_EQ(bytes, m.parameters() * 4);
   // fc's gradients are first: the forward pass and fc's backward precede them.
@@ -156,13 +158,15 @@ TEST(Workload, BadOptionsAndPackFunctions) {
   o.tflops = 0;
   EXPECT_THROW(workloadTrace(m, o), Error);
   o.tflops = 10;
-  EXPECT_THROW(workloadTrace(m, o, [](const std::vector<std::size_t>&) { return std::vector<std::vector<std::size_t>>{{0}}; }),
-               Error);
-  EXPECT_THROW(workloadTrace(m, o, [](const std::vector<std::size_t>& b) {
-                 auto p = onePack(b);
-                 p[0].push_back(0);
-                 return p;
-               }),
+  EXPECT_THROW(
+      workloadTrace(m, o, [](const std::vector<std::size_t>&) { return std::vector<std::vector<std::size_t>>{{0}}; }),
+      Error);
+  EXPECT_THROW(workloadTrace(m, o,
+                             [](const std::vector<std::size_t>& b) {
+                               auto p = onePack(b);
+                               p[0].push_back(0);
+                               return p;
+                             }),
                Error);
 }
 
