@@ -410,14 +410,7 @@ class GlooBackend final : public Backend {
       throw Error(Errc::InvalidArgument, fmt::format("rank {}: missing input or output buffer", rank_), rank_);
     }
     opTimeout_ = toMs(world_.timeoutSeconds.value_or(opt.timeoutSeconds));
-    try {
-      return s.native ? runNative(s, mine, opt) : runSchedule(s, mine, opt);
-    } catch (const Error& e) {
-      if (!inCollective_) throw;  // refused before anything moved: the backend stays usable
-      fail(e);
-    } catch (const std::exception& e) {
-      fail(Error(Errc::BackendError, fmt::format("rank {} (this process): {}", rank_, glooWhat(e)), rank_));
-    }
+    return s.native ? runNative(s, mine, opt) : runSchedule(s, mine, opt);
   }
 
  private:
@@ -602,13 +595,37 @@ class GlooBackend final : public Backend {
   }
 
   /// Turns a failure of this rank into the backend's terminal state: tells the peers, remembers, rethrows.
+  /// Runs one collective's transfers; a failure inside becomes the backend's terminal state (fail()) while the
+  /// caller's plan, and so every buffer Gloo may still be sending from, is alive.
+  template <typename F>
+  RunResult guarded(F&& body) {
+    try {
+      RunResult r = body();
+      return r;
+    } catch (const Error& e) {
+      fail(e);
+    } catch (const std::exception& e) {
+      fail(Error(Errc::BackendError, fmt::format("{}: {}", self(true), glooWhat(e)), rank_));
+    }
+  }
+
+  /// Tells the peers why this process stops, then closes every connection, remembers and rethrows. Must run while
+  /// the failed collective's buffers are alive: a notice is queued behind the transfers already on its connection,
+  /// and Gloo stalls a connection whose queued send lost its buffer, so the notice would never leave.
   [[noreturn]] void fail(const Error& e) {
-    inCollective_ = false;
     if (world_.world > 1) {
+      {
+        std::lock_guard lock(failMutex_);
+        if (!failure_) failure_ = Report{e.code(), e.peer(), e.what(), neutral_};  // later closes are not news
+      }
       // Pass the news on, naming the real culprit, so that ranks which cannot see it directly name it too (their
       // own view would be this process closing its connections). Duplicates are harmless: the first cause wins.
       sendNotices(ControlMessage{ControlMessage::Kind::Abort, e.code(), rank_, e.peer(),
                                  neutral_.empty() ? std::string(e.what()) : neutral_});
+      // Closed connections tell the peers at once, after the notices (same streams), and stop Gloo from touching
+      // the caller's buffers once they are gone.
+      stopping_.store(true);
+      context_->closeConnections();
     }
     failed_ = std::make_exception_ptr(e);
     throw e;
@@ -984,16 +1001,14 @@ class GlooBackend final : public Backend {
 
   RunResult runSchedule(const Schedule& s, const RankBuffers& b, const RunOptions& opt) {
     auto plan = makePlan(s, b, world_.world > 1, nullptr, nullptr);
-    inCollective_ = true;
-    for (int i = 0; i < opt.warmup; ++i) runEpoch(*plan, i + 1 < opt.warmup);
-    if (world_.world > 1) runEpoch(*barrierPlan_);
-    const auto t0 = Clock::now();
-    for (int i = 0; i < opt.iterations; ++i) runEpoch(*plan, i + 1 < opt.iterations);
-    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double mine = opt.iterations > 0 ? elapsed / opt.iterations : 0.0;
-    RunResult res = finish(s.algorithm, mine);
-    inCollective_ = false;
-    return res;
+    return guarded([&] {
+      for (int i = 0; i < opt.warmup; ++i) runEpoch(*plan, i + 1 < opt.warmup);
+      if (world_.world > 1) runEpoch(*barrierPlan_);
+      const auto t0 = Clock::now();
+      for (int i = 0; i < opt.iterations; ++i) runEpoch(*plan, i + 1 < opt.iterations);
+      const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+      return finish(s.algorithm, opt.iterations > 0 ? elapsed / opt.iterations : 0.0);
+    });
   }
 
   RunResult runNative(const Schedule& s, const RankBuffers& b, const RunOptions& opt) {
@@ -1035,19 +1050,9 @@ class GlooBackend final : public Backend {
       headerPlan->headerRecv[qu] =
           context_->createUnboundBuffer(headerPlan->headerIn[qu].data(), headerPlan->headerIn[qu].size());
     }
-    inCollective_ = true;
-    runEpoch(*headerPlan);
     void* out = b.output;
     const void* in = b.input;
     std::unique_ptr<gloo::Algorithm> algo;
-    switch (dt) {
-      case DType::F32: algo = makeNative(s.algorithm, context_, static_cast<float*>(out), count, s.spec.op); break;
-      case DType::F64: algo = makeNative(s.algorithm, context_, static_cast<double*>(out), count, s.spec.op); break;
-      case DType::I32:
-        algo = makeNative(s.algorithm, context_, static_cast<std::int32_t*>(out), count, s.spec.op);
-        break;
-      default: algo = makeNative(s.algorithm, context_, static_cast<std::int64_t*>(out), count, s.spec.op); break;
-    }
     auto once = [&] {
       if (in != out && bytes) std::memcpy(out, in, bytes);
       try {
@@ -1063,14 +1068,24 @@ class GlooBackend final : public Backend {
       }
       if (s.needsAvgScale()) divideElements(dt, out, s.spec.count, world_.world);
     };
-    for (int i = 0; i < opt.warmup; ++i) once();
-    if (world_.world > 1) runEpoch(*barrierPlan_);
-    const auto t0 = Clock::now();
-    for (int i = 0; i < opt.iterations; ++i) once();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    RunResult res = finish(s.algorithm, opt.iterations > 0 ? elapsed / opt.iterations : 0.0);
-    inCollective_ = false;
-    return res;
+    // `algo` (Gloo's buffers) lives outside guarded() so that a failure's notices can leave behind its transfers.
+    return guarded([&] {
+      runEpoch(*headerPlan);
+      switch (dt) {
+        case DType::F32: algo = makeNative(s.algorithm, context_, static_cast<float*>(out), count, s.spec.op); break;
+        case DType::F64: algo = makeNative(s.algorithm, context_, static_cast<double*>(out), count, s.spec.op); break;
+        case DType::I32:
+          algo = makeNative(s.algorithm, context_, static_cast<std::int32_t*>(out), count, s.spec.op);
+          break;
+        default: algo = makeNative(s.algorithm, context_, static_cast<std::int64_t*>(out), count, s.spec.op); break;
+      }
+      for (int i = 0; i < opt.warmup; ++i) once();
+      if (world_.world > 1) runEpoch(*barrierPlan_);
+      const auto t0 = Clock::now();
+      for (int i = 0; i < opt.iterations; ++i) once();
+      const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+      return finish(s.algorithm, opt.iterations > 0 ? elapsed / opt.iterations : 0.0);
+    });
   }
 
   ProcessWorld world_;
@@ -1080,7 +1095,6 @@ class GlooBackend final : public Backend {
   std::unique_ptr<StoreServer> server_;
   Ms opTimeout_{static_cast<long long>(kDefaultTimeoutSeconds * 1000)};
   std::uint64_t sequence_ = 0;
-  bool inCollective_ = false;
   std::exception_ptr failed_;
 
   std::vector<std::byte> scratch_, staging_, internalScratch_, internalStaging_;

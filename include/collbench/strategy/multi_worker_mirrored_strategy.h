@@ -39,7 +39,6 @@
 /// timeout_seconds bounds waits (Error{Timeout}). In processes mode a dead peer surfaces as the backend's
 /// Error{PeerFailure}.
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 

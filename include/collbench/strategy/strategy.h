@@ -34,6 +34,7 @@
 /// a mismatch is undefined behaviour (hang or garbage), as in TF; CommunicationOptions.timeout_seconds bounds it.
 #include <atomic>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
