@@ -125,11 +125,18 @@ std::vector<NcclTunerRule> ncclTunerRules(const TuningTable& table) {
 
 std::string ncclTunerCsv(const std::vector<NcclTunerRule>& rules, const TuningProvenance& p) {
   std::string out;
-  out += fmt::format("# NCCL tuner plugin configuration (NCCL_TUNER_CONFIG_FILE), written by {}\n",
-                     p.tool.empty() ? "collbench" : printable(p.tool));
-  if (!p.commandLine.empty()) out += fmt::format("# command: {}\n", printable(p.commandLine));
-  out += fmt::format("# backend {}, topology {} (fingerprint {}), host {}, date {}\n", printable(p.backend),
-                     printable(p.topology), printable(p.topologyFingerprint), printable(p.host), printable(p.date));
+  // Comment lines too must fit the plugin's line buffer: a longer one would be read as two lines, the second not
+  // starting with '#'.
+  auto comment = [&](const std::string& text) {
+    std::string line = "# " + text;
+    if (line.size() > kMaxLineChars) line = line.substr(0, kMaxLineChars - 3) + "...";
+    out += line + "\n";
+  };
+  comment(fmt::format("NCCL tuner plugin configuration (NCCL_TUNER_CONFIG_FILE), written by {}",
+                      p.tool.empty() ? "collbench" : printable(p.tool)));
+  if (!p.commandLine.empty()) comment(fmt::format("command: {}", printable(p.commandLine)));
+  comment(fmt::format("backend {}, topology {} (fingerprint {}), host {}, date {}", printable(p.backend),
+                      printable(p.topology), printable(p.topologyFingerprint), printable(p.host), printable(p.date)));
   out += "# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff\n";
   for (const NcclTunerRule& r : rules) {
     out += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", ncclTunerCollectiveName(r.collective), r.minBytes, r.maxBytes,

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -30,7 +31,7 @@ struct CalibrateArgs {
   std::vector<std::string> inputs;
   std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated";
   int hosts = 1, holdOutEvery = 2;
-  bool force = false, verifySim = false;
+  bool force = false, verifySim = false, keepAll = false;
 };
 
 std::string readAll(const std::string& path) {
@@ -71,6 +72,8 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
       ->default_val("cpu");
   cmd->add_option("--name", a->name, "name of the calibrated topology")->default_val("calibrated");
   cmd->add_flag("--verify-sim", a->verifySim, "also simulate every sample on the calibrated topology");
+  cmd->add_flag("--keep-all", a->keepAll,
+                "fit every repeated measurement of a point (default: keep the fastest of the runs given)");
   cmd->add_option("-J,--output_file", a->json, "write the fit and every sample as JSON");
   cmd->callback([a, &exitCode] {
     for (const std::string* out : {&a->output, &a->json}) {
@@ -96,6 +99,24 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
         got = samplesFromNcclTestsLog(parseNcclTestsLog(text, in), in, a->assumeAlgorithm, coll);
       }
       samples.insert(samples.end(), got.begin(), got.end());
+    }
+    if (!a->keepAll) {
+      // Repeated runs of one point (several files): keep the fastest. Interference from other work on the machine
+      // only ever adds time, so the minimum is the measurement least disturbed by it.
+      std::map<std::tuple<int, std::string, int, int, std::size_t, int, std::size_t, int>, std::size_t> best;
+      std::vector<CalibrationSample> kept;
+      for (const CalibrationSample& s : samples) {
+        const auto key = std::make_tuple(static_cast<int>(s.collective), s.algorithm, s.nranks, s.hosts, s.bytes,
+                                         static_cast<int>(s.dtype), s.chunkBytes, s.channels);
+        auto it = best.find(key);
+        if (it == best.end()) {
+          best.emplace(key, kept.size());
+          kept.push_back(s);
+        } else if (s.timeUs < kept[it->second].timeUs) {
+          kept[it->second] = s;
+        }
+      }
+      samples = std::move(kept);
     }
     CalibrationOptions opt;
     opt.holdOutEvery = a->holdOutEvery;

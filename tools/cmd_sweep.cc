@@ -25,7 +25,7 @@ struct Row {
   std::string topology, fingerprint, overrides, algorithm, method, note;
   int ranks = 0;
   std::size_t bytes = 0, count = 0, ops = 0, transfers = 0, activities = 0;
-  double seconds = 0, algbw = 0, busbw = 0, wall = 0;
+  double seconds = 0, algbw = 0, busbw = 0, wall = 0, cpu = 0;
   bool exact = true;
 };
 
@@ -198,6 +198,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
             row.transfers = r.transfers;
             row.activities = r.simulatedActivities;
             row.wall = r.wallSeconds;
+            row.cpu = r.cpuSeconds;
             rows.push_back(std::move(row));
           }
         }
@@ -219,7 +220,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
     if (showSet) header += fmt::format("{:<{}}  ", "set", sw);
     header += fmt::format("{:>6}  {:<{}}  {:>12}  {:>12}  {:>9}  {:>9}  {:<12}", "ranks", "algorithm", aw, "size(B)",
                           "time(us)", "algbw", "busbw", "method");
-    if (a->bench) header += fmt::format("  {:>8}  {:>12}", "wall(s)", "ops/s");
+    if (a->bench) header += fmt::format("  {:>8}  {:>8}  {:>12}  {:>10}", "wall(s)", "cpu(s)", "ops/s", "sim_acts");
     fmt::print("{}\n", header);
     for (const Row& r : rows) {
       std::string line = fmt::format("  {:<{}}  ", r.topology, tw);
@@ -227,7 +228,8 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       line += fmt::format("{:>6}  {:<{}}  {:>12}  {:>12.3f}  {:>9.2f}  {:>9.2f}  {:<12}", r.ranks, r.algorithm, aw,
                           r.bytes, r.seconds * 1e6, r.algbw, r.busbw, r.method + (r.exact ? "" : "~"));
       if (a->bench) {
-        line += fmt::format("  {:>8.3f}  {:>12.3g}", r.wall, r.wall > 0 ? static_cast<double>(r.ops) / r.wall : 0);
+        line += fmt::format("  {:>8.3f}  {:>8.3f}  {:>12.3g}  {:>10}", r.wall, r.cpu,
+                            r.wall > 0 ? static_cast<double>(r.ops) / r.wall : 0, r.activities);
       }
       fmt::print("{}\n", line);
     }
@@ -241,7 +243,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       std::ofstream f(a->csv);
       if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write CSV file '{}'", a->csv));
       f << "topology,fingerprint,set,ranks,collective,algorithm,bytes,count,datatype,time_us,algbw_GBps,busbw_GBps,"
-           "method,exact,ops,transfers,simulated_activities,wall_s\n";
+           "method,exact,ops,transfers,simulated_activities,wall_s,cpu_s\n";
       for (const Row& r : rows) {
         f << fmt::format("{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{},{},{},{:.6f}\n",
                          csvField(r.topology), r.fingerprint, csvField(r.overrides), r.ranks, toString(kind),
@@ -268,7 +270,8 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
                       {"ops", r.ops},
                       {"transfers", r.transfers},
                       {"simulated_activities", r.activities},
-                      {"wall_s", r.wall}});
+                      {"wall_s", r.wall},
+                      {"cpu_s", r.cpu}});
       }
       const nlohmann::json doc = {{"format", "collbench-sweep"},
                                   {"version", 1},

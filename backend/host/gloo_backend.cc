@@ -72,6 +72,9 @@ constexpr Ms kGlooBackstop = std::chrono::seconds(5);
 constexpr Ms kWatchdogTick{20};
 /// A failing rank waits this long for its abort notices to leave before it gives up on them.
 constexpr Ms kNoticeFlushTimeout{1000};
+/// After a failure, how long this rank's destructor waits for its peers to read its notice and close, before Gloo
+/// resets the connections.
+constexpr Ms kFailedCloseWait{2000};
 /// After a connection error, how long the executor lets the watchers report the real cause (a peer's abort notice
 /// travels ahead of its closing socket) before it blames the peer it was waiting for.
 constexpr Ms kCauseGrace{500};
@@ -375,6 +378,14 @@ class GlooBackend final : public Backend {
   ~GlooBackend() override {
     if (world_.world > 1) {
       if (!failed_) sendNotices(ControlMessage{ControlMessage::Kind::Goodbye, Errc::PeerFailure, rank_, -1, ""});
+      // Gloo closes connections with a reset, which drops whatever is still queued to send: wait until every peer
+      // has said goodbye, sent its own notice, or gone, so that ours have been read first. A failed rank waits
+      // only briefly (its peers are failing too or cannot be helped).
+      {
+        const Ms limit = failed_ ? kFailedCloseWait : toMs(world_.timeoutSeconds.value_or(kDefaultTimeoutSeconds));
+        std::unique_lock lock(failMutex_);
+        failCv_.wait_for(lock, limit, [&] { return watchersDone_ == world_.world - 1; });
+      }
       stopping_.store(true);
       {
         std::lock_guard lock(failMutex_);
@@ -507,6 +518,14 @@ class GlooBackend final : public Backend {
 
   void watch(int p) {
     const auto pu = static_cast<std::size_t>(p);
+    struct Done {
+      GlooBackend* self;
+      ~Done() {
+        std::lock_guard lock(self->failMutex_);
+        ++self->watchersDone_;
+        self->failCv_.notify_all();
+      }
+    } done{this};
     try {
       ctrlInBuf_[pu]->recv(p, kControlSlot);
       if (!ctrlInBuf_[pu]->waitRecv(nullptr, kForever)) return;  // stopping
@@ -609,9 +628,9 @@ class GlooBackend final : public Backend {
     }
   }
 
-  /// Tells the peers why this process stops, then closes every connection, remembers and rethrows. Must run while
-  /// the failed collective's buffers are alive: a notice is queued behind the transfers already on its connection,
-  /// and Gloo stalls a connection whose queued send lost its buffer, so the notice would never leave.
+  /// Tells the peers why this process stops, remembers and rethrows. Must run while the failed collective's buffers
+  /// are alive: a notice is queued behind the transfers already on its connection, and Gloo stalls a connection
+  /// whose queued send lost its buffer, so the notice would never leave.
   [[noreturn]] void fail(const Error& e) {
     if (world_.world > 1) {
       {
@@ -622,10 +641,6 @@ class GlooBackend final : public Backend {
       // own view would be this process closing its connections). Duplicates are harmless: the first cause wins.
       sendNotices(ControlMessage{ControlMessage::Kind::Abort, e.code(), rank_, e.peer(),
                                  neutral_.empty() ? std::string(e.what()) : neutral_});
-      // Closed connections tell the peers at once, after the notices (same streams), and stop Gloo from touching
-      // the caller's buffers once they are gone.
-      stopping_.store(true);
-      context_->closeConnections();
     }
     failed_ = std::make_exception_ptr(e);
     throw e;
@@ -1114,6 +1129,7 @@ class GlooBackend final : public Backend {
   std::mutex failMutex_;
   std::condition_variable failCv_;
   std::optional<Report> failure_;
+  int watchersDone_ = 0;  // watchers whose peer said goodbye, aborted or went away
   std::string neutral_;  // how the last error raised here reads for the other ranks
   CurrentWait current_;
 };

@@ -15,30 +15,13 @@ namespace collbench {
 namespace {
 
 template <typename F>
-bool survives(F&& parse, const std::string& input, int caseNo) {
-  try {
-    parse(input);
-    return true;
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_FALSE(msg.empty()) << "case " << caseNo;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "case " << caseNo << ": " << msg;
-    return false;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what()
-                  << "\ninput: " << input.substr(0, 400);
-    return false;
-  }
-}
-
-template <typename F>
 void fuzz(std::uint64_t seed, const std::vector<std::string>& seeds, F&& parse) {
   testing::Mutator m(seed);
   const int cases = testing::fuzzCases();
   int parsed = 0;
   for (int i = 0; i < cases; ++i) {
     const std::string input = m.mutate(seeds[static_cast<std::size_t>(i) % seeds.size()]);
-    parsed += survives(parse, input, i);
+    parsed += testing::survives(parse, input, i);
   }
   // Most mutations break the format, some keep it valid: the mutator reaches both sides.
   EXPECT_GT(parsed, 0);

@@ -266,6 +266,11 @@ TEST(NcclTuner, RulesCsvRoundTripMatchesTableChoices) {
     EXPECT_EQ(parseNcclTunerCsv(line + "\n", "x").size(), 1u) << line;
   }
   EXPECT_THROW(ncclTunerRules(TuningTable{}), Error);
+  // Provenance of any length stays within the plugin's 256-byte line buffer.
+  TuningProvenance longProv = t.provenance;
+  longProv.commandLine = std::string(1000, 'x');
+  longProv.topology = std::string(300, 't');
+  EXPECT_EQ(parseNcclTunerCsv(ncclTunerCsv(rules, longProv), "long.conf").size(), rules.size());
 }
 
 TEST(NcclTuner, RejectsMalformedCsv) {
