@@ -28,6 +28,8 @@ constexpr const char* kParamNames[kParams] = {"alpha_intra", "alpha_inter", "bet
 constexpr double kBytesPerUsPerGBps = 1e3;
 /// Convergence: the largest relative change of a parameter between two iterations.
 constexpr double kConvergedRelChange = 1e-7;
+/// IRLS for the L1 loss: relative residuals below this weigh as this (keeps weights finite at exact fits).
+constexpr double kL1Floor = 1e-3;
 /// Relative pivot below which the normal equations are singular (collinear columns).
 constexpr double kSingularPivot = 1e-12;
 
@@ -367,7 +369,7 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
     double sum = 0;
     for (std::size_t i : train) {
       const double e = estimateOf(models, samples[i]).terms.us / samples[i].timeUs - 1;
-      sum += e * e;
+      sum += opt.loss == CalibrationLoss::L1 ? std::abs(e) : e * e;
     }
     return sum;
   };
@@ -378,8 +380,15 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
     std::vector<Vec> A;
     std::vector<double> y;
     for (std::size_t i : train) {
-      const Vec c = coefficients(estimateOf(models, samples[i]).terms);
-      const double w = 1.0 / samples[i].timeUs;  // relative error
+      const Estimate est = estimateOf(models, samples[i]);
+      const Vec c = coefficients(est.terms);
+      double w = 1.0 / samples[i].timeUs;  // relative error
+      if (opt.loss == CalibrationLoss::L1) {
+        // Iteratively reweighted least squares: weighting each squared residual by 1/|r| minimises sum |r|, so a
+        // few disturbed measurements (preempted threads) pull the fit far less than under squares.
+        const double r = std::abs(est.terms.us / samples[i].timeUs - 1);
+        w /= std::sqrt(std::max(r, kL1Floor));
+      }
       double fixedPart = 0;
       Vec row{};
       for (int j = 0; j < kParams; ++j) {

@@ -141,7 +141,7 @@ Trace parseTrace(std::string_view text, std::string_view source) {
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw Error(Errc::InvalidArgument, fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
   const Reader top(

@@ -95,18 +95,6 @@ Dag::Dag(const Schedule& s, const Matching& m, World& w) : s_(s), m_(m), world_(
   connFree_.assign(connCount.size(), 0);
 }
 
-void Dag::reset() {
-  for (std::size_t g = 0; g < pending_.size(); ++g) pending_[g] = static_cast<int>(op(static_cast<int>(g)).deps.size());
-  std::fill(readyT_.begin(), readyT_.end(), 0);
-  std::fill(start_.begin(), start_.end(), -1);
-  std::fill(end_.begin(), end_.end(), -1);
-  for (Xfer& x : xf_) x.sendReady = x.recvReady = x.start = x.end = -1;
-  std::fill(connNext_.begin(), connNext_.end(), 0);
-  std::fill(connFree_.begin(), connFree_.end(), 0);
-  work_.clear();
-  done_ = 0;
-}
-
 const Op& Dag::op(int g) const {
   const int r = opRank_[static_cast<std::size_t>(g)];
   return s_.ranks[static_cast<std::size_t>(r)]

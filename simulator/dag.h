@@ -36,8 +36,6 @@ class Dag {
 
   Dag(const Schedule& s, const Matching& m, World& w);
 
-  /// Forgets every time, for another evaluation of the same graph.
-  void reset();
   /// Makes the ops without deps ready at time 0 and processes what follows without waiting.
   void begin(Timing& timing);
   /// Work `tag` finished at time t (relative to the start); processes what follows.

@@ -24,15 +24,14 @@
 ///
 /// Scale (SimResult::method says which was used):
 /// - "exact": every transfer and reduction is its own SimGrid activity.
-/// - "aggregated": transfers are grouped in steps (the k-th send of each rank on each channel); within a step, flows
-///   that share a directed link form a contention group, each distinct group (same flow sizes, same link
-///   parameters, same sharing structure) is simulated once in SimGrid and its per-flow times are reused for every
-///   identical group; the dependency graph is then evaluated with those times. The result is exact (equal to
-///   "exact") when the assumptions it checks hold: flows of one group start at the same instant, no two groups use
-///   a link at the same time, and no two reductions overlap on a node. Otherwise SimResult::exact is false and
-///   `note` says which assumption failed.
+/// - "aggregated": the dependency graph is evaluated batch by batch (a batch is every transfer that became ready once
+///   the previous batch finished: a ring step, a butterfly round, a direct all-to-all). Within a batch, flows that
+///   share a directed link form a contention group; each distinct group (start offsets, sizes, link parameters,
+///   sharing structure) is simulated once in SimGrid and its per-flow times are reused for every identical group.
+///   The result is exact (equal to "exact") when the assumptions it checks hold: no two batches use a link at the
+///   same time, and no two reductions overlap on a node. Otherwise SimResult::exact is false and `note` says where.
 /// - "ring-model": ring all-reduce without building the schedule (the same aggregated evaluation, streamed step by
-///   step), for rank counts whose schedule would not fit in memory.
+///   step), for rank counts whose schedule would not fit in memory. simulator/README.md has the details.
 /// - "extrapolated": pipelined algorithms (tree, chain broadcast/reduce) with many chunks: the simulated time of the
 ///   same schedule with m, m+1, m+2 chunks of the same chunk size; when the per-chunk increment is constant
 ///   (steady-state pipeline) the time is extended linearly to the real chunk count.

@@ -204,6 +204,10 @@ SimResult inChild(const std::function<SimResult()>& body) {
   throw Error(Errc::BackendError, "simulator: malformed result from the child process");
 }
 
+// Sub-runs of an extrapolation go op by op up to this many transfers x ranks (a 1024-rank tree with 26 chunks is
+// 1e8: about a minute here); a pipelined tree's contention system spans the machine, so op by op is costly.
+constexpr double kPipelineExactBudget = 5e7;
+
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -337,14 +341,23 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
     uniform = uniform && c == chunks && len % c == 0 && len / c == part(spec.count, slices, 0) / chunks;
     chunkElems = std::max(chunkElems, (len + c - 1) / c);
   }
-  // The result is an estimate anyway: sub-runs too large for op by op are aggregated without the exact fallback.
-  SimConfig subCfg = cfg;
-  subCfg.exactTransferLimit = kAlwaysExactTransfers;
-  auto runSchedule = [&](const Schedule& s) { return simulateWithPolicy(w, s, matchSchedule(s), subCfg, false); };
+  auto runSchedule = [&](const Schedule& s) { return simulateWithPolicy(w, s, matchSchedule(s), cfg, false); };
   // Past the fill (about log2 n tree levels, or a few chunks of a chain) and a window as long again.
   const auto n = static_cast<std::size_t>(spec.nranks);
   const std::size_t ma = spec.kind == Collective::AllReduce ? ceilLog2(n) + 2 : 4, mb = 2 * ma + 2;
   if (chunks <= mb + 1) return runSchedule(buildSchedule(spec, algo, p));
+  // One method for all four sub-runs (mixing would bend the slope): op by op when the largest is affordable
+  // (kPipelineExactBudget), else aggregated, which is an estimate here anyway.
+  AlgoParams subParams = p;
+  subParams.chunkBytes = chunkElems * es;
+  CollectiveSpec largestSpec = spec;
+  largestSpec.count = slices * mb * chunkElems;
+  const double largest = static_cast<double>(estimateTransfers(largestSpec, algo, subParams));
+  SimConfig subCfg = cfg;
+  if (cfg.mode == SimMode::Auto) {
+    subCfg.mode = largest * static_cast<double>(n) <= kPipelineExactBudget ? SimMode::Exact : SimMode::Aggregated;
+  }
+  auto runSub = [&](const Schedule& s) { return simulateWithPolicy(w, s, matchSchedule(s), subCfg, false); };
   SimResult out;
   out.method = "extrapolated";
   std::map<std::size_t, double> t;
@@ -352,9 +365,7 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
   for (std::size_t m : {ma, ma + 1, mb - 1, mb}) {
     CollectiveSpec sub = spec;
     sub.count = slices * m * chunkElems;
-    AlgoParams sp = p;
-    sp.chunkBytes = chunkElems * es;
-    const SimResult r = runSchedule(buildSchedule(sub, algo, sp));
+    const SimResult r = runSub(buildSchedule(sub, algo, subParams));
     t[m] = r.seconds;
     subExact = subExact && r.exact;
     out.simulatedActivities += r.simulatedActivities;

@@ -29,7 +29,7 @@ namespace {
 
 struct CalibrateArgs {
   std::vector<std::string> inputs;
-  std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated";
+  std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated", loss = "l1";
   int hosts = 1, holdOutEvery = 2;
   bool force = false, verifySim = false, keepAll = false;
 };
@@ -72,6 +72,7 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
       ->default_val("cpu");
   cmd->add_option("--name", a->name, "name of the calibrated topology")->default_val("calibrated");
   cmd->add_flag("--verify-sim", a->verifySim, "also simulate every sample on the calibrated topology");
+  cmd->add_option("--loss", a->loss, "l1 (sum of |relative error|, robust) or l2 (sum of squares)")->default_val("l1");
   cmd->add_flag("--keep-all", a->keepAll,
                 "fit every repeated measurement of a point (default: keep the fastest of the runs given)");
   cmd->add_option("-J,--output_file", a->json, "write the fit and every sample as JSON");
@@ -119,6 +120,10 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
       samples = std::move(kept);
     }
     CalibrationOptions opt;
+    if (a->loss != "l1" && a->loss != "l2") {
+      throw Error(Errc::InvalidArgument, fmt::format("--loss: '{}' is not l1 or l2", printable(a->loss)));
+    }
+    opt.loss = a->loss == "l1" ? CalibrationLoss::L1 : CalibrationLoss::L2;
     opt.holdOutEvery = a->holdOutEvery;
     opt.topologyName = a->name;
     opt.rankKind = kind;

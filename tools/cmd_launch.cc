@@ -10,6 +10,7 @@
 // with TF_CONFIG yourself, or under Slurm or mpirun (the cluster resolvers read their environments).
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,12 +25,10 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "collbench/error.h"
 #include "commands.h"
@@ -205,7 +204,7 @@ int launch(const Args& a) {
   const std::string token = existingToken && *existingToken ? existingToken : randomToken();
 
   if (::pipe2(gSignalPipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(Errc::BackendError, "launch: pipe failed");
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = onLaunchSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
@@ -280,9 +279,8 @@ int launch(const Args& a) {
           failedRank = c.rank;
           failedStatus = status;
           failedAt = Clock::now();
-          writeAll(STDERR_FILENO,
-                   fmt::format("collbench launch: rank {} exited with {}; stopping the other ranks\n", c.rank,
-                               describeStatus(status)));
+          writeAll(STDERR_FILENO, fmt::format("collbench launch: rank {} exited with {}; stopping the other ranks\n",
+                                              c.rank, describeStatus(status)));
         }
       }
     }

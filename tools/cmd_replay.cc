@@ -25,6 +25,7 @@
 #include "collbench/topology.h"
 #include "collbench/trace.h"
 #include "commands.h"
+#include "world_options.h"
 
 namespace collbench::cli {
 extern std::string gCommandLine;
@@ -161,6 +162,19 @@ class Replayer {
                   fmt::format("--overlap must be auto, none or backward, got '{}'", printable(a_.overlap)));
     }
     world_ = a_.worldSize > 0 ? a_.worldSize : trace_.worldSize;
+    // Process backends (gloo) run one rank per process, launched together (`collbench launch -n N -- collbench
+    // replay ...`): the world comes from the cluster resolver and each process holds only its rank's buffers.
+    processMode_ = isProcessBackend(a_.backend);
+    if (processMode_) {
+      processOptions_ = processWorldOptions();
+      localRank_ = std::stoi(processOptions_.at("rank"));
+      const int processes = std::stoi(processOptions_.at("world"));
+      if (a_.worldSize > 0 && a_.worldSize != processes) {
+        throw Error(Errc::InvalidArgument, fmt::format("--world-size {} but the {} backend's world has {} processes",
+                                                       a_.worldSize, a_.backend, processes));
+      }
+      world_ = processes;
+    }
     if (a_.worldSize < 0)
       throw Error(Errc::InvalidArgument, fmt::format("--world-size must be >= 1, got {}", a_.worldSize));
     local_ = trace_.topology.localReplicas;
@@ -321,7 +335,14 @@ class Replayer {
                 {"events", events}};
   }
 
-  std::size_t wrong() const { return wrong_; }
+  /// Wrong elements over every process (one all-reduce through the backend in process mode).
+  std::size_t wrong() {
+    if (!processMode_ || backends_.empty()) return wrong_;
+    Backend& b = *backends_.begin()->second;
+    return static_cast<std::size_t>(sumOverProcesses(b, static_cast<long long>(wrong_), true, a_.timeoutSeconds));
+  }
+  /// Only rank 0 of a process backend prints and writes files.
+  bool reports() const { return localRank_ <= 0; }
 
  private:
   struct Summary {
@@ -405,7 +426,13 @@ class Replayer {
   Backend& backendFor(int n) {
     auto it = backends_.find(n);
     if (it != backends_.end()) return *it->second;
-    BackendOptions opts;
+    if (processMode_ && n != world_) {
+      throw Error(Errc::Unsupported,
+                  fmt::format("a {}-rank group cannot run on the {} backend's world of {} processes (every process "
+                              "takes part in each collective); replay this trace on host or sim",
+                              n, a_.backend, world_));
+    }
+    BackendOptions opts = processOptions_;
     if (!topology_.empty()) opts["topology"] = topology_;
     return *backends_.emplace(n, makeBackend(a_.backend, n, opts)).first->second;
   }
@@ -433,7 +460,8 @@ class Replayer {
     const Key key = keyOf(e);
     Backend& b = backendFor(e.spec.nranks);
     if (!schedules_.count(key)) schedules_.emplace(key, buildSchedule(e.spec, e.algorithm, paramsFor(e.spec.nranks)));
-    if (b.movesData() && !buffers_.count(key)) buffers_.emplace(key, std::make_unique<RankBufferSet>(e.spec, false));
+    if (b.movesData() && !buffers_.count(key))
+      buffers_.emplace(key, std::make_unique<PerfBuffers>(e.spec, false, localRank_));
   }
 
   /// Seconds the collective takes on the backend (0 for a one-rank group).
@@ -453,7 +481,7 @@ class Replayer {
       }
       return t->second;
     }
-    RankBufferSet& bufs = *buffers_.at(key);
+    PerfBuffers& bufs = *buffers_.at(key);
     if (a_.check) bufs.fill();
     const RunResult r = b.run(sched, bufs.views(), RunOptions{1, first ? a_.warmup : 0, a_.timeoutSeconds});
     if (a_.check) {
@@ -481,13 +509,16 @@ class Replayer {
   int world_ = 1, local_ = 1, workers_ = 1;
   double computeScale_ = 1;
   bool waitGaps_ = true;
+  bool processMode_ = false;
+  int localRank_ = -1;  ///< this process's rank on a process backend, -1 when every rank is here
+  BackendOptions processOptions_;
   std::string topology_;
   std::unique_ptr<Topology> topo_;
   std::vector<ReplayEvent> events_;
   std::map<int, std::unique_ptr<Backend>> backends_;
   std::map<Key, Schedule> schedules_;
   std::map<Key, double> simulated_;
-  std::map<Key, std::unique_ptr<RankBufferSet>> buffers_;
+  std::map<Key, std::unique_ptr<PerfBuffers>> buffers_;
   std::set<Key> seen_;
   std::size_t wrong_ = 0;
 };
@@ -498,6 +529,8 @@ int run(const ReplayArgs& a) {
   }
   Replayer r(a, readTrace(a.trace));
   r.run();
+  const std::size_t wrong = r.wrong();
+  if (!r.reports()) return wrong > 0 ? 1 : 0;
   r.print(stdout);
   if (!a.output.empty()) {
     std::ofstream f(a.output);
@@ -505,7 +538,7 @@ int run(const ReplayArgs& a) {
       throw Error(Errc::InvalidArgument, fmt::format("cannot write output file '{}'", a.output));
     }
   }
-  return r.wrong() > 0 ? 1 : 0;
+  return wrong > 0 ? 1 : 0;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "world_options.h"
 
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
@@ -81,8 +80,8 @@ PerfBuffers::PerfBuffers(const CollectiveSpec& spec, bool inPlace, int localRank
   if (inPlace) {
     allocBytes_ = std::max(inBytes_, outBytes_);
     out_ = std::make_unique<std::byte[]>(std::max<std::size_t>(allocBytes_, 1));
-    localViews_ = {RankBuffers{out_.get() + spec.inPlaceInputOffset(localRank),
-                               out_.get() + spec.inPlaceOutputOffset(localRank)}};
+    localViews_ = {
+        RankBuffers{out_.get() + spec.inPlaceInputOffset(localRank), out_.get() + spec.inPlaceOutputOffset(localRank)}};
   } else {
     in_ = std::make_unique<std::byte[]>(std::max<std::size_t>(inBytes_, 1));
     out_ = std::make_unique<std::byte[]>(std::max<std::size_t>(outBytes_, 1));

@@ -8,6 +8,8 @@
 // Around the executor: per-peer watcher threads hold a receive on a control slot, which fails the moment the
 // peer's connection closes (or delivers a peer's abort notice), and a watchdog enforces the per-op timeout by
 // aborting the current wait (Gloo's own wait timeout closes every connection, so it is only a backstop).
+#include "gloo_backend.h"
+
 #include <gloo/allreduce_bcube.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
@@ -31,13 +33,12 @@
 #include <mutex>
 #include <optional>
 #include <queue>
-#include <tuple>
 #include <thread>
+#include <tuple>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
-#include "gloo_backend.h"
 #include "host_backend.h"
 #include "store.h"
 
@@ -118,7 +119,7 @@ std::uint64_t dataSlot(std::uint64_t seq, int channel, std::size_t index, std::s
 /// Gloo writes with writev(2), which raises SIGPIPE when the peer has gone: the default action would kill this
 /// process silently instead of letting it report which rank failed. A handler the program installed is kept.
 void ignoreSigpipe() {
-  struct sigaction current{};
+  struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
 }
 
@@ -540,10 +541,10 @@ class GlooBackend final : public Backend {
         peerLeft_[pu].store(true);
         return;
       }
-      recordFailure(Report{msg->code, msg->culprit,
-                           fmt::format("{} (reported by {} to {})", msg->reason, world_.describeRank(msg->origin),
-                                       self(true)),
-                           msg->reason});
+      recordFailure(
+          Report{msg->code, msg->culprit,
+                 fmt::format("{} (reported by {} to {})", msg->reason, world_.describeRank(msg->origin), self(true)),
+                 msg->reason});
     } catch (const std::exception& e) {
       if (stopping_.load() || peerLeft_[pu].load()) return;
       recordFailure(lostPeer(p, glooWhat(e), ""));
@@ -662,7 +663,8 @@ class GlooBackend final : public Backend {
       bool ioError = false;
       std::string ioWhat;
       try {
-        ok = isRecv ? b->waitRecv(nullptr, opTimeout_ + kGlooBackstop) : b->waitSend(nullptr, opTimeout_ + kGlooBackstop);
+        ok = isRecv ? b->waitRecv(nullptr, opTimeout_ + kGlooBackstop)
+                    : b->waitSend(nullptr, opTimeout_ + kGlooBackstop);
       } catch (const std::exception& e) {
         ioError = true;
         ioWhat = glooWhat(e);
@@ -680,9 +682,9 @@ class GlooBackend final : public Backend {
           op ? fmt::format("op {}: {} of {} bytes, channel {}", opIndex, toString(op->kind), op->bytes, op->channel)
              : std::string("collective header");
       if (expired || (ioError && ioWhat.find("Timed out") != std::string::npos)) {
-        const std::string f = fmt::format("{{}} timed out after {:.3g} s waiting for {} ({})",
-                                          std::chrono::duration<double>(opTimeout_).count(),
-                                          world_.describeRank(peer), what);
+        const std::string f =
+            fmt::format("{{}} timed out after {:.3g} s waiting for {} ({})",
+                        std::chrono::duration<double>(opTimeout_).count(), world_.describeRank(peer), what);
         raise(Report{Errc::Timeout, peer, fmt::format(fmt::runtime(f), self(true)),
                      fmt::format(fmt::runtime(f), self(false))});
       }
@@ -708,9 +710,12 @@ class GlooBackend final : public Backend {
 
   std::byte* resolve(const RunPlan& p, const BufRef& ref) const {
     switch (ref.buffer) {
-      case BufferKind::Input: return p.input + ref.offset;
-      case BufferKind::Output: return p.output + ref.offset;
-      case BufferKind::Scratch: return p.scratch + ref.offset;
+      case BufferKind::Input:
+        return p.input + ref.offset;
+      case BufferKind::Output:
+        return p.output + ref.offset;
+      case BufferKind::Scratch:
+        return p.scratch + ref.offset;
     }
     return nullptr;
   }
@@ -811,9 +816,10 @@ class GlooBackend final : public Backend {
                         : op.kind == OpKind::Recv ? resolve(p, op.dst)
                                                   : p.staging + o.stagingOffset;
       const std::size_t elems = op.bytes / p.elemSize;
-      const std::size_t pieces =
-          op.bytes == 0 ? 1 : std::clamp<std::size_t>((op.bytes + kWirePieceBytes - 1) / kWirePieceBytes, 1,
-                                                      std::min(kMaxPieces, std::max<std::size_t>(1, elems)));
+      const std::size_t pieces = op.bytes == 0
+                                     ? 1
+                                     : std::clamp<std::size_t>((op.bytes + kWirePieceBytes - 1) / kWirePieceBytes, 1,
+                                                               std::min(kMaxPieces, std::max<std::size_t>(1, elems)));
       const std::size_t perPiece = (elems + pieces - 1) / pieces * p.elemSize;
       for (std::size_t k = 0, off = 0; k < pieces; ++k) {
         const std::size_t len = k + 1 == pieces ? op.bytes - off : std::min(perPiece, op.bytes - off);
@@ -870,13 +876,16 @@ class GlooBackend final : public Backend {
     const auto n = static_cast<std::size_t>(world_.world);
     std::vector<char> headerOk(n, p.headers ? 0 : 1);
     std::vector<std::vector<int>> deferred(p.headers ? n : 0);
-    // Min-heap on (logical time, op); header receives are (-1, -1 - peer) so they come first.
-    using Entry = std::pair<int, int>;
+    // Min-heap on (logical time, op); header receives are (-1, 0, -1 - peer) so they come first.
+    // Among ops of equal time receives come first: a receive-reduce folds its pieces as they arrive, while a send
+    // completing only means the kernel took its bytes (ties may be broken freely: equal-time ops never wait for
+    // each other to be noticed).
+    using Entry = std::tuple<int, int, int>;  // (time, 1 for sends, op)
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> pending;
     if (p.headers) {
       if (!p.headersPosted) postHeaders(p, seq);
       COLLBENCH_CHECK(p.mine.sequence == seq, "headers posted for collective {} but this is {}", p.mine.sequence, seq);
-      for (int q : p.neighbours) pending.emplace(-1, -1 - q);
+      for (int q : p.neighbours) pending.emplace(-1, 0, -1 - q);
     }
     const CollectiveHeader& mineHeader = p.mine;
     auto complete = [&](int i) {
@@ -895,7 +904,7 @@ class GlooBackend final : public Backend {
           o.pieces[k].buf->recv(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[k].bytes);
         }
       });
-      pending.emplace(o.time, i);
+      pending.emplace(o.time, 0, i);
     };
     for (;;) {
       while (!ready.empty()) {
@@ -923,7 +932,7 @@ class GlooBackend final : public Backend {
                 o.pieces[k].buf->send(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[k].bytes);
               }
             });
-            pending.emplace(o.time, i);
+            pending.emplace(o.time, 1, i);
             break;
           }
           case OpKind::Recv:
@@ -937,7 +946,7 @@ class GlooBackend final : public Backend {
         }
       }
       if (pending.empty()) break;
-      const auto [t, i] = pending.top();
+      const auto [t, isSend, i] = pending.top();
       pending.pop();
       if (i < 0) {
         const int q = -1 - i;
@@ -945,9 +954,9 @@ class GlooBackend final : public Backend {
         await(p.headerRecv[qu].get(), true, q, nullptr, -1);
         std::string whyNot;
         const CollectiveHeader theirs = CollectiveHeader::decode(p.headerIn[qu], &whyNot);
-        std::string mismatch = whyNot.empty() ? describeMismatch(mineHeader, theirs)
-                                              : fmt::format("{} sent a bad collective header: {}",
-                                                            world_.describeRank(q), whyNot);
+        std::string mismatch = whyNot.empty()
+                                   ? describeMismatch(mineHeader, theirs)
+                                   : fmt::format("{} sent a bad collective header: {}", world_.describeRank(q), whyNot);
         if (whyNot.empty() && theirs.rank != q) {
           mismatch = fmt::format("{} sent a header claiming to be rank {}", world_.describeRank(q), theirs.rank);
         }
@@ -990,8 +999,8 @@ class GlooBackend final : public Backend {
     // Internal collectives carry headers too: a rank that runs more iterations than another would otherwise meet
     // the other's barrier or gather with a data transfer of another size.
     const bool headers = n > 1;
-    barrierPlan_ = makePlan(barrierSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers,
-                            &internalScratch_, &internalStaging_);
+    barrierPlan_ = makePlan(barrierSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers, &internalScratch_,
+                            &internalStaging_);
     gatherSchedule_ = buildSchedule(CollectiveSpec{Collective::AllGather, n, 1, DType::F64}, "ring");
     gatherPlan_ = makePlan(gatherSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers, &internalScratch_,
                            &internalStaging_);
@@ -1036,12 +1045,12 @@ class GlooBackend final : public Backend {
     }
     const DType dt = s.spec.dtype;
     if (dt != DType::F32 && dt != DType::F64 && dt != DType::I32 && dt != DType::I64) {
-      throw Error(Errc::Unsupported, fmt::format("{} runs float, double, int32 and int64 here, not {}", s.algorithm,
-                                                 toString(dt)));
+      throw Error(Errc::Unsupported,
+                  fmt::format("{} runs float, double, int32 and int64 here, not {}", s.algorithm, toString(dt)));
     }
     if (s.spec.count > static_cast<std::size_t>(INT_MAX)) {
-      throw Error(Errc::Unsupported, fmt::format("{} takes an int element count; {} is too many", s.algorithm,
-                                                 s.spec.count));
+      throw Error(Errc::Unsupported,
+                  fmt::format("{} takes an int element count; {} is too many", s.algorithm, s.spec.count));
     }
     const int count = static_cast<int>(s.spec.count);
     const std::size_t bytes = s.spec.inputBytes();
@@ -1087,12 +1096,18 @@ class GlooBackend final : public Backend {
     return guarded([&] {
       runEpoch(*headerPlan);
       switch (dt) {
-        case DType::F32: algo = makeNative(s.algorithm, context_, static_cast<float*>(out), count, s.spec.op); break;
-        case DType::F64: algo = makeNative(s.algorithm, context_, static_cast<double*>(out), count, s.spec.op); break;
+        case DType::F32:
+          algo = makeNative(s.algorithm, context_, static_cast<float*>(out), count, s.spec.op);
+          break;
+        case DType::F64:
+          algo = makeNative(s.algorithm, context_, static_cast<double*>(out), count, s.spec.op);
+          break;
         case DType::I32:
           algo = makeNative(s.algorithm, context_, static_cast<std::int32_t*>(out), count, s.spec.op);
           break;
-        default: algo = makeNative(s.algorithm, context_, static_cast<std::int64_t*>(out), count, s.spec.op); break;
+        default:
+          algo = makeNative(s.algorithm, context_, static_cast<std::int64_t*>(out), count, s.spec.op);
+          break;
       }
       for (int i = 0; i < opt.warmup; ++i) once();
       if (world_.world > 1) runEpoch(*barrierPlan_);
@@ -1130,7 +1145,7 @@ class GlooBackend final : public Backend {
   std::condition_variable failCv_;
   std::optional<Report> failure_;
   int watchersDone_ = 0;  // watchers whose peer said goodbye, aborted or went away
-  std::string neutral_;  // how the last error raised here reads for the other ranks
+  std::string neutral_;   // how the last error raised here reads for the other ranks
   CurrentWait current_;
 };
 

@@ -1,9 +1,9 @@
 #include "process_world.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "collbench/error.h"
 
@@ -82,8 +82,8 @@ ProcessWorld ProcessWorld::fromOptions(const BackendOptions& o) {
   if (auto it = o.find("addresses"); it != o.end()) w.addresses = splitList(it->second);
   if (w.addresses.empty() && w.world == 1) w.addresses = {"127.0.0.1:0"};
   if (static_cast<int>(w.addresses.size()) != w.world) {
-    throw Error(Errc::InvalidArgument, fmt::format("gloo backend: addresses lists {} tasks but world={}",
-                                                   w.addresses.size(), w.world));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("gloo backend: addresses lists {} tasks but world={}", w.addresses.size(), w.world));
   }
   for (std::size_t i = 0; i < w.addresses.size(); ++i) {
     if (hostPart(w.addresses[i]).empty() || portPart(w.addresses[i]) < 0) {

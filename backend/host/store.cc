@@ -3,10 +3,12 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,9 +19,6 @@
 #include <list>
 #include <map>
 #include <thread>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "collbench/error.h"
 
@@ -113,12 +112,18 @@ std::string hexPrefix(std::span<const std::byte> d) {
 
 std::string_view toString(StoreStatus s) {
   switch (s) {
-    case StoreStatus::Ok: return "ok";
-    case StoreStatus::Timeout: return "timeout";
-    case StoreStatus::BadFrame: return "bad frame";
-    case StoreStatus::BadVersion: return "bad protocol version";
-    case StoreStatus::BadToken: return "wrong cluster token";
-    case StoreStatus::Full: return "store full";
+    case StoreStatus::Ok:
+      return "ok";
+    case StoreStatus::Timeout:
+      return "timeout";
+    case StoreStatus::BadFrame:
+      return "bad frame";
+    case StoreStatus::BadVersion:
+      return "bad protocol version";
+    case StoreStatus::BadToken:
+      return "wrong cluster token";
+    case StoreStatus::Full:
+      return "store full";
   }
   return "?";
 }
@@ -226,8 +231,8 @@ StoreReplyParse parseReply(std::span<const std::byte> d) {
   if (d.size() < kStoreReplyHeaderBytes) return p;
   const std::uint16_t version = getU16(d, 4);
   if (version != kStoreProtocolVersion) {
-    return bad(fmt::format("store replied with protocol version {}, this process speaks {}", version,
-                           kStoreProtocolVersion));
+    return bad(
+        fmt::format("store replied with protocol version {}, this process speaks {}", version, kStoreProtocolVersion));
   }
   const auto status = std::to_integer<unsigned>(d[6]);
   if (status > static_cast<unsigned>(StoreStatus::Full)) return bad(fmt::format("unknown reply status {}", status));
@@ -294,9 +299,12 @@ struct StoreServer::Impl {
     spdlog::warn("collbench store {}: refused {}: {}", address, c.peer, reason);
     {
       std::lock_guard lock(statsMutex);
-      if (st == StoreStatus::BadToken) ++stats.refusedToken;
-      else if (st == StoreStatus::BadVersion) ++stats.refusedVersion;
-      else ++stats.refusedFrame;
+      if (st == StoreStatus::BadToken)
+        ++stats.refusedToken;
+      else if (st == StoreStatus::BadVersion)
+        ++stats.refusedVersion;
+      else
+        ++stats.refusedFrame;
     }
     c.closeAfterWrite = true;  // before the reply: a reply that leaves at once closes the connection
     c.in.clear();
@@ -370,8 +378,8 @@ struct StoreServer::Impl {
           auto it = data.find(r.key);
           const std::size_t old = it == data.end() ? 0 : it->second.size();
           if (storedBytes - old + r.value.size() > kMaxStoredBytes) {
-            const std::string why = fmt::format("store holds {} B; setting '{}' would exceed {} B", storedBytes,
-                                                r.key, kMaxStoredBytes);
+            const std::string why =
+                fmt::format("store holds {} B; setting '{}' would exceed {} B", storedBytes, r.key, kMaxStoredBytes);
             spdlog::warn("collbench store {}: {} ({})", address, why, c.peer);
             reply(c, StoreStatus::Full, std::span<const char>(why.data(), why.size()));
             break;
@@ -437,8 +445,8 @@ struct StoreServer::Impl {
       }
       c.in.insert(c.in.end(), buf, buf + n);
       if (c.in.size() > kMaxRequestFrameBytes) {
-        refuse(c, StoreStatus::BadFrame, fmt::format("more than {} B sent ahead of a pending reply",
-                                                     kMaxRequestFrameBytes));
+        refuse(c, StoreStatus::BadFrame,
+               fmt::format("more than {} B sent ahead of a pending reply", kMaxRequestFrameBytes));
         break;
       }
       process(c, now);
@@ -537,8 +545,7 @@ StoreServer::StoreServer(const std::string& host, int port, std::string token,
   }
   ::freeaddrinfo(res);
   if (impl_->listenFd < 0) {
-    throw Error(Errc::BackendError,
-                fmt::format("store server cannot listen on {}:{}: {}", host, port, lastError));
+    throw Error(Errc::BackendError, fmt::format("store server cannot listen on {}:{}: {}", host, port, lastError));
   }
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;

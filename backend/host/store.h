@@ -55,8 +55,8 @@ std::vector<std::byte> encodeRequest(const StoreRequest& r, std::uint16_t versio
 struct StoreParse {
   enum class Kind { NeedMore, Ok, Bad };
   Kind kind = Kind::NeedMore;
-  std::size_t consumed = 0;  ///< bytes of the frame (Ok only)
-  StoreRequest request;      ///< Ok only; the token is not checked here
+  std::size_t consumed = 0;              ///< bytes of the frame (Ok only)
+  StoreRequest request;                  ///< Ok only; the token is not checked here
   StoreStatus status = StoreStatus::Ok;  ///< Bad: BadFrame or BadVersion
   std::string reason;                    ///< Bad: what was wrong, for the log
 };
@@ -82,11 +82,11 @@ bool constantTimeEquals(std::string_view a, std::string_view b);
 
 /// Counters the server keeps (tests assert on them; the log says the same in words).
 struct StoreServerStats {
-  std::uint64_t accepted = 0;         ///< connections accepted
-  std::uint64_t requests = 0;         ///< well-formed requests with the right token
-  std::uint64_t refusedToken = 0;     ///< connections closed for a wrong token
-  std::uint64_t refusedVersion = 0;   ///< ... for a protocol version other than ours
-  std::uint64_t refusedFrame = 0;     ///< ... for a malformed, over-limit or truncated frame
+  std::uint64_t accepted = 0;        ///< connections accepted
+  std::uint64_t requests = 0;        ///< well-formed requests with the right token
+  std::uint64_t refusedToken = 0;    ///< connections closed for a wrong token
+  std::uint64_t refusedVersion = 0;  ///< ... for a protocol version other than ours
+  std::uint64_t refusedFrame = 0;    ///< ... for a malformed, over-limit or truncated frame
 };
 
 /// The store server: one thread, poll(2) over non-blocking sockets, listening only on the given address.

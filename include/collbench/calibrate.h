@@ -6,8 +6,9 @@
 /// The fit: for parameters p, every sample's model estimate is linear in u = (alpha_intra, alpha_inter,
 /// 1/beta_intra, 1/beta_inter, 1/gamma) with the coefficients of its critical path (CostTerms), and the critical
 /// path depends on p only through which flow or phase is slowest. So: evaluate the coefficients at p, solve the
-/// non-negative least squares problem min sum ((A u - t) / t)^2 (relative errors, so that 1 KiB and 1 GiB weigh
-/// alike), repeat from the new p until it stops changing (or kCalibrateMaxIterations), keeping the best fit seen.
+/// non-negative least squares problem min sum w ((A u - t) / t)^2 (relative errors, so that 1 KiB and 1 GiB weigh
+/// alike; for the default L1 loss w = 1/|relative residual| at p, iteratively reweighted), repeat from the new p until
+/// it stops changing (or kCalibrateMaxIterations), keeping the best fit seen.
 /// Parameters no sample depends on (inter-host on one host, gamma without reductions) keep their initial values and
 /// are reported as not identified. Every `holdOutEvery`-th size of each series (collective, algorithm, ranks) is
 /// left out of the fit and only predicted, so the error reported on it is honest.
@@ -60,7 +61,12 @@ inline constexpr int kCalibrateMaxIterations = 30;
 /// Bandwidth written for a class whose fitted 1/beta is 0 (no measurable transfer cost): effectively infinite.
 inline constexpr double kCalibrateUnboundedGBps = 1e6;
 
+/// What the fit minimises: the sum of absolute relative errors (robust to a few disturbed measurements, and what
+/// the reported median measures) or of squared ones.
+enum class CalibrationLoss { L1, L2 };
+
 struct CalibrationOptions {
+  CalibrationLoss loss = CalibrationLoss::L1;
   int holdOutEvery = 2;  ///< 0 or 1: no hold-out (fit on everything)
   int maxIterations = kCalibrateMaxIterations;
   std::string topologyName = "calibrated";

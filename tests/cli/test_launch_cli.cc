@@ -2,6 +2,7 @@
 // rank stopping the others with its status named, bad invocations; and `collbench perf --backend gloo` under it:
 // correct results for every all-reduce algorithm, only rank 0 printing, and kill -9 of one process during a
 // 256 MiB all-reduce, after which the survivors exit naming the dead rank within timeout + 5 s.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,13 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
 #include "collbench/algorithms.h"
@@ -179,8 +178,8 @@ TEST(LaunchCli, PerfOverGlooEveryAllReduceAlgorithm) {
   expectCorrectTable(r, 3);  // 4, 256, 16K bytes
   for (const std::string n : {"2", "4"}) {
     for (const std::string algo : {"ring", "gloo_ring"}) {
-      r = runCollbench({"launch", "-n", n, "--", cli, "perf", "--backend", "gloo", "--algo", algo, "-b", "8", "-e",
-                        "1M", "-f", "32", "-n", "2", "-d", "double", "-o", "avg"});
+      r = runCollbench({"launch", "-n", n,    "--", cli,  "perf", "--backend", "gloo", "--algo", algo, "-b",
+                        "8",      "-e", "1M", "-f", "32", "-n",   "2",         "-d",   "double", "-o", "avg"});
       expectCorrectTable(r, 4);  // 8, 256, 8K, 256K bytes
       EXPECT_TRUE(contains(r.out, "[rank 0] # nThread 1 nGpus " + n)) << r.out;
     }
@@ -220,10 +219,9 @@ TEST(LaunchCli, KillDuringA256MiBAllReduceNamesTheDeadRank) {
   const auto startedAt = Clock::now();
   pid_t victim = -1;
   const Launched r = runCollbench(
-      {"launch", "-n", "3", "--grace", "20", "--", COLLBENCH_CLI, "perf", "--backend", "gloo", "--algo", "ring", "-b",
-       "256M", "-e", "256M", "-n", "1000", "-w", "1", "-c", "0"},
-      {"COLLBENCH_TIMEOUT_SECONDS=5"},
-      [&](pid_t launcher, const std::string&) {
+      {"launch", "-n", "3",    "--grace", "20",   "--", COLLBENCH_CLI, "perf", "--backend", "gloo", "--algo",
+       "ring",   "-b", "256M", "-e",      "256M", "-n", "1000",        "-w",   "1",         "-c",   "0"},
+      {"COLLBENCH_TIMEOUT_SECONDS=5"}, [&](pid_t launcher, const std::string&) {
         // Rank 0's table is buffered until its first row, so watch rank 1's memory instead: past its 512 MiB of
         // buffers it is folding received data into staging, i.e. inside the all-reduce.
         if (victim < 0) victim = childWithRank(launcher, 1);

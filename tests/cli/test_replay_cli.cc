@@ -237,6 +237,40 @@ TEST(ReplayCli, WorkloadOnSimulatorOverlapsBackward) {
   for (const auto& p : {tr, out, out2}) std::filesystem::remove(p);
 }
 
+// docs/trace.schema.json describes what the reader accepts: traces the tools write validate against it, and a
+// broken one does not. Uses Python's jsonschema where it is installed (Debian: python3-jsonschema).
+TEST(TraceSchema, ToolOutputValidates) {
+  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 with jsonschema is not installed (apt-get install python3-jsonschema)";
+  }
+  const auto wl = temp("schema_wl.json"), hand = writeTemp("schema_hand.json", handTrace());
+  std::filesystem::remove(wl);
+  ASSERT_EQ(
+      runCli(fmt::format("workload --model gpt2-xl --dtype half --bytes-per-pack 64M --steps 1 -o {}", wl.string()))
+          .exitCode,
+      0);
+  json bad = handTrace();
+  bad["events"][1]["bytes"] = 6;  // not a multiple of the float size
+  bad["events"][2].erase("op");   // a reducing kind without op
+  const auto broken = writeTemp("schema_bad.json", bad);
+  const std::string schema = (std::filesystem::path(COLLBENCH_SOURCE_DIR) / "docs" / "trace.schema.json").string();
+  const auto validate = [&](const std::filesystem::path& doc) {
+    const std::string cmd = fmt::format(
+        "python3 -c \"import json, sys, jsonschema; s = json.load(open(sys.argv[1])); "
+        "jsonschema.Draft202012Validator.check_schema(s); "
+        "errs = list(jsonschema.Draft202012Validator(s).iter_errors(json.load(open(sys.argv[2])))); "
+        "sys.exit(1 if errs else 0)\" {} {}",
+        schema, doc.string());
+    return std::system(cmd.c_str());
+  };
+  EXPECT_EQ(validate(wl), 0);
+  EXPECT_EQ(validate(hand), 0);
+  EXPECT_NE(validate(broken), 0);
+  // The reader agrees that the broken one is broken.
+  EXPECT_EQ(runCli(fmt::format("replay {} --backend host", broken.string())).exitCode, 2);
+  for (const auto& p : {wl, hand, broken}) std::filesystem::remove(p);
+}
+
 bool hasTrain() { return runCli("train --help").exitCode == 0; }
 
 // Acceptance (issue #9): record `collbench train` on 4 replicas, replay on host threads and on the simulator: the

@@ -4,6 +4,7 @@
 // the middle of a 256 MiB all-reduce, after which every survivor must name the dead rank within timeout + 5 s.
 #ifdef COLLBENCH_HAVE_GLOO
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -21,8 +22,6 @@
 #include <span>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
@@ -71,8 +70,9 @@ BackendOptions worldOptions(const std::vector<std::string>& addresses, int rank,
     joined += (i ? "," : "") + addresses[i];
     tasks += fmt::format("{}worker[{}]", i ? "," : "", i);
   }
-  return {{"rank", std::to_string(rank)}, {"world", std::to_string(addresses.size())}, {"addresses", joined},
-          {"tasks", tasks},   {"token", "test-token"},   {"timeout", fmt::format("{}", timeout)}};
+  return {{"rank", std::to_string(rank)}, {"world", std::to_string(addresses.size())},
+          {"addresses", joined},          {"tasks", tasks},
+          {"token", "test-token"},        {"timeout", fmt::format("{}", timeout)}};
 }
 
 /// "ERROR <errc> <peer> <ns>: <message>" for a collbench::Error, as children report it.
@@ -89,7 +89,8 @@ using Body = std::function<std::string(int rank, const BackendOptions&)>;
 std::vector<ChildResult> runWorld(const std::vector<std::string>& addresses, const std::vector<int>& ranks,
                                   const Body& body, double timeout, std::chrono::seconds limit,
                                   const std::function<void(int rank, BackendOptions&)>& tweak = {},
-                                  std::vector<pid_t>* pidsOut = nullptr, const std::function<void()>& whileRunning = {}) {
+                                  std::vector<pid_t>* pidsOut = nullptr,
+                                  const std::function<void()>& whileRunning = {}) {
   std::vector<ChildResult> results;
   std::vector<pid_t> pids;
   std::vector<int> fds;
@@ -221,14 +222,17 @@ std::string sweep(int rank, const BackendOptions& o) {
   };
   // Reductions and types the executor folds differently (float, integer, half-width, avg's final division);
   // the reduction kernels themselves are swept in unit tests.
-  const std::pair<DType, ReduceOp> ours[] = {{DType::F32, ReduceOp::Sum}, {DType::F64, ReduceOp::Avg},
-                                             {DType::I32, ReduceOp::Max}, {DType::BF16, ReduceOp::Prod}};
-  const std::pair<DType, ReduceOp> glooTypes[] = {{DType::F32, ReduceOp::Sum}, {DType::F64, ReduceOp::Avg},
-                                                  {DType::I64, ReduceOp::Prod}};
+  const std::pair<DType, ReduceOp> ours[] = {{DType::F32, ReduceOp::Sum},
+                                             {DType::F64, ReduceOp::Avg},
+                                             {DType::I32, ReduceOp::Max},
+                                             {DType::BF16, ReduceOp::Prod}};
+  const std::pair<DType, ReduceOp> glooTypes[] = {
+      {DType::F32, ReduceOp::Sum}, {DType::F64, ReduceOp::Avg}, {DType::I64, ReduceOp::Prod}};
   for (const AlgorithmInfo& a : algorithms()) {
     if (a.collective != Collective::AllReduce || (a.native && !isGlooNative(a))) continue;
     const std::span<const std::pair<DType, ReduceOp>> types =
-        a.native ? std::span<const std::pair<DType, ReduceOp>>(glooTypes) : std::span<const std::pair<DType, ReduceOp>>(ours);
+        a.native ? std::span<const std::pair<DType, ReduceOp>>(glooTypes)
+                 : std::span<const std::pair<DType, ReduceOp>>(ours);
     AlgoParams params;
     // Hierarchical all-reduce needs each rank's host and equal hosts: two "hosts" of consecutive ranks when n is
     // even, else one rank per host.
@@ -257,7 +261,8 @@ std::string sweep(int rank, const BackendOptions& o) {
     const CollectiveSpec spec{Collective::AllReduce, n, 777, DType::F32, ReduceOp::Sum};
     LocalBuffers b(spec, rank, false);
     backend->run(buildSchedule(spec, algo), Buffers{b.view}, RunOptions{3, 2, 30});
-    if (const std::size_t w = b.wrong()) failures << fmt::format("{} with 2 warmup + 3 iterations: {} wrong\n", algo, w);
+    if (const std::size_t w = b.wrong())
+      failures << fmt::format("{} with 2 warmup + 3 iterations: {} wrong\n", algo, w);
     ++runs;
   }
   const std::string f = failures.str();
@@ -268,11 +273,14 @@ class GlooWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooWorld, EveryCollectiveAndAlgorithmMatchesTheReference) {
   const int n = GetParam();
-  const auto results = runWorld(freeAddresses(n), [&] {
-    std::vector<int> r(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = i;
-    return r;
-  }(), sweep, 30, 120s);
+  const auto results = runWorld(
+      freeAddresses(n),
+      [&] {
+        std::vector<int> r(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = i;
+        return r;
+      }(),
+      sweep, 30, 120s);
   for (const auto& r : results) {
     EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << "rank " << r.rank << ": " << r.report;
     EXPECT_EQ(r.report.rfind("OK ", 0), 0u) << "rank " << r.rank << ":\n" << r.report;
@@ -410,8 +418,7 @@ TEST(GlooFaults, AStalledPeerTimesOutNamingIt) {
     try {
       backend->run(buildSchedule(spec, "ring"), Buffers{b.view}, RunOptions{1, 0, 30});
     } catch (const Error& e) {
-      return fmt::format("{} after {:.1f} s", errorReport(e),
-                         std::chrono::duration<double>(Clock::now() - t0).count());
+      return fmt::format("{} after {:.1f} s", errorReport(e), std::chrono::duration<double>(Clock::now() - t0).count());
     }
     return std::string("no error");
   };
@@ -451,7 +458,6 @@ void killDuringAllReduce(const std::string& algo, std::size_t bytes) {
     ::kill(pids[1], SIGKILL);
   });
   std::filesystem::remove(marker);
-  if (std::getenv("DEBUGKILL")) for (auto& r : results) fprintf(stderr, "DBG rank %d: %s (killed %lld)\n", r.rank, r.report.c_str(), killedAt);
   ASSERT_TRUE(WIFSIGNALED(results[1].status));
   for (int r : {0, 2}) {
     const Reported e = parseError(results[static_cast<std::size_t>(r)]);

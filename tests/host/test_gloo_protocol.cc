@@ -12,8 +12,11 @@ namespace collbench::host {
 namespace {
 
 BackendOptions twoRanks() {
-  return {{"rank", "1"}, {"world", "2"}, {"addresses", "127.0.0.1:4000,127.0.0.1:4001"},
-          {"tasks", "worker[0],worker[1]"}, {"token", "tok"}};
+  return {{"rank", "1"},
+          {"world", "2"},
+          {"addresses", "127.0.0.1:4000,127.0.0.1:4001"},
+          {"tasks", "worker[0],worker[1]"},
+          {"token", "tok"}};
 }
 
 std::string errorOf(const BackendOptions& o) {

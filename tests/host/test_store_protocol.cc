@@ -5,14 +5,13 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <random>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "collbench/error.h"
 #include "store.h"
@@ -144,7 +143,9 @@ TEST(StoreProtocol, SeededFuzzOfTheParser) {
         ++bad;
         ASSERT_FALSE(p.reason.empty());
         break;
-      case StoreParse::Kind::NeedMore: ++more; break;
+      case StoreParse::Kind::NeedMore:
+        ++more;
+        break;
     }
     if (kind == 2) {
       ASSERT_NE(p.kind, StoreParse::Kind::Ok) << "a truncated frame was accepted";
@@ -192,7 +193,8 @@ std::vector<std::byte> readUntilClosed(int fd, std::chrono::milliseconds limit =
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
     std::byte buf[4096];
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
@@ -310,14 +312,18 @@ TEST_F(StoreServerTest, SeededFuzzOfTheLiveServer) {
   for (int i = 0; i < kConnections; ++i) {
     const int fd = rawConnect(port());
     ASSERT_GE(fd, 0);
-    std::vector<std::byte> f = encodeRequest(request(static_cast<StoreOp>(1 + rng() % 3), "k" + std::to_string(i),
-                                                     "", i % 5 == 0 ? "secret" : "wrong"));
+    std::vector<std::byte> f = encodeRequest(
+        request(static_cast<StoreOp>(1 + rng() % 3), "k" + std::to_string(i), "", i % 5 == 0 ? "secret" : "wrong"));
     switch (rng() % 3) {
       case 0:
         for (auto& b : f) b = static_cast<std::byte>(rng());
         break;
-      case 1: f[rng() % f.size()] ^= std::byte{0x40}; break;
-      default: f.resize(rng() % f.size()); break;
+      case 1:
+        f[rng() % f.size()] ^= std::byte{0x40};
+        break;
+      default:
+        f.resize(rng() % f.size());
+        break;
     }
     if (!f.empty()) ::send(fd, f.data(), f.size(), MSG_NOSIGNAL);
     ::close(fd);

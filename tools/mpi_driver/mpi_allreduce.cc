@@ -2,18 +2,17 @@
 // same nccl-tests table (rank 0 only), so that bench/compare.sh and `collbench perf --algo mpi` compare peer and
 // ours from one kind of output. Start it with mpirun:
 //   mpirun -np 4 --oversubscribe --allow-run-as-root collbench-mpi-allreduce -b 1M -e 256M -f 4
+#include <fmt/format.h>
 #include <mpi.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "collbench/error.h"
 #include "collbench/reduce.h"
@@ -35,11 +34,16 @@ struct Config {
 
 MPI_Datatype mpiType(DType t) {
   switch (t) {
-    case DType::F32: return MPI_FLOAT;
-    case DType::F64: return MPI_DOUBLE;
-    case DType::I32: return MPI_INT32_T;
-    case DType::I64: return MPI_INT64_T;
-    default: break;
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::I32:
+      return MPI_INT32_T;
+    case DType::I64:
+      return MPI_INT64_T;
+    default:
+      break;
   }
   throw collbench::Error(collbench::Errc::Unsupported,
                          fmt::format("MPI_Allreduce baseline runs float, double, int32, int64; not {}", toString(t)));
@@ -48,10 +52,14 @@ MPI_Datatype mpiType(DType t) {
 MPI_Op mpiOp(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return MPI_SUM;
-    case ReduceOp::Prod: return MPI_PROD;
-    case ReduceOp::Min: return MPI_MIN;
-    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Avg:
+      return MPI_SUM;
+    case ReduceOp::Prod:
+      return MPI_PROD;
+    case ReduceOp::Min:
+      return MPI_MIN;
+    case ReduceOp::Max:
+      return MPI_MAX;
   }
   return MPI_SUM;
 }
@@ -80,10 +88,11 @@ int run(const Config& c) {
   ::gethostname(host, sizeof host - 1);
   print(fmt::format("# collbench {} perf all_reduce: backend mpi, {} ranks, algorithm mpi (MPI_Allreduce)\n",
                     COLLBENCH_VERSION, n));
-  print(fmt::format("# nThread 1 nGpus {} minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} agg iters: 1 "
-                    "validation: {} graph: 0\n#\n# Using devices\n",
-                    n, minB, maxB, c.stepFactor > 1 ? fmt::format("{}(factor)", c.stepFactor) : fmt::format("{}(bytes)", stepB),
-                    c.warmup, c.iters, c.check));
+  print(fmt::format(
+      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} agg iters: 1 "
+      "validation: {} graph: 0\n#\n# Using devices\n",
+      n, minB, maxB, c.stepFactor > 1 ? fmt::format("{}(factor)", c.stepFactor) : fmt::format("{}(bytes)", stepB),
+      c.warmup, c.iters, c.check));
   for (int r = 0; r < n; ++r) {
     print(fmt::format("#  Rank {:2d} Group  0 Pid {:6d} on {:>10} device {:2d} [mpi] cpu process\n", r,
                       r == rank ? static_cast<int>(::getpid()) : 0, r == rank ? host : "?", r));
@@ -104,9 +113,11 @@ int run(const Config& c) {
     const std::size_t rowBytes = count * es;
     std::vector<std::byte> in(std::max<std::size_t>(rowBytes, 1)), outBuf(std::max<std::size_t>(rowBytes, 1));
     auto fill = [&](std::byte* p) {
-      for (std::size_t i = 0; i < count; ++i) collbench::storeFromDouble(dtype, p, i, collbench::inputValue(spec, rank, i));
+      for (std::size_t i = 0; i < count; ++i)
+        collbench::storeFromDouble(dtype, p, i, collbench::inputValue(spec, rank, i));
     };
-    std::string row = fmt::format("  {:10d}  {:12d}  {:>8}  {:>6}  {:6d}", rowBytes, count, toString(dtype), toString(op), -1);
+    std::string row =
+        fmt::format("  {:10d}  {:12d}  {:>8}  {:>6}  {:6d}", rowBytes, count, toString(dtype), toString(op), -1);
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
       fill(in.data());
       std::byte* dst = inPlace ? in.data() : outBuf.data();
@@ -138,7 +149,8 @@ int run(const Config& c) {
         for (std::size_t i = 0; i < count; ++i) {
           std::uint64_t rounded = 0;
           collbench::storeFromDouble(dtype, &rounded, 0, collbench::expectedValue(spec, rank, i));
-          if (!collbench::matches(spec, collbench::loadAsDouble(dtype, dst, i), collbench::loadAsDouble(dtype, &rounded, 0))) {
+          if (!collbench::matches(spec, collbench::loadAsDouble(dtype, dst, i),
+                                  collbench::loadAsDouble(dtype, &rounded, 0))) {
             ++mine;
           }
         }
@@ -154,8 +166,8 @@ int run(const Config& c) {
     }
     print(row + "\n");
     if (out) std::fflush(out);
-    const std::size_t next = c.stepFactor > 1 ? static_cast<std::size_t>(static_cast<double>(bytes) * c.stepFactor)
-                                              : bytes + stepB;
+    const std::size_t next =
+        c.stepFactor > 1 ? static_cast<std::size_t>(static_cast<double>(bytes) * c.stepFactor) : bytes + stepB;
     if (next <= bytes) break;
     bytes = next;
   }
