@@ -162,9 +162,10 @@ struct CostModel::Impl {
 
   CostTerms gammaCost(double bytes, int rank) const {
     CostTerms t;
-    const double g = gammaUsPerByte[static_cast<std::size_t>(rank)];
-    if (g > 0 && bytes > 0) {
-      t.us = bytes * g;
+    // gammaBytes is counted even when reductions are free (g == 0): it says what the time depends on, so a fit
+    // that passes through gamma = 0 can still move away from it.
+    if (bytes > 0) {
+      t.us = bytes * gammaUsPerByte[static_cast<std::size_t>(rank)];
       t.gammaBytes = bytes;
     }
     return t;

@@ -16,32 +16,6 @@
 
 namespace collbench {
 
-namespace detail {
-
-/// Deeper documents are rejected: none of collbench's formats nests more than 6 levels, and a bound keeps a hostile
-/// input from exhausting the stack of code that walks the tree recursively.
-constexpr int kMaxJsonDepth = 64;
-
-nlohmann::json parseJsonDocument(std::string_view text, std::string_view source) {
-  bool tooDeep = false;
-  nlohmann::json::parser_callback_t cb = [&tooDeep](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-    if (depth > kMaxJsonDepth) tooDeep = true;
-    return !tooDeep;
-  };
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text.begin(), text.end(), cb);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(Errc::InvalidArgument, fmt::format("{}: not valid JSON: {}", printable(source), printable(e.what())));
-  }
-  if (tooDeep) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("{}: JSON nested deeper than {} levels", printable(source), kMaxJsonDepth));
-  }
-  return doc;
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -177,7 +151,7 @@ std::string micro(double us) { return fmt::format("{:.3f}", us); }
 }  // namespace
 
 PerfRun parsePerfRun(std::string_view text, std::string_view source) {
-  const json doc = detail::parseJsonDocument(text, source);
+  const json doc = parseJsonDocument(text, source);
   const JsonReader top(source, "", doc);
   if (const std::string f = top.string("format"); f != kPerfFormat) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", kPerfFormat, printable(f)));

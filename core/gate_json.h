@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "collbench/error.h"
+#include "collbench/json_document.h"
 
 namespace collbench::detail {
 
@@ -21,9 +22,6 @@ inline std::string echoJson(const nlohmann::json& v) {
   if (s.size() > kMaxEchoChars) s = s.substr(0, kMaxEchoChars) + "...";
   return printable(s);
 }
-
-/// Parses `text`, rejecting syntax errors and documents nested deeper than kMaxDepth (a parser stack bound).
-nlohmann::json parseJsonDocument(std::string_view text, std::string_view source);
 
 class JsonReader {
  public:

@@ -84,7 +84,7 @@ std::string mdCell(std::string_view s) {
 }  // namespace
 
 ReplayRun parseReplayRun(std::string_view text, std::string_view source) {
-  const json doc = detail::parseJsonDocument(text, source);
+  const json doc = parseJsonDocument(text, source);
   const JsonReader top(source, "", doc);
   if (const std::string f = top.string("format"); f != kReplayFormat) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", kReplayFormat, printable(f)));
@@ -120,7 +120,7 @@ ReplayRun parseReplayRun(std::string_view text, std::string_view source) {
 }
 
 OpTimeline parseChromeTrace(std::string_view text, std::string_view source) {
-  const json doc = detail::parseJsonDocument(text, source);
+  const json doc = parseJsonDocument(text, source);
   const JsonReader top(source, "", doc);
   const json& events = top.array("traceEvents");
   OpTimeline t;
@@ -186,7 +186,7 @@ OpTimeline parseChromeTrace(std::string_view text, std::string_view source) {
 }
 
 void addReportInput(ReportInputs& in, std::string_view text, std::string_view source) {
-  const json doc = detail::parseJsonDocument(text, source);
+  const json doc = parseJsonDocument(text, source);
   if (!doc.is_object()) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("{}: not a collbench file (expected a JSON object)", printable(source)));

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "collbench/error.h"
+#include "collbench/json_document.h"
 #include "topology_internal.h"
 
 namespace collbench {
@@ -40,113 +41,8 @@ std::string render(const json& v) {
   return s;
 }
 
-namespace {
-
-struct DuplicateKey {
-  std::string path;
-};
-
-// Strips nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 5: " prefix: the position is
-// reported separately, computed from the byte offset.
-std::string parseReason(const std::string& what) {
-  const auto col = what.find("column ");
-  if (col != std::string::npos) {
-    const auto colon = what.find(": ", col);
-    if (colon != std::string::npos) return what.substr(colon + 2);
-  }
-  const auto bracket = what.find("] ");
-  return bracket == std::string::npos ? what : what.substr(bracket + 2);
-}
-
-// nlohmann quotes the offending input ("last read: '...'"), which may be binary: keep the message one clean line.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c >= 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 json parseJsonText(const std::string& text, const std::string& source) {
-  // nlohmann keeps the last of duplicate keys silently; in a hand-edited topology that hides a typo, so the
-  // callback tracks the path and the keys seen in each open object.
-  struct Frame {
-    bool object = false;
-    std::string key;
-    long index = -1;
-    std::unordered_set<std::string> keys;
-  };
-  std::vector<Frame> stack;
-  auto pathTo = [&](const std::string& leaf) {
-    std::string p;
-    for (std::size_t i = 0; i + 1 < stack.size(); ++i) {
-      if (stack[i].object) {
-        p += (p.empty() ? "" : ".") + stack[i].key;
-      } else {
-        p += fmt::format("[{}]", stack[i].index);
-      }
-    }
-    return p + (p.empty() ? "" : ".") + leaf;
-  };
-  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t ev, json& parsed) -> bool {
-    using E = json::parse_event_t;
-    auto countElement = [&] {
-      if (!stack.empty() && !stack.back().object) ++stack.back().index;
-    };
-    switch (ev) {
-      case E::object_start:
-        countElement();
-        stack.push_back(Frame{true, {}, -1, {}});
-        break;
-      case E::array_start:
-        countElement();
-        stack.push_back(Frame{false, {}, -1, {}});
-        break;
-      case E::object_end:
-      case E::array_end:
-        if (!stack.empty()) stack.pop_back();
-        break;
-      case E::key: {
-        Frame& f = stack.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second) throw DuplicateKey{pathTo(f.key)};
-        break;
-      }
-      case E::value:
-        countElement();
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text, cb);
-  } catch (const DuplicateKey& d) {
-    fail(source, d.path, "duplicate key");
-  } catch (const json::parse_error& e) {
-    // e.byte is the 1-based offset of the last character read; line and column are derived from it here rather
-    // than taken from the message, whose wording differs between nlohmann versions.
-    const std::size_t end = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i < end; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    throw Error(Errc::InvalidTopology, fmt::format("{}: malformed JSON at line {}, column {} (byte {}): {}", source,
-                                                   line, column, e.byte, printable(parseReason(e.what()))));
-  } catch (const json::exception& e) {
-    // Numbers beyond double range ("1e400") are reported as out_of_range, without a position.
-    throw Error(Errc::InvalidTopology, fmt::format("{}: malformed JSON: {}", source, printable(parseReason(e.what()))));
-  }
+  return parseJsonDocument(text, source, Errc::InvalidTopology);
 }
 
 std::unordered_map<std::string, int> indexById(const Topology& t) {

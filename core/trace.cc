@@ -1,3 +1,4 @@
+#include "collbench/json_document.h"
 #include "collbench/trace.h"
 
 #include <cmath>
@@ -138,12 +139,7 @@ std::string toJson(const Trace& trace, int indent) {
 }
 
 Trace parseTrace(std::string_view text, std::string_view source) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(Errc::InvalidArgument, fmt::format("{}: not valid JSON: {}", source, e.what()));
-  }
+  const json root = parseJsonDocument(text, source);
   const Reader top(
       source, "", root,
       {"format", "version", "world_size", "topology", "backend", "simulated", "tool", "command", "events"});

@@ -1,3 +1,4 @@
+#include "collbench/json_document.h"
 #include "collbench/strategy/cluster_resolver.h"
 
 #include <spdlog/spdlog.h>
@@ -196,9 +197,9 @@ std::string ClusterSpec::toJson() const {
 ClusterSpec ClusterSpec::fromJson(std::string_view jsonText, std::string_view source) {
   json value;
   try {
-    value = json::parse(jsonText);
-  } catch (const json::parse_error& e) {
-    fail("{}: not valid JSON ({}): {}", source, e.what(), quote(jsonText));
+    value = parseJsonDocument(jsonText, source);
+  } catch (const Error& e) {
+    fail("{} in {}", e.what(), quote(jsonText));
   }
   return specFromJsonValue(value, source);
 }
@@ -369,9 +370,9 @@ TFConfigClusterResolver::TFConfigClusterResolver(std::string_view tfConfigJson) 
   }
   json config;
   try {
-    config = json::parse(tfConfigJson);
-  } catch (const json::parse_error& e) {
-    fail("{}: not valid JSON ({}): {}", src, e.what(), quote(tfConfigJson));
+    config = parseJsonDocument(tfConfigJson, src);
+  } catch (const Error& e) {
+    fail("{} in {}", e.what(), quote(tfConfigJson));
   }
   if (!config.is_object()) fail("{}: must be a JSON object, got {} {}", src, jsonTypeName(config), echo(config));
 

@@ -1,3 +1,4 @@
+#include "collbench/json_document.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 
 #include <spdlog/spdlog.h>
@@ -197,12 +198,7 @@ DistributedIterator MultiWorkerMirroredStrategy::makeInputFnIterator(
 
 std::string MultiWorkerMirroredStrategy::updateConfigProto(std::string_view configJson) const {
   warnDeprecated("update_config_proto", "the strategy's own settings (TF 2 configures collectives itself)");
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(configJson);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(fmt::format("update_config_proto: the config is not valid JSON: {}", e.what()));
-  }
+  nlohmann::json config = parseJsonDocument(configJson, "update_config_proto: the config");
   if (!config.is_object())
     fail(fmt::format("update_config_proto: the config must be a JSON object, got {}", config.type_name()));
   auto& rewrite = config["graph_options"]["rewrite_options"];

@@ -31,6 +31,7 @@ struct CalibrateArgs {
   std::vector<std::string> inputs;
   std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated", loss = "l1";
   int hosts = 1, holdOutEvery = 2;
+  std::string minBytes = "0", maxBytes = "0";
   bool force = false, verifySim = false, keepAll = false;
 };
 
@@ -72,6 +73,10 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
       ->default_val("cpu");
   cmd->add_option("--name", a->name, "name of the calibrated topology")->default_val("calibrated");
   cmd->add_flag("--verify-sim", a->verifySim, "also simulate every sample on the calibrated topology");
+  cmd->add_option("--min-bytes", a->minBytes, "fit only sizes >= this")->default_val("0");
+  cmd->add_option("--max-bytes", a->maxBytes, "fit only sizes <= this (0: no limit); an alpha-beta network has no "
+                  "cache levels, so host runs fit best below the last-level cache")
+      ->default_val("0");
   cmd->add_option("--loss", a->loss, "l1 (sum of |relative error|, robust) or l2 (sum of squares)")->default_val("l1");
   cmd->add_flag("--keep-all", a->keepAll,
                 "fit every repeated measurement of a point (default: keep the fastest of the runs given)");
@@ -100,6 +105,10 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
         got = samplesFromNcclTestsLog(parseNcclTestsLog(text, in), in, a->assumeAlgorithm, coll);
       }
       samples.insert(samples.end(), got.begin(), got.end());
+    }
+    {
+      const std::size_t lo = parseBytes(a->minBytes, "--min-bytes"), hi = parseBytes(a->maxBytes, "--max-bytes");
+      std::erase_if(samples, [&](const CalibrationSample& s) { return s.bytes < lo || (hi > 0 && s.bytes > hi); });
     }
     if (!a->keepAll) {
       // Repeated runs of one point (several files): keep the fastest. Interference from other work on the machine

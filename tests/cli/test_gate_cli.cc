@@ -83,7 +83,7 @@ TEST(GateCli, BadInputExitsTwoWithOneLine) {
   fewer["results"].erase(fewer["results"].size() - 1);
   const auto shorter = writeJson("shorter.json", fewer);
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {fmt::format("gate --baseline {} --current {}", malformed.string(), kRing.string()), "not valid JSON"},
+      {fmt::format("gate --baseline {} --current {}", malformed.string(), kRing.string()), "malformed JSON"},
       {fmt::format("gate --baseline {} --current {}", missing.string(), kRing.string()),
        "results[3].in_place.time_us: missing required field"},
       {fmt::format("gate --baseline {} --current {}", kRing.string(), shorter.string()), "lack row"},

@@ -91,7 +91,7 @@ TEST(ClusterSpec, FromJsonRoundTripsAndAcceptsDenseObjects) {
 }
 
 TEST(ClusterSpec, FromJsonStructureErrors) {
-  expectError([] { ClusterSpec::fromJson("{", "spec.json"); }, {"spec.json", "not valid JSON"});
+  expectError([] { ClusterSpec::fromJson("{", "spec.json"); }, {"spec.json", "malformed JSON"});
   expectError([] { ClusterSpec::fromJson("[]"); }, {"cluster must be an object", "array"});
   expectError([] { ClusterSpec::fromJson(R"({"worker": "a:1"})"); }, {"cluster.worker", "list", "\"a:1\""});
   expectError([] { ClusterSpec::fromJson(R"({"worker": ["a:1", 7]})"); }, {"cluster.worker[1]", "7"});
@@ -167,8 +167,8 @@ TEST(TFConfig, SingleWorkerStillTypeChecksTheTask) {
 }
 
 TEST(TFConfig, InvalidJsonIsAnError) {
-  expectTfConfigError("{", {"TF_CONFIG", "not valid JSON", "\"{\""});
-  expectTfConfigError(R"({"cluster": {"worker": ["a:1",]}})", {"TF_CONFIG", "not valid JSON"});
+  expectTfConfigError("{", {"TF_CONFIG", "malformed JSON", "\"{\""});
+  expectTfConfigError(R"({"cluster": {"worker": ["a:1",]}})", {"TF_CONFIG", "malformed JSON"});
   expectTfConfigError("", {"TF_CONFIG", "empty"});
   expectTfConfigError("   ", {"TF_CONFIG", "empty"});
   expectTfConfigError("[]", {"TF_CONFIG", "must be a JSON object", "array"});
@@ -186,7 +186,7 @@ TEST(TFConfig, FromEnvironmentReadsTfConfig) {
       [] {
         TFConfigClusterResolver::fromEnvironment(environmentFromMap({{"TF_CONFIG", "nope"}}));
       },
-      {"TF_CONFIG", "not valid JSON"});
+      {"TF_CONFIG", "malformed JSON"});
 }
 
 // ------------------------------------------------------------------------------------------------------------------
@@ -777,7 +777,7 @@ TEST(FromEnvironment, PicksTfConfigThenSlurmThenMpiThenSingleWorker) {
 TEST(FromEnvironment, InvalidTfConfigIsAnErrorNotAFallback) {
   Env env = slurmEnv(0);
   env["TF_CONFIG"] = "{not json";
-  expectError([&] { makeClusterResolverFromEnvironment(environmentFromMap(env)); }, {"TF_CONFIG", "not valid JSON"});
+  expectError([&] { makeClusterResolverFromEnvironment(environmentFromMap(env)); }, {"TF_CONFIG", "malformed JSON"});
   env["TF_CONFIG"] = "";
   expectError([&] { makeClusterResolverFromEnvironment(environmentFromMap(env)); }, {"TF_CONFIG", "empty"});
   env["TF_CONFIG"] = "{}";

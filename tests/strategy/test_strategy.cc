@@ -715,7 +715,7 @@ TEST(Deprecated, UpdateConfigProto) {
   EXPECT_EQ(c["experimental"]["collective_group_leader"], "/job:chief/replica:0/task:0");
   EXPECT_EQ(c["device_filters"], json::array({"/job:worker/task:0"}));
   EXPECT_FALSE(c["experimental"].contains("collective_nccl"));
-  expectInvalid([&] { chief.updateConfigProto("{"); }, {"update_config_proto", "not valid JSON"});
+  expectInvalid([&] { chief.updateConfigProto("{"); }, {"update_config_proto", "malformed JSON"});
   expectInvalid([&] { chief.updateConfigProto("[1]"); }, {"must be a JSON object"});
 }
 

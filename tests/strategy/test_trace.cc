@@ -83,7 +83,7 @@ void expectBad(const std::function<void(json&)>& edit, std::initializer_list<std
 }
 
 TEST(Trace, TopLevelErrors) {
-  expectInvalid([] { parseTrace("{", "run.json"); }, {"run.json", "not valid JSON"});
+  expectInvalid([] { parseTrace("{", "run.json"); }, {"run.json", "malformed JSON"});
   expectInvalid([] { parseTrace("[]", "run.json"); }, {"run.json", "must be an object"});
   expectBad([](json& j) { j["format"] = "chrome-trace"; }, {"run.json: format:", "collbench-trace"});
   expectBad([](json& j) { j["version"] = 2; }, {"version:", "version 2 is not supported"});

@@ -32,7 +32,7 @@ std::vector<Case> allCases() {
         cases.push_back({&a, n, count, {}});
       }
       // Pipelining and channels: small chunks force many rounds.
-      cases.push_back({&a, n, 1000, AlgoParams{64, 3}});
+      cases.push_back({&a, n, 1000, AlgoParams{64, 3, {}}});
     }
   }
   return cases;

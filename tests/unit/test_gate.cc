@@ -104,7 +104,7 @@ TEST(GateParse, ErrorsNameTheField) {
   d = perfDoc("sim", "ring", kSizes, simTime);
   d["results"][3]["size"] = d["results"][2]["size"];
   EXPECT_NE(errorOf(d.dump()).find("results[3].size"), std::string::npos);
-  EXPECT_NE(errorOf("{\"format\": ").find("b.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(errorOf("{\"format\": ").find("b.json: malformed JSON"), std::string::npos);
   EXPECT_NE(errorOf("[1, 2]").find("expected an object"), std::string::npos);
   const std::string deep = std::string(200, '[') + std::string(200, ']');
   EXPECT_NE(errorOf(deep).find("nested deeper"), std::string::npos);

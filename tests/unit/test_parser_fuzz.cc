@@ -2,12 +2,18 @@
 // never another exception, a crash or a hang. Inputs that once broke a parser live in fuzz_regressions/.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
+#include "collbench/calibrate.h"
 #include "collbench/error.h"
+#include "collbench/gate.h"
 #include "collbench/topology.h"
+#include "collbench/trace.h"
+#include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "fuzz_mutator.h"
 
@@ -65,12 +71,26 @@ TEST(ParserFuzz, SizeStringRegressions) {
   }
 }
 
+// Each file in fuzz_regressions/ once broke the parser its name starts with; every one must now be rejected with a
+// one-line collbench::Error (survives() checks the kind and the line), and none may be accepted.
 TEST(ParserFuzz, RegressionFiles) {
   const std::filesystem::path dir = std::filesystem::path(COLLBENCH_SOURCE_DIR) / "tests/unit/fuzz_regressions";
+  const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> parsers = {
+      {"topology-", [](const std::string& s) { parseTopology(s, "regression.json"); }},
+      {"trace-", [](const std::string& s) { parseTrace(s, "regression.json"); }},
+      {"perf-", [](const std::string& s) { samplesFromPerfJson(s, "regression.json", 1); }},
+      {"gate-", [](const std::string& s) { parsePerfRun(s, "regression.json"); }},
+      {"tuning-", [](const std::string& s) { parseTuningTable(s, "regression.json"); }},
+  };
+  int checked = 0;
   for (const auto& f : std::filesystem::directory_iterator(dir)) {
-    if (f.path().extension() != ".json") continue;
-    survives([&](const std::string& s) { parseTopology(s, f.path().filename().string()); }, readFile(f.path()), 0);
+    const std::string name = f.path().filename().string();
+    const auto p = std::find_if(parsers.begin(), parsers.end(), [&](const auto& e) { return name.starts_with(e.first); });
+    ASSERT_NE(p, parsers.end()) << name << ": no parser for this prefix";
+    EXPECT_FALSE(survives(p->second, readFile(f.path()), 0)) << name << " was accepted";
+    ++checked;
   }
+  EXPECT_GE(checked, 7);
 }
 
 }  // namespace

@@ -23,22 +23,7 @@ std::string dataFile(const std::string& name) {
   return ss.str();
 }
 
-template <typename F>
-bool survives(F&& parse, const std::string& input, int caseNo) {
-  try {
-    parse(input);
-    return true;
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_FALSE(msg.empty()) << "case " << caseNo;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "case " << caseNo << ": " << msg;
-    return false;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what() << "\ninput: "
-                  << input.substr(0, 400);
-    return false;
-  }
-}
+using testing::survives;
 
 template <typename F>
 void fuzz(std::uint64_t seed, const std::vector<std::string>& seeds, F&& parse) {
