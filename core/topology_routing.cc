@@ -67,6 +67,18 @@ Router::Router(const Topology& t) : topo_(&t) {
   for (std::size_t e = 0; e < adj.nbr.size(); ++e) adj_.emplace_back(adj.nbr[e], adj.link[e]);
   rankNode_.reserve(t.ranks.size());
   for (std::size_t r = 0; r < t.ranks.size(); ++r) rankNode_.push_back(nodeOf(t.ranks[r], fmt::format("ranks[{}]", r)));
+  // A node that holds a rank is an endpoint, not a router (a GPU does not forward another GPU's traffic to its NIC:
+  // without this, shortest paths on a DGX tie with detours through a neighbour GPU's NIC). Where ranks are linked
+  // to each other directly (torus, ring, NVLink mesh), ranks are the routers and every node forwards.
+  transit_.assign(adjStart_.size() - 1, 1);
+  std::vector<char> holdsRank(transit_.size(), 0);
+  for (int node : rankNode_) holdsRank[static_cast<std::size_t>(node)] = 1;
+  const bool ranksLinked = std::any_of(linkEnds_.begin(), linkEnds_.end(), [&](const auto& ends) {
+    return holdsRank[static_cast<std::size_t>(ends.first)] && holdsRank[static_cast<std::size_t>(ends.second)];
+  });
+  if (!ranksLinked) {
+    for (std::size_t v = 0; v < transit_.size(); ++v) transit_[v] = holdsRank[v] ? 0 : 1;
+  }
 
   // Explicit routes: node path -> hops; parallel links between two path nodes are chosen by the pair hash too.
   auto toHops = [&](const std::vector<std::string>& path, std::uint64_t seed) {
@@ -127,6 +139,7 @@ const Router::Tree& Router::tree(int srcNode, int dstNode) const {
   while (tr.head < tr.queue.size() &&
          (tr.hops[d] < 0 || tr.hops[static_cast<std::size_t>(tr.queue[tr.head])] < tr.hops[d])) {
     const auto u = static_cast<std::size_t>(tr.queue[tr.head++]);
+    if (!transit_[u] && static_cast<int>(u) != srcNode) continue;  // reached, but routes do not pass through it
     for (int e = adjStart_[u]; e < adjStart_[u + 1]; ++e) {
       const auto [v, l] = adj_[static_cast<std::size_t>(e)];
       const auto vi = static_cast<std::size_t>(v);
@@ -155,7 +168,7 @@ void Router::walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& ou
     for (int e = adjStart_[vi]; e < adjStart_[vi + 1]; ++e) {
       const auto [u, l] = adj_[static_cast<std::size_t>(e)];
       const auto ui = static_cast<std::size_t>(u);
-      if (tr.hops[ui] != tr.hops[vi] - 1) continue;
+      if (tr.hops[ui] != tr.hops[vi] - 1 || (!transit_[ui] && u != srcNode)) continue;
       if (!sameLatency(tr.latency[ui] + topo_->links[static_cast<std::size_t>(l)].latencyUs, tr.latency[vi])) continue;
       candidates.emplace_back(u, l);
     }

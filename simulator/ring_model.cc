@@ -1,7 +1,8 @@
 // Ring all-reduce without a schedule: the aggregated method streamed step by step, for rank counts whose schedule
 // does not fit in memory (8192 ranks x 1 GiB is 268 M ops). It evaluates exactly the dependency graph that
 // core/algorithms/ring.cc builds when no block is empty (the caller checks that):
-//   transfer (piece p, step s, rank r) goes r -> r+1 on the piece's channel and carries
+//   transfer (piece p, step s, ring position r) goes from position r to r+1 of the piece's channel's ring
+//   (ringOrder(): rank r -> r+1 on one host) and carries
 //     block (r - s) mod n in reduce-scatter steps s < n-1, block (r + 1 - t) mod n in all-gather step t = s-(n-1);
 //   its send is ready when the receive of step s-1 on rank r completed (including the reduction during
 //   reduce-scatter), or at 0 for s = 0; its receive is ready at once (reduce-scatter) or after the receiver's own
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "engine.h"
 
@@ -76,8 +78,8 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
     pieceAt[static_cast<std::size_t>(pieces[i].channel * maxRounds + pieces[i].round)] = static_cast<int>(i);
   }
 
-  // Per channel and rank: end of the last transfer on connection r -> r+1, and when the last receive completed on
-  // rank r (reduction included).
+  // Per channel and ring position r: end of the last transfer on connection r -> r+1, and when the last receive
+  // completed at position r (reduction included).
   std::vector<double> connFree(static_cast<std::size_t>(channels) * nu, 0);
   std::vector<double> recvDone(static_cast<std::size_t>(channels) * nu, 0);
   std::vector<double> nextRecvDone(recvDone.size(), 0);
@@ -92,10 +94,18 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   }
   const bool finiteReduce = std::any_of(rate.begin(), rate.end(), [](double x) { return x > 0; });
 
+  // Ring of each channel (position -> rank, as ring.cc builds it). Connections, receive times and blocks below are
+  // indexed by ring position; rates and routes by rank.
+  std::vector<std::vector<int>> rings;
+  for (int c = 0; c < channels; ++c) rings.push_back(ringOrder(n, params, c));
   {
-    std::vector<std::pair<int, int>> ring;
-    for (int r = 0; r < n; ++r) ring.emplace_back(r, (r + 1) % n);
-    w.prefetchRoutes(std::move(ring));
+    std::vector<std::pair<int, int>> pairs;
+    for (const auto& ring : rings) {
+      for (int q = 0; q < n; ++q) pairs.emplace_back(ring[static_cast<std::size_t>(q)], ring[static_cast<std::size_t>((q + 1) % n)]);
+    }
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    w.prefetchRoutes(std::move(pairs));
   }
   GroupCache cache(w, w.config().crossTraffic);
   SimResult res;
@@ -127,10 +137,11 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       sameStructure = false;
       src.clear();
       dst.clear();
-      for (std::size_t i = 0; i < active.size(); ++i) {
-        for (int r = 0; r < n; ++r) {
-          src.push_back(r);
-          dst.push_back((r + 1) % n);
+      for (int c : active) {
+        const auto& ring = rings[static_cast<std::size_t>(c)];
+        for (int q = 0; q < n; ++q) {
+          src.push_back(ring[static_cast<std::size_t>(q)]);
+          dst.push_back(ring[static_cast<std::size_t>((q + 1) % n)]);
         }
       }
       netIndex.clear();
@@ -200,8 +211,8 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
           const std::size_t i = a * nu + static_cast<std::size_t>(r);
           const double end = start[i] + dur[i];
           connFree[c * nu + static_cast<std::size_t>(r)] = end;
-          const int to = (r + 1) % n;
-          const double rt = rate[static_cast<std::size_t>(to)];
+          const int to = (r + 1) % n;  // position
+          const double rt = rate[static_cast<std::size_t>(dst[i])];
           nextRecvDone[c * nu + static_cast<std::size_t>(to)] =
               end + (rs && rt > 0 ? static_cast<double>(bytes[i]) / rt : 0);
           makespan = std::max(makespan, nextRecvDone[c * nu + static_cast<std::size_t>(to)]);

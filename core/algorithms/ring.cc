@@ -2,6 +2,8 @@
 // reduce-scatter and all-gather halves on their own. Data is split across channels, then into pipeline rounds
 // of n blocks (chunk_bytes per block; 0 = one round), each round a complete ring on its channel.
 #include <algorithm>
+#include <map>
+#include <numeric>
 
 #include "builder.h"
 #include "generators.h"
@@ -38,6 +40,37 @@ std::vector<Piece> pieces(std::size_t elems, std::size_t elemSize, const AlgoPar
 
 }  // namespace
 
+}  // namespace collbench::algo
+
+namespace collbench {
+
+std::vector<int> ringOrder(int nranks, const AlgoParams& params, int channel) {
+  std::vector<int> order(static_cast<std::size_t>(std::max(nranks, 0)));
+  std::iota(order.begin(), order.end(), 0);
+  if (params.rankHost.size() != order.size()) return order;
+  // Hosts in order of their first rank; ranks of a host in rank order.
+  std::vector<std::vector<int>> hosts;
+  std::map<int, std::size_t> index;
+  for (int r = 0; r < nranks; ++r) {
+    const auto [it, added] = index.emplace(params.rankHost[static_cast<std::size_t>(r)], hosts.size());
+    if (added) hosts.emplace_back();
+    hosts[it->second].push_back(r);
+  }
+  if (hosts.size() < 2) return order;
+  order.clear();
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    const auto& local = hosts[h];
+    const long size = static_cast<long>(local.size());
+    const long first = ((channel - static_cast<long>(h)) % size + size) % size;
+    for (long i = 0; i < size; ++i) order.push_back(local[static_cast<std::size_t>((first + i) % size)]);
+  }
+  return order;
+}
+
+}  // namespace collbench
+
+namespace collbench::algo {
+
 Schedule ringAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
   ScheduleBuilder b(spec, "ring");
   const int n = spec.nranks;
@@ -50,26 +83,29 @@ Schedule ringAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
     const Partition blocks{piece.length, nu};
     auto at = [&](int block) { return piece.offset + blocks.offset(static_cast<std::size_t>(block)); };
     auto len = [&](int block) { return blocks.size(static_cast<std::size_t>(block)); };
-    for (int r = 0; r < n; ++r) {
-      const int next = mod(r + 1, n), prev = mod(r - 1, n);
+    // Blocks are numbered by ring position (any numbering is an all-reduce); q is the position of rank `me`.
+    const std::vector<int> ring = ringOrder(n, params, piece.channel);
+    for (int q = 0; q < n; ++q) {
+      const int me = ring[static_cast<std::size_t>(q)];
+      const int next = ring[static_cast<std::size_t>(mod(q + 1, n))], prev = ring[static_cast<std::size_t>(mod(q - 1, n))];
       std::vector<OpId> rsSend(nu);
       OpId reduced = kNoOp;
-      // Reduce-scatter: at step s send block r-s, fold block r-s-1 arriving from prev.
+      // Reduce-scatter: at step s send block q-s, fold block q-s-1 arriving from prev.
       for (int s = 0; s < n - 1; ++s) {
-        const int sb = mod(r - s, n);
+        const int sb = mod(q - s, n);
         rsSend[static_cast<std::size_t>(s)] =
-            b.send(r, next, s == 0 ? in(at(sb)) : out(at(sb)), len(sb), {reduced}, piece.channel);
-        const int rb = mod(r - s - 1, n);
-        reduced = b.recvReduce(r, prev, in(at(rb)), out(at(rb)), len(rb), {}, piece.channel);
+            b.send(me, next, s == 0 ? in(at(sb)) : out(at(sb)), len(sb), {reduced}, piece.channel);
+        const int rb = mod(q - s - 1, n);
+        reduced = b.recvReduce(me, prev, in(at(rb)), out(at(rb)), len(rb), {}, piece.channel);
       }
-      // All-gather: block r+1 is complete here; pass blocks on, receiving block r-t.
+      // All-gather: block q+1 is complete here; pass blocks on, receiving block q-t.
       OpId received = reduced;
       for (int t = 0; t < n - 1; ++t) {
-        const int sb = mod(r + 1 - t, n);
-        b.send(r, next, out(at(sb)), len(sb), {received}, piece.channel);
-        const int rb = mod(r - t, n);
-        // rsSend[t] read block r-t (from the input, which may alias the output) before it is overwritten.
-        received = b.recv(r, prev, out(at(rb)), len(rb), {rsSend[static_cast<std::size_t>(t)]}, piece.channel);
+        const int sb = mod(q + 1 - t, n);
+        b.send(me, next, out(at(sb)), len(sb), {received}, piece.channel);
+        const int rb = mod(q - t, n);
+        // rsSend[t] read block q-t (from the input, which may alias the output) before it is overwritten.
+        received = b.recv(me, prev, out(at(rb)), len(rb), {rsSend[static_cast<std::size_t>(t)]}, piece.channel);
       }
     }
   }
@@ -86,21 +122,24 @@ Schedule ringReduceScatter(const CollectiveSpec& spec, const AlgoParams& params)
   }
   for (const Piece& piece : pieces(count, b.elemSize(), params, 1)) {
     const std::size_t o = piece.offset, len = piece.length;
-    for (int r = 0; r < n; ++r) {
-      const int next = mod(r + 1, n), prev = mod(r - 1, n);
+    // Block j belongs to rank j wherever that rank sits on the ring; q is the position of rank `me`.
+    const std::vector<int> ring = ringOrder(n, params, piece.channel);
+    auto at = [&](int pos) { return ring[static_cast<std::size_t>(mod(pos, n))]; };
+    for (int q = 0; q < n; ++q) {
+      const int me = at(q), next = at(q + 1), prev = at(q - 1);
       // Partial sums travel in two alternating scratch slots per piece; the last step lands in the output.
       auto slot = [&](int s) { return scratch(2 * o + static_cast<std::size_t>(s % 2) * len); };
-      b.needScratch(r, 2 * (o + len));
+      b.needScratch(me, 2 * (o + len));
       OpId reduced = kNoOp, lastSend = kNoOp;
       BufRef partial{};
       for (int s = 0; s < n - 1; ++s) {
-        const int sb = mod(r - s - 1, n);
+        const int sb = at(q - s - 1);
         const BufRef src = s == 0 ? in(static_cast<std::size_t>(sb) * count + o) : partial;
-        const OpId sent = b.send(r, next, src, len, {reduced}, piece.channel);
-        const int rb = mod(r - s - 2, n);
+        const OpId sent = b.send(me, next, src, len, {reduced}, piece.channel);
+        const int rb = at(q - s - 2);
         const BufRef dst = s == n - 2 ? out(o) : slot(s);
         // The slot written now was read by the previous step's send.
-        reduced = b.recvReduce(r, prev, in(static_cast<std::size_t>(rb) * count + o), dst, len, {lastSend},
+        reduced = b.recvReduce(me, prev, in(static_cast<std::size_t>(rb) * count + o), dst, len, {lastSend},
                                piece.channel);
         lastSend = sent;
         partial = dst;
@@ -116,16 +155,18 @@ Schedule ringAllGather(const CollectiveSpec& spec, const AlgoParams& params) {
   const std::size_t count = spec.count;  // elements each rank contributes
   for (const Piece& piece : pieces(count, b.elemSize(), params, 1)) {
     const std::size_t o = piece.offset, len = piece.length;
-    for (int r = 0; r < n; ++r) {
-      const int next = mod(r + 1, n), prev = mod(r - 1, n);
-      b.copy(r, in(o), out(static_cast<std::size_t>(r) * count + o), len, {});
+    const std::vector<int> ring = ringOrder(n, params, piece.channel);
+    auto at = [&](int pos) { return ring[static_cast<std::size_t>(mod(pos, n))]; };
+    for (int q = 0; q < n; ++q) {
+      const int me = at(q), next = at(q + 1), prev = at(q - 1);
+      b.copy(me, in(o), out(static_cast<std::size_t>(me) * count + o), len, {});
       OpId received = kNoOp;
       for (int t = 0; t < n - 1; ++t) {
-        const int sb = mod(r - t, n);
+        const int sb = at(q - t);
         const BufRef src = t == 0 ? in(o) : out(static_cast<std::size_t>(sb) * count + o);
-        b.send(r, next, src, len, {received}, piece.channel);
-        const int rb = mod(r - t - 1, n);
-        received = b.recv(r, prev, out(static_cast<std::size_t>(rb) * count + o), len, {}, piece.channel);
+        b.send(me, next, src, len, {received}, piece.channel);
+        const int rb = at(q - t - 1);
+        received = b.recv(me, prev, out(static_cast<std::size_t>(rb) * count + o), len, {}, piece.channel);
       }
     }
   }

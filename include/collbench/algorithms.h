@@ -41,6 +41,13 @@ const AlgorithmInfo& findAlgorithm(Collective c, std::string_view name);
 /// Validates the spec and builds the schedule.
 Schedule buildSchedule(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params = {});
 
+/// The ring of `channel`: position -> rank; every ring algorithm sends from position q to q+1. With one host (or no
+/// rankHost) it is 0..n-1 for every channel. With several hosts each host's ranks stay consecutive (one entry into
+/// and one exit from every host, as NCCL's rings), and channel c starts host h at its local rank (c - h) mod size:
+/// host h's ring leaves from the local index host h+1 enters at, so consecutive channels use different GPUs (and on
+/// rail-optimized clusters different NICs and rails) for the inter-host hops, as NCCL spreads its channels over NICs.
+std::vector<int> ringOrder(int nranks, const AlgoParams& params, int channel);
+
 /// Throws Error{InvalidArgument} for nranks < 1, root out of range, channels < 1.
 void checkSpec(const CollectiveSpec& spec, const AlgoParams& params);
 

@@ -112,6 +112,27 @@ TEST(Contention, OversubscribedFatTreeSlowsTheCrossRackRing) {
   EXPECT_LT(busbw[2.0] / busbw[1.0], 0.51);
 }
 
+// Ring channels are spread over the hosts' NICs (ringOrder): on a rail-optimized cluster one channel is bound by one
+// 50 GB/s NIC, and C channels use C different NICs, so busbw grows C-fold until the 8 NICs of a host are all busy.
+TEST(Contention, RingChannelsSpreadOverTheRails) {
+  const Topology t = generateTopology("multi_node", R"({"nodes": 2, "reduce_GBps": 0})");
+  const int n = 16;
+  const std::size_t count = std::size_t{1} << 28;  // 1 GiB of floats
+  const double nicGBps = 50;                        // the generator's ConnectX-7 default
+  auto busbw = [&](int channels) {
+    AlgoParams p;
+    p.channels = channels;
+    p.rankHost = rankHosts(t, n);
+    const sim::SimResult r =
+        sim::Simulator(t, n).runAlgorithm(CollectiveSpec{Collective::AllReduce, n, count, DType::F32}, "ring", p);
+    return static_cast<double>(count * 4) / r.seconds * 2.0 * (n - 1) / n / 1e9;
+  };
+  const double one = busbw(1), eight = busbw(8);
+  EXPECT_NEAR(one, nicGBps, 0.02 * nicGBps);
+  EXPECT_GT(eight, 7 * one);  // at most 8x (the latency terms do not shrink with channels)
+  EXPECT_LE(eight, 8 * one);
+}
+
 // Cross-traffic and LV08 change the answer in the documented direction.
 TEST(Models, Lv08AndCrossTrafficAreSlower) {
   const int n = 8;

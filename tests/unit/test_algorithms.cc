@@ -2,6 +2,9 @@
 // for ranks 1..17 and awkward element counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/validator.h"
@@ -116,6 +119,30 @@ TEST(Generators, HierarchicalKeepsInterHostTrafficSmall) {
     }
     EXPECT_EQ(cross, count * 4 / 4) << r;
   }
+}
+
+TEST(Generators, RingChannelsRotateOverHosts) {
+  AlgoParams p;
+  EXPECT_EQ(ringOrder(4, p, 3), (std::vector<int>{0, 1, 2, 3}));  // no hosts given: rank order
+  p.rankHost = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
+  for (int c = 0; c < 4; ++c) {
+    const std::vector<int> ring = ringOrder(12, p, c);
+    std::vector<int> sorted = ring;
+    std::sort(sorted.begin(), sorted.end());
+    for (int r = 0; r < 12; ++r) EXPECT_EQ(sorted[static_cast<std::size_t>(r)], r);  // a permutation
+    for (int h = 0; h < 3; ++h) {
+      // Host h keeps its ranks together and starts at local index (c - h) mod 4 ...
+      EXPECT_EQ(ring[static_cast<std::size_t>(4 * h)], 4 * h + ((c - h) % 4 + 4) % 4) << "channel " << c;
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(p.rankHost[static_cast<std::size_t>(ring[static_cast<std::size_t>(4 * h + i)])], h);
+    }
+    // ... so it is left from the local index the next host is entered at (the same rail), except at the wrap.
+    EXPECT_EQ(ring[3] % 4, ring[4] % 4);
+    EXPECT_EQ(ring[7] % 4, ring[8] % 4);
+  }
+  // The exits of host 0 differ between channels: channels use different GPUs and NICs for inter-host hops.
+  std::set<int> exits;
+  for (int c = 0; c < 4; ++c) exits.insert(ringOrder(12, p, c)[3]);
+  EXPECT_EQ(exits.size(), 4u);
 }
 
 TEST(Generators, RejectsBadSpecs) {

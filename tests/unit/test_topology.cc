@@ -492,6 +492,25 @@ TEST(TopologyRouting, RailOptimizedSameRailStaysOnItsLeaf) {
   expectPath(t, r.route(0, 9), "n0.gpu0", "n1.gpu1");
 }
 
+// A GPU is an endpoint: a route never passes through another rank's node (on a DGX the detour GPU -> NVSwitch ->
+// other GPU -> its NIC ties on hops with the GPU's own NIC). Where ranks are linked directly, they do forward.
+TEST(TopologyRouting, RoutesPassThroughRanksOnlyWhereRanksAreLinked) {
+  const Topology rail = generateTopology("multi_node", R"({"nodes": 2})");
+  const Router r(rail);
+  for (int src = 0; src < 16; ++src) {
+    for (int dst = 0; dst < 16; ++dst) {
+      if (src == dst) continue;
+      const auto path = nodesOnRoute(rail, r.route(src, dst));
+      for (std::size_t i = 0; i + 1 < path.size(); ++i) {  // the nodes between src and dst
+        EXPECT_EQ(path[i].find(".gpu"), std::string::npos) << src << " -> " << dst << " passes " << path[i];
+      }
+    }
+  }
+  const Topology ring = gen("ring", {{"n", 6}});
+  const Router rr(ring);
+  EXPECT_EQ(rr.route(0, 3).size(), 3u);  // through two other ranks
+}
+
 TEST(TopologyRouting, TiesOnHopsGoToLowerLatency) {
   json d = {{"format", "collbench-topology"}, {"version", 1}, {"name", "diamond"}};
   d["nodes"] = {{{"id", "a"}, {"kind", "gpu"}},
