@@ -22,12 +22,6 @@ Backend& backendFor(int n) {
   return *b;
 }
 
-double busFactor(Collective c, int n) {
-  if (c == Collective::AllReduce) return 2.0 * (n - 1) / n;
-  if (c == Collective::ReduceScatter || c == Collective::AllGather) return static_cast<double>(n - 1) / n;
-  return 1.0;
-}
-
 void runCollective(benchmark::State& state, const AlgorithmInfo* algo) {
   const int n = static_cast<int>(state.range(0));
   const auto bytes = static_cast<std::size_t>(state.range(1));
@@ -44,7 +38,7 @@ void runCollective(benchmark::State& state, const AlgorithmInfo* algo) {
   const double moved = static_cast<double>(std::max(spec.inputBytes(), spec.outputBytes()));
   state.counters["algbw"] = benchmark::Counter(moved, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["busbw"] =
-      benchmark::Counter(moved * busFactor(algo->collective, n), benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(moved * busBandwidthFactor(algo->collective, n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 const bool kRegistered = [] {

@@ -142,4 +142,13 @@ std::string describe(const CollectiveSpec& s) {
                      toString(s.op), s.root);
 }
 
+double busBandwidthFactor(Collective c, int nranks) {
+  switch (c) {
+    case Collective::AllReduce: return 2.0 * (nranks - 1) / nranks;
+    case Collective::ReduceScatter:
+    case Collective::AllGather: return static_cast<double>(nranks - 1) / nranks;
+    default: return 1.0;
+  }
+}
+
 }  // namespace collbench

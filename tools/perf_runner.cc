@@ -64,15 +64,6 @@ std::vector<std::size_t> sizeSequence(const PerfConfig& c) {
   return sizes;
 }
 
-double busBandwidthFactor(Collective c, int n) {
-  switch (c) {
-    case Collective::AllReduce: return 2.0 * (n - 1) / n;
-    case Collective::ReduceScatter:
-    case Collective::AllGather: return static_cast<double>(n - 1) / n;
-    default: return 1.0;
-  }
-}
-
 std::size_t countForSize(Collective c, std::size_t bytes, std::size_t elemSize, int n) {
   const std::size_t count = bytes / elemSize;
   if (c == Collective::ReduceScatter || c == Collective::AllGather) {

@@ -41,8 +41,6 @@ struct PerfConfig {
 
 /// Sizes as nccl-tests walks them: multiply by stepFactor when > 1, else add stepBytes.
 std::vector<std::size_t> sizeSequence(const PerfConfig& c);
-/// busbw / algbw for the collective on n ranks (nccl-tests' factors).
-double busBandwidthFactor(Collective c, int n);
 /// Per-rank element count for a size row, as nccl-tests computes it (16-byte aligned blocks for RS/AG).
 std::size_t countForSize(Collective c, std::size_t bytes, std::size_t elemSize, int n);
 

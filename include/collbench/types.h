@@ -55,4 +55,8 @@ struct CollectiveSpec {
 /// "all_reduce(n=4, count=1000, float, sum, root=0)" for messages.
 std::string describe(const CollectiveSpec& s);
 
+/// busbw / algbw of nccl-tests (doc/PERFORMANCE.md): all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n,
+/// broadcast, reduce and barrier 1. busbw is then comparable with the link bandwidth whatever n is.
+double busBandwidthFactor(Collective c, int nranks);
+
 }  // namespace collbench
