@@ -395,7 +395,10 @@ std::vector<TablePrediction> predictFromTable(const TuningSection& section, Coll
   }
   const bool exact = !outside && corners.size() == 1;
 
-  // Every algorithm found at some corner; its fastest configuration at each corner.
+  // Every algorithm found at some corner, and every configuration (chunk, channels) of it that some corner measured.
+  // Each configuration is interpolated on its own (its times at the corners that have it), and an algorithm is
+  // predicted at its fastest configuration at the query: the best configuration moves with size and rank count (the
+  // tree's chunk and channels do), so taking the nearest corner's best would miss it.
   std::vector<std::string> algos;
   for (const Corner& c : corners) {
     for (const auto& k : c.entry->candidates) {
@@ -404,63 +407,77 @@ std::vector<TablePrediction> predictFromTable(const TuningSection& section, Coll
   }
   std::vector<TablePrediction> out;
   for (const std::string& a : algos) {
-    struct Sample {
-      const TuningCandidate* cand;
-      const TuningEntry* entry;
-      double weight;
-    };
-    std::vector<Sample> samples;
+    std::vector<std::pair<std::size_t, int>> configs;
     for (const Corner& c : corners) {
-      for (const auto& k : c.entry->candidates) {  // sorted: the first of an algorithm is its best configuration
-        if (k.algorithm == a) {
-          samples.push_back({&k, c.entry, c.weight});
-          break;
+      for (const auto& k : c.entry->candidates) {
+        const std::pair<std::size_t, int> cfg{k.chunkBytes, k.channels};
+        if (k.algorithm == a && std::find(configs.begin(), configs.end(), cfg) == configs.end()) configs.push_back(cfg);
+      }
+    }
+    std::optional<TablePrediction> best;
+    for (const auto& cfg : configs) {
+      struct Sample {
+        const TuningCandidate* cand;
+        const TuningEntry* entry;
+        double weight;
+      };
+      std::vector<Sample> samples;
+      for (const Corner& c : corners) {
+        for (const auto& k : c.entry->candidates) {  // sorted: the first match is the fastest (protocols of NCCL)
+          if (k.algorithm == a && k.chunkBytes == cfg.first && k.channels == cfg.second) {
+            samples.push_back({&k, c.entry, c.weight});
+            break;
+          }
         }
       }
-    }
-    const Sample* nearest = &samples.front();
-    double wsum = 0;
-    for (const Sample& s : samples) {
-      wsum += s.weight;
-      if (s.weight > nearest->weight) nearest = &s;
-    }
-    TablePrediction p;
-    p.candidate = *nearest->cand;
-    p.fit = exact ? TableFit::Exact : outside ? TableFit::Extrapolated : TableFit::Interpolated;
-    p.nranksLo = ranks[rb.lo];
-    p.nranksHi = ranks[rb.hi];
-    p.bytesLo = bytesLo;
-    p.bytesHi = bytesHi;
-    // Model-shaped: log(measured / model) at the corners, the model at the query with the nearest configuration.
-    std::optional<double> atQuery;
-    bool shaped = static_cast<bool>(model);
-    double logRatio = 0;
-    if (shaped) {
-      atQuery = model(a, p.candidate.chunkBytes, p.candidate.channels, nranks, bytes);
-      if (!atQuery) continue;  // cannot run here (hierarchical on unequal hosts, ...)
+      const Sample* nearest = &samples.front();
+      double wsum = 0;
       for (const Sample& s : samples) {
-        const auto m = model(a, s.cand->chunkBytes, s.cand->channels, s.entry->nranks, s.entry->bytes);
-        if (!m || !(*m > 0) || !(s.cand->timeUs > 0) || !(*atQuery > 0)) {
-          shaped = false;
-          break;
+        wsum += s.weight;
+        if (s.weight > nearest->weight) nearest = &s;
+      }
+      TablePrediction p;
+      p.candidate = *nearest->cand;
+      p.fit = exact ? TableFit::Exact : outside ? TableFit::Extrapolated : TableFit::Interpolated;
+      p.nranksLo = ranks[rb.lo];
+      p.nranksHi = ranks[rb.hi];
+      p.bytesLo = bytesLo;
+      p.bytesHi = bytesHi;
+      // Model-shaped: log(measured / model) at the corners, the model at the query, same configuration.
+      std::optional<double> atQuery;
+      bool shaped = static_cast<bool>(model);
+      double logRatio = 0;
+      if (shaped) {
+        atQuery = model(a, cfg.first, cfg.second, nranks, bytes);
+        if (!atQuery) continue;  // cannot run here (hierarchical on unequal hosts, ...)
+        for (const Sample& s : samples) {
+          const auto m = model(a, cfg.first, cfg.second, s.entry->nranks, s.entry->bytes);
+          if (!m || !(*m > 0) || !(s.cand->timeUs > 0) || !(*atQuery > 0)) {
+            shaped = false;
+            break;
+          }
+          logRatio += (wsum > 0 ? s.weight / wsum : 1.0 / static_cast<double>(samples.size())) *
+                      std::log(s.cand->timeUs / *m);
         }
-        logRatio += (wsum > 0 ? s.weight / wsum : 1.0 / static_cast<double>(samples.size())) * std::log(s.cand->timeUs / *m);
       }
-    }
-    if (shaped) {
-      p.candidate.timeUs = *atQuery * std::exp(logRatio);
-    } else {
-      double lt = 0;
-      bool zero = false;
-      for (const Sample& s : samples) {
-        zero = zero || !(s.cand->timeUs > 0);
-        lt += (wsum > 0 ? s.weight / wsum : 1.0 / static_cast<double>(samples.size())) *
-              std::log(std::max(s.cand->timeUs, 1e-9));
+      if (shaped) {
+        p.candidate.timeUs = *atQuery * std::exp(logRatio);
+      } else {
+        double lt = 0;
+        bool zero = false;
+        for (const Sample& s : samples) {
+          zero = zero || !(s.cand->timeUs > 0);
+          lt += (wsum > 0 ? s.weight / wsum : 1.0 / static_cast<double>(samples.size())) *
+                std::log(std::max(s.cand->timeUs, 1e-9));
+        }
+        p.candidate.timeUs = zero && exact ? nearest->cand->timeUs : std::exp(lt);
       }
-      p.candidate.timeUs = zero && exact ? nearest->cand->timeUs : std::exp(lt);
+      // At a table point the measured time itself (the model ratio cancels up to rounding).
+      if (exact) p.candidate.timeUs = nearest->cand->timeUs;
+      p.modelShaped = shaped;
+      if (!best || p.candidate.timeUs < best->candidate.timeUs) best = std::move(p);
     }
-    p.modelShaped = shaped;
-    out.push_back(std::move(p));
+    if (best) out.push_back(std::move(*best));
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const auto& x, const auto& y) { return x.candidate.timeUs < y.candidate.timeUs; });

@@ -509,6 +509,8 @@ MpiClusterResolver::MpiClusterResolver(const EnvLookup& env, MpiOptions options)
   int rank = *readInt(vars.rank, 0);
   std::optional<int> size = readInt(vars.size, 1);
   if (!size) fail("MPI: {} is set but {} is not", vars.rank, vars.size);
+  // The spec holds one address per rank: a corrupt size must not allocate gigabytes (found by the resolver fuzz).
+  if (*size > kMaxMpiRanks) fail("{} {} is more than {} ranks", vars.size, *size, kMaxMpiRanks);
   if (rank >= *size) fail("{} {} is out of range: {} is {}", vars.rank, rank, vars.size, *size);
   localRank_ = readInt(vars.localRank, 0);
   localSize_ = readInt(vars.localSize, 1);

@@ -36,7 +36,7 @@ constexpr std::size_t kSizeAlignBytes = 16;
 
 struct RegretArgs {
   std::string backend = "sim", topology, tuning, ranks, json, minBytes, maxBytes, collective = "all_reduce";
-  std::string dtype = "float";
+  std::string dtype = "float", chunks = "0,128K,2M", channels = "1,2,4";
   double factor = 0;
   int iters = 5, warmup = 1, repeats = 7;
   double maxWorst = 0, maxGeomean = 0;
@@ -90,6 +90,10 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("-e,--maxbytes", a->maxBytes, "largest held-out size");
   cmd->add_option("-f,--stepfactor", a->factor, "factor between held-out sizes");
   cmd->add_option("-d,--datatype", a->dtype, "element type")->default_val("float");
+  cmd->add_option("--chunks", a->chunks, "chunk_bytes values every pipelining algorithm is measured at (the oracle)")
+      ->default_val("0,128K,2M");
+  cmd->add_option("--channels", a->channels, "channel counts every multi-channel algorithm is measured at")
+      ->default_val("1,2,4");
   cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(5);
   cmd->add_option("-w,--warmup_iters", a->warmup, "untimed iterations first")->default_val(1);
   cmd->add_option("--repeats", a->repeats, "repetitions; the fastest is kept")->default_val(7);
@@ -171,6 +175,21 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
     }
     if (sizes.empty()) throw Error(Errc::InvalidArgument, "no held-out sizes (the table needs two sizes at least)");
 
+    // The oracle's configuration space: every algorithm at every (chunk, channels) it reads, as `tune` sweeps them,
+    // plus whatever configuration the selector picks.
+    std::vector<std::size_t> chunkList;
+    std::vector<int> channelList;
+    for (const std::string& c : splitComma(a->chunks)) chunkList.push_back(parseBytes(c, "--chunks"));
+    for (const std::string& c : splitComma(a->channels)) {
+      int v = 0;
+      try {
+        v = std::stoi(c);
+      } catch (const std::exception&) {
+        v = 0;
+      }
+      if (v < 1) throw Error(Errc::InvalidArgument, fmt::format("--channels: '{}' is not a count >= 1", printable(c)));
+      channelList.push_back(v);
+    }
     SelectorOptions so;
     so.topology = topo ? &*topo : nullptr;
     so.table = &table;
@@ -199,7 +218,9 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         for (const auto& alg : algorithms()) {
           if (alg.collective != coll || alg.native) continue;
           if (alg.name == "hierarchical" && (!model || !model->estimate(spec, alg.name).supported)) continue;
-          configs[alg.name].push_back({0, 1});
+          for (const AlgoParams& p : sweepConfigs(coll, alg.name, chunkList, channelList)) {
+            configs[alg.name].push_back({p.chunkBytes, p.channels});
+          }
         }
         for (const Alternative& alt : choice.ranking) configs[alt.algorithm].push_back({alt.chunkBytes, alt.channels});
         configs[choice.algorithm].push_back({choice.chunkBytes, choice.channels});

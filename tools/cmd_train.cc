@@ -52,6 +52,27 @@ struct TrainArgs {
   int faultKillStep = 0;   ///< ... after logging this step
 };
 
+/// The enumerator's name as written in code ("PeerFailure"), next to toString()'s words ("peer failure").
+const char* errcName(Errc code) {
+  switch (code) {
+    case Errc::InvalidArgument:
+      return "InvalidArgument";
+    case Errc::InvalidTopology:
+      return "InvalidTopology";
+    case Errc::InvalidSchedule:
+      return "InvalidSchedule";
+    case Errc::Timeout:
+      return "Timeout";
+    case Errc::PeerFailure:
+      return "PeerFailure";
+    case Errc::Unsupported:
+      return "Unsupported";
+    case Errc::BackendError:
+      return "BackendError";
+  }
+  return "?";
+}
+
 void checkWritable(const std::string& path, bool force, const char* flag) {
   if (!path.empty() && std::filesystem::exists(path) && !force) {
     throw Error(Errc::InvalidArgument, fmt::format("{} file '{}' exists; pass --force to overwrite it", flag, path));
@@ -155,18 +176,33 @@ void runTrain(const TrainArgs& a) {
   std::printf("# %s; %s\n", comm.describe().c_str(), strategy.implementationChoice().reason.c_str());
   std::printf("#%7s %12s %10s\n", "step", "loss", "accuracy");
   std::fflush(stdout);
-  const TrainResult result = trainExample(strategy, config, [&](const TrainStepLog& l) {
-    if (l.step % a.logEvery == 0 || l.step + 1 == config.steps) {
-      std::printf("%8d %12.6f %10.4f\n", l.step, l.loss, l.accuracy);
-      std::fflush(stdout);
-    }
-    if (rank == a.faultKillRank && l.step == a.faultKillStep) {
-      // Dies as `kill -9` would: no destructors, no goodbye to the peers; the kernel closes its sockets.
-      std::fprintf(stderr, "collbench train: fault injection: worker %d kills itself after step %d\n", rank, l.step);
-      std::fflush(stderr);
-      std::raise(SIGKILL);
-    }
-  });
+  int lastStep = -1;
+  // A failure mid-training (a dead peer, a timeout) is reported with its error class first, so that launchers and
+  // tests can tell "PeerFailure" from "Timeout" without parsing the backend's message; then main prints the message.
+  const auto reportStop = [&](const Error& e) {
+    std::fprintf(stderr, "collbench train: worker %d stopped after step %d with %s (Errc::%s)\n", rank, lastStep,
+                 std::string(toString(e.code())).c_str(), errcName(e.code()));
+    std::fflush(stderr);
+  };
+  TrainResult result;
+  try {
+    result = trainExample(strategy, config, [&](const TrainStepLog& l) {
+      lastStep = l.step;
+      if (l.step % a.logEvery == 0 || l.step + 1 == config.steps) {
+        std::printf("%8d %12.6f %10.4f\n", l.step, l.loss, l.accuracy);
+        std::fflush(stdout);
+      }
+      if (rank == a.faultKillRank && l.step == a.faultKillStep) {
+        // Dies as `kill -9` would: no destructors, no goodbye to the peers; the kernel closes its sockets.
+        std::fprintf(stderr, "collbench train: fault injection: worker %d kills itself after step %d\n", rank, l.step);
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
+    });
+  } catch (const Error& e) {
+    reportStop(e);
+    throw;
+  }
   const Trace trace = strategy.trace();
   if (!tracePath.empty() && (chief || traceAll)) strategy.writeTrace(tracePath, gCommandLine);
   if (!a.weightsOut.empty() && chief) writeWeights(result, a, strategy);

@@ -115,6 +115,7 @@ class Progress {
 
 struct TuneArgs {
   std::string backend = "sim", topology, output, exportKind, exportFile, from, library;
+  std::vector<std::string> exportArgs;
   std::string collectives = "all_reduce", algos, ranks, chunks = "0,128K,2M", channels = "1,2,4";
   std::string ncclChannels = kDefaultNcclChannels;
   std::string minBytes = "1K", maxBytes = "1G", dtype = "float";
@@ -147,16 +148,9 @@ std::vector<Point> pointsFor(const std::vector<Collective>& colls, int n, const 
   return out;
 }
 
-/// Keeps the fastest configuration of each algorithm, fastest algorithm first.
-void addBest(TuningEntry& e, const TuningCandidate& k) {
-  for (TuningCandidate& have : e.candidates) {
-    if (have.algorithm == k.algorithm && have.protocol == k.protocol) {
-      if (k.timeUs < have.timeUs) have = k;
-      return;
-    }
-  }
-  e.candidates.push_back(k);
-}
+/// Keeps every configuration measured (the selector interpolates each one between table points: the best chunk and
+/// channel count move with size and rank count).
+void addCandidate(TuningEntry& e, const TuningCandidate& k) { e.candidates.push_back(k); }
 
 void sortEntry(TuningEntry& e) {
   std::stable_sort(e.candidates.begin(), e.candidates.end(),
@@ -345,6 +339,7 @@ class Tuner {
         for (const std::string& a : algorithmsFor(p.collective, n)) {
           std::size_t lastOps = 0;
           int lastChannels = 0;
+          double lastUs = 0;
           for (const AlgoParams& params : sweepConfigs(p.collective, a, chunks_, channels_, hosts)) {
             progress.step(fmt::format("{} n={} {} {} chunk {} x{}", toString(p.collective), n, formatBytes(p.bytes), a,
                                       formatBytes(params.chunkBytes), params.channels));
@@ -359,13 +354,16 @@ class Tuner {
               us = est.terms.us;
             } else {
               const Schedule s = buildSchedule(p.spec, a, params);
-              // A chunk size at or above the data gives the schedule of chunk 0 again: measure it once.
-              if (s.totalOps() == lastOps && params.channels == lastChannels) continue;
-              lastOps = s.totalOps();
-              lastChannels = params.channels;
-              us = measureUs(*backend, s, mo_);
+              // A chunk size at or above the data gives the schedule of the chunk before again: measure it once and
+              // record it under both configurations (every configuration is then present at every point).
+              if (s.totalOps() != lastOps || params.channels != lastChannels) {
+                lastOps = s.totalOps();
+                lastChannels = params.channels;
+                lastUs = measureUs(*backend, s, mo_);
+              }
+              us = lastUs;
             }
-            addBest(e, TuningCandidate{a, "", params.chunkBytes, params.channels, us});
+            addCandidate(e, TuningCandidate{a, "", params.chunkBytes, params.channels, us});
           }
         }
         if (e.candidates.empty()) continue;
@@ -511,8 +509,13 @@ void printSummary(const TuningTable& t) {
         return n;
       };
       const TuningCandidate& b = e.candidates.front();
-      const std::string second = e.candidates.size() > 1 ? name(e.candidates[1]) : "-";
-      const double secondUs = e.candidates.size() > 1 ? e.candidates[1].timeUs : 0;
+      // The runner-up is the fastest other algorithm (other configurations of the winner are not alternatives).
+      const TuningCandidate* next = nullptr;
+      for (const TuningCandidate& k : e.candidates) {
+        if (k.algorithm != b.algorithm && !next) next = &k;
+      }
+      const std::string second = next ? name(*next) : "-";
+      const double secondUs = next ? next->timeUs : 0;
       fmt::print("  {:>14}  {:>6}  {:>6}  {:>12}  {:<28} {:>12.3f}  {:<28} {:>12.3f}\n", toString(e.collective), e.nranks,
                  e.nnodes, e.bytes, name(b), b.timeUs, second, secondUs);
     }
@@ -548,19 +551,28 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--library", a->library, "collbench (our schedules), nccl (NCCL algo x proto x channels) or both");
   cmd->add_option("--nccl-channels", a->ncclChannels, "NCCL channel counts swept for the NCCL export")
       ->default_val(kDefaultNcclChannels);
-  cmd->add_option("--export", a->exportKind, "also write a file for another tool: nccl-tuner");
+  cmd->add_option("--export", a->exportArgs, "also write a file for another tool: --export nccl-tuner FILE")
+      ->expected(1, 2);
   cmd->add_option("--export-file", a->exportFile, "where --export writes (NCCL_TUNER_CONFIG_FILE)");
   cmd->add_option("--from", a->from, "export from this existing tuning table instead of sweeping");
   cmd->callback([a, &exitCode] {
+    // --export KIND FILE, or --export KIND --export-file FILE.
+    if (!a->exportArgs.empty()) a->exportKind = a->exportArgs[0];
+    if (a->exportArgs.size() > 1) {
+      if (!a->exportFile.empty() && a->exportFile != a->exportArgs[1]) {
+        throw Error(Errc::InvalidArgument, "--export FILE and --export-file name different files: give one");
+      }
+      a->exportFile = a->exportArgs[1];
+    }
     if (!a->exportKind.empty() && a->exportKind != "nccl-tuner") {
       throw Error(Errc::InvalidArgument,
                   fmt::format("--export: unknown format '{}' (available: nccl-tuner)", printable(a->exportKind)));
     }
     if (!a->exportKind.empty() && a->exportFile.empty()) {
-      throw Error(Errc::InvalidArgument, "--export nccl-tuner needs --export-file FILE");
+      throw Error(Errc::InvalidArgument, "--export nccl-tuner needs a file: --export nccl-tuner FILE");
     }
     if (a->output.empty() && a->exportFile.empty()) {
-      throw Error(Errc::InvalidArgument, "nothing to write: give -o TABLE and/or --export nccl-tuner --export-file FILE");
+      throw Error(Errc::InvalidArgument, "nothing to write: give -o TABLE and/or --export nccl-tuner FILE");
     }
     if (!a->from.empty() && !a->output.empty()) {
       throw Error(Errc::InvalidArgument, "--from exports an existing table: it writes no new table (drop -o)");

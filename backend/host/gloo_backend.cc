@@ -40,6 +40,7 @@
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "host_backend.h"
+#include "op_graph.h"
 #include "store.h"
 
 namespace collbench::host {
@@ -240,7 +241,7 @@ struct OpPlan {
 struct RunPlan {
   const Schedule* schedule = nullptr;
   const std::vector<Op>* ops = nullptr;
-  std::vector<int> indegree, depOffsets, dependents, roots;
+  OpGraph graph;
   std::vector<OpPlan> op;
   bool headers = true;
   std::vector<int> neighbours;
@@ -263,50 +264,49 @@ struct RunPlan {
 /// round after their deps, a matched pair in the round after both sides' deps.
 std::vector<int> logicalTimes(const Schedule& s, const Matching& m, int rank) {
   const int n = s.spec.nranks;
-  std::vector<std::vector<int>> time(static_cast<std::size_t>(n)), readyAt(static_cast<std::size_t>(n)),
-      remaining(static_cast<std::size_t>(n));
-  std::vector<std::vector<std::vector<int>>> users(static_cast<std::size_t>(n));  // op -> ops that depend on it
-  std::vector<std::pair<int, int>> work;
-  for (int r = 0; r < n; ++r) {
-    const auto ru = static_cast<std::size_t>(r);
-    const auto& ops = s.ranks[ru].ops;
-    time[ru].assign(ops.size(), -1);
-    readyAt[ru].assign(ops.size(), -1);
-    remaining[ru].resize(ops.size());
-    users[ru].resize(ops.size());
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      remaining[ru][i] = static_cast<int>(ops[i].deps.size());
-      for (int d : ops[i].deps) users[ru][static_cast<std::size_t>(d)].push_back(static_cast<int>(i));
-      if (ops[i].deps.empty()) work.emplace_back(r, static_cast<int>(i));
-    }
+  const auto nu = static_cast<std::size_t>(n);
+  std::vector<std::vector<int>> time(nu), readyAt(nu);
+  std::vector<OpGraph> graphs;
+  std::vector<ReadyOps> ready;
+  graphs.reserve(nu);  // ReadyOps point into graphs
+  ready.reserve(nu);
+  for (std::size_t r = 0; r < nu; ++r) {
+    const auto& ops = s.ranks[r].ops;
+    time[r].assign(ops.size(), -1);
+    readyAt[r].assign(ops.size(), -1);
+    graphs.emplace_back(ops);
+    ready.emplace_back(graphs.back());
   }
   auto finish = [&](int r, int i, int t) {
-    const auto ru = static_cast<std::size_t>(r);
-    time[ru][static_cast<std::size_t>(i)] = t;
-    for (int d : users[ru][static_cast<std::size_t>(i)]) {
-      if (--remaining[ru][static_cast<std::size_t>(d)] == 0) work.emplace_back(r, d);
-    }
+    time[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] = t;
+    ready[static_cast<std::size_t>(r)].complete(i);
   };
-  while (!work.empty()) {
-    const auto [r, i] = work.back();
-    work.pop_back();
-    const auto ru = static_cast<std::size_t>(r);
-    const Op& op = s.ranks[ru].ops[static_cast<std::size_t>(i)];
-    int ready = 0;
-    for (int d : op.deps) ready = std::max(ready, time[ru][static_cast<std::size_t>(d)] + 1);
-    if (!op.isComm()) {
-      finish(r, i, ready);
-      continue;
+  // Any order of visiting ready ops gives the same times: an op's time depends only on its deps' and partner's.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < n; ++r) {
+      const auto ru = static_cast<std::size_t>(r);
+      while (ready[ru].any()) {
+        progress = true;
+        const int i = ready[ru].pop();
+        const Op& op = s.ranks[ru].ops[static_cast<std::size_t>(i)];
+        int at = 0;
+        for (int d : op.deps) at = std::max(at, time[ru][static_cast<std::size_t>(d)] + 1);
+        if (!op.isComm()) {
+          finish(r, i, at);
+          continue;
+        }
+        readyAt[ru][static_cast<std::size_t>(i)] = at;
+        const Match& mt = m.matches[static_cast<std::size_t>(m.opMatch[ru][static_cast<std::size_t>(i)])];
+        const int pr = mt.srcRank == r && mt.srcOp == i ? mt.dstRank : mt.srcRank;
+        const int pi = mt.srcRank == r && mt.srcOp == i ? mt.dstOp : mt.srcOp;
+        const int partnerReady = readyAt[static_cast<std::size_t>(pr)][static_cast<std::size_t>(pi)];
+        if (partnerReady < 0) continue;  // the partner finishes both when its deps are done
+        const int t = std::max(at, partnerReady);
+        finish(r, i, t);
+        finish(pr, pi, t);
+      }
     }
-    readyAt[ru][static_cast<std::size_t>(i)] = ready;
-    const Match& mt = m.matches[static_cast<std::size_t>(m.opMatch[ru][static_cast<std::size_t>(i)])];
-    const int pr = mt.srcRank == r && mt.srcOp == i ? mt.dstRank : mt.srcRank;
-    const int pi = mt.srcRank == r && mt.srcOp == i ? mt.dstOp : mt.srcOp;
-    const int partnerReady = readyAt[static_cast<std::size_t>(pr)][static_cast<std::size_t>(pi)];
-    if (partnerReady < 0) continue;  // the partner finishes both when its deps are done
-    const int t = std::max(ready, partnerReady);
-    finish(r, i, t);
-    finish(pr, pi, t);
   }
   const auto& mine = time[static_cast<std::size_t>(rank)];
   for (std::size_t i = 0; i < mine.size(); ++i) {
@@ -736,24 +736,7 @@ class GlooBackend final : public Backend {
     const std::size_t nops = ops.size();
     const Matching m = matchSchedule(s);
     const std::vector<int> times = world_.world > 1 ? logicalTimes(s, m, rank_) : std::vector<int>(nops, 0);
-    p.indegree.assign(nops, 0);
-    std::vector<int> outdeg(nops, 0);
-    for (std::size_t i = 0; i < nops; ++i) {
-      p.indegree[i] = static_cast<int>(ops[i].deps.size());
-      for (int d : ops[i].deps) ++outdeg[static_cast<std::size_t>(d)];
-      if (ops[i].deps.empty()) p.roots.push_back(static_cast<int>(i));
-    }
-    // Post roots in program order (the ready list is a stack).
-    std::reverse(p.roots.begin(), p.roots.end());
-    p.depOffsets.assign(nops + 1, 0);
-    for (std::size_t i = 0; i < nops; ++i) p.depOffsets[i + 1] = p.depOffsets[i] + outdeg[i];
-    p.dependents.resize(static_cast<std::size_t>(p.depOffsets[nops]));
-    std::vector<int> fill(p.depOffsets.begin(), p.depOffsets.end() - 1);
-    for (std::size_t i = 0; i < nops; ++i) {
-      for (int d : ops[i].deps) {
-        p.dependents[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
-      }
-    }
+    p.graph = OpGraph(ops);  // ReadyOps hands out roots in program order: transfers are posted in that order
     p.input = static_cast<std::byte*>(const_cast<void*>(b.input));
     p.output = static_cast<std::byte*>(b.output);
     std::vector<std::byte>& scratch = scratchMem ? *scratchMem : scratch_;
@@ -870,12 +853,12 @@ class GlooBackend final : public Backend {
     const DType dtype = s.spec.dtype;
     const ReduceOp rop = s.spec.op;
     const std::size_t nops = ops.size();
-    std::vector<int> remaining = p.indegree;
-    std::vector<int> ready = p.roots;
-    std::size_t done = 0;
+    ReadyOps ready(p.graph);
     const auto n = static_cast<std::size_t>(world_.world);
     std::vector<char> headerOk(n, p.headers ? 0 : 1);
-    std::vector<std::vector<int>> deferred(p.headers ? n : 0);
+    // Transfers with a peer whose header has not been checked yet wait for it: receives so that no data of a
+    // mismatched call lands in our buffers, sends so that they follow our receives' notices (see sendsToPost).
+    std::vector<std::vector<int>> deferred(p.headers ? n : 0), deferredSends(p.headers ? n : 0);
     // Min-heap on (logical time, op); header receives are (-1, 0, -1 - peer) so they come first.
     // Among ops of equal time receives come first: a receive-reduce folds its pieces as they arrive, while a send
     // completing only means the kernel took its bytes (ties may be broken freely: equal-time ops never wait for
@@ -888,14 +871,6 @@ class GlooBackend final : public Backend {
       for (int q : p.neighbours) pending.emplace(-1, 0, -1 - q);
     }
     const CollectiveHeader& mineHeader = p.mine;
-    auto complete = [&](int i) {
-      ++done;
-      const auto iu = static_cast<std::size_t>(i);
-      for (int k = p.depOffsets[iu]; k < p.depOffsets[iu + 1]; ++k) {
-        const int d = p.dependents[static_cast<std::size_t>(k)];
-        if (--remaining[static_cast<std::size_t>(d)] == 0) ready.push_back(d);
-      }
-    };
     auto postRecv = [&](int i) {
       const Op& op = ops[static_cast<std::size_t>(i)];
       OpPlan& o = p.op[static_cast<std::size_t>(i)];
@@ -906,35 +881,68 @@ class GlooBackend final : public Backend {
       });
       pending.emplace(o.time, 0, i);
     };
+    // Sends that became ready, posted once the ready list is drained: every receive notice (Gloo's "recv ready",
+    // which lets the peer start sending) then goes onto its connection ahead of our data instead of waiting behind
+    // it. Otherwise, between two ranks that exchange data both ways, each side's next transfer would wait until the
+    // other's has been written out: the directions alternate and the pair runs at half its bandwidth (seen on a
+    // 1 Gbit/s shaped link; on loopback the data drains too fast to notice).
+    std::vector<int> sendsToPost;
+    auto postSend = [&](int i) {
+      const Op& op = ops[static_cast<std::size_t>(i)];
+      OpPlan& o = p.op[static_cast<std::size_t>(i)];
+      post(op.peer, [&] {
+        for (std::size_t k = 0; k < o.pieces.size(); ++k) {
+          o.pieces[k].buf->send(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[k].bytes);
+        }
+      });
+      pending.emplace(o.time, 1, i);
+    };
+    auto awaitOp = [&](int i) {
+      const Op& op = ops[static_cast<std::size_t>(i)];
+      OpPlan& o = p.op[static_cast<std::size_t>(i)];
+      const bool isRecv = op.kind != OpKind::Send;
+      for (Piece& pc : o.pieces) {
+        await(pc.buf.get(), isRecv, op.peer, &op, i);
+        if (op.kind == OpKind::RecvReduce && pc.bytes) {
+          reduceElements(dtype, rop, resolve(p, op.dst) + pc.offset, resolve(p, op.src) + pc.offset,
+                         p.staging + o.stagingOffset + pc.offset, pc.bytes / p.elemSize);
+        }
+      }
+      ready.complete(i);
+    };
     for (;;) {
-      while (!ready.empty()) {
-        const int i = ready.back();
-        ready.pop_back();
+      while (ready.any() || !sendsToPost.empty()) {
+        if (!ready.any()) {
+          for (int i : sendsToPost) {
+            const auto peer = static_cast<std::size_t>(ops[static_cast<std::size_t>(i)].peer);
+            if (headerOk[peer]) {
+              postSend(i);
+            } else {
+              deferredSends[peer].push_back(i);
+            }
+          }
+          sendsToPost.clear();
+          break;
+        }
+        const int i = ready.pop();
         const Op& op = ops[static_cast<std::size_t>(i)];
         switch (op.kind) {
           case OpKind::Copy: {
             std::byte* dst = resolve(p, op.dst);
             const std::byte* src = resolve(p, op.src);
             if (dst != src) std::memcpy(dst, src, op.bytes);
-            complete(i);
+            ready.complete(i);
             break;
           }
           case OpKind::Reduce: {
             std::byte* dst = resolve(p, op.dst);
             reduceElements(dtype, rop, dst, dst, resolve(p, op.src), op.bytes / p.elemSize);
-            complete(i);
+            ready.complete(i);
             break;
           }
-          case OpKind::Send: {
-            OpPlan& o = p.op[static_cast<std::size_t>(i)];
-            post(op.peer, [&] {
-              for (std::size_t k = 0; k < o.pieces.size(); ++k) {
-                o.pieces[k].buf->send(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[k].bytes);
-              }
-            });
-            pending.emplace(o.time, 1, i);
+          case OpKind::Send:
+            sendsToPost.push_back(i);
             break;
-          }
           case OpKind::Recv:
           case OpKind::RecvReduce:
             if (headerOk[static_cast<std::size_t>(op.peer)]) {
@@ -968,22 +976,25 @@ class GlooBackend final : public Backend {
         }
         headerOk[qu] = 1;
         for (int d : deferred[qu]) postRecv(d);
+        for (int d : deferredSends[qu]) postSend(d);
         deferred[qu].clear();
+        deferredSends[qu].clear();
         continue;
       }
-      const Op& op = ops[static_cast<std::size_t>(i)];
-      OpPlan& o = p.op[static_cast<std::size_t>(i)];
-      const bool isRecv = op.kind != OpKind::Send;
-      for (Piece& pc : o.pieces) {
-        await(pc.buf.get(), isRecv, op.peer, &op, i);
-        if (op.kind == OpKind::RecvReduce && pc.bytes) {
-          reduceElements(dtype, rop, resolve(p, op.dst) + pc.offset, resolve(p, op.src) + pc.offset,
-                         p.staging + o.stagingOffset + pc.offset, pc.bytes / p.elemSize);
-        }
+      awaitOp(i);
+      if (isSend) continue;
+      // Sends of this round or earlier have usually finished already (Gloo completes a send once the kernel has
+      // taken its bytes): collect them before posting what this receive released, so that the receives they
+      // release are posted in the same drain, ahead of the new sends.
+      while (!pending.empty()) {
+        const auto [t2, isSend2, j] = pending.top();
+        if (j < 0 || !isSend2 || t2 > t) break;
+        pending.pop();
+        awaitOp(j);
       }
-      complete(i);
     }
-    COLLBENCH_CHECK(done == nops, "rank {} finished {} of {} ops of '{}'", rank_, done, nops, s.algorithm);
+    COLLBENCH_CHECK(ready.done() == nops, "rank {} finished {} of {} ops of '{}'", rank_, ready.done(), nops,
+                    s.algorithm);
     for (int q : p.neighbours) {
       if (p.headers) await(p.headerSend[static_cast<std::size_t>(q)].get(), false, q, nullptr, -1);
     }

@@ -14,6 +14,7 @@
 #include "collbench/reduce.h"
 #include "futex.h"
 #include "host_backend.h"
+#include "op_graph.h"
 
 namespace collbench::host {
 namespace {
@@ -34,9 +35,7 @@ struct alignas(64) Slot {
 /// Per-rank, per-run precomputation.
 struct RankPlan {
   const std::vector<Op>* ops = nullptr;
-  std::vector<int> indegree;
-  std::vector<int> depOffsets, dependents;  // CSR: dependents of op i
-  std::vector<int> roots;
+  OpGraph graph;
   std::vector<int> slot;  // op -> slot index (-1 local)
   const std::byte* input = nullptr;
   std::byte* output = nullptr;
@@ -125,21 +124,7 @@ class ThreadsBackend final : public Backend {
       const auto& prog = s.ranks[ru];
       RankPlan& p = job.plans[ru];
       p.ops = &prog.ops;
-      const std::size_t nops = prog.ops.size();
-      p.indegree.assign(nops, 0);
-      std::vector<int> outdeg(nops, 0);
-      for (std::size_t i = 0; i < nops; ++i) {
-        p.indegree[i] = static_cast<int>(prog.ops[i].deps.size());
-        for (int d : prog.ops[i].deps) ++outdeg[static_cast<std::size_t>(d)];
-        if (p.indegree[i] == 0) p.roots.push_back(static_cast<int>(i));
-      }
-      p.depOffsets.assign(nops + 1, 0);
-      for (std::size_t i = 0; i < nops; ++i) p.depOffsets[i + 1] = p.depOffsets[i] + outdeg[i];
-      p.dependents.resize(static_cast<std::size_t>(p.depOffsets[nops]));
-      std::vector<int> fill(p.depOffsets.begin(), p.depOffsets.end() - 1);
-      for (std::size_t i = 0; i < nops; ++i) {
-        for (int d : prog.ops[i].deps) p.dependents[static_cast<std::size_t>(fill[static_cast<std::size_t>(d)]++)] = static_cast<int>(i);
-      }
+      p.graph = OpGraph(prog.ops);
       p.slot = m.opMatch[ru];
       const std::size_t inBytes = s.spec.inputBytes(), outBytes = s.spec.outputBytes();
       if ((inBytes && !bufs[ru].input) || (outBytes && !bufs[ru].output)) {
@@ -222,26 +207,16 @@ class ThreadsBackend final : public Backend {
     const DType dtype = job.schedule->spec.dtype;
     const ReduceOp rop = job.schedule->spec.op;
     const std::size_t es = job.schedule->spec.kind == Collective::Barrier ? 1 : dtypeSize(dtype);
-    std::vector<int> remaining = p.indegree;
-    std::vector<int> ready = p.roots;
+    ReadyOps ready(p.graph);
     std::vector<int> pending;
-    std::size_t done = 0;
-    auto complete = [&](int i) {
-      ++done;
-      for (int k = p.depOffsets[static_cast<std::size_t>(i)]; k < p.depOffsets[static_cast<std::size_t>(i) + 1]; ++k) {
-        const int d = p.dependents[static_cast<std::size_t>(k)];
-        if (--remaining[static_cast<std::size_t>(d)] == 0) ready.push_back(d);
-      }
-    };
     WakeWord& myWake = wake_[static_cast<std::size_t>(rank)];
     auto lastProgress = Clock::now();
     const auto timeout = std::chrono::duration<double>(job.timeoutSeconds);
-    while (done < ops.size()) {
+    while (!ready.finished()) {
       const std::uint32_t seen = myWake.observe();
       bool progress = false;
-      while (!ready.empty()) {
-        const int i = ready.back();
-        ready.pop_back();
+      while (ready.any()) {
+        const int i = ready.pop();
         const Op& op = ops[static_cast<std::size_t>(i)];
         progress = true;
         switch (op.kind) {
@@ -249,13 +224,13 @@ class ThreadsBackend final : public Backend {
             std::byte* dst = resolve(p, op.dst);
             const std::byte* src = resolve(p, op.src);
             if (dst != src) std::memcpy(dst, src, op.bytes);
-            complete(i);
+            ready.complete(i);
             break;
           }
           case OpKind::Reduce: {
             std::byte* dst = resolve(p, op.dst);
             reduceElements(dtype, rop, dst, dst, resolve(p, op.src), op.bytes / es);
-            complete(i);
+            ready.complete(i);
             break;
           }
           case OpKind::Send: {
@@ -292,7 +267,7 @@ class ThreadsBackend final : public Backend {
         if (finished) {
           pending[k] = pending.back();
           pending.pop_back();
-          complete(i);
+          ready.complete(i);
           progress = true;
         } else {
           ++k;

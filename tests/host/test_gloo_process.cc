@@ -376,6 +376,24 @@ TEST(GlooFaults, MismatchedCallsFailInsteadOfProducingData) {
   e = parseError(results[1]);
   EXPECT_NE(e.message.find("count 2000 here, 1000 there"), std::string::npos) << e.message;
 
+  // Different dtype, then different op: each named by the receiver's header check.
+  for (const bool dtype : {true, false}) {
+    body = [dtype](int rank, const BackendOptions& o) {
+      auto backend = makeGlooBackend(ProcessWorld::fromOptions(o));
+      const CollectiveSpec spec{Collective::AllReduce, 2, 1000, dtype && rank == 1 ? DType::I32 : DType::F32,
+                                !dtype && rank == 1 ? ReduceOp::Max : ReduceOp::Sum};
+      LocalBuffers b(spec, rank, false);
+      backend->run(buildSchedule(spec, "ring"), Buffers{b.view}, RunOptions{1, 0, 30});
+      return std::string("no error");
+    };
+    results = runWorld(freeAddresses(2), {0, 1}, body, 5, 60s);
+    e = parseError(results[0]);
+    EXPECT_EQ(e.code, "invalid_argument");
+    EXPECT_EQ(e.peer, 1);
+    EXPECT_NE(e.message.find(dtype ? "dtype float here, int32 there" : "op sum here, max there"), std::string::npos)
+        << e.message;
+  }
+
   // One rank runs one collective more than the other: the next call is out of sequence.
   body = [](int rank, const BackendOptions& o) {
     auto backend = makeGlooBackend(ProcessWorld::fromOptions(o));

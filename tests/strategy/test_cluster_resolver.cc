@@ -740,6 +740,9 @@ TEST(Mpi, Errors) {
                  {"OMPI_COMM_WORLD_LOCAL_RANK 2", "out of range"});
   expectMpiError({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}},
                  {"OMPI_COMM_WORLD_LOCAL_SIZE 3", "exceeds"});
+  // Found by ResolverFuzz.MpiEnvironment: a corrupt size allocated an address per rank (2^31 of them).
+  expectMpiError({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2147483647"}},
+                 {"OMPI_COMM_WORLD_SIZE 2147483647", "more than 1048576 ranks"});
 }
 
 // ------------------------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_runner.h"
@@ -90,10 +91,13 @@ std::string trainFlags(std::int64_t hidden) {
       c.features, c.classes, c.hidden, c.globalBatch, c.steps, c.learningRate, c.seed);
 }
 
-/// Weights written by `collbench train --weights-out`.
-std::vector<Tensor> readWeights(const std::string& path) {
+/// Weights written by `collbench train --weights-out`. `replicasInSync` > 0: the run must have trained on that many
+/// replicas (a process that fell back to single-worker mode would match the single-replica reference trivially).
+std::vector<Tensor> readWeights(const std::string& path, int replicasInSync = 0) {
   const nlohmann::json j = nlohmann::json::parse(collbench::testing::slurp(path));
   EXPECT_EQ(j.at("format"), "collbench-weights");
+  if (replicasInSync > 0) EXPECT_EQ(j.at("replicas_in_sync"), replicasInSync) << path;
+  EXPECT_EQ(j.at("steps"), kSteps) << path;
   std::vector<Tensor> out;
   for (const auto& name : j.at("names")) {
     const auto& w = j.at("weights").at(name.get<std::string>());
@@ -145,11 +149,22 @@ TEST_P(SyncTraining, SameWeightsAsOneReplica) {
                           .string();
     const collbench::testing::CliResult r = collbench::testing::runCli(fmt::format(
         "launch -n {} -- {} train --mode processes -n {} {} --bytes-per-pack {} --implementation {} --hierarchy auto "
-        "--log-every 1000 --weights-out {} --force",
-        c.workers, COLLBENCH_CLI, c.local, trainFlags(c.hidden), c.bytesPerPack, toString(c.implementation), path));
+        "--log-every 1000 --weights-out {} --trace {}.trace --force",
+        c.workers, COLLBENCH_CLI, c.local, trainFlags(c.hidden), c.bytesPerPack, toString(c.implementation), path,
+        path));
     ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
-    const std::vector<Tensor> got = readWeights(path);
+    const std::vector<Tensor> got = readWeights(path, c.workers * c.local);
     std::filesystem::remove(path);
+    // The gradients crossed processes: every step all-reduced on the process backend over all workers.
+    const Trace t = readTrace(path + ".trace");
+    std::filesystem::remove(path + ".trace");
+    EXPECT_EQ(t.worldSize, c.workers * c.local);
+    EXPECT_EQ(t.backend, "gloo");
+    std::set<std::int64_t> crossSteps;
+    for (const TraceEvent& e : t.events) {
+      if (e.group == "workers" && e.kind == Collective::AllReduce && e.nranks == c.workers) crossSteps.insert(e.step);
+    }
+    EXPECT_EQ(crossSteps.size(), static_cast<std::size_t>(kSteps));
     const auto [diff, scale] = maxDifference(got, ref.weights);
     EXPECT_LE(diff, kRelativeTolerance * std::max(1.0, scale)) << "max |w| " << scale;
     return;
@@ -265,7 +280,7 @@ TEST(TrainCli, ThreadsModeMatchesTheLibraryAndWritesATrace) {
   ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("2 worker(s) x 2 local replica(s) = 4 replicas in sync"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("      49 "), std::string::npos) << "the last step is logged\n" << r.out;
-  const auto [diff, scale] = maxDifference(readWeights(weights), reference(0).weights);
+  const auto [diff, scale] = maxDifference(readWeights(weights, 4), reference(0).weights);
   EXPECT_LE(diff, kRelativeTolerance * std::max(1.0, scale));
   const Trace t = readTrace(tracePath);
   EXPECT_EQ(t.worldSize, 4);
@@ -315,7 +330,47 @@ TEST(TrainProcesses, KilledWorkerStopsOthersWithPeerFailure) {
     ASSERT_NE(at, std::string::npos) << "worker " << survivor << " did not report the peer failure:\n" << r.err;
     const std::string rest = r.err.substr(at, r.err.find('\n', at) - at);
     EXPECT_NE(rest.find("failed: its connection to"), std::string::npos) << rest;
+    // The error class is PeerFailure (not Timeout: no --timeout is set, and not a hang), at the step after the kill.
+    EXPECT_NE(r.err.find(fmt::format("[rank {}] collbench train: worker {} stopped after step 5 with peer failure "
+                                     "(Errc::PeerFailure)",
+                                     survivor, survivor)),
+              std::string::npos)
+        << r.err;
   }
+  EXPECT_EQ(r.err.find("Errc::Timeout"), std::string::npos) << r.err;
+}
+
+TEST(TrainCli, SimulatedWhatIfRunTimesOnTheSimulator) {
+  // `collbench train --simulate --topology T`: the values are reduced in this process (same weights as one
+  // replica), the collectives are timed by the "sim" backend on T, and the trace says so.
+  if (!std::filesystem::exists(COLLBENCH_CLI))
+    GTEST_SKIP() << "the collbench CLI is not built (" << COLLBENCH_CLI << ")";
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string weights = (dir / fmt::format("collbench_sim_w_{}.json", ::getpid())).string();
+  const std::string tracePath = (dir / fmt::format("collbench_sim_t_{}.json", ::getpid())).string();
+  const collbench::testing::CliResult r = collbench::testing::runCli(
+      fmt::format("train -n 4 --simulate --topology dgx-h100-8x1 {} --weights-out {} --trace {} --force",
+                  trainFlags(0), weights, tracePath));
+  if (r.err.find("unknown backend 'sim'") != std::string::npos)
+    GTEST_SKIP() << "this collbench has no simulator backend (COLLBENCH_WITH_SIMGRID=OFF)";
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("(simulated timing)"), std::string::npos) << r.out;
+  const auto [diff, scale] = maxDifference(readWeights(weights, 4), reference(0).weights);
+  EXPECT_LE(diff, kRelativeTolerance * std::max(1.0, scale));
+  const Trace t = readTrace(tracePath);
+  EXPECT_TRUE(t.simulated);
+  EXPECT_EQ(t.backend, "sim");
+  EXPECT_EQ(t.topology.name, "dgx-h100-8x1");
+  EXPECT_EQ(t.worldSize, 4);
+  ASSERT_FALSE(t.events.empty());
+  for (const TraceEvent& e : t.events) {
+    // A 4-rank all-reduce of a few hundred bytes on NVLink takes microseconds of simulated time, not the
+    // milliseconds a thread rendezvous on this (shared) machine would.
+    EXPECT_GT(e.endSeconds - e.startSeconds, 0.0);
+    EXPECT_LT(e.endSeconds - e.startSeconds, 1e-3) << "event at step " << e.step;
+  }
+  std::filesystem::remove(weights);
+  std::filesystem::remove(tracePath);
 }
 
 }  // namespace

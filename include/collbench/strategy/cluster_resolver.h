@@ -233,13 +233,16 @@ struct MpiOptions {
   std::string rpcLayer;  ///< prefix for master(); none by default
 };
 
+/// The largest world size MpiClusterResolver accepts (the spec holds an address per rank).
+inline constexpr int kMaxMpiRanks = 1 << 20;
+
 /// An MPI launch (mpirun / mpiexec): one worker job, rank and size from the launcher, worker 0 leads.
 ///   Open MPI     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
 ///   MPICH/Hydra  PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (used when OMPI_COMM_WORLD_RANK is unset)
 ///   leader       COLLBENCH_MASTER_ADDR ("host:port", default kDefaultMasterAddr)
 /// MPI launchers do not publish the other ranks' addresses: the cluster spec's worker 0 is the master address
 /// and the other workers' addresses are "" (unknown). A multi-host launch with the loopback default logs a
-/// warning. Local rank and size are known when the launcher sets them.
+/// warning. Local rank and size are known when the launcher sets them. A world size above kMaxMpiRanks is an error.
 class MpiClusterResolver : public ClusterResolver {
  public:
   static constexpr const char* kMasterAddrVar = "COLLBENCH_MASTER_ADDR";

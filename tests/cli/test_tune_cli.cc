@@ -1,0 +1,280 @@
+// Issue #11 as a user runs it: `collbench tune` (table with provenance, refusal to overwrite, NCCL tuner export that
+// parses back to the table's choices), `plan --algo auto` explaining the choice, `perf --algo auto` following the
+// table, COLLBENCH_ALGO forcing, `regret` on a held-out grid and `calibrate` recovering a known network from perf
+// JSON. Small simulator sweeps only: the whole suite runs in seconds.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "collbench/tuning.h"
+
+namespace collbench {
+namespace {
+
+using testing::CliResult;
+using testing::runCli;
+using testing::slurp;
+
+std::filesystem::path temp(const std::string& name) {
+  return std::filesystem::temp_directory_path() / fmt::format("tune_cli_{}_{}", ::getpid(), name);
+}
+
+/// One small table shared by the tests: dgx-h100-8x1 at 2 and 4 ranks, 1K, 8K, 64K.
+class TuneCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    table_ = temp("table.json");
+    std::filesystem::remove(table_);
+    const CliResult r = runCli(fmt::format(
+        "tune --backend sim --topology dgx-h100-8x1 -g 2,4 -b 1K -e 64K -f 8 --chunks 0,128K --channels 1,2 -o {}",
+        table_.string()));
+    ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
+  }
+  static void TearDownTestSuite() { std::filesystem::remove(table_); }
+  static std::filesystem::path table_;
+};
+std::filesystem::path TuneCli::table_;
+
+TEST_F(TuneCli, TableCarriesProvenanceAndEveryPoint) {
+  const auto doc = nlohmann::json::parse(slurp(table_));
+  EXPECT_EQ(doc["format"], "collbench-tuning");
+  const auto& p = doc["provenance"];
+  EXPECT_EQ(p["backend"], "sim");
+  EXPECT_EQ(p["topology"], "dgx-h100-8x1");
+  EXPECT_EQ(p["topology_fingerprint"].get<std::string>().size(), 16u);
+  EXPECT_NE(p["tool"].get<std::string>().find("collbench "), std::string::npos);
+  EXPECT_NE(p["command_line"].get<std::string>().find("tune --backend sim"), std::string::npos);
+  EXPECT_FALSE(p["host"].get<std::string>().empty());
+  EXPECT_EQ(p["date"].get<std::string>().size(), 20u);  // 2026-01-01T00:00:00Z
+  const TuningTable t = loadTuningTable(table_.string());
+  ASSERT_EQ(t.sections.size(), 1u);
+  EXPECT_EQ(t.sections[0].fingerprint, p["topology_fingerprint"]);
+  EXPECT_EQ(t.sections[0].entries.size(), 6u);  // {2, 4} ranks x {1K, 8K, 64K}
+  for (const TuningEntry& e : t.sections[0].entries) {
+    EXPECT_GE(e.candidates.size(), 4u) << e.nranks << " " << e.bytes;
+    for (std::size_t i = 1; i < e.candidates.size(); ++i) EXPECT_LE(e.candidates[i - 1].timeUs, e.candidates[i].timeUs);
+  }
+}
+
+TEST_F(TuneCli, RefusesToOverwriteWithoutForce) {
+  const std::string before = slurp(table_);
+  const std::string cmd =
+      fmt::format("tune --backend sim --topology dgx-h100-8x1 -g 2 -b 1K -e 1K --chunks 0 --channels 1 -o {}",
+                  table_.string());
+  const CliResult r = runCli(cmd);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_NE(r.err.find("exists; pass --force"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(table_), before);
+  const auto other = temp("forced.json");
+  std::filesystem::copy_file(table_, other, std::filesystem::copy_options::overwrite_existing);
+  const CliResult f = runCli(fmt::format(
+      "tune --backend sim --topology dgx-h100-8x1 -g 2 -b 1K -e 1K --chunks 0 --channels 1 -o {} --force",
+      other.string()));
+  EXPECT_EQ(f.exitCode, 0) << f.err;
+  EXPECT_EQ(loadTuningTable(other.string()).sections[0].entries.size(), 1u);
+  std::filesystem::remove(other);
+}
+
+TEST_F(TuneCli, NcclTunerExportParsesBackToTheTableChoices) {
+  const auto csv = temp("nccl_tuner.conf"), tbl = temp("nccl_table.json");
+  std::filesystem::remove(csv);
+  std::filesystem::remove(tbl);
+  const CliResult r = runCli(fmt::format(
+      "tune --backend sim --topology dgx-h100-8x1 -g 8 -b 1K -e 16M -f 16 --nccl-channels 2,16 "
+      "--export nccl-tuner {} -o {}",
+      csv.string(), tbl.string()));
+  ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
+  const std::string text = slurp(csv);
+  EXPECT_NE(text.find("# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"),
+            std::string::npos);
+  const std::vector<NcclTunerRule> rules = parseNcclTunerCsv(text, csv.string());
+  ASSERT_FALSE(rules.empty());
+  const TuningTable t = loadTuningTable(tbl.string());
+  const TuningSection* s = t.find(t.provenance.topologyFingerprint, kLibraryNccl);
+  ASSERT_NE(s, nullptr);
+  ASSERT_EQ(s->entries.size(), 4u);  // 1K, 16K, 256K, 4M
+  std::set<std::string> protocols;
+  for (const TuningEntry& e : s->entries) {
+    const TuningCandidate& best = e.candidates.front();
+    const NcclTunerRule* rule = matchNcclTunerRule(rules, e.collective, e.bytes, e.nnodes, e.nranks);
+    ASSERT_NE(rule, nullptr) << e.bytes;
+    EXPECT_EQ(rule->algorithm, best.algorithm) << e.bytes;
+    EXPECT_EQ(rule->protocol, best.protocol) << e.bytes;
+    EXPECT_EQ(rule->channels, best.channels) << e.bytes;
+    protocols.insert(best.protocol);
+    for (const TuningCandidate& k : e.candidates) {
+      EXPECT_TRUE(k.algorithm == "ring" || k.algorithm == "tree");
+      EXPECT_TRUE(k.protocol == "ll" || k.protocol == "ll128" || k.protocol == "simple");
+    }
+  }
+  // LL wins small all-reduces and Simple (or LL128) large ones, as in NCCL.
+  EXPECT_EQ(s->entries.front().candidates.front().protocol, "ll");
+  EXPECT_NE(s->entries.back().candidates.front().protocol, "ll");
+  // Every size maps to a rule (0 .. SIZE_MAX covered without gaps).
+  for (std::size_t b : {std::size_t{0}, std::size_t{3000}, std::size_t{1} << 30}) {
+    EXPECT_NE(matchNcclTunerRule(rules, Collective::AllReduce, b, 1, 8), nullptr) << b;
+  }
+  // --from re-exports an existing table, and refuses to overwrite the CSV without --force.
+  const CliResult again = runCli(fmt::format("tune --from {} --export nccl-tuner {}", tbl.string(), csv.string()));
+  EXPECT_NE(again.exitCode, 0);
+  EXPECT_NE(again.err.find("exists; pass --force"), std::string::npos) << again.err;
+  const CliResult forced =
+      runCli(fmt::format("tune --from {} --export nccl-tuner {} --force", tbl.string(), csv.string()));
+  EXPECT_EQ(forced.exitCode, 0) << forced.err;
+  EXPECT_EQ(parseNcclTunerCsv(slurp(csv), csv.string()).size(), rules.size());
+  std::filesystem::remove(csv);
+  std::filesystem::remove(tbl);
+}
+
+TEST_F(TuneCli, PlanAutoExplainsTableRowModelAndRunnerUp) {
+  const TuningTable t = loadTuningTable(table_.string());
+  const TuningEntry* e = t.sections[0].find(Collective::AllReduce, 4, 8192);
+  ASSERT_NE(e, nullptr);
+  const CliResult at = runCli(fmt::format("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1 --tuning {}",
+                                          table_.string()));
+  ASSERT_EQ(at.exitCode, 0) << at.err;
+  EXPECT_NE(at.out.find(fmt::format("choice: {} (table)", e->candidates.front().algorithm)), std::string::npos)
+      << at.out;
+  EXPECT_NE(at.out.find("fastest measured at n=4"), std::string::npos) << at.out;
+  EXPECT_NE(at.out.find("runner-up: " + e->candidates[1].algorithm), std::string::npos) << at.out;
+  // Between table points: interpolated, and the reason names the enclosing points.
+  const CliResult mid = runCli(fmt::format("plan all_reduce -g 3 --bytes 24K --topology dgx-h100-8x1 --tuning {}",
+                                           table_.string()));
+  ASSERT_EQ(mid.exitCode, 0) << mid.err;
+  EXPECT_NE(mid.out.find("(interpolated)"), std::string::npos) << mid.out;
+  EXPECT_NE(mid.out.find("n=2..4"), std::string::npos) << mid.out;
+  // No table: the cost model, with its estimate and runner-up.
+  const CliResult model = runCli("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1");
+  ASSERT_EQ(model.exitCode, 0) << model.err;
+  EXPECT_NE(model.out.find("(model)"), std::string::npos) << model.out;
+  EXPECT_NE(model.out.find("cost model on topology dgx-h100-8x1"), std::string::npos) << model.out;
+  EXPECT_NE(model.out.find("runner-up:"), std::string::npos) << model.out;
+}
+
+TEST_F(TuneCli, ForcedByEnvironmentOrFlag) {
+  ::setenv("COLLBENCH_ALGO", "all_reduce:direct", 1);
+  const CliResult env = runCli(fmt::format("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1 --tuning {}",
+                                           table_.string()));
+  ::unsetenv("COLLBENCH_ALGO");
+  ASSERT_EQ(env.exitCode, 0) << env.err;
+  EXPECT_NE(env.out.find("algorithm: direct (forced by COLLBENCH_ALGO=all_reduce:direct"), std::string::npos)
+      << env.out;
+  const CliResult flag = runCli("plan all_reduce -g 4 --bytes 8K --algo ring");
+  ASSERT_EQ(flag.exitCode, 0) << flag.err;
+  EXPECT_NE(flag.out.find("algorithm: ring (forced by --algo)"), std::string::npos) << flag.out;
+  ::setenv("COLLBENCH_ALGO", "no_such_algorithm", 1);
+  const CliResult bad = runCli("plan all_reduce -g 4 --bytes 8K");
+  ::unsetenv("COLLBENCH_ALGO");
+  EXPECT_NE(bad.exitCode, 0);
+  EXPECT_NE(bad.err.find("no_such_algorithm"), std::string::npos) << bad.err;
+}
+
+TEST_F(TuneCli, PerfAutoRunsTheTableChoice) {
+  const auto out = temp("perf.json");
+  std::filesystem::remove(out);
+  const CliResult r = runCli(fmt::format(
+      "perf all_reduce --backend sim --topology dgx-h100-8x1 -g 4 -b 1K -e 64K -f 8 --algo auto --tuning {} -J {}",
+      table_.string(), out.string()));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const auto doc = nlohmann::json::parse(slurp(out));
+  std::filesystem::remove(out);
+  const TuningTable t = loadTuningTable(table_.string());
+  ASSERT_EQ(doc["results"].size(), 3u);
+  for (const auto& row : doc["results"]) {
+    const TuningEntry* e = t.sections[0].find(Collective::AllReduce, 4, row["size"].get<std::size_t>());
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(row["algorithm"], e->candidates.front().algorithm) << row.dump();
+    EXPECT_EQ(row["chunk_bytes"], e->candidates.front().chunkBytes) << row.dump();
+    EXPECT_EQ(row["channels"], e->candidates.front().channels) << row.dump();
+    EXPECT_NE(row["algorithm_reason"].get<std::string>().find("fastest measured"), std::string::npos);
+    // The simulator is deterministic: the run takes the time the table measured.
+    EXPECT_NEAR(row["out_of_place"]["time_us"].get<double>(), e->candidates.front().timeUs,
+                1e-6 * e->candidates.front().timeUs);
+  }
+}
+
+TEST_F(TuneCli, RegretOnHeldOutRanksAndSizes) {
+  const auto out = temp("regret.json");
+  std::filesystem::remove(out);
+  const CliResult r = runCli(fmt::format(
+      "regret --backend sim --topology dgx-h100-8x1 --tuning {} --chunks 0,128K --channels 1,2 -J {}",
+      table_.string(), out.string()));
+  ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("# points 2  worst"), std::string::npos) << r.out;  // n=3 x {2896, 23168} (midpoints)
+  const auto doc = nlohmann::json::parse(slurp(out));
+  std::filesystem::remove(out);
+  EXPECT_EQ(doc["format"], "collbench-regret");
+  ASSERT_EQ(doc["rows"].size(), 2u);
+  double worst = 1;
+  for (const auto& row : doc["rows"]) {
+    EXPECT_EQ(row["nranks"], 3);
+    EXPECT_GE(row["regret"].get<double>(), 1.0);
+    EXPECT_NEAR(row["regret"].get<double>(),
+                row["chosen"]["time_us"].get<double>() / row["best"]["time_us"].get<double>(), 1e-9);
+    EXPECT_NE(row["chosen"]["source"], "table");
+    worst = std::max(worst, row["regret"].get<double>());
+  }
+  EXPECT_DOUBLE_EQ(doc["summary"]["worst"].get<double>(), worst);
+  EXPECT_LE(worst, 1.10);
+  // --max-worst turns a bound into the exit code.
+  const CliResult gate = runCli(fmt::format("regret --backend sim --topology dgx-h100-8x1 --tuning {} -g 3 -b 3K -e 3K "
+                                            "--max-worst 0.5",
+                                            table_.string()));
+  EXPECT_EQ(gate.exitCode, 1) << gate.err;
+}
+
+TEST(CalibrateCli, RecoversASimulatedNetworkFromPerfJson) {
+  // A known two-class network: 2 hosts x 2 ranks, intra 3 us / 20 GB/s, inter 8 us / 5 GB/s, reductions 40 GB/s.
+  const auto topo = temp("truth.json");
+  {
+    std::ofstream f(topo);
+    f << R"({"format": "collbench-topology", "version": 1, "name": "truth", "description": "test",
+             "generator": "multi_node", "params": {"nodes": 2, "gpus_per_node": 2}})";
+  }
+  std::vector<std::string> inputs;
+  for (const char* algo : {"ring", "recursive_doubling"}) {
+    const auto out = temp(std::string("perf_") + algo + ".json");
+    std::filesystem::remove(out);
+    const CliResult r = runCli(fmt::format("perf all_reduce --backend sim --topology {} -g 4 -b 1K -e 16M -f 4 --algo {} "
+                                           "-n 1 -w 0 -J {}",
+                                           topo.string(), algo, out.string()));
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    inputs.push_back(out.string());
+  }
+  const auto cal = temp("calibrated.json"), fit = temp("fit.json");
+  std::filesystem::remove(cal);
+  std::filesystem::remove(fit);
+  const CliResult r = runCli(fmt::format("calibrate {} {} -o {} -J {} --verify-sim", inputs[0], inputs[1],
+                                         cal.string(), fit.string()));
+  ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("# model held-out: median"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# calibrated simulator held-out: median"), std::string::npos) << r.out;
+  const auto doc = nlohmann::json::parse(slurp(fit));
+  EXPECT_GT(doc["held_out"]["count"].get<int>(), 4);
+  EXPECT_LT(doc["held_out"]["median"].get<double>(), 0.10) << r.out;
+  for (const auto& s : doc["samples"]) {
+    if (!s["held_out"].get<bool>()) continue;
+    EXPECT_NEAR(s["sim_us"].get<double>(), s["measured_us"].get<double>(), 0.10 * s["measured_us"].get<double>())
+        << s.dump();
+  }
+  // The written topology loads and refuses to be overwritten.
+  const CliResult again = runCli(fmt::format("calibrate {} -o {}", inputs[0], cal.string()));
+  EXPECT_NE(again.exitCode, 0);
+  EXPECT_NE(again.err.find("exists; pass --force"), std::string::npos) << again.err;
+  const CliResult show = runCli(fmt::format("topo check {}", cal.string()));
+  EXPECT_EQ(show.exitCode, 0) << show.err << show.out;
+  for (const auto& p : {topo, cal, fit}) std::filesystem::remove(p);
+  for (const auto& p : inputs) std::filesystem::remove(p);
+}
+
+}  // namespace
+}  // namespace collbench
