@@ -96,7 +96,9 @@ std::string trainFlags(std::int64_t hidden) {
 std::vector<Tensor> readWeights(const std::string& path, int replicasInSync = 0) {
   const nlohmann::json j = nlohmann::json::parse(collbench::testing::slurp(path));
   EXPECT_EQ(j.at("format"), "collbench-weights");
-  if (replicasInSync > 0) EXPECT_EQ(j.at("replicas_in_sync"), replicasInSync) << path;
+  if (replicasInSync > 0) {
+    EXPECT_EQ(j.at("replicas_in_sync"), replicasInSync) << path;
+  }
   EXPECT_EQ(j.at("steps"), kSteps) << path;
   std::vector<Tensor> out;
   for (const auto& name : j.at("names")) {
