@@ -63,8 +63,15 @@ class Mutator {
   }
   /// Parses, replaces one random value with a value of another type or an extreme number, re-serialises.
   std::string swapJsonValue(const std::string& s) {
-    nlohmann::json doc = nlohmann::json::parse(s, nullptr, false);
-    if (doc.is_discarded()) return flipBits(s);
+    // collect() and dump() recurse once per nesting level: a document from deepNesting() (up to 5000 levels, more
+    // when mutations compose) would overflow a small thread stack in the test itself, so deep ones are bit-flipped.
+    bool tooDeep = false;
+    const nlohmann::json::parser_callback_t depthCheck = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      tooDeep = tooDeep || depth > kMaxSwapDepth;
+      return true;
+    };
+    nlohmann::json doc = nlohmann::json::parse(s, depthCheck, false);
+    if (doc.is_discarded() || tooDeep) return flipBits(s);
     std::vector<nlohmann::json*> nodes;
     collect(doc, nodes);
     nlohmann::json* target = nodes[pick(nodes.size())];
@@ -81,6 +88,7 @@ class Mutator {
     }
   }
 
+  static constexpr int kMaxSwapDepth = 256;
   std::mt19937_64 rng_;
 };
 
