@@ -332,12 +332,16 @@ TEST(TrainProcesses, KilledWorkerStopsOthersWithPeerFailure) {
     ASSERT_NE(at, std::string::npos) << "worker " << survivor << " did not report the peer failure:\n" << r.err;
     const std::string rest = r.err.substr(at, r.err.find('\n', at) - at);
     EXPECT_NE(rest.find("failed: its connection to"), std::string::npos) << rest;
-    // The error class is PeerFailure (not Timeout: no --timeout is set, and not a hang), at the step after the kill.
-    EXPECT_NE(r.err.find(fmt::format("[rank {}] collbench train: worker {} stopped after step 5 with peer failure "
-                                     "(Errc::PeerFailure)",
-                                     survivor, survivor)),
-              std::string::npos)
-        << r.err;
+    // The error class is PeerFailure (not Timeout: no --timeout is set, and not a hang), in the step after the kill
+    // or in step 5 itself: worker 1 has finished step 5 when it dies, but bytes it sent that a survivor had not yet
+    // read are discarded when the kernel answers the dead socket with a reset, so a slow survivor can fail in step 5.
+    const bool step5 = r.err.find(fmt::format("[rank {}] collbench train: worker {} stopped after step 5 with peer "
+                                              "failure (Errc::PeerFailure)",
+                                              survivor, survivor)) != std::string::npos;
+    const bool step4 = r.err.find(fmt::format("[rank {}] collbench train: worker {} stopped after step 4 with peer "
+                                              "failure (Errc::PeerFailure)",
+                                              survivor, survivor)) != std::string::npos;
+    EXPECT_TRUE(step4 || step5) << r.err;
   }
   EXPECT_EQ(r.err.find("Errc::Timeout"), std::string::npos) << r.err;
 }
