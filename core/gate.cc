@@ -23,6 +23,10 @@ using detail::JsonReader;
 using nlohmann::json;
 
 constexpr std::string_view kPerfFormat = "collbench-perf";
+/// How a deliberate change of simulated timings is accepted (the project's baselines; a user's are rewritten by the
+/// perf command that made them).
+constexpr std::string_view kUpdateBaselineHint =
+    "the project's: scripts/gate-baselines.sh --update; others: rerun the perf command that wrote it";
 constexpr int kPerfVersion = 1;
 
 PerfSample readSample(const JsonReader& row, const char* field) {
@@ -96,17 +100,27 @@ struct Side {
   std::vector<std::string> order;  // keys in first-seen order
 };
 
-Side collect(const std::vector<PerfRun>& runs) {
+/// `baseline`: the rows are what the current runs are measured against, so each needs a time.
+Side collect(const std::vector<PerfRun>& runs, bool baseline) {
   Side s;
   for (const PerfRun& run : runs) {
     std::set<std::string> inThisRun;
-    for (const PerfRow& row : run.rows) {
+    for (std::size_t i = 0; i < run.rows.size(); ++i) {
+      const PerfRow& row = run.rows[i];
       for (int inPlace = 0; inPlace < 2; ++inPlace) {
         const std::string key = rowKey(run.collective, row.algorithm, row.size, inPlace == 1);
         if (!inThisRun.insert(key).second) {
           throw Error(Errc::InvalidArgument, fmt::format("{}: row '{}' appears twice", printable(run.source), key));
         }
         const PerfSample& h = inPlace ? row.inPlace : row.outOfPlace;
+        if (baseline && row.size > 0 && !(h.timeUs > 0)) {
+          // A change relative to no time at all is unbounded: the baseline is broken, not the current run slower.
+          throw Error(
+              Errc::InvalidArgument,
+              fmt::format("{}: results[{}].{}.time_us: {} at size {} B (row '{}'); a baseline row needs a time "
+                          "> 0",
+                          printable(run.source), i, inPlace ? "in_place" : "out_of_place", h.timeUs, row.size, key));
+        }
         auto [it, fresh] = s.times.try_emplace(key);
         if (fresh) s.order.push_back(key);
         it->second.push_back(h.timeUs);
@@ -244,6 +258,8 @@ int GateReport::count(Verdict v) const {
 
 int GateReport::exitCode(bool failInconclusive) const {
   if (count(Verdict::Regression) > 0) return 1;
+  // A simulator repeats itself exactly: a faster row is a change nobody has reviewed yet, as much as a slower one.
+  if (deterministic && count(Verdict::Improvement) > 0) return 1;
   if (failInconclusive && count(Verdict::Inconclusive) > 0) return 1;
   return 0;
 }
@@ -267,7 +283,7 @@ GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>
   rep.deterministic =
       std::all_of(baseline.begin(), baseline.end(), [](const PerfRun& r) { return r.deterministic(); }) &&
       std::all_of(current.begin(), current.end(), [](const PerfRun& r) { return r.deterministic(); });
-  const Side b = collect(baseline), c = collect(current);
+  const Side b = collect(baseline, true), c = collect(current, false);
   for (const std::string& key : b.order) {
     const auto it = c.times.find(key);
     if (it == c.times.end()) {
@@ -287,6 +303,10 @@ GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>
     const double tol = o.tolerance;
     if (rep.deterministic) {
       row.verdict = row.change > tol ? Verdict::Regression : row.change < -tol ? Verdict::Improvement : Verdict::Pass;
+      if (row.verdict == Verdict::Improvement) {
+        row.note = fmt::format("changed: faster by {:.2f}%; if intended, update the baseline ({})", -100 * row.change,
+                               kUpdateBaselineHint);
+      }
     } else if (row.baselineUs.size() >= 2 && row.currentUs.size() >= 2) {
       bootstrap(row, o);
       if (row.ciLow > tol) {
@@ -330,6 +350,7 @@ GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>
 std::string toMarkdown(const GateReport& r, bool allRows) {
   std::string verdict(toString(r.overall));
   std::transform(verdict.begin(), verdict.end(), verdict.begin(), [](unsigned char ch) { return std::toupper(ch); });
+  if (r.deterministic && r.overall == Verdict::Improvement) verdict += " (fails: simulated timings changed)";
   std::string out = fmt::format("## collbench gate: {}\n\n", verdict);
   const auto list = [](const std::vector<std::string>& v) {
     std::string s;
@@ -339,7 +360,7 @@ std::string toMarkdown(const GateReport& r, bool allRows) {
   out += fmt::format("- setup: {}\n- baseline: {}\n- current: {}\n", printable(r.setup), list(r.baselineSources),
                      list(r.currentSources));
   if (r.deterministic) {
-    out += fmt::format("- simulated runs are deterministic: any change beyond {:.2f}% fails\n\n",
+    out += fmt::format("- simulated runs are deterministic: any change beyond {:.2f}% fails, slower or faster\n\n",
                        100 * r.options.tolerance);
   } else {
     out += fmt::format(
@@ -366,6 +387,11 @@ std::string toMarkdown(const GateReport& r, bool allRows) {
   out += fmt::format("{} rows: {} regression, {} improvement, {} inconclusive, {} pass.\n", r.rows.size(),
                      r.count(Verdict::Regression), r.count(Verdict::Improvement), r.count(Verdict::Inconclusive),
                      r.count(Verdict::Pass));
+  if (r.deterministic && r.count(Verdict::Improvement) > 0) {
+    out += fmt::format(
+        "\nSimulated timings changed (faster). If the change is intended, update the baseline ({}) and commit it.\n",
+        kUpdateBaselineHint);
+  }
   for (const std::string& n : r.notes) out += "\n- note: " + printable(n);
   if (!r.notes.empty()) out += "\n";
   return out;

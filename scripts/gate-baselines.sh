@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Gates the simulator's timings against the committed baselines in reports/baselines/: reruns each baseline's
 # `collbench perf --backend sim` configuration and runs `collbench gate` on the pair. The simulator is deterministic,
-# so any change beyond the tolerance is a real change in an algorithm, the simulator or a topology file: exit 1
-# names the rows. After an intended change, regenerate the baselines with --update and commit them.
+# so any change beyond the tolerance is a real change in an algorithm, the simulator or a topology file, and fails
+# whichever way it goes: exit 1 names the rows, "regression" (slower) or "improvement" (faster). After an intended
+# change, regenerate the baselines with --update, check that only the rows you meant to change moved (git diff), and
+# commit them with the change.
 #
 # Usage: scripts/gate-baselines.sh [--update] [path/to/collbench]
 #   collbench defaults to $COLLBENCH, else build/ci/tools/collbench, else build/release/tools/collbench.

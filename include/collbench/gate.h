@@ -1,7 +1,8 @@
 #pragma once
 /// Performance gate: compares `collbench perf -J` runs (format "collbench-perf", docs/gate.md) against a baseline.
 ///
-/// Simulated runs are deterministic, so any change beyond the tolerance is a regression or an improvement.
+/// Simulated runs are deterministic, so any change beyond the tolerance is a regression or an improvement, and both
+/// fail (exit 1): a faster simulated row is an unreviewed change too, to be accepted by updating the baseline.
 /// Hardware runs are noisy: each side holds repeated runs (several files, or `collbench gate --repeat`), the gate
 /// compares their medians and bootstraps a confidence interval of the relative change:
 ///   CI above +tolerance -> regression; below -tolerance -> improvement; inside [-tol, +tol] -> pass;
@@ -98,13 +99,15 @@ struct GateReport {
                                     ///< if any, else pass
 
   int count(Verdict v) const;
-  /// 0 unless a row regressed (1); inconclusive counts as a failure only when `failInconclusive`.
+  /// 1 if a row regressed, or (deterministic runs) improved; inconclusive counts as a failure only when
+  /// `failInconclusive`; else 0.
   int exitCode(bool failInconclusive = false) const;
 };
 
 /// Compares the runs. Rows are matched by (collective, algorithm, size, placement); every side's runs must agree on
-/// backend, ranks, topology, dtype and op, and every baseline row must be in the current runs: otherwise
-/// Error{InvalidArgument} naming the files and the field (these are inputs that cannot be compared).
+/// backend, ranks, topology, dtype and op, every baseline row must be in the current runs, and every baseline row of
+/// a non-zero size must have a time > 0: otherwise Error{InvalidArgument} naming the files and the field (these are
+/// inputs that cannot be compared).
 GateReport gate(const std::vector<PerfRun>& baseline, const std::vector<PerfRun>& current,
                 const GateOptions& options = {});
 

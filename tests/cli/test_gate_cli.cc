@@ -73,6 +73,34 @@ TEST(GateCli, SlowedAlgorithmFailsNamingTheRow) {
   std::filesystem::remove(slowTree);
 }
 
+TEST(GateCli, FasterSimulatedRunFailsAsAChange) {
+  // The simulator is deterministic: a faster row is a change to review (exit 1), named as an improvement with the way
+  // to accept it. A measured run that got faster passes.
+  json fast = json::parse(testing::slurp(kRing));
+  fast["results"][0]["out_of_place"]["time_us"] = fast["results"][0]["out_of_place"]["time_us"].get<double>() * 0.8;
+  const std::size_t size = fast["results"][0]["size"];
+  const auto faster = writeJson("ring_fast.json", fast);
+  const CliResult r = runCli(fmt::format("gate --baseline {} --current {}", kRing.string(), faster.string()));
+  EXPECT_EQ(r.exitCode, 1) << r.err << r.out;
+  EXPECT_NE(r.out.find("## collbench gate: IMPROVEMENT (fails: simulated timings changed)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(fmt::format("| all_reduce ring {} B out-of-place |", size)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("changed: faster by 20.00%; if intended, update the baseline"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("scripts/gate-baselines.sh --update"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 improvement"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("**regression**"), std::string::npos) << r.out;
+  // A baseline with no time at a non-zero size cannot be compared against: bad input naming the row.
+  json zero = json::parse(testing::slurp(kRing));
+  zero["results"][1]["in_place"]["time_us"] = 0;
+  const auto broken = writeJson("ring_zero.json", zero);
+  const CliResult z = runCli(fmt::format("gate --baseline {} --current {}", broken.string(), kRing.string()));
+  EXPECT_EQ(z.exitCode, 2) << z.out;
+  EXPECT_NE(z.err.find("results[1].in_place.time_us: 0 at size"), std::string::npos) << z.err;
+  EXPECT_EQ(testing::countLines(z.err), 1) << z.err;
+  std::filesystem::remove(faster);
+  std::filesystem::remove(broken);
+}
+
 TEST(GateCli, BadInputExitsTwoWithOneLine) {
   const auto malformed = temp("malformed.json");
   std::ofstream(malformed) << "{\"format\": \"collbench-perf\", \"version\": 1, \"results\": [";

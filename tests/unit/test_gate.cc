@@ -142,12 +142,59 @@ TEST(GateSim, AnyChangeBeyondToleranceCounts) {
   EXPECT_NE(md.find("all_reduce ring 1048576 B out-of-place"), std::string::npos) << md;
   EXPECT_NE(md.find("+5.00%"), std::string::npos) << md;
   EXPECT_NE(md.find("**regression**"), std::string::npos);
-  // Within a wider tolerance it passes; faster is an improvement, which passes.
+  // Within a wider tolerance it passes.
   EXPECT_EQ(gate({b}, {slower}, GateOptions{0.06}).overall, Verdict::Pass);
-  const PerfRun faster = run(perfDoc("sim", "ring", kSizes, [](std::size_t s) { return simTime(s) * 0.9; }));
+  EXPECT_EQ(gate({b}, {slower}, GateOptions{0.06}).exitCode(), 0);
+  // Faster fails too: the simulator is deterministic, so a faster row is a change to review and accept by updating
+  // the baseline. The rows say so, distinct from regressions.
+  const PerfRun faster =
+      run(perfDoc("sim", "ring", kSizes, [](std::size_t s) { return s == 1024 ? simTime(s) * 0.9 : simTime(s); }));
   r = gate({b}, {faster});
   EXPECT_EQ(r.overall, Verdict::Improvement);
-  EXPECT_EQ(r.exitCode(), 0);
+  EXPECT_EQ(r.count(Verdict::Improvement), 2);
+  EXPECT_EQ(r.count(Verdict::Regression), 0);
+  EXPECT_EQ(r.exitCode(), 1);
+  const std::string fmd = toMarkdown(r);
+  EXPECT_NE(fmd.find("## collbench gate: IMPROVEMENT (fails: simulated timings changed)"), std::string::npos) << fmd;
+  EXPECT_NE(fmd.find("| all_reduce ring 1024 B out-of-place |"), std::string::npos) << fmd;
+  EXPECT_NE(fmd.find("-10.00%"), std::string::npos) << fmd;
+  EXPECT_NE(fmd.find("**improvement** (changed: faster by 10.00%; if intended, update the baseline"), std::string::npos)
+      << fmd;
+  EXPECT_NE(fmd.find("scripts/gate-baselines.sh --update"), std::string::npos) << fmd;
+  EXPECT_EQ(fmd.find("regression**"), std::string::npos) << fmd;
+  // Both directions at once: the regression leads the verdict, the improvement is still listed as such.
+  const PerfRun mixed = run(perfDoc("sim", "ring", kSizes, [](std::size_t s) {
+    return s == 1024 ? simTime(s) * 0.9 : s == (1u << 20) ? simTime(s) * 1.05 : simTime(s);
+  }));
+  r = gate({b}, {mixed});
+  EXPECT_EQ(r.overall, Verdict::Regression);
+  EXPECT_EQ(r.count(Verdict::Improvement), 2);
+  EXPECT_EQ(r.exitCode(), 1);
+  // Within the tolerance a faster run passes.
+  EXPECT_EQ(gate({b}, {faster}, GateOptions{0.11}).exitCode(), 0);
+}
+
+TEST(GateSim, ZeroBaselineTimeIsBadInput) {
+  json d = perfDoc("sim", "ring", kSizes, simTime);
+  d["results"][2]["in_place"]["time_us"] = 0;
+  const PerfRun zero = run(d, "base.json");
+  const PerfRun cur = run(perfDoc("sim", "ring", kSizes, simTime), "cur.json");
+  try {
+    gate({zero}, {cur});
+    FAIL() << "a zero baseline time was compared";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("base.json: results[2].in_place.time_us: 0 at size 1048576 B (row "
+                                         "'all_reduce ring 1048576 B in-place')"),
+              std::string::npos)
+        << e.what();
+  }
+  // In the current run a zero time is a measurement (a change of -100%), not a broken reference.
+  EXPECT_EQ(gate({cur}, {zero}).overall, Verdict::Improvement);
+  // A zero-byte row may take no time in the baseline.
+  json z = perfDoc("sim", "ring", {0, 1024}, simTime);
+  for (const char* half : {"out_of_place", "in_place"}) z["results"][0][half]["time_us"] = 0;
+  EXPECT_EQ(gate({run(z)}, {run(z)}).overall, Verdict::Pass);
 }
 
 TEST(GateSim, IncomparableInputsAreErrors) {
