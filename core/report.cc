@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "collbench/error.h"
+#include "collbench/topology.h"
 #include "collbench/units.h"
 #include "gate_json.h"
 #include "report_data.h"
@@ -291,15 +292,36 @@ std::vector<PlotSeries> rankScaling(const ReportInputs& in) {
   return out;
 }
 
+/// A topology as the report groups it: (identity, name to show). Its fingerprint and its own name when it loads
+/// here, so that a shipped name and the path of its file (or a renamed copy) are one network; else the string given.
+std::pair<std::string, std::string> topologyIdentity(const std::string& topology) {
+  if (topology.empty()) return {"", ""};
+  try {
+    const Topology t = loadTopology(topology);
+    return {fingerprint(t), t.name.empty() ? topology : t.name};
+  } catch (const Error&) {
+    return {topology, topology};
+  }
+}
+
 std::vector<PlotSeries> replayScaling(const ReportInputs& in) {
-  std::map<std::string, std::map<double, std::vector<double>>> data;
+  // (trace, backend, scaling, topology identity) -> label, world size -> efficiencies
+  using Key = std::tuple<std::string, std::string, std::string, std::string>;
+  std::map<Key, std::pair<std::string, std::map<double, std::vector<double>>>> data;
+  std::map<std::string, std::pair<std::string, std::string>> identities;  // loaded once per topology string
   for (const ReplayRun& r : in.replays) {
-    std::string label = fmt::format("{} on {} ({} scaling)", r.tracePath, r.backend, r.scaling);
-    if (!r.topology.empty()) label += " " + r.topology;
-    data[label][r.worldSize].push_back(r.efficiency);
+    auto id = identities.find(r.topology);
+    if (id == identities.end()) id = identities.emplace(r.topology, topologyIdentity(r.topology)).first;
+    auto& [label, byWorld] = data[Key{r.tracePath, r.backend, r.scaling, id->second.first}];
+    if (label.empty()) {
+      label = fmt::format("{} on {} ({} scaling)", r.tracePath, r.backend, r.scaling);
+      if (!id->second.second.empty()) label += " " + id->second.second;
+    }
+    byWorld[r.worldSize].push_back(r.efficiency);
   }
   std::vector<PlotSeries> out;
-  for (const auto& [label, byWorld] : data) {
+  for (const auto& [key, series] : data) {
+    const auto& [label, byWorld] = series;
     out.push_back(PlotSeries{label, reduceSamples(byWorld, [label = label](double x, double y, std::size_t) {
                                return fmt::format("{}: {} replicas, efficiency {:.3f}", label, x, y);
                              })});
@@ -368,7 +390,10 @@ OpTimeline traceTimeline(const std::string& source, const Trace& t) {
   double origin = -1;
   for (const TraceEvent& e : t.events) {
     if (e.step != step) continue;
-    const double computeStart = std::max(0.0, e.startSeconds - e.computeGapSeconds);
+    // The compute before a collective ends when the program issued it, which may be before the collective started
+    // (it queued behind an earlier one).
+    const double issue = e.issueSeconds.value_or(e.startSeconds);
+    const double computeStart = std::max(0.0, issue - e.computeGapSeconds);
     if (origin < 0) origin = computeStart;
     if (tl.spans.size() + 2 > kMaxTimelineSpans) {
       tl.droppedSpans += 2;
@@ -376,7 +401,7 @@ OpTimeline traceTimeline(const std::string& source, const Trace& t) {
     }
     constexpr double kUs = 1e6;
     if (e.computeGapSeconds > 0) {
-      tl.spans.push_back(TimelineSpan{0, (computeStart - origin) * kUs, (e.startSeconds - origin) * kUs, "compute",
+      tl.spans.push_back(TimelineSpan{0, (computeStart - origin) * kUs, (issue - origin) * kUs, "compute",
                                       fmt::format("compute {:.3f} ms", e.computeGapSeconds * 1e3)});
     }
     tl.spans.push_back(TimelineSpan{1, (e.startSeconds - origin) * kUs, (e.endSeconds - origin) * kUs,
@@ -415,6 +440,8 @@ std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o)
   const auto replays = replayScaling(in);
   if (ranks.empty() && replays.empty()) {
     md += "_Needs perf runs at two or more rank counts, or replays (`collbench replay -J`)._\n\n";
+  } else if (ranks.empty()) {
+    md += fmt::format("_{}_\n\n", kRankScalingNeeds);
   }
   if (!ranks.empty()) {
     md += "| setup | ranks | busbw at largest size (GB/s) |\n|---|---:|---:|\n";
@@ -424,13 +451,13 @@ std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o)
     md += "\n";
   }
   if (!in.replays.empty()) {
-    md +=
-        "| replay | world size | step (ms) | recorded (ms) | exposed comm (ms) | efficiency |\n"
-        "|---|---:|---:|---:|---:|---:|\n";
+    md += std::string(kReplayStatistic) +
+          "\n\n| replay | world size | step (ms) | recorded (ms) | compute (ms) | exposed comm (ms) | efficiency |\n"
+          "|---|---:|---:|---:|---:|---:|---:|\n";
     for (const ReplayRun& r : in.replays) {
-      md += fmt::format("| {} on {} ({}) | {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |\n", mdCell(r.tracePath),
+      md += fmt::format("| {} on {} ({}) | {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |\n", mdCell(r.tracePath),
                         mdCell(r.backend), mdCell(r.scaling), r.worldSize, r.stepSeconds * 1e3,
-                        r.recordedStepSeconds * 1e3, r.exposedSeconds * 1e3, r.efficiency);
+                        r.recordedStepSeconds * 1e3, r.computeSeconds * 1e3, r.exposedSeconds * 1e3, r.efficiency);
     }
     md += "\n";
   }

@@ -28,8 +28,16 @@ std::vector<BusbwPlot> busbwPlots(const ReportInputs& in);
 
 /// Bus bandwidth at each run's largest size vs rank count, for setups measured at two or more rank counts.
 std::vector<PlotSeries> rankScaling(const ReportInputs& in);
-/// Scaling efficiency vs world size of the replays, one series per (trace, backend, scaling).
+/// Scaling efficiency vs world size of the replays, one series per (trace, backend, scaling, topology), topologies
+/// told apart by fingerprint (a shipped name and its file's path are one series).
 std::vector<PlotSeries> replayScaling(const ReportInputs& in);
+/// What fills the bus-bandwidth-vs-ranks plot when replays alone are given.
+inline constexpr std::string_view kRankScalingNeeds =
+    "Bus bandwidth vs ranks needs perf runs of one setup at two or more rank counts (collbench perf -g N -J, for "
+    "two or more N); the replays below show the training step's scaling.";
+/// How each replay's figures were taken (`collbench replay`'s summary).
+inline constexpr std::string_view kReplayStatistic =
+    "Each replay's figures are those of its median step after the first (compute + exposed communication = step).";
 
 struct SimMeasuredRow {
   std::string collective, algorithm, measuredBackend;

@@ -198,9 +198,9 @@ std::string svgPlot(const PlotConfig& c, const std::vector<PlotSeries>& series) 
   const auto Y = [&](double v) { return kMarginTop + (1 - ay.frac(v)) * h; };
   std::string s = fmt::format(
       R"~(<svg xmlns="http://www.w3.org/2000/svg" class="plot" data-plot="{}" data-points="{}" data-series="{}" )~"
-      R"~(viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">)~",
-      esc(c.kind), points, series.size(), num(kPlotWidth), num(kPlotHeight), num(kPlotWidth), num(kPlotHeight),
-      esc(c.title));
+      R"~(data-y-scale="{}" viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">)~",
+      esc(c.kind), points, series.size(), c.logY ? "log" : "linear", num(kPlotWidth), num(kPlotHeight), num(kPlotWidth),
+      num(kPlotHeight), esc(c.title));
   s += fmt::format(R"~(<rect class="frame" x="{}" y="{}" width="{}" height="{}"/>)~", px(kMarginLeft), px(kMarginTop),
                    px(w), px(h));
   for (double t : ax.ticks()) {
@@ -378,6 +378,22 @@ std::string fingerprintCell(const std::string& topology) {
   }
 }
 
+/// Peak bus bandwidths this far apart put the slower series flat on the axis of a linear plot (under 1/20 of its
+/// height): then the y axis is logarithmic.
+constexpr double kLogYPeakRatio = 20;
+
+bool spansDecades(const std::vector<PlotSeries>& series) {
+  double lo = INFINITY, hi = 0;
+  for (const PlotSeries& s : series) {
+    double peak = 0;
+    for (const PlotPoint& p : s.points) peak = std::max(peak, p.y);
+    if (peak <= 0) continue;
+    lo = std::min(lo, peak);
+    hi = std::max(hi, peak);
+  }
+  return hi > 0 && hi >= kLogYPeakRatio * lo;
+}
+
 }  // namespace
 
 std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
@@ -406,6 +422,8 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
     c.xLabel = "size (bytes)";
     c.yLabel = "busbw (GB/s)";
     c.logX = true;
+    c.logY = spansDecades(p.series);
+    if (c.logY) c.yLabel = "busbw (GB/s, log scale)";
     c.xFormat = AxisFormat::Bytes;
     c.colours = &colours;
     h += figure(c, p.series);
@@ -416,6 +434,8 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
   if (ranks.empty() && replays.empty()) {
     h += "<p class=\"empty\">Needs perf runs of one setup at two or more rank counts, or replays "
          "(<code>collbench replay -J</code>).</p>";
+  } else if (ranks.empty()) {
+    h += "<p class=\"empty\" id=\"rank-scaling-missing\">" + esc(kRankScalingNeeds) + "</p>";
   }
   if (!ranks.empty()) {
     PlotConfig c;
@@ -434,8 +454,10 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
     c.yLabel = "efficiency";
     c.logX = true;
     h += figure(c, replays);
-    h += "<table><tr><th>replay</th><th>world size</th><th>step (ms)</th><th>recorded (ms)</th><th>compute (ms)</th>"
-         "<th>exposed comm (ms)</th><th>efficiency</th></tr>";
+    h +=
+        "<p>" + esc(kReplayStatistic) +
+        "</p><table><tr><th>replay</th><th>world size</th><th>step (ms)</th><th>recorded (ms)</th><th>compute (ms)</th>"
+        "<th>exposed comm (ms)</th><th>efficiency</th></tr>";
     for (const ReplayRun& r : in.replays) {
       h += fmt::format(
           "<tr><td>{} on {} ({})</td><td class=n>{}</td><td class=n>{:.3f}</td><td class=n>{:.3f}</td>"

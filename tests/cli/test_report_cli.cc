@@ -189,6 +189,62 @@ TEST_F(ReportCli, MarkdownForPullRequests) {
   EXPECT_EQ(runCli("report" + joined(inputs) + " -o " + md + " --force").exitCode, 0);
 }
 
+/// The <svg ...> start tag of the first plot of `kind` in `page` ("" if none).
+std::string svgTag(const std::string& page, const std::string& kind) {
+  const std::size_t at = page.find(fmt::format("data-plot=\"{}\"", kind));
+  if (at == std::string::npos) return "";
+  const std::size_t from = page.rfind("<svg", at);
+  return page.substr(from, page.find('>', at) - from + 1);
+}
+
+TEST_F(ReportCli, ReplaysGroupByTopologyFingerprint) {
+  if (!hasSim()) GTEST_SKIP() << "needs the simulator backend for its inputs (COLLBENCH_WITH_SIMGRID=OFF)";
+  const std::string trace = path("fp_workload.json");
+  run(fmt::format("workload --model resnet50 --world-size 8 --bytes-per-pack 16M --steps 2 -o {}", trace));
+  // The same network named two ways: the shipped name at 8 replicas, its file's path at 4.
+  const std::string file = (std::filesystem::path(COLLBENCH_SOURCE_DIR) / "topologies" / "dgx-h100-8x1.json").string();
+  const std::string byName = path("fp_replay_8.json"), byPath = path("fp_replay_4.json");
+  run(fmt::format("replay {} --backend sim --topology dgx-h100-8x1 -J {}", trace, byName));
+  run(fmt::format("replay {} --backend sim --topology {} --world-size 4 -J {}", trace, file, byPath));
+  const std::string html = path("fp.html");
+  ASSERT_EQ(runCli(fmt::format("report {} {} -o {}", byName, byPath, html)).exitCode, 0);
+  const std::string page = testing::slurp(html);
+  const std::string tag = svgTag(page, "scaling-efficiency");
+  EXPECT_NE(tag.find("data-series=\"1\""), std::string::npos) << "one network, one series: " << tag;
+  EXPECT_NE(tag.find("data-points=\"2\""), std::string::npos) << tag;
+  // Only replays: the page says what would fill the rank-scaling plot, and how the replay figures were taken.
+  EXPECT_NE(page.find("id=\"rank-scaling-missing\""), std::string::npos);
+  EXPECT_NE(page.find("two or more rank counts (collbench perf -g N -J"), std::string::npos);
+  EXPECT_NE(page.find("median step after the first"), std::string::npos);
+  const CliResult md = runCli(fmt::format("report {} {} --format md", byName, byPath));
+  ASSERT_EQ(md.exitCode, 0) << md.err;
+  EXPECT_NE(md.out.find("_Bus bandwidth vs ranks needs perf runs"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| compute (ms) | exposed comm (ms) |"), std::string::npos) << md.out;
+}
+
+TEST_F(ReportCli, BusbwAxisIsLogarithmicWhenSeriesDifferByDecades) {
+  const std::string ring = (kBaselines / "sim-dgx-h100-8x1-all_reduce-ring.json").string();
+  const std::string tree = (kBaselines / "sim-dgx-h100-8x1-all_reduce-tree.json").string();
+  // Two simulated algorithms on one node: peaks of the same order, a linear axis.
+  const std::string same = path("same.html");
+  ASSERT_EQ(runCli(fmt::format("report {} {} -o {}", ring, tree, same)).exitCode, 0);
+  EXPECT_NE(svgTag(testing::slurp(same), "busbw").find("data-y-scale=\"linear\""), std::string::npos);
+  // A run 1000x slower (a CPU network next to NVLink): on a linear axis it would be a flat line at zero.
+  nlohmann::json slow = nlohmann::json::parse(testing::slurp(ring));
+  slow["config"]["backend"] = "host";
+  for (auto& row : slow["results"]) {
+    for (const char* half : {"out_of_place", "in_place"})
+      row[half]["busbw_GBps"] = row[half]["busbw_GBps"].get<double>() / 1000;
+  }
+  const std::string slowPath = path("slow_host.json");
+  std::ofstream(slowPath) << slow.dump();
+  const std::string mixed = path("mixed.html");
+  ASSERT_EQ(runCli(fmt::format("report {} {} -o {}", ring, slowPath, mixed)).exitCode, 0);
+  const std::string tag = svgTag(testing::slurp(mixed), "busbw");
+  EXPECT_NE(tag.find("data-y-scale=\"log\""), std::string::npos) << tag;
+  EXPECT_NE(testing::slurp(mixed).find("busbw (GB/s, log scale)"), std::string::npos);
+}
+
 TEST_F(ReportCli, BadInputsExitTwo) {
   const std::string junk = path("junk.json");
   std::ofstream(junk) << R"({"hello": "world"})";
