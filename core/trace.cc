@@ -26,10 +26,15 @@ std::string echo(const json& v) {
 /// Field access with messages "source: where.field: problem".
 class Reader {
  public:
-  Reader(std::string_view source, std::string where, const json& obj, std::set<std::string> allowed)
+  /// `newer`: fields a later version added, which this document's version does not have.
+  Reader(std::string_view source, std::string where, const json& obj, std::set<std::string> allowed,
+         const std::set<std::string>& newer = {}, int version = Trace::kVersion)
       : source_(source), where_(std::move(where)), obj_(obj) {
     if (!obj_.is_object()) fail("", fmt::format("must be an object, got {} {}", obj_.type_name(), echo(obj_)));
     for (const auto& [key, value] : obj_.items()) {
+      if (newer.count(key)) {
+        fail(key, fmt::format("is a version {} field; this trace says version {}", Trace::kVersion, version));
+      }
       if (!allowed.count(key)) {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
@@ -99,6 +104,19 @@ class Reader {
 
 bool rooted(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
 
+/// Fields version 2 added (the dependency on backward progress, and what was trained).
+const std::set<std::string> kVersion2Header = {"model", "dtype"};
+const std::set<std::string> kVersion2Event = {"after", "issue_s"};
+
+TraceAfter parseAfter(const std::string& s) {
+  for (TraceAfter a : {TraceAfter::PreviousEnd, TraceAfter::PreviousIssue}) {
+    if (s == toString(a)) return a;
+  }
+  throw Error(Errc::InvalidArgument,
+              fmt::format("\"{}\" is not one of {}, {}", printable(s), toString(TraceAfter::PreviousEnd),
+                          toString(TraceAfter::PreviousIssue)));
+}
+
 json eventToJson(const TraceEvent& e) {
   const CollectiveSpec spec{e.kind, e.nranks, 0, e.dtype, e.op, e.root};
   json j = json::object();
@@ -115,10 +133,14 @@ json eventToJson(const TraceEvent& e) {
   j["compute_gap_s"] = e.computeGapSeconds;
   j["step"] = e.step;
   j["pack"] = e.pack;
+  if (e.after) j["after"] = toString(*e.after);
+  if (e.issueSeconds) j["issue_s"] = *e.issueSeconds;
   return j;
 }
 
 }  // namespace
+
+std::string_view toString(TraceAfter a) { return a == TraceAfter::PreviousEnd ? "previous_end" : "previous_issue"; }
 
 std::string toJson(const Trace& trace, int indent) {
   json j = json::object();
@@ -130,6 +152,8 @@ std::string toJson(const Trace& trace, int indent) {
                    {"local_replicas", trace.topology.localReplicas}};
   j["backend"] = trace.backend;
   j["simulated"] = trace.simulated;
+  if (!trace.model.empty()) j["model"] = trace.model;
+  if (trace.dtype) j["dtype"] = toString(*trace.dtype);
   if (!trace.tool.empty()) j["tool"] = trace.tool;
   if (!trace.command.empty()) j["command"] = trace.command;
   json events = json::array();
@@ -140,17 +164,33 @@ std::string toJson(const Trace& trace, int indent) {
 
 Trace parseTrace(std::string_view text, std::string_view source) {
   const json root = parseJsonDocument(text, source);
-  const Reader top(
-      source, "", root,
-      {"format", "version", "world_size", "topology", "backend", "simulated", "tool", "command", "events"});
+  // The version decides which fields exist: read it before checking the field names.
+  int version = Trace::kVersion;
+  if (root.is_object() && root.contains("version") && root["version"].is_number_integer()) {
+    const json& v = root["version"];
+    if (v != 1 && v != Trace::kVersion) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("{}: version: version {} is not supported (this collbench reads versions 1 and {})",
+                              source, v.dump(), Trace::kVersion));
+    }
+    version = v.get<int>();
+  }
+  const std::set<std::string> none;
+  std::set<std::string> headerFields = {"format",    "version", "world_size", "topology", "backend",
+                                        "simulated", "tool",    "command",    "events"};
+  std::set<std::string> eventFields = {"kind",          "bytes",  "dtype",     "op",      "root",
+                                       "group",         "nranks", "algorithm", "start_s", "end_s",
+                                       "compute_gap_s", "step",   "pack"};
+  if (version >= 2) {
+    headerFields.insert(kVersion2Header.begin(), kVersion2Header.end());
+    eventFields.insert(kVersion2Event.begin(), kVersion2Event.end());
+  }
+  const Reader top(source, "", root, headerFields, version >= 2 ? none : kVersion2Header, version);
   Trace t;
   if (const std::string format = top.string("format"); format != Trace::kFormat) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", Trace::kFormat, format));
   }
-  if (const std::int64_t version = top.integer("version", 0); version != Trace::kVersion) {
-    top.fail("version",
-             fmt::format("version {} is not supported (this collbench reads version {})", version, Trace::kVersion));
-  }
+  top.integer("version", 1);  // present and an integer (its value was checked above)
   t.worldSize = static_cast<int>(top.integer("world_size", 1));
   const Reader topo(source, "topology", top.need("topology"), {"name", "workers", "local_replicas"});
   t.topology.name = topo.string("name");
@@ -162,14 +202,15 @@ Trace parseTrace(std::string_view text, std::string_view source) {
   }
   if (top.has("backend")) t.backend = top.string("backend");
   if (top.has("simulated")) t.simulated = top.boolean("simulated");
+  if (top.has("model")) t.model = top.string("model");
+  if (top.has("dtype")) t.dtype = top.parsed("dtype", [](const std::string& s) { return parseDType(s); });
   if (top.has("tool")) t.tool = top.string("tool");
   if (top.has("command")) t.command = top.string("command");
   const json& events = top.need("events");
   if (!events.is_array()) top.fail("events", fmt::format("expected an array, got {}", events.type_name()));
   for (std::size_t i = 0; i < events.size(); ++i) {
-    const Reader ev(source, fmt::format("events[{}]", i), events[i],
-                    {"kind", "bytes", "dtype", "op", "root", "group", "nranks", "algorithm", "start_s", "end_s",
-                     "compute_gap_s", "step", "pack"});
+    const Reader ev(source, fmt::format("events[{}]", i), events[i], eventFields, version >= 2 ? none : kVersion2Event,
+                    version);
     TraceEvent e;
     e.kind = ev.parsed("kind", [](const std::string& s) { return parseCollective(s); });
     e.dtype = ev.parsed("dtype", [](const std::string& s) { return parseDType(s); });
@@ -215,6 +256,30 @@ Trace parseTrace(std::string_view text, std::string_view source) {
     e.computeGapSeconds = ev.seconds("compute_gap_s");
     if (ev.has("step")) e.step = ev.integer("step", -1);
     if (ev.has("pack")) e.pack = static_cast<int>(ev.integer("pack", 0));
+    if (ev.has("after")) e.after = ev.parsed("after", parseAfter);
+    if (ev.has("issue_s")) {
+      e.issueSeconds = ev.seconds("issue_s");
+      if (*e.issueSeconds > e.startSeconds) {
+        ev.fail("issue_s", fmt::format("{} is after start_s {}: a collective starts once it is issued", *e.issueSeconds,
+                                       e.startSeconds));
+      }
+    }
+    // Program order: replay runs the events in file order, and step statistics group consecutive events.
+    if (!t.events.empty()) {
+      const TraceEvent& prev = t.events.back();
+      if (e.step < prev.step) {
+        ev.fail("step", fmt::format("{} comes after step {} (events[{}]): events must be in program order", e.step,
+                                    prev.step, i - 1));
+      }
+      if (e.startSeconds < prev.startSeconds) {
+        ev.fail("start_s", fmt::format("{} is before events[{}].start_s {}: events must be in program order",
+                                       e.startSeconds, i - 1, prev.startSeconds));
+      }
+      if (e.issueSeconds && prev.issueSeconds && *e.issueSeconds < *prev.issueSeconds) {
+        ev.fail("issue_s", fmt::format("{} is before events[{}].issue_s {}: events must be in program order",
+                                       *e.issueSeconds, i - 1, *prev.issueSeconds));
+      }
+    }
     t.events.push_back(std::move(e));
   }
   return t;

@@ -293,7 +293,8 @@ Model buildModel(std::string_view name, int sequenceLength) {
   for (const ModelEntry& e : kModels) {
     if (want != e.name) continue;
     if (sequenceLength < 0) {
-      throw Error(Errc::InvalidArgument, fmt::format("sequence length must be > 0, got {}", sequenceLength));
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--seq-len must be >= 1 (or 0 for the model's context), got {}", sequenceLength));
     }
     if (e.context == 0) {
       if (sequenceLength > 0) {
@@ -311,6 +312,8 @@ Model buildModel(std::string_view name, int sequenceLength) {
   for (const ModelEntry& e : kModels) known += (known.empty() ? "" : ", ") + std::string(e.name);
   throw Error(Errc::InvalidArgument, fmt::format("unknown model '{}' (known: {})", printable(name), known));
 }
+
+bool isGradientDType(DType d) { return d == DType::F32 || d == DType::F64 || d == DType::F16 || d == DType::BF16; }
 
 int defaultBatch(const Model& m) {
   if (m.name == "resnet50") return 32;
@@ -345,18 +348,28 @@ WorkloadStepTimes stepTimes(const Model& m, int batch, double tflops) {
 }
 
 Trace workloadTrace(const Model& m, const WorkloadOptions& o, const PackFunction& pack) {
-  if (o.worldSize < 1) throw Error(Errc::InvalidArgument, fmt::format("world size must be >= 1, got {}", o.worldSize));
+  // Messages name the `collbench workload` flag of each option: that is where users set them.
+  if (o.worldSize < 1) {
+    throw Error(Errc::InvalidArgument, fmt::format("--world-size must be >= 1, got {}", o.worldSize));
+  }
   const int local = o.localReplicas == 0 ? o.worldSize : o.localReplicas;
   if (local < 1 || o.worldSize % local != 0) {
     throw Error(Errc::InvalidArgument,
-                fmt::format("local replicas {} must divide the world size {}", o.localReplicas, o.worldSize));
+                fmt::format("--local-replicas {} must divide --world-size {}", o.localReplicas, o.worldSize));
   }
-  if (o.steps < 1) throw Error(Errc::InvalidArgument, fmt::format("steps must be >= 1, got {}", o.steps));
+  if (o.steps < 1) throw Error(Errc::InvalidArgument, fmt::format("--steps must be >= 1, got {}", o.steps));
   if (!(o.tflops > 0) || !std::isfinite(o.tflops)) {
-    throw Error(Errc::InvalidArgument, fmt::format("GPU throughput must be > 0 TFLOP/s, got {}", o.tflops));
+    throw Error(Errc::InvalidArgument, fmt::format("--tflops must be a number > 0 (TFLOP/s), got {}", o.tflops));
+  }
+  if (o.batchPerReplica < 0) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--batch must be >= 1 (or 0 for the default), got {}", o.batchPerReplica));
+  }
+  if (!isGradientDType(o.dtype)) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--dtype {}: gradients are floating point ({})", toString(o.dtype), kGradientDTypes));
   }
   const int batch = o.batchPerReplica == 0 ? defaultBatch(m) : o.batchPerReplica;
-  if (batch < 1) throw Error(Errc::InvalidArgument, fmt::format("batch per replica must be >= 1, got {}", batch));
 
   const std::vector<const ModelTensor*> tensors = m.tensors();
   const std::size_t es = dtypeSize(o.dtype);
@@ -383,6 +396,8 @@ Trace workloadTrace(const Model& m, const WorkloadOptions& o, const PackFunction
   t.topology = TraceTopology{o.topology, o.worldSize / local, local};
   t.backend = "workload";
   t.simulated = true;
+  t.model = m.name;
+  t.dtype = o.dtype;
   t.tool = o.tool;
   t.command = o.command;
   double previous = 0;  // when the last collective ended (the trace's origin at first)
@@ -407,10 +422,14 @@ Trace workloadTrace(const Model& m, const WorkloadOptions& o, const PackFunction
       e.group = std::string(kTraceGroupReplicas);
       e.nranks = o.worldSize;
       e.startSeconds = e.endSeconds = stepStart + ready;
+      e.issueSeconds = e.startSeconds;
+      // Within a step, backward goes on while earlier packs are reduced; the first pack's compute (the forward
+      // pass) starts only when the previous step's last pack is reduced: the optimizer needs every gradient.
+      e.after = k == 0 ? TraceAfter::PreviousEnd : TraceAfter::PreviousIssue;
       e.computeGapSeconds = e.startSeconds - previous;
       e.step = s;
       e.pack = static_cast<int>(k);
-      previous = e.endSeconds;
+      previous = e.endSeconds;  // = its issue: the generator gives collectives no duration
       t.events.push_back(std::move(e));
     }
   }

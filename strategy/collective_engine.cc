@@ -87,6 +87,10 @@ void CollectiveEngine::record(TraceEvent e, Clock::time_point realStart, Clock::
     e.endSeconds = std::max(e.startSeconds, seconds(realEnd - origin_));
   }
   e.computeGapSeconds = std::max(0.0, e.startSeconds - lastEnd_);
+  // Collectives here block the program: its compute resumed when the previous one ended, and it issued this one when
+  // it started (docs/trace-format.md, "after" and "issue_s").
+  e.after = TraceAfter::PreviousEnd;
+  e.issueSeconds = e.startSeconds;
   lastEnd_ = e.endSeconds;
   lastRealEnd_ = realEnd;
   trace_.events.push_back(std::move(e));

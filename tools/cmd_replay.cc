@@ -24,6 +24,7 @@
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/trace.h"
+#include "collbench/units.h"
 #include "commands.h"
 #include "world_options.h"
 
@@ -35,7 +36,10 @@ namespace {
 using nlohmann::json;
 
 enum class Scaling { Weak, Strong };
-enum class Overlap { None, Backward };
+/// What the compute before each collective waits for: Trace = each event's `after` (version 2 traces; events without
+/// one as Backward for workload traces, else None); None = the previous collective's end; Backward = its issue within
+/// a step, its end at a step boundary.
+enum class Overlap { Trace, None, Backward };
 
 struct ReplayArgs {
   std::string trace;
@@ -60,6 +64,8 @@ struct ReplayEvent {
   std::size_t bytes = 0;
   std::string algorithm;  ///< what ran ("" when the group has one rank: nothing to communicate)
   double gap = 0;         ///< compute before it, rescaled
+  TraceAfter after = TraceAfter::PreviousEnd;  ///< what that compute waited for
+  double issue = 0;                            ///< when the compute before it was done (the program issued it)
   double start = 0, end = 0;
   std::size_t wrong = 0;
 };
@@ -112,24 +118,50 @@ std::vector<StepStats> stepStats(std::size_t n, Get get) {
 
 /// The steady state: every step but the first when there are several (the first carries one-time costs: thread
 /// start-up, first touch of buffers, connection set-up).
-std::vector<double> steady(const std::vector<StepStats>& v, double StepStats::*field) {
-  std::vector<double> out;
-  for (std::size_t i = v.size() > 1 ? 1 : 0; i < v.size(); ++i) out.push_back(v[i].*field);
-  return out;
+std::vector<StepStats> steady(const std::vector<StepStats>& v) {
+  return std::vector<StepStats>(v.begin() + (v.size() > 1 ? 1 : 0), v.end());
 }
 
-double meanStep(const std::vector<StepStats>& v, double StepStats::*field) {
-  const std::vector<double> x = steady(v, field);
-  return x.empty() ? 0 : std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(x.size());
-}
-
-/// Median: a step that lost its CPU to another process for a while does not move it, unlike the mean.
-double medianStep(const std::vector<StepStats>& v, double StepStats::*field) {
-  std::vector<double> x = steady(v, field);
-  if (x.empty()) return 0;
-  std::sort(x.begin(), x.end());
+/// The median step of the steady state, with its own compute, communication and exposed time, so that every figure
+/// of the summary describes one step (compute + exposed = step) and a step that lost its CPU, or held one huge
+/// collective, moves none of them. With an even count, the mean of the two middle steps (still additive).
+StepStats medianStep(const std::vector<StepStats>& v) {
+  std::vector<StepStats> x = steady(v);
+  if (x.empty()) return {};
+  std::stable_sort(x.begin(), x.end(), [](const StepStats& a, const StepStats& b) { return a.seconds < b.seconds; });
   const std::size_t n = x.size();
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+  if (n % 2) return x[n / 2];
+  const StepStats &a = x[n / 2 - 1], &b = x[n / 2];
+  StepStats m;
+  m.step = a.step;
+  m.seconds = 0.5 * (a.seconds + b.seconds);
+  m.compute = 0.5 * (a.compute + b.compute);
+  m.comm = 0.5 * (a.comm + b.comm);
+  m.exposed = 0.5 * (a.exposed + b.exposed);
+  return m;
+}
+
+double meanSeconds(const std::vector<StepStats>& v) {
+  const std::vector<StepStats> x = steady(v);
+  double sum = 0;
+  for (const StepStats& s : x) sum += s.seconds;
+  return x.empty() ? 0 : sum / static_cast<double>(x.size());
+}
+
+/// Host memory the kernel could give without swapping (MemAvailable), or the free pages where /proc has no such line.
+double availableMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return static_cast<double>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+std::string formatBytesD(double bytes) {
+  return bytes >= 1.8e19 ? fmt::format("{:.3g} B", bytes) : formatBytes(static_cast<std::size_t>(bytes));
 }
 
 using Clock = std::chrono::steady_clock;
@@ -149,10 +181,14 @@ class Replayer {
       throw Error(Errc::InvalidArgument,
                   fmt::format("--scaling must be weak or strong, got '{}'", printable(a_.scaling)));
     }
-    // Recordings of the strategy are blocking: each collective's gap starts when the previous one ended. Workload
-    // traces model backward passes, which keep computing while earlier gradients are all-reduced.
+    // auto: what each event says (version 2 traces). Version 1 traces say nothing: recordings of the strategy are
+    // blocking (each gap starts when the previous collective ended) and workload traces model backward passes,
+    // which keep computing while earlier gradients are all-reduced.
     if (a_.overlap == "auto") {
-      overlap_ = trace_.backend == "workload" ? Overlap::Backward : Overlap::None;
+      const bool allSay = std::all_of(trace_.events.begin(), trace_.events.end(),
+                                      [](const TraceEvent& e) { return e.after.has_value(); });
+      inferred_ = trace_.backend == "workload" ? Overlap::Backward : Overlap::None;
+      overlap_ = allSay ? Overlap::Trace : inferred_;
     } else if (a_.overlap == "none") {
       overlap_ = Overlap::None;
     } else if (a_.overlap == "backward") {
@@ -160,6 +196,23 @@ class Replayer {
     } else {
       throw Error(Errc::InvalidArgument,
                   fmt::format("--overlap must be auto, none or backward, got '{}'", printable(a_.overlap)));
+    }
+    if (!(a_.timeoutSeconds > 0)) {
+      throw Error(Errc::InvalidArgument, fmt::format("-T/--timeout must be > 0, got {}", a_.timeoutSeconds));
+    }
+    if (!a_.topology.empty() && a_.backend != "sim") {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--topology {} applies to --backend sim only ({} runs on this machine's own links); "
+                              "remove it",
+                              printable(a_.topology), printable(a_.backend)));
+    }
+    if (trace_.events.empty()) {
+      throw Error(Errc::InvalidArgument, fmt::format("{}: events: the trace has no collectives to replay", a_.trace));
+    }
+    if (std::none_of(trace_.events.begin(), trace_.events.end(), [](const TraceEvent& e) { return e.step >= 0; })) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("{}: no event has a step >= 0 (only collectives before the first step): no step to time",
+                              a_.trace));
     }
     world_ = a_.worldSize > 0 ? a_.worldSize : trace_.worldSize;
     // Process backends (gloo) run one rank per process, launched together (`collbench launch -n N -- collbench
@@ -172,6 +225,13 @@ class Replayer {
       if (a_.worldSize > 0 && a_.worldSize != processes) {
         throw Error(Errc::InvalidArgument, fmt::format("--world-size {} but the {} backend's world has {} processes",
                                                        a_.worldSize, a_.backend, processes));
+      }
+      if (a_.worldSize == 0 && processes != trace_.worldSize) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("the trace has {0} replicas but the {1} world has {2} process{4}: launch {0} "
+                                "(collbench launch -n {0} -- collbench replay {3} --backend {1}) or pass "
+                                "--world-size {2} to rescale",
+                                trace_.worldSize, a_.backend, processes, a_.trace, processes == 1 ? "" : "es"));
       }
       world_ = processes;
     }
@@ -208,8 +268,8 @@ class Replayer {
     events_.reserve(trace_.events.size());
     for (const TraceEvent& e : trace_.events) events_.push_back(plan(e));
     // Backends and schedules first, so that setup does not land inside the timed replay.
-    for (ReplayEvent& e : events_) {
-      if (!e.algorithm.empty()) prepare(e);
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      if (!events_[i].algorithm.empty()) prepare(events_[i], i);
     }
     const auto t0 = Clock::now();
     double compute = 0, commEnd = 0;
@@ -219,11 +279,13 @@ class Replayer {
       }
       ReplayEvent& e = events_[i];
       // The clock (docs/trace-format.md "Replay"): collectives run one at a time in trace order; the compute
-      // before one starts when the previous collective ended (overlap none, and at every step boundary: the
-      // optimizer needs all gradients) or, within a step under overlap backward, when the previous one was issued.
-      const bool newStep = i == 0 || e.recorded->step != events_[i - 1].recorded->step;
-      if (overlap_ == Overlap::None || newStep) compute = std::max(compute, commEnd);
+      // before one starts when the previous collective ended (after previous_end: the program waited for it) or
+      // when the previous one was issued (after previous_issue: backward went on computing), and the collective
+      // starts once that compute is done and the previous collective has ended.
+      e.after = afterOf(i);
+      if (e.after == TraceAfter::PreviousEnd) compute = std::max(compute, commEnd);
       compute += e.gap;
+      e.issue = compute;
       e.start = std::max(compute, commEnd);
       if (waitGaps_ && !e.algorithm.empty() && backendFor(e.spec.nranks).movesData()) waitUntil(t0, e.start);
       e.end = e.start + duration(e);
@@ -242,7 +304,7 @@ class Replayer {
                  trace_.backend.empty() ? "?" : trace_.backend.c_str(), trace_.worldSize, trace_.topology.workers,
                  trace_.topology.localReplicas, a_.backend.c_str(),
                  topology_.empty() ? "" : fmt::format(" ({})", topology_).c_str(), world_,
-                 scaling_ == Scaling::Weak ? "weak" : "strong", overlap_ == Overlap::None ? "none" : "backward");
+                 scaling_ == Scaling::Weak ? "weak" : "strong", overlapName());
     std::fprintf(out, "# %6s  %12s  %12s  %12s  %12s  %12s\n", "step", "recorded(s)", "replayed(s)", "compute(s)",
                  "comm(s)", "exposed(s)");
     for (std::size_t i = 0; i < replayed.size(); ++i) {
@@ -253,12 +315,14 @@ class Replayer {
                    r.seconds, r.compute, r.comm, r.exposed);
     }
     const Summary s = summary();
-    std::fprintf(out, "# step time%s: median recorded %.6f s, replayed %.6f s (%+.1f%%); mean %.6f s, %.6f s\n",
-                 replayed.size() > 1 ? " (steps after the first)" : "", s.recordedStep, s.replayedStep,
-                 s.recordedStep > 0 ? 100 * (s.replayedStep / s.recordedStep - 1) : 0.0, s.recordedMean,
-                 s.replayedMean);
-    std::fprintf(out, "# exposed communication: %.6f s per step (%.1f%% of the step), communication %.6f s per step\n",
-                 s.exposed, s.replayedStep > 0 ? 100 * s.exposed / s.replayedStep : 0.0, s.comm);
+    const char* which = replayed.size() > 1 ? "the median step after the first" : "the only step";
+    std::fprintf(out, "# step time (%s): recorded %.6f s, replayed %.6f s (%+.1f%%); mean %.6f s, %.6f s\n", which,
+                 s.recordedStep, s.replayedStep, s.recordedStep > 0 ? 100 * (s.replayedStep / s.recordedStep - 1) : 0.0,
+                 s.recordedMean, s.replayedMean);
+    std::fprintf(out,
+                 "# in that step: compute %.6f s, exposed communication %.6f s (%.1f%% of the step), communication "
+                 "%.6f s\n",
+                 s.compute, s.exposed, s.replayedStep > 0 ? 100 * s.exposed / s.replayedStep : 0.0, s.comm);
     std::fprintf(out, "# scaling efficiency vs 1 replica: %.3f (%s scaling: 1-replica step %.6f s, speedup %.2f)\n",
                  s.efficiency, scaling_ == Scaling::Weak ? "weak" : "strong", s.oneReplicaStep, s.speedup);
     if (wrong_ > 0) std::fprintf(out, "# wrong elements: %zu FAILED\n", wrong_);
@@ -279,11 +343,14 @@ class Replayer {
                 {"step", e.recorded->step},
                 {"pack", e.recorded->pack},
                 {"compute_gap_s", e.gap},
+                {"after", toString(e.after)},
+                {"issue_s", e.issue},
                 {"start_s", e.start},
                 {"end_s", e.end},
                 {"recorded_start_s", e.recorded->startSeconds},
                 {"recorded_end_s", e.recorded->endSeconds}};
       if (e.spec.reduces()) j["op"] = toString(e.spec.op);
+      if (e.recorded->issueSeconds) j["recorded_issue_s"] = *e.recorded->issueSeconds;
       events.push_back(std::move(j));
     }
     const auto stepsJson = [](const std::vector<StepStats>& v) {
@@ -315,11 +382,12 @@ class Replayer {
                   {"workers", workers_},
                   {"local_replicas", local_},
                   {"scaling", scaling_ == Scaling::Weak ? "weak" : "strong"},
-                  {"overlap", overlap_ == Overlap::None ? "none" : "backward"},
+                  {"overlap", overlapName()},
                   {"algo", a_.algo},
                   {"warmup", a_.warmup}}},
                 {"summary",
-                 {{"recorded_step_s", s.recordedStep},
+                 {{"statistic", "median_step"},
+                  {"recorded_step_s", s.recordedStep},
                   {"replayed_step_s", s.replayedStep},
                   {"recorded_mean_step_s", s.recordedMean},
                   {"replayed_mean_step_s", s.replayedMean},
@@ -350,25 +418,45 @@ class Replayer {
     double oneReplicaStep = 0, efficiency = 0, speedup = 0;
   };
 
+  /// Every figure from one step, the median one (medianStep), so that they add up; the means of the step times
+  /// beside them show how far outliers pull.
   Summary summary() const {
     const auto rec = recordedSteps();
     const auto rep = replayedSteps();
+    const StepStats r = medianStep(rec), p = medianStep(rep);
     Summary s;
-    s.recordedStep = medianStep(rec, &StepStats::seconds);
-    s.replayedStep = medianStep(rep, &StepStats::seconds);
-    s.recordedMean = meanStep(rec, &StepStats::seconds);
-    s.replayedMean = meanStep(rep, &StepStats::seconds);
-    s.compute = meanStep(rep, &StepStats::compute);
-    s.comm = meanStep(rep, &StepStats::comm);
-    s.exposed = meanStep(rep, &StepStats::exposed);
+    s.recordedStep = r.seconds;
+    s.replayedStep = p.seconds;
+    s.recordedMean = meanSeconds(rec);
+    s.replayedMean = meanSeconds(rep);
+    s.compute = p.compute;
+    s.comm = p.comm;
+    s.exposed = p.exposed;
     // One replica communicates nothing: its step is the compute alone, of one replica's batch (weak) or of the whole
-    // global batch (strong). Means throughout: compute + exposed = step.
+    // global batch (strong).
     s.oneReplicaStep = scaling_ == Scaling::Weak ? s.compute : s.compute * world_;
-    if (s.replayedMean > 0) {
-      s.speedup = s.oneReplicaStep / s.replayedMean;
+    if (s.replayedStep > 0) {
+      s.speedup = s.oneReplicaStep / s.replayedStep;
       s.efficiency = scaling_ == Scaling::Weak ? s.speedup : s.speedup / world_;
     }
     return s;
+  }
+
+  const char* overlapName() const {
+    return overlap_ == Overlap::Trace ? "trace" : overlap_ == Overlap::None ? "none" : "backward";
+  }
+
+  /// What the compute before event `i` waited for, under --overlap.
+  TraceAfter afterOf(std::size_t i) const {
+    const TraceEvent& e = *events_[i].recorded;
+    Overlap mode = overlap_;
+    if (mode == Overlap::Trace) {
+      if (e.after) return *e.after;
+      mode = inferred_;
+    }
+    if (mode == Overlap::None) return TraceAfter::PreviousEnd;
+    const bool newStep = i == 0 || e.step != events_[i - 1].recorded->step;
+    return newStep ? TraceAfter::PreviousEnd : TraceAfter::PreviousIssue;
   }
 
   std::vector<StepStats> recordedSteps() const {
@@ -456,12 +544,32 @@ class Replayer {
                e.algorithm);
   }
 
-  void prepare(const ReplayEvent& e) {
+  void prepare(const ReplayEvent& e, std::size_t index) {
     const Key key = keyOf(e);
     Backend& b = backendFor(e.spec.nranks);
     if (!schedules_.count(key)) schedules_.emplace(key, buildSchedule(e.spec, e.algorithm, paramsFor(e.spec.nranks)));
-    if (b.movesData() && !buffers_.count(key))
+    if (b.movesData() && !buffers_.count(key)) {
+      // Each distinct collective keeps its buffers for the whole replay: every rank's input and output here, or this
+      // process's rank's alone. Checked before allocating, so that a trace too big for this machine is bad input
+      // naming the event rather than an allocation failure.
+      const double ranksHere = localRank_ < 0 ? e.spec.nranks : 1;
+      const double need =
+          ranksHere * (static_cast<double>(e.spec.inputBytes()) + static_cast<double>(e.spec.outputBytes()));
+      const double available = availableMemoryBytes();
+      if (bufferBytes_ + need > available) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("{}: events[{}]: a {} {} on {} rank{} needs {} of host buffers{}, more than the {} "
+                                "available here; replay it on --backend sim",
+                                a_.trace, index, formatBytes(e.bytes), toString(e.spec.kind), e.spec.nranks,
+                                e.spec.nranks == 1 ? "" : "s", formatBytesD(need),
+                                bufferBytes_ > 0
+                                    ? fmt::format(" (besides {} for earlier collectives)", formatBytesD(bufferBytes_))
+                                    : "",
+                                formatBytesD(available)));
+      }
+      bufferBytes_ += need;
       buffers_.emplace(key, std::make_unique<PerfBuffers>(e.spec, false, localRank_));
+    }
   }
 
   /// Seconds the collective takes on the backend (0 for a one-rank group).
@@ -506,6 +614,7 @@ class Replayer {
   Trace trace_;
   Scaling scaling_ = Scaling::Weak;
   Overlap overlap_ = Overlap::None;
+  Overlap inferred_ = Overlap::None;  ///< for events without `after` under --overlap auto
   int world_ = 1, local_ = 1, workers_ = 1;
   double computeScale_ = 1;
   bool waitGaps_ = true;
@@ -520,6 +629,7 @@ class Replayer {
   std::map<Key, double> simulated_;
   std::map<Key, std::unique_ptr<PerfBuffers>> buffers_;
   std::set<Key> seen_;
+  double bufferBytes_ = 0;  ///< host buffers held (buffers_)
   std::size_t wrong_ = 0;
 };
 
@@ -549,13 +659,14 @@ void addReplayCommand(CLI::App& app, int& exitCode) {
       "replay", "run a trace's collectives with its compute gaps on a backend (optionally at another world size)");
   cmd->add_option("trace", a->trace, "trace file (collbench train --trace, collbench workload)")->required();
   cmd->add_option("--backend", a->backend, "sim | host | gloo | nccl")->required();
-  cmd->add_option("--topology", a->topology, "topology for the simulator (default: the trace's, else the sim default)");
+  cmd->add_option("--topology", a->topology, "topology for --backend sim (default: the trace's, else the sim default)");
   cmd->add_option("--world-size", a->worldSize, "replicas to replay on (default: the trace's)")->default_val(0);
   cmd->add_option("--scaling", a->scaling,
                   "weak: per-replica work stays (gaps kept); strong: global batch stays (gaps x N/M)")
       ->default_val("weak");
   cmd->add_option("--overlap", a->overlap,
-                  "auto | none (compute waits for each collective) | backward (compute continues within a step)")
+                  "auto (each event's `after`; version 1 traces: backward for workload traces, else none) | none "
+                  "(compute waits for each collective) | backward (compute continues within a step)")
       ->default_val("auto");
   cmd->add_option("--algo", a->algo, "trace (the recorded algorithm where this backend has it) | auto | a name")
       ->default_val("trace");

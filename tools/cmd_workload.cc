@@ -54,7 +54,11 @@ PackFunction packing(std::int64_t bytesPerPack, DType dtype) {
 void run(const WorkloadArgs& a) {
   const Model m = buildModel(a.model, a.seqLen);
   WorkloadOptions o;
-  o.dtype = parseDType(a.dtype);
+  try {
+    o.dtype = parseDType(a.dtype);
+  } catch (const Error& e) {
+    throw Error(Errc::InvalidArgument, fmt::format("--dtype: {}", e.what()));
+  }
   o.worldSize = a.worldSize;
   o.localReplicas = a.localReplicas;
   o.topology = a.topology;
@@ -102,7 +106,7 @@ void addWorkloadCommand(CLI::App& app, int& exitCode) {
   std::string models;
   for (const std::string& n : modelNames()) models += (models.empty() ? "" : " | ") + n;
   cmd->add_option("--model", a->model, models)->required();
-  cmd->add_option("--dtype", a->dtype, "gradient dtype: float | half | bfloat16 | double")->default_val("float");
+  cmd->add_option("--dtype", a->dtype, std::string("gradient dtype: ") + kGradientDTypes)->default_val("float");
   cmd->add_option("--bytes-per-pack", a->bytesPerPack,
                   "TF CommunicationOptions.bytes_per_pack (K/M/G suffixes; 0 = one pack)")
       ->default_str("0");

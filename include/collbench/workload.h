@@ -11,7 +11,7 @@
 /// reverse at twice each layer's forward FLOPs (gradients with respect to inputs and to weights); a gradient is
 /// ready when its layer's backward has finished; a pack is all-reduced once all its gradients are ready, so its
 /// compute_gap_s is the backward compute since the previous pack was ready. Times are FLOPs / (tflops x 1e12).
-/// The trace gives collectives no duration (start_s = end_s): `collbench replay` times them.
+/// The trace gives collectives no duration (start_s = end_s = issue_s): `collbench replay` times them.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -64,7 +64,8 @@ inline constexpr double kBackwardFlopsFactor = 2.0;
 ///              torchvision), 224x224x3 input, 1000 classes; convolutions without bias, batch norm (gamma, beta).
 ///   bert-large BERT-large (Devlin et al. 2019): 24 layers, hidden 1024, 16 heads, FFN 4096, vocab 30522, 512
 ///              positions, 2 token types, pooler and the pre-training heads (MLM transform + decoder bias, tied
-///              decoder weights; next-sentence classifier).
+///              decoder weights; next-sentence classifier): 336.2 M, the released checkpoint's variables (the paper's
+///              "340M" is rounded 1.1% up; docs/trace-format.md "Workload traces").
 ///   gpt2-xl    GPT-2 XL (Radford et al. 2019): 48 layers, d 1600, vocab 50257, context 1024, tied output embedding.
 ///   llama-7b   LLaMA-7B (Touvron et al. 2023): 32 layers, d 4096, 32 heads, SwiGLU FFN 11008, vocab 32000, RMSNorm
 ///              (weight only), no biases, untied output projection, context 2048.
@@ -91,6 +92,10 @@ struct WorkloadOptions {
   static constexpr double kDefaultTflops = 300;
 };
 
+/// Gradients are floating point: float, double, half, bfloat16 (the --dtype values `collbench workload` takes).
+bool isGradientDType(DType d);
+inline constexpr const char* kGradientDTypes = "float | half | bfloat16 | double";
+
 /// Samples per replica per step when WorkloadOptions::batchPerReplica is 0: 32 images (ResNet-50 MLPerf-style per-GPU
 /// batch), 8 sequences for BERT-large and GPT-2 XL, 4 for LLaMA-7B (memory-bound choices on an 80 GB GPU).
 int defaultBatch(const Model& m);
@@ -112,8 +117,12 @@ struct WorkloadStepTimes {
 WorkloadStepTimes stepTimes(const Model& m, int batch, double tflops);
 
 /// The trace of `options.steps` training steps: per step, one all-reduce (sum) per pack with the gaps of the timing
-/// model above. Header: backend "workload", simulated true, topology {options.topology, workers, local_replicas}.
-/// Throws Error{InvalidArgument} for bad options or a pack function that loses or repeats a gradient.
+/// model above; each event's issue_s is when its pack's gradients are ready, and its `after` is previous_issue within
+/// a step (backward overlaps the reduction of earlier packs) and previous_end for a step's first pack (the optimizer
+/// waited for the previous step's last one). Header: backend "workload", simulated true, model, dtype, topology
+/// {options.topology, workers, local_replicas}. Throws Error{InvalidArgument} naming the `collbench workload` flag
+/// for bad options (--world-size, --local-replicas, --steps, --tflops, --batch, --dtype), or for a pack function that
+/// loses or repeats a gradient.
 Trace workloadTrace(const Model& m, const WorkloadOptions& options, const PackFunction& pack = onePack);
 
 }  // namespace collbench

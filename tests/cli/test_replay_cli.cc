@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "cli_runner.h"
 
@@ -133,6 +134,24 @@ TEST(WorkloadCli, ParameterCountsAndTraceBytes) {
   const CliResult bad = runCli("workload --model gpt5");
   EXPECT_EQ(bad.exitCode, 2);
   EXPECT_EQ(testing::countLines(bad.err), 1) << bad.err;
+  // Bad flags: one line naming the flag, exit 2. The --dtype values are those the help lists.
+  EXPECT_NE(runCli("workload --help").out.find("float | half | bfloat16 | double"), std::string::npos);
+  const std::pair<const char*, const char*> flags[] = {
+      {"--tflops 0", "--tflops must be a number > 0"},
+      {"--tflops -5", "--tflops must be a number > 0"},
+      {"--steps 0", "--steps must be >= 1, got 0"},
+      {"--world-size 0", "--world-size must be >= 1, got 0"},
+      {"--world-size 6 --local-replicas 4", "--local-replicas 4 must divide --world-size 6"},
+      {"--dtype int32", "--dtype int32: gradients are floating point (float | half | bfloat16 | double)"},
+      {"--dtype float128", "--dtype: "},
+      {"--seq-len -3", "--seq-len must be >= 1"},
+  };
+  for (const auto& [args, want] : flags) {
+    const CliResult r = runCli(fmt::format("workload --model bert-large {}", args));
+    EXPECT_EQ(r.exitCode, 2) << args << r.out;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(testing::countLines(r.err), 1) << args << ": " << r.err;
+  }
 }
 
 TEST(ReplayCli, HostRunsEveryKindAndGroupWithChecks) {
@@ -220,13 +239,38 @@ TEST(ReplayCli, WorkloadOnSimulatorOverlapsBackward) {
   const CliResult r =
       runCli(fmt::format("replay {} --backend sim --topology dgx-h100-8x1 -J {}", tr.string(), out.string()));
   ASSERT_EQ(r.exitCode, 0) << r.err;
-  EXPECT_NE(r.out.find("overlap backward"), std::string::npos);
+  EXPECT_NE(r.out.find("overlap trace"), std::string::npos) << r.out;  // each event's `after`
   const json trace = readJson(tr), rep = readJson(out);
   expectSameCollectives(trace, rep);
   const json& s = rep["summary"];
   // Overlap hides part of the communication: exposed < total, and the step is at least the compute.
   EXPECT_LT(s["exposed_comm_s"].get<double>(), s["comm_s"].get<double>());
   EXPECT_GE(s["replayed_step_s"].get<double>(), s["compute_s"].get<double>());
+  // The replay follows the trace's dependencies: a pack's compute starts at the previous pack's issue within a step,
+  // at the previous pack's end across steps; a collective starts once issued and the previous one has ended.
+  const json& ev = rep["events"];
+  for (std::size_t i = 0; i < ev.size(); ++i) {
+    EXPECT_EQ(ev[i]["after"], trace["events"][i]["after"]) << i;
+    const double base = i == 0                               ? 0.0
+                        : ev[i]["after"] == "previous_issue" ? ev[i - 1]["issue_s"].get<double>()
+                                                             : ev[i - 1]["end_s"].get<double>();
+    EXPECT_NEAR(ev[i]["issue_s"].get<double>(), base + ev[i]["compute_gap_s"].get<double>(), 1e-12) << i;
+    const double prevEnd = i == 0 ? 0.0 : ev[i - 1]["end_s"].get<double>();
+    EXPECT_NEAR(ev[i]["start_s"].get<double>(), std::max(ev[i]["issue_s"].get<double>(), prevEnd), 1e-12) << i;
+  }
+  // The workload's `after` is what --overlap backward assumes; --overlap none waits for every pack: longer steps.
+  const auto backward = temp("wl_sim_backward.json"), none = temp("wl_sim_none.json");
+  for (const auto& [p, mode] : {std::pair{backward, "backward"}, std::pair{none, "none"}}) {
+    std::filesystem::remove(p);
+    ASSERT_EQ(runCli(fmt::format("replay {} --backend sim --topology dgx-h100-8x1 --overlap {} -J {}", tr.string(),
+                                 mode, p.string()))
+                  .exitCode,
+              0);
+  }
+  EXPECT_EQ(readJson(backward)["summary"]["replayed_step_s"], s["replayed_step_s"]);
+  EXPECT_GT(readJson(none)["summary"]["replayed_step_s"].get<double>(), s["replayed_step_s"].get<double>());
+  std::filesystem::remove(backward);
+  std::filesystem::remove(none);
   // The simulator is deterministic: a second replay gives the same numbers.
   const auto out2 = temp("wl_sim_replay2.json");
   std::filesystem::remove(out2);
@@ -235,6 +279,145 @@ TEST(ReplayCli, WorkloadOnSimulatorOverlapsBackward) {
       0);
   EXPECT_EQ(readJson(out2)["summary"]["replayed_step_s"], s["replayed_step_s"]);
   for (const auto& p : {tr, out, out2}) std::filesystem::remove(p);
+}
+
+/// A 4-replica trace of `steps` steps, each one 64 KiB all-reduce after 2 ms of compute, except step `bigStep`, whose
+/// all-reduce is `bigBytes` (recorded as taking `bigSeconds`).
+json stepsTrace(int steps, int bigStep, std::size_t bigBytes, double bigSeconds) {
+  json ev = json::array();
+  double t = 0;
+  for (int s = 0; s < steps; ++s) {
+    const bool big = s == bigStep;
+    const double gap = 0.002, dur = big ? bigSeconds : 0.0001;
+    ev.push_back({{"kind", "all_reduce"},
+                  {"bytes", big ? bigBytes : 65536},
+                  {"dtype", "float"},
+                  {"op", "sum"},
+                  {"group", "replicas"},
+                  {"nranks", 4},
+                  {"algorithm", "ring"},
+                  {"compute_gap_s", gap},
+                  {"start_s", t + gap},
+                  {"end_s", t + gap + dur},
+                  {"step", s}});
+    t += gap + dur;
+  }
+  return {{"format", "collbench-trace"},
+          {"version", 1},
+          {"world_size", 4},
+          {"topology", {{"name", "threads"}, {"workers", 1}, {"local_replicas", 4}}},
+          {"backend", "host"},
+          {"simulated", false},
+          {"events", ev}};
+}
+
+// One statistic throughout: step time, compute, exposed communication and efficiency all come from the median step,
+// so that one enormous collective (an audit saw "682521.5% of the step" when a mean exposed time was divided by a
+// median step) moves none of them, and compute + exposed = step.
+TEST(ReplayCli, SummaryIsOneMedianStep) {
+  if (!hasBackend("sim")) GTEST_SKIP() << "this build has no simulator backend (COLLBENCH_WITH_SIMGRID=OFF)";
+  const auto in = writeTemp("big_step.json", stepsTrace(6, 3, std::size_t{256} << 30, 50.0)), out = temp("big.json");
+  std::filesystem::remove(out);
+  const CliResult r =
+      runCli(fmt::format("replay {} --backend sim --topology dgx-h100-8x1 -J {}", in.string(), out.string()));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const json rep = readJson(out);
+  const json& s = rep["summary"];
+  EXPECT_EQ(s["statistic"], "median_step");
+  const double step = s["replayed_step_s"], compute = s["compute_s"], exposed = s["exposed_comm_s"];
+  EXPECT_NEAR(compute + exposed, step, 1e-12 * step);
+  EXPECT_NEAR(compute, 0.002, 1e-12);  // a normal step's compute
+  EXPECT_LT(exposed, 0.001) << "the 256 GiB step moved the summary";
+  EXPECT_NEAR(s["scaling_efficiency"].get<double>(), compute / step, 1e-12);
+  // The outlier is in the steps and pulls the mean, which is printed beside the median.
+  double longest = 0;
+  for (const json& st : rep["steps"]) longest = std::max(longest, st["seconds"].get<double>());
+  EXPECT_GT(longest, 100 * step);
+  EXPECT_GT(s["replayed_mean_step_s"].get<double>(), 10 * step);
+  EXPECT_NEAR(s["recorded_step_s"].get<double>(), 0.0021, 1e-12);
+  // The printed share of the step is that step's, at most 100%.
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(r.out, m, std::regex(R"re(exposed communication [0-9.]+ s \(([0-9.]+)% of the step\))re")))
+      << r.out;
+  EXPECT_LE(std::stod(m[1]), 100.0) << r.out;
+  EXPECT_NEAR(std::stod(m[1]), 100 * exposed / step, 0.06) << r.out;
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
+}
+
+// A recording of a program that overlapped its all-reduces with backward (version 2 `after`: previous_issue)
+// replays with that overlap without any flag; the same events marked previous_end wait for each collective.
+TEST(ReplayCli, RecordedOverlapFollowsAfter) {
+  if (!hasBackend("sim")) GTEST_SKIP() << "this build has no simulator backend (COLLBENCH_WITH_SIMGRID=OFF)";
+  json t = handTrace();
+  t["version"] = 2;
+  for (std::size_t i = 0; i < t["events"].size(); ++i) {
+    json& e = t["events"][i];
+    const bool first = i == 0 || e["step"] != t["events"][i - 1]["step"];
+    e["after"] = first ? "previous_end" : "previous_issue";
+    e["issue_s"] = e["start_s"];
+  }
+  json blocking = t;
+  for (json& e : blocking["events"]) e["after"] = "previous_end";
+  const auto overlapped = writeTemp("after_issue.json", t), waited = writeTemp("after_end.json", blocking);
+  const auto o1 = temp("after_issue_replay.json"), o2 = temp("after_end_replay.json");
+  std::filesystem::remove(o1);
+  std::filesystem::remove(o2);
+  ASSERT_EQ(runCli(fmt::format("replay {} --backend sim -J {}", overlapped.string(), o1.string())).exitCode, 0);
+  ASSERT_EQ(runCli(fmt::format("replay {} --backend sim -J {}", waited.string(), o2.string())).exitCode, 0);
+  const json a = readJson(o1), b = readJson(o2);
+  EXPECT_EQ(a["config"]["overlap"], "trace");
+  EXPECT_LT(a["summary"]["replayed_step_s"].get<double>(), b["summary"]["replayed_step_s"].get<double>());
+  EXPECT_EQ(a["summary"]["compute_s"], b["summary"]["compute_s"]);
+  EXPECT_EQ(a["events"][2]["after"], "previous_issue");
+  EXPECT_EQ(a["events"][1]["recorded_issue_s"], t["events"][1]["issue_s"]);
+  for (const auto& p : {overlapped, waited, o1, o2}) std::filesystem::remove(p);
+}
+
+TEST(ReplayCli, InputChecksExitTwoNamingTheProblem) {
+  const auto good = writeTemp("checks_good.json", handTrace());
+  const auto expectBad = [](const std::string& args, const std::string& want) {
+    const CliResult r = runCli(args);
+    EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(testing::countLines(r.err), 1) << args << "\n" << r.err;
+  };
+  expectBad(fmt::format("replay {} --backend host -T 0", good.string()), "-T/--timeout must be > 0, got 0");
+  expectBad(fmt::format("replay {} --backend host -T -1", good.string()), "-T/--timeout must be > 0");
+  expectBad(fmt::format("replay {} --backend host --topology dgx-h100-8x1", good.string()),
+            "--topology dgx-h100-8x1 applies to --backend sim only");
+  json empty = handTrace();
+  empty["events"] = json::array();
+  const auto emptyPath = writeTemp("checks_empty.json", empty);
+  expectBad(fmt::format("replay {} --backend host", emptyPath.string()), "events: the trace has no collectives");
+  json noSteps = handTrace();
+  noSteps["events"] = json::array({handTrace()["events"][0]});
+  const auto noStepsPath = writeTemp("checks_nosteps.json", noSteps);
+  expectBad(fmt::format("replay {} --backend host", noStepsPath.string()), "no event has a step >= 0");
+  // Events out of program order are named by index.
+  json backwards = handTrace();
+  backwards["events"][3]["start_s"] = 0.0;
+  backwards["events"][3]["end_s"] = 0.0;
+  const auto backwardsPath = writeTemp("checks_backwards.json", backwards);
+  expectBad(fmt::format("replay {} --backend host", backwardsPath.string()), "events[3].start_s: 0 is before");
+  json stepBack = handTrace();
+  stepBack["events"][7]["step"] = 0;
+  const auto stepBackPath = writeTemp("checks_stepback.json", stepBack);
+  expectBad(fmt::format("replay {} --backend host", stepBackPath.string()), "events[7].step: 0 comes after step 1");
+  // A collective too big for this machine's memory is bad input naming the event, before anything is allocated.
+  const auto huge = writeTemp("checks_huge.json", stepsTrace(3, 1, std::size_t{1} << 40, 1.0));
+  expectBad(fmt::format("replay {} --backend host", huge.string()), "events[1]: a 1 TiB all_reduce on 4 ranks needs");
+  // The simulator holds no buffers: the same trace replays there.
+  if (hasBackend("sim")) {
+    EXPECT_EQ(runCli(fmt::format("replay {} --backend sim", huge.string())).exitCode, 0);
+  }
+  // A process backend's world must be the trace's, or the rescaling asked for.
+  if (hasBackend("gloo")) {
+    expectBad(fmt::format("replay {} --backend gloo", good.string()),
+              "the trace has 4 replicas but the gloo world has 1 process: launch 4");
+  }
+  for (const auto& p : {good, emptyPath, noStepsPath, backwardsPath, stepBackPath, huge}) std::filesystem::remove(p);
 }
 
 // docs/trace.schema.json describes what the reader accepts: traces the tools write validate against it, and a
@@ -253,6 +436,20 @@ TEST(TraceSchema, ToolOutputValidates) {
   bad["events"][1]["bytes"] = 6;  // not a multiple of the float size
   bad["events"][2].erase("op");   // a reducing kind without op
   const auto broken = writeTemp("schema_bad.json", bad);
+  // Version 2 fields in a version 1 document.
+  json oldWithNew = handTrace();
+  oldWithNew["model"] = "mlp";
+  oldWithNew["events"][1]["after"] = "previous_issue";
+  const auto mixed = writeTemp("schema_mixed.json", oldWithNew);
+  json v2 = handTrace();
+  v2["version"] = 2;
+  v2["model"] = "mlp";
+  v2["dtype"] = "float";
+  for (json& e : v2["events"]) {
+    e["after"] = "previous_end";
+    e["issue_s"] = e["start_s"];
+  }
+  const auto hand2 = writeTemp("schema_hand2.json", v2);
   const std::string schema = (std::filesystem::path(COLLBENCH_SOURCE_DIR) / "docs" / "trace.schema.json").string();
   const auto validate = [&](const std::filesystem::path& doc) {
     const std::string cmd = fmt::format(
@@ -265,10 +462,20 @@ TEST(TraceSchema, ToolOutputValidates) {
   };
   EXPECT_EQ(validate(wl), 0);
   EXPECT_EQ(validate(hand), 0);
+  EXPECT_EQ(validate(hand2), 0);
   EXPECT_NE(validate(broken), 0);
-  // The reader agrees that the broken one is broken.
+  EXPECT_NE(validate(mixed), 0);
+  // The workload trace is version 2 with the dependency on backward progress.
+  const json w = readJson(wl);
+  EXPECT_EQ(w["version"], 2);
+  EXPECT_EQ(w["model"], "gpt2-xl");
+  EXPECT_EQ(w["dtype"], "half");
+  EXPECT_EQ(w["events"][0]["after"], "previous_end");
+  // The reader agrees on each.
   EXPECT_EQ(runCli(fmt::format("replay {} --backend host", broken.string())).exitCode, 2);
-  for (const auto& p : {wl, hand, broken}) std::filesystem::remove(p);
+  EXPECT_EQ(runCli(fmt::format("replay {} --backend host", mixed.string())).exitCode, 2);
+  EXPECT_EQ(runCli(fmt::format("replay {} --backend host --gaps skip", hand2.string())).exitCode, 0);
+  for (const auto& p : {wl, hand, broken, mixed, hand2}) std::filesystem::remove(p);
 }
 
 bool hasTrain() { return runCli("train --help").exitCode == 0; }

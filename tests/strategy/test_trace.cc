@@ -18,6 +18,8 @@ Trace sampleTrace() {
   t.worldSize = 4;
   t.topology = {"threads", 2, 2};
   t.backend = "host";
+  t.model = "mlp";
+  t.dtype = DType::F32;
   t.tool = "collbench test";
   t.command = "collbench train -n 4";
   TraceEvent a;
@@ -33,6 +35,8 @@ Trace sampleTrace() {
   a.computeGapSeconds = 0.25;
   a.step = 3;
   a.pack = 1;
+  a.after = TraceAfter::PreviousEnd;
+  a.issueSeconds = 0.25;
   TraceEvent b;
   b.kind = Collective::Broadcast;
   b.bytes = 16;
@@ -43,7 +47,10 @@ Trace sampleTrace() {
   b.algorithm = "in_process";
   b.startSeconds = 0.5;
   b.endSeconds = 0.5;
-  b.step = -1;
+  b.step = 3;
+  b.after = TraceAfter::PreviousIssue;  // issued 0.25 s after a was, while a ran: it queued until a ended
+  b.computeGapSeconds = 0.25;
+  b.issueSeconds = 0.5;
   t.events = {a, b};
   return t;
 }
@@ -53,8 +60,13 @@ TEST(Trace, RoundTrip) {
   const std::string text = toJson(t);
   const json j = json::parse(text);
   EXPECT_EQ(j["format"], "collbench-trace");
-  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["version"], 2);
   EXPECT_EQ(j["world_size"], 4);
+  EXPECT_EQ(j["model"], "mlp");
+  EXPECT_EQ(j["dtype"], "float");
+  EXPECT_EQ(j["events"][0]["after"], "previous_end");
+  EXPECT_EQ(j["events"][1]["after"], "previous_issue");
+  EXPECT_EQ(j["events"][1]["issue_s"], 0.5);
   EXPECT_EQ(j["topology"]["local_replicas"], 2);
   EXPECT_EQ(j["events"][0]["kind"], "all_reduce");
   EXPECT_EQ(j["events"][0]["op"], "sum");
@@ -86,7 +98,10 @@ TEST(Trace, TopLevelErrors) {
   expectInvalid([] { parseTrace("{", "run.json"); }, {"run.json", "malformed JSON"});
   expectInvalid([] { parseTrace("[]", "run.json"); }, {"run.json", "must be an object"});
   expectBad([](json& j) { j["format"] = "chrome-trace"; }, {"run.json: format:", "collbench-trace"});
-  expectBad([](json& j) { j["version"] = 2; }, {"version:", "version 2 is not supported"});
+  expectBad([](json& j) { j["version"] = 3; }, {"run.json: version:", "version 3 is not supported", "1 and 2"});
+  expectBad([](json& j) { j["version"] = "2"; }, {"version:", "expected an integer"});
+  expectBad([](json& j) { j["dtype"] = "float128"; }, {"run.json: dtype:", "float128"});
+  expectBad([](json& j) { j["model"] = 7; }, {"run.json: model:", "expected a string"});
   expectBad([](json& j) { j.erase("world_size"); }, {"world_size:", "missing"});
   expectBad([](json& j) { j["world_size"] = 3; }, {"world_size:", "3 is not topology.workers 2 x"});
   expectBad([](json& j) { j["world_size"] = "4"; }, {"world_size:", "expected an integer"});
@@ -118,18 +133,78 @@ TEST(Trace, EventErrorsNameIndexAndField) {
   expectBad([](json& j) { j["events"][1]["step"] = -2; }, {"events[1].step:", "must be >= -1"});
   expectBad([](json& j) { j["events"][0]["pack"] = 1.5; }, {"events[0].pack:", "expected an integer"});
   expectBad([](json& j) { j["events"][1]["color"] = "red"; }, {"events[1].color:", "unknown field"});
+  expectBad([](json& j) { j["events"][1]["after"] = "whenever"; }, {"events[1].after:", "\"whenever\" is not one of"});
+  expectBad([](json& j) { j["events"][0]["issue_s"] = 0.3; }, {"events[0].issue_s:", "after start_s 0.25"});
+  expectBad([](json& j) { j["events"][0]["issue_s"] = -0.1; }, {"events[0].issue_s:", ">= 0"});
+}
+
+TEST(Trace, EventsMustBeInProgramOrder) {
+  expectBad([](json& j) { j["events"][1]["step"] = 2; },
+            {"run.json: events[1].step:", "2 comes after step 3 (events[0])", "program order"});
+  expectBad([](json& j) { j["events"][1]["step"] = -1; }, {"events[1].step:", "-1 comes after step 3"});
+  expectBad(
+      [](json& j) {
+        j["events"][1]["start_s"] = 0.2;
+        j["events"][1]["end_s"] = 0.2;
+        j["events"][1]["issue_s"] = 0.2;
+      },
+      {"events[1].start_s:", "0.2 is before events[0].start_s 0.25"});
+  expectBad(
+      [](json& j) {
+        j["events"][0]["start_s"] = 0.5;
+        j["events"][0]["end_s"] = 0.5;
+        j["events"][0]["issue_s"] = 0.5;
+        j["events"][1]["issue_s"] = 0.3;
+      },
+      {"events[1].issue_s:", "0.3 is before events[0].issue_s 0.5"});
+  // Equal times and steps are in order (a collective of no duration, a pack issued with the previous one).
+  json j = json::parse(toJson(sampleTrace()));
+  j["events"][1]["start_s"] = j["events"][0]["start_s"];
+  j["events"][1]["end_s"] = j["events"][0]["start_s"];
+  j["events"][1]["issue_s"] = j["events"][0]["issue_s"];
+  EXPECT_EQ(parseTrace(j.dump()).events.size(), 2u);
+}
+
+TEST(Trace, ReadsVersion1) {
+  json j = json::parse(toJson(sampleTrace()));
+  j["version"] = 1;
+  for (const char* k : {"model", "dtype"}) j.erase(k);
+  for (json& e : j["events"]) {
+    e.erase("after");
+    e.erase("issue_s");
+  }
+  const Trace t = parseTrace(j.dump(), "old.json");
+  EXPECT_EQ(t.model, "");
+  EXPECT_FALSE(t.dtype.has_value());
+  EXPECT_FALSE(t.events[1].after.has_value());
+  EXPECT_FALSE(t.events[1].issueSeconds.has_value());
+  EXPECT_EQ(t.events[1].startSeconds, 0.5);
+  // Written back, it is a version 2 trace without the new fields, equal to what was read.
+  EXPECT_EQ(json::parse(toJson(t))["version"], 2);
+  EXPECT_EQ(parseTrace(toJson(t)), t);
+  // A version 1 trace cannot hold version 2 fields: the message says which version has them.
+  json bad = j;
+  bad["model"] = "mlp";
+  expectInvalid([&] { parseTrace(bad.dump(), "old.json"); }, {"old.json: model:", "version 2 field", "version 1"});
+  bad = j;
+  bad["events"][1]["after"] = "previous_end";
+  expectInvalid([&] { parseTrace(bad.dump(), "old.json"); }, {"old.json: events[1].after:", "version 2 field"});
 }
 
 TEST(Trace, OptionalFieldsDefault) {
   json j = json::parse(toJson(sampleTrace()));
-  for (const char* k : {"backend", "simulated", "tool", "command"}) j.erase(k);
-  for (const char* k : {"algorithm", "step", "pack"}) j["events"][0].erase(k);
+  for (const char* k : {"backend", "simulated", "model", "dtype", "tool", "command"}) j.erase(k);
+  for (const char* k : {"algorithm", "step", "pack", "after", "issue_s"}) j["events"][0].erase(k);
   const Trace t = parseTrace(j.dump());
   EXPECT_EQ(t.backend, "");
   EXPECT_FALSE(t.simulated);
   EXPECT_EQ(t.events[0].step, -1);
   EXPECT_EQ(t.events[0].pack, 0);
   EXPECT_EQ(t.events[0].algorithm, "");
+  EXPECT_EQ(t.model, "");
+  EXPECT_FALSE(t.dtype.has_value());
+  EXPECT_FALSE(t.events[0].after.has_value());
+  EXPECT_FALSE(t.events[0].issueSeconds.has_value());
 }
 
 }  // namespace

@@ -33,14 +33,15 @@ std::vector<std::string> traceSeeds() {
   t.worldSize = 4;
   t.topology = TraceTopology{"threads", 2, 2};
   t.backend = "host";
+  constexpr auto kEnd = TraceAfter::PreviousEnd, kIssue = TraceAfter::PreviousIssue;
   t.events.push_back(TraceEvent{Collective::Broadcast, 64, DType::F32, ReduceOp::Sum, 1, "replicas", 4, "chain", 0.001,
-                                0.002, 0.001, -1, 0});
+                                0.002, 0.001, -1, 0, kEnd, 0.001});
   t.events.push_back(TraceEvent{Collective::AllReduce, 4096, DType::BF16, ReduceOp::Avg, 0, "workers", 2, "ring", 0.003,
-                                0.004, 0.001, 0, 0});
+                                0.004, 0.001, 0, 0, kEnd, 0.003});
   t.events.push_back(TraceEvent{Collective::ReduceScatter, 1024, DType::I64, ReduceOp::Max, 0, "local", 2, "ring",
-                                0.004, 0.005, 0, 0, 1});
-  t.events.push_back(
-      TraceEvent{Collective::Barrier, 0, DType::F32, ReduceOp::Sum, 0, "replicas", 4, "", 0.006, 0.006, 0.001, 1, 0});
+                                0.004, 0.005, 0, 0, 1, kIssue, 0.003});
+  t.events.push_back(TraceEvent{Collective::Barrier, 0, DType::F32, ReduceOp::Sum, 0, "replicas", 4, "", 0.006, 0.006,
+                                0.001, 1, 0, kEnd, 0.006});
   WorkloadOptions o;
   o.worldSize = 2;
   o.steps = 2;

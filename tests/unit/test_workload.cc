@@ -1,8 +1,10 @@
 // Workload models: parameter counts from the architectures against the published implementations' counts, FLOPs
 // against the 6ND rule and ResNet-50's 4.1 G multiply-adds, and the trace a training step produces.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "collbench/error.h"
@@ -15,27 +17,56 @@ namespace {
 struct Expected {
   const char* model;
   std::size_t exact;  ///< the reference implementation's count (torchvision / Hugging Face), from its shapes
-  double quoted;      ///< the figure papers and the issue quote
-  double quotedTolerance;
+  double quoted;      ///< the published figure the count must be within 1% of
 };
 
 // Exact counts: torchvision resnet50 (25,557,032), HF BertForPreTraining bert-large (BertModel 335,141,888 plus
 // the MLM transform, decoder bias and NSP head), HF gpt2-xl (1,557,611,200), HF LLaMA-7B (6,738,415,616).
-// BERT's quoted "340M" (Devlin et al. 2019) is a rounding: the architecture it describes has 336.2 M with the
-// pre-training heads, 1.1% below, so its tolerance is 1.5% where the others hold 1%.
+// BERT-large is quoted against 336 M (the Hugging Face model card of bert-large-uncased, and Megatron-LM, Shoeybi
+// et al. 2019, Table 4, for the same 24 x 1024 x 16 shape), not the paper's rounded "340M": see
+// BertLargeDeviatesFromThePapers340M.
 const Expected kExpected[] = {
-    {"resnet50", 25'557'032, 25.6e6, 0.01},
-    {"bert-large", 336'226'108, 340e6, 0.015},
-    {"gpt2-xl", 1'557'611'200, 1.56e9, 0.01},
-    {"llama-7b", 6'738'415'616, 6.7e9, 0.01},
+    {"resnet50", 25'557'032, 25.6e6},
+    {"bert-large", 336'226'108, 336e6},
+    {"gpt2-xl", 1'557'611'200, 1.56e9},
+    {"llama-7b", 6'738'415'616, 6.7e9},
 };
 
 TEST(Workload, ParameterCountsFromArchitecture) {
   for (const Expected& e : kExpected) {
     const Model m = buildModel(e.model);
     EXPECT_EQ(m.parameters(), e.exact) << e.model;
-    EXPECT_NEAR(static_cast<double>(m.parameters()) / e.quoted, 1.0, e.quotedTolerance) << e.model;
+    EXPECT_NEAR(static_cast<double>(m.parameters()) / e.quoted, 1.0, 0.01) << e.model;
   }
+}
+
+// Devlin et al. 2019 (sec. 3) give BERT-large "Total Parameters=340M". The architecture they describe, with every
+// variable of the released checkpoint (uncased_L-24_H-1024_A-16: embeddings, 24 layers, pooler, MLM transform
+// dense + LayerNorm, MLM output bias, NSP classifier; the MLM decoder weight is the tied word embedding), has
+// 336,226,108: 1.1% below. No part of the standard model closes the gap (an untied decoder would add 31.3 M, the
+// pooler and heads are already in), so the figure is a rounding; docs/trace-format.md says so. Pinned here so that
+// a change in the count, either way, is noticed.
+TEST(Workload, BertLargeDeviatesFromThePapers340M) {
+  const Model m = buildModel("bert-large");
+  const auto layer = [&](std::string_view name) {
+    for (const ModelLayer& l : m.layers) {
+      if (l.name == name) {
+        std::size_t n = 0;
+        for (const ModelTensor& t : l.tensors) n += t.elements();
+        return n;
+      }
+    }
+    ADD_FAILURE() << "no layer " << name;
+    return std::size_t{0};
+  };
+  const std::size_t d = 1024, vocab = 30522;
+  EXPECT_EQ(layer("pooler"), d * d + d);
+  // The encoder alone (HF BertModel without the pooler): embeddings and 24 layers of 12,596,224.
+  EXPECT_EQ(m.parameters() - layer("pooler") - layer("cls.predictions") - layer("cls.seq_relationship"),
+            (vocab + 512 + 2) * d + 2 * d + 24 * std::size_t{12'596'224});
+  EXPECT_EQ(layer("cls.predictions"), d * d + d + 2 * d + vocab);
+  EXPECT_EQ(layer("cls.seq_relationship"), 2 * d + 2);
+  EXPECT_NEAR(static_cast<double>(m.parameters()) / 340e6 - 1, -0.0111, 0.0005);
 }
 
 TEST(Workload, ResNet50ForwardIs4Point1GigaMultiplyAdds) {
@@ -132,6 +163,23 @@ TEST(Workload, GapsFollowBackwardProgress) {
   // The next step's first gap holds its forward pass and the last layer's backward again.
   EXPECT_NEAR(t.events[n].computeGapSeconds, t.events[0].computeGapSeconds, 1e-9);
   EXPECT_NEAR(t.events.back().endSeconds, 3 * step, 1e-9);
+  // The dependency on backward progress: within a step each pack's compute follows the previous pack's issue (later
+  // layers' gradients are ready earlier and are reduced while backward goes on); a step's first pack waits for the
+  // previous step's last one (the optimizer needs every gradient).
+  EXPECT_EQ(t.model, "resnet50");
+  EXPECT_EQ(t.dtype, DType::F32);
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const TraceEvent& ev = t.events[i];
+    ASSERT_TRUE(ev.after.has_value()) << i;
+    EXPECT_EQ(*ev.after, i % n == 0 ? TraceAfter::PreviousEnd : TraceAfter::PreviousIssue) << i;
+    ASSERT_TRUE(ev.issueSeconds.has_value()) << i;
+    // Issued when its gradient is ready: the step's start plus that layer's place in the backward pass.
+    const std::size_t tensor = n - 1 - i % n;  // perTensor packs the last variable first
+    EXPECT_NEAR(*ev.issueSeconds, static_cast<double>(i / n) * step + st.gradientReadySeconds[tensor], 1e-12) << i;
+    if (i % n > 0) {
+      EXPECT_GE(st.gradientReadySeconds[tensor], st.gradientReadySeconds[tensor + 1]) << "backward runs last first";
+    }
+  }
 }
 
 TEST(Workload, TraceRoundTripsThroughTheParser) {
@@ -148,16 +196,48 @@ TEST(Workload, TraceRoundTripsThroughTheParser) {
   EXPECT_EQ(parseTrace(toJson(t), "workload"), t);
 }
 
-TEST(Workload, BadOptionsAndPackFunctions) {
+/// The message of the Error `f` throws ("" and a failure if it throws none).
+template <typename F>
+std::string errorOf(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidArgument);
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(Workload, BadOptionsNameTheFlag) {
+  const Model m = buildModel("resnet50");
+  const auto bad = [&](const std::function<void(WorkloadOptions&)>& edit) {
+    WorkloadOptions o;
+    edit(o);
+    return errorOf([&] { workloadTrace(m, o); });
+  };
+  EXPECT_EQ(bad([](WorkloadOptions& o) { o.worldSize = 0; }), "--world-size must be >= 1, got 0");
+  EXPECT_EQ(bad([](WorkloadOptions& o) {
+              o.worldSize = 6;
+              o.localReplicas = 4;
+            }),
+            "--local-replicas 4 must divide --world-size 6");
+  EXPECT_EQ(bad([](WorkloadOptions& o) { o.steps = 0; }), "--steps must be >= 1, got 0");
+  EXPECT_EQ(bad([](WorkloadOptions& o) { o.tflops = 0; }), "--tflops must be a number > 0 (TFLOP/s), got 0");
+  EXPECT_EQ(bad([](WorkloadOptions& o) { o.tflops = -1; }), "--tflops must be a number > 0 (TFLOP/s), got -1");
+  EXPECT_EQ(bad([](WorkloadOptions& o) { o.batchPerReplica = -2; }),
+            "--batch must be >= 1 (or 0 for the default), got -2");
+  for (DType d : {DType::I32, DType::I64}) {
+    EXPECT_EQ(bad([d](WorkloadOptions& o) { o.dtype = d; }),
+              fmt::format("--dtype {}: gradients are floating point (float | half | bfloat16 | double)", toString(d)));
+  }
+  for (DType d : {DType::F32, DType::F64, DType::F16, DType::BF16}) EXPECT_TRUE(isGradientDType(d));
+  EXPECT_NE(errorOf([] { buildModel("gpt2-xl", -1); }).find("--seq-len"), std::string::npos);
+}
+
+TEST(Workload, PackFunctionsMustKeepEveryGradient) {
   const Model m = buildModel("resnet50");
   WorkloadOptions o;
-  o.worldSize = 6;
-  o.localReplicas = 4;
-  EXPECT_THROW(workloadTrace(m, o), Error);
-  o.localReplicas = 0;
-  o.tflops = 0;
-  EXPECT_THROW(workloadTrace(m, o), Error);
-  o.tflops = 10;
   EXPECT_THROW(
       workloadTrace(m, o, [](const std::vector<std::size_t>&) { return std::vector<std::vector<std::size_t>>{{0}}; }),
       Error);
