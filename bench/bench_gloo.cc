@@ -131,6 +131,13 @@ int freeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
+/// What ranks other than 0 report: nothing (their errors still reach stderr).
+class SilentReporter final : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
 /// Ranks other than 0 report nothing: stdout to /dev/null, no --benchmark_out file.
 void silenceFollower(int& argc, char** argv) {
   const int devnull = ::open("/dev/null", O_WRONLY);
@@ -188,7 +195,12 @@ int main(int argc, char** argv) {
   }
   registerBenchmarks(ranks);
   benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
+  SilentReporter silent;
+  if (gRank > 0) {
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  } else {
+    benchmark::RunSpecifiedBenchmarks();
+  }
   benchmark::Shutdown();
   gBackend.reset();
   int rc = 0;
