@@ -88,7 +88,7 @@ run() {
 }
 
 # busbw GB/s of an all-reduce of <size> bytes in <time_us> on <n> ranks: size / time x 2(n-1)/n.
-busbw() { awk -v s="$1" -v t="$2" -v n="$3" 'BEGIN { printf "%.3g", t > 0 ? s / (t * 1e3) * 2 * (n - 1) / n : 0 }'; }
+busbw() { awk -v s="$1" -v t="$2" -v n="$3" 'BEGIN { printf "%.3g", (t > 0 ? s / (t * 1e3) * 2 * (n - 1) / n : 0) }'; }
 
 echo "# collbench compare: $("$COLLBENCH" --version) on $(hostname), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# ours: perf --backend $ours_backend --algo $ours ${extra[*]}; peers: $peers; $minb..$maxb x$factor," \
@@ -115,7 +115,7 @@ for n in $ranks; do
       if [[ -z "$pt" ]]; then
         line+=$(printf " %18s %7s" "no row" -)
       else
-        ratio=$(awk -v o="$t" -v q="$pt" 'BEGIN { printf "%.2f", o > 0 ? q / o : 0 }')
+        ratio=$(awk -v o="$t" -v q="$pt" 'BEGIN { printf "%.2f", (o > 0 ? q / o : 0) }')
         line+=$(printf " %18s %7s" "$(busbw "$size" "$pt" "$n")" "$ratio")
       fi
     done
