@@ -59,7 +59,8 @@ void runCollective(benchmark::State& state, const AlgorithmInfo* algo) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const CollectiveSpec spec{algo->collective, n, bytes / sizeof(float), DType::F32, ReduceOp::Sum};
   // This process's rank only, laid out as every backend expects (input, output), unique values per element.
-  std::vector<std::byte> in(std::max<std::size_t>(spec.inputBytes(), 1)), out(std::max<std::size_t>(spec.outputBytes(), 1));
+  std::vector<std::byte> in(std::max<std::size_t>(spec.inputBytes(), 1)),
+      out(std::max<std::size_t>(spec.outputBytes(), 1));
   for (std::size_t i = 0; i < spec.inputBytes() / sizeof(float); ++i) {
     storeFromDouble(DType::F32, in.data(), i, inputValue(spec, gRank, i));
   }
@@ -77,8 +78,8 @@ void runCollective(benchmark::State& state, const AlgorithmInfo* algo) {
   }
   const double moved = static_cast<double>(std::max(spec.inputBytes(), spec.outputBytes()));
   state.counters["algbw"] = benchmark::Counter(moved, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw"] =
-      benchmark::Counter(moved * busBandwidthFactor(algo->collective, n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] = benchmark::Counter(moved * busBandwidthFactor(algo->collective, n),
+                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void registerBenchmarks(int n) {
@@ -182,13 +183,13 @@ int main(int argc, char** argv) {
   }
   if (gRank > 0) silenceFollower(argc, argv);
   try {
-    gBackend = host::makeGlooBackend(host::ProcessWorld::fromOptions(
-        {{"rank", std::to_string(gRank)},
-         {"world", std::to_string(ranks)},
-         {"addresses", addresses},
-         {"master", fmt::format("127.0.0.1:{}", port)},
-         {"token", fmt::format("bench-gloo-{}-{}", leader, port)},
-         {"timeout", fmt::format("{}", kTimeoutSeconds)}}));
+    gBackend =
+        host::makeGlooBackend(host::ProcessWorld::fromOptions({{"rank", std::to_string(gRank)},
+                                                               {"world", std::to_string(ranks)},
+                                                               {"addresses", addresses},
+                                                               {"master", fmt::format("127.0.0.1:{}", port)},
+                                                               {"token", fmt::format("bench-gloo-{}-{}", leader, port)},
+                                                               {"timeout", fmt::format("{}", kTimeoutSeconds)}}));
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_gloo: rank %d: %s\n", gRank, e.what());
     return 1;

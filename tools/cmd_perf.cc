@@ -1,8 +1,8 @@
 // `collbench perf <collective>`: nccl-tests' flags, defaults and table on any backend.
+#include <fmt/ranges.h>
+
 #include <array>
 #include <memory>
-
-#include <fmt/ranges.h>
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
@@ -23,7 +23,8 @@ void printBackends(std::FILE* out) {
   for (const auto& [name, summary] : backendNames()) {
     std::fprintf(out, "  %-10s %s\n", name.c_str(), summary.c_str());
     const auto natives = backendNativeAlgorithms(name);
-    if (!natives.empty()) std::fprintf(out, "  %-10s native algorithms: %s\n", "", fmt::format("{}", fmt::join(natives, ", ")).c_str());
+    if (!natives.empty())
+      std::fprintf(out, "  %-10s native algorithms: %s\n", "", fmt::format("{}", fmt::join(natives, ", ")).c_str());
   }
   std::fprintf(out, "algorithms (--algo; auto asks the selector; native ones run only on the backend named):\n");
   for (const auto& a : algorithms()) {
@@ -50,9 +51,9 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("-i,--stepbytes", (*sizes)[2], "fixed increment between sizes")->default_str("1M");
   cmd->add_option("-f,--stepfactor", *factor, "multiplication factor between sizes (1 = off: step by -i)")
       ->default_val(1);
-  CLI::Option* ngpus = cmd->add_option("-g,--ngpus", cfg->ranks, "number of ranks (process backends: the launched "
-                                                                  "world)")
-                           ->default_val(1);
+  CLI::Option* ngpus =
+      cmd->add_option("-g,--ngpus", cfg->ranks, "number of ranks (process backends: the launched world)")
+          ->default_val(1);
   cmd->add_option("-n,--iters", cfg->iters, "timed iterations per size")->default_val(20);
   cmd->add_option("-w,--warmup_iters", cfg->warmup, "untimed iterations before")->default_val(1);
   cmd->add_option("-c,--check", cfg->check, "check results (0/1)")->default_val(1);
@@ -102,14 +103,19 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
     }
     if (c.ranks < 1) throw Error(Errc::InvalidArgument, fmt::format("-g/--ngpus must be at least 1, got {}", c.ranks));
     if (c.iters < 0) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be >= 0, got {}", c.iters));
-    if (c.warmup < 0) throw Error(Errc::InvalidArgument, fmt::format("-w/--warmup_iters must be >= 0, got {}", c.warmup));
-    if (c.check != 0 && c.check != 1) throw Error(Errc::InvalidArgument, fmt::format("-c/--check must be 0 or 1, got {}", c.check));
+    if (c.warmup < 0)
+      throw Error(Errc::InvalidArgument, fmt::format("-w/--warmup_iters must be >= 0, got {}", c.warmup));
+    if (c.check != 0 && c.check != 1)
+      throw Error(Errc::InvalidArgument, fmt::format("-c/--check must be 0 or 1, got {}", c.check));
     if (c.average < 0 || c.average > 3) {
       throw Error(Errc::InvalidArgument, fmt::format("-a/--average must be 0..3, got {}", c.average));
     }
-    if (c.blocking != 0 && c.blocking != 1) throw Error(Errc::InvalidArgument, fmt::format("-z/--blocking must be 0 or 1, got {}", c.blocking));
-    if (!(c.timeoutSeconds > 0)) throw Error(Errc::InvalidArgument, fmt::format("-T/--timeout must be > 0, got {}", c.timeoutSeconds));
-    if (c.collective == Collective::Barrier) throw Error(Errc::InvalidArgument, "perf does not time barrier (no bytes)");
+    if (c.blocking != 0 && c.blocking != 1)
+      throw Error(Errc::InvalidArgument, fmt::format("-z/--blocking must be 0 or 1, got {}", c.blocking));
+    if (!(c.timeoutSeconds > 0))
+      throw Error(Errc::InvalidArgument, fmt::format("-T/--timeout must be > 0, got {}", c.timeoutSeconds));
+    if (c.collective == Collective::Barrier)
+      throw Error(Errc::InvalidArgument, "perf does not time barrier (no bytes)");
     parseDType(c.datatype);
     parseReduceOp(c.op);
     c.commandLine = gCommandLine;

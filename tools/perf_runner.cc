@@ -107,10 +107,10 @@ void checkBackendRuns(const std::string& backend, Collective collective, const s
                            ? fmt::format("collbench launch -n N -- collbench perf --backend {} --algo {}", name, algo)
                            : fmt::format("collbench perf --backend {} --algo {}", name, algo));
   }
-  throw Error(Errc::Unsupported,
-              fmt::format("--algo {} is a peer library's own call ({}), which backend '{}' cannot run; {}", algo,
-                          info.summary, backend,
-                          how.empty() ? "no backend built into this collbench runs it" : "run it as: " + how));
+  throw Error(
+      Errc::Unsupported,
+      fmt::format("--algo {} is a peer library's own call ({}), which backend '{}' cannot run; {}", algo, info.summary,
+                  backend, how.empty() ? "no backend built into this collbench runs it" : "run it as: " + how));
 }
 
 /// One "#  Rank r ... Pid p on host device d [backend] what" line.
@@ -196,8 +196,8 @@ void checkOutputFile(const PerfConfig& c) {
   }
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec)) {
-    throw Error(Errc::InvalidArgument, fmt::format("-J/--output_file '{}': directory '{}' does not exist",
-                                                   c.outputFile, dir.string()));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("-J/--output_file '{}': directory '{}' does not exist", c.outputFile, dir.string()));
   }
   if (::access(dir.c_str(), W_OK) != 0) {
     throw Error(Errc::InvalidArgument, fmt::format("-J/--output_file '{}': cannot create files in '{}': {}",
@@ -211,11 +211,24 @@ void writePerfJson(const PerfConfig& c, const PerfRecord& r) {
       {"version", 1},
       {"collective", toString(c.collective)},
       {"config",
-       {{"backend", r.backend}, {"ranks", r.ranks}, {"topology", r.topology}, {"algorithm", c.algo},
-        {"minbytes", c.minBytes}, {"maxbytes", c.maxBytes}, {"stepbytes", c.stepBytes},
-        {"stepfactor", c.stepFactor}, {"iters", c.iters}, {"warmup_iters", c.warmup}, {"check", c.check},
-        {"op", toString(parseReduceOp(c.op))}, {"datatype", toString(parseDType(c.datatype))}, {"root", c.root},
-        {"average", c.average}, {"blocking", c.blocking}, {"channels", c.channels}, {"chunk_bytes", c.chunkBytes}}},
+       {{"backend", r.backend},
+        {"ranks", r.ranks},
+        {"topology", r.topology},
+        {"algorithm", c.algo},
+        {"minbytes", c.minBytes},
+        {"maxbytes", c.maxBytes},
+        {"stepbytes", c.stepBytes},
+        {"stepfactor", c.stepFactor},
+        {"iters", c.iters},
+        {"warmup_iters", c.warmup},
+        {"check", c.check},
+        {"op", toString(parseReduceOp(c.op))},
+        {"datatype", toString(parseDType(c.datatype))},
+        {"root", c.root},
+        {"average", c.average},
+        {"blocking", c.blocking},
+        {"channels", c.channels},
+        {"chunk_bytes", c.chunkBytes}}},
       {"command_line", c.commandLine},
       {"environment", describeEnvironment()},
       {"results", r.rows},
@@ -278,8 +291,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   const std::string tuningFile = !c.tuningFile.empty() ? c.tuningFile : tuningEnv ? tuningEnv : "";
   std::optional<TuningTable> table;
   if (!tuningFile.empty()) table = loadTuningTable(tuningFile);
-  const Selector selector(SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr, backendName, "auto",
-                                          tuningFile});
+  const Selector selector(
+      SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr, backendName, "auto", tuningFile});
   const std::size_t es = dtypeSize(dtype);
   std::vector<PlannedRow> plan;
   for (std::size_t bytes : sizeSequence(c)) {
@@ -314,8 +327,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
                c.warmup, c.iters, c.check);
   for (int r = 0; r < n; ++r) {
     const RankLine& l = rankLines[static_cast<std::size_t>(r)];
-    std::fprintf(out, "#  Rank %2d Group  0 Pid %6lld on %10s device %2d [%s] %s\n", r, l.pid, l.host.c_str(),
-                 l.device, std::string(backend->name()).c_str(), l.what.c_str());
+    std::fprintf(out, "#  Rank %2d Group  0 Pid %6lld on %10s device %2d [%s] %s\n", r, l.pid, l.host.c_str(), l.device,
+                 std::string(backend->name()).c_str(), l.what.c_str());
   }
   std::fprintf(out, "#\n");
   std::fprintf(out, "#%80s%40s\n", "out-of-place", "in-place");
@@ -385,10 +398,14 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     std::fflush(out);
     for (const Half& h : halves) busSum += h.busbw;
     busRows += 2;
-    nlohmann::json row = {{"size", rowBytes},          {"count", rowBytes / es},
-                          {"type", type},              {"redop", redop},
-                          {"root", rootCol},           {"algorithm", choice.algorithm},
-                          {"algorithm_reason", choice.reason}, {"chunk_bytes", planned.params.chunkBytes},
+    nlohmann::json row = {{"size", rowBytes},
+                          {"count", rowBytes / es},
+                          {"type", type},
+                          {"redop", redop},
+                          {"root", rootCol},
+                          {"algorithm", choice.algorithm},
+                          {"algorithm_reason", choice.reason},
+                          {"chunk_bytes", planned.params.chunkBytes},
                           {"channels", planned.params.channels}};
     const char* names[2] = {"out_of_place", "in_place"};
     for (int k = 0; k < 2; ++k) {

@@ -206,9 +206,15 @@ PerfRecord recordFromTable(const std::string& table, int n) {
     for (std::string w; fields >> w;) f.push_back(w);
     if (f.size() != 13 || f[0][0] == '#') continue;
     const std::size_t size = std::stoull(f[0]);
-    nlohmann::json row = {{"size", size},          {"count", std::stoull(f[1])}, {"type", f[2]},
-                          {"redop", f[3]},         {"root", std::stoi(f[4])},    {"algorithm", "mpi"},
-                          {"algorithm_reason", "forced by --algo"}, {"chunk_bytes", 0}, {"channels", 1}};
+    nlohmann::json row = {{"size", size},
+                          {"count", std::stoull(f[1])},
+                          {"type", f[2]},
+                          {"redop", f[3]},
+                          {"root", std::stoi(f[4])},
+                          {"algorithm", "mpi"},
+                          {"algorithm_reason", "forced by --algo"},
+                          {"chunk_bytes", 0},
+                          {"channels", 1}};
     const char* names[2] = {"out_of_place", "in_place"};
     for (int k = 0; k < 2; ++k) {
       const double us = std::stod(f[static_cast<std::size_t>(5 + 4 * k)]);
@@ -259,8 +265,9 @@ int runMpiPerf(const PerfConfig& c, std::FILE* out) {
                                                c.datatype));
   }
   if (!c.topology.empty() || c.channels != 1 || c.chunkBytes != 0) {
-    throw Error(Errc::InvalidArgument, "--algo mpi: --topology, --channels and --chunk-bytes shape collbench's "
-                                       "schedules; MPI_Allreduce takes none of them");
+    throw Error(Errc::InvalidArgument,
+                "--algo mpi: --topology, --channels and --chunk-bytes shape collbench's "
+                "schedules; MPI_Allreduce takes none of them");
   }
   const std::string driver = mpiDriverPath();
   if (!executableFound(driver)) {

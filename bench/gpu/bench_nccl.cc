@@ -71,8 +71,8 @@ void runCollective(benchmark::State& state, std::string backendName, const Algor
   state.SetLabel(label);
   const double moved = static_cast<double>(std::max(spec.inputBytes(), spec.outputBytes()));
   state.counters["algbw"] = benchmark::Counter(moved, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw"] =
-      benchmark::Counter(moved * busBandwidthFactor(algo->collective, n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] = benchmark::Counter(moved * busBandwidthFactor(algo->collective, n),
+                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
 const bool kRegistered = [] {

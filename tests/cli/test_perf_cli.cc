@@ -1,12 +1,12 @@
 // `collbench perf` as a user runs it: the nccl-tests table and JSON of real runs, size sequences, busbw factors,
 // result checking, and bad flags.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
 #include <algorithm>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli_runner.h"
 #include "collbench/backend.h"
@@ -223,8 +223,8 @@ TEST(PerfCli, EarlyValidationPrintsNothingButOneErrorLine) {
 #ifdef COLLBENCH_HAVE_GLOO
 TEST(PerfCli, GpusFlagMustMatchTheLaunchedWorld) {
   // A world of two processes as collbench launch describes it; the check comes before any rendezvous.
-  ::setenv("TF_CONFIG",
-           R"({"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":1}})", 1);
+  ::setenv("TF_CONFIG", R"({"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":1}})",
+           1);
   const CliResult r = runCli("perf --backend gloo -g 3 -b 8 -e 8");
   ::unsetenv("TF_CONFIG");
   EXPECT_EQ(r.exitCode, 2) << r.err;

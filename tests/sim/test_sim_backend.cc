@@ -10,10 +10,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_runner.h"
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
 #include "collbench/error.h"
-#include "cli/cli_runner.h"
 #include "collbench/topology.h"
 #include "sim_backend.h"
 
