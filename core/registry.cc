@@ -1,6 +1,7 @@
 #include <mutex>
 
 #include "collbench/backend.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 
 namespace collbench {
@@ -19,6 +20,22 @@ std::mutex& registryMutex() {
   static std::mutex m;
   return m;
 }
+/// Native algorithms per backend name (registerNativeAlgorithms); guarded by registryMutex().
+std::map<std::string, std::vector<std::string>, std::less<>>& natives() {
+  static std::map<std::string, std::vector<std::string>, std::less<>> n;
+  return n;
+}
+std::vector<std::pair<std::string, EnvironmentProbe>>& probes() {
+  static std::vector<std::pair<std::string, EnvironmentProbe>> p;
+  return p;
+}
+
+/// Error{InvalidArgument} naming the registered backends; the caller holds registryMutex().
+[[noreturn]] void unknownBackend(std::string_view name) {
+  std::string known;
+  for (const auto& [n, e] : registry()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(Errc::InvalidArgument, fmt::format("unknown backend '{}' (available: {})", name, known));
+}
 
 }  // namespace
 
@@ -32,11 +49,7 @@ std::unique_ptr<Backend> makeBackend(std::string_view name, int nranks, const Ba
   {
     std::lock_guard lock(registryMutex());
     auto it = registry().find(name);
-    if (it == registry().end()) {
-      std::string known;
-      for (const auto& [n, e] : registry()) known += (known.empty() ? "" : ", ") + n;
-      throw Error(Errc::InvalidArgument, fmt::format("unknown backend '{}' (available: {})", name, known));
-    }
+    if (it == registry().end()) unknownBackend(name);
     factory = it->second.factory;
   }
   if (nranks < 1) throw Error(Errc::InvalidArgument, fmt::format("backend needs at least 1 rank, got {}", nranks));
@@ -47,6 +60,46 @@ std::vector<std::pair<std::string, std::string>> backendNames() {
   std::lock_guard lock(registryMutex());
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [n, e] : registry()) out.emplace_back(n, e.summary);
+  return out;
+}
+
+void registerNativeAlgorithms(std::string backend, std::vector<std::string> algorithms) {
+  std::lock_guard lock(registryMutex());
+  natives()[std::move(backend)] = std::move(algorithms);
+}
+
+std::vector<std::string> backendNativeAlgorithms(std::string_view name) {
+  std::lock_guard lock(registryMutex());
+  if (registry().find(name) == registry().end()) unknownBackend(name);
+  const auto it = natives().find(name);
+  return it == natives().end() ? std::vector<std::string>{} : it->second;
+}
+
+void registerEnvironmentProbe(std::string library, EnvironmentProbe probe) {
+  std::lock_guard lock(registryMutex());
+  for (auto& [lib, p] : probes()) {
+    if (lib == library) {
+      p = std::move(probe);
+      return;
+    }
+  }
+  probes().emplace_back(std::move(library), std::move(probe));
+}
+
+std::map<std::string, std::string> probeEnvironment() {
+  std::vector<EnvironmentProbe> all;
+  {
+    std::lock_guard lock(registryMutex());
+    for (const auto& [lib, p] : probes()) all.push_back(p);
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& p : all) {
+    try {
+      for (auto& [k, v] : p()) out[k] = std::move(v);
+    } catch (const std::exception&) {
+      // A run record without this library's fields is better than no run record.
+    }
+  }
   return out;
 }
 

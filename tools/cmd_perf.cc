@@ -1,7 +1,12 @@
 // `collbench perf <collective>`: nccl-tests' flags, defaults and table on any backend.
+#include <fmt/ranges.h>
+
 #include <array>
 #include <memory>
 
+#include "collbench/algorithms.h"
+#include "collbench/backend.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/units.h"
 #include "commands.h"
@@ -10,11 +15,33 @@
 namespace collbench::cli {
 std::string gCommandLine;  // set by main for provenance in outputs
 
+namespace {
+
+/// `perf --backends`: what --backend and --algo accept in this build.
+void printBackends(std::FILE* out) {
+  std::fprintf(out, "backends (--backend):\n");
+  for (const auto& [name, summary] : backendNames()) {
+    std::fprintf(out, "  %-10s %s\n", name.c_str(), summary.c_str());
+    const auto natives = backendNativeAlgorithms(name);
+    if (!natives.empty())
+      std::fprintf(out, "  %-10s native algorithms: %s\n", "", fmt::format("{}", fmt::join(natives, ", ")).c_str());
+  }
+  std::fprintf(out, "algorithms (--algo; auto asks the selector; native ones run only on the backend named):\n");
+  for (const auto& a : algorithms()) {
+    if (a.collective == Collective::Barrier) continue;
+    std::fprintf(out, "  %-14s %-22s %s\n", std::string(toString(a.collective)).c_str(), a.name.c_str(),
+                 a.summary.c_str());
+  }
+}
+
+}  // namespace
+
 void addPerfCommand(CLI::App& app, int& exitCode) {
   auto cfg = std::make_shared<PerfConfig>();
   auto sizes = std::make_shared<std::array<std::string, 3>>(std::array<std::string, 3>{"32M", "32M", "1M"});
   auto chunk = std::make_shared<std::string>("0");
-  auto factor = std::make_shared<double>(0);
+  auto factor = std::make_shared<double>(1);
+  auto listBackends = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("perf", "nccl-tests compatible collective benchmark (table and -J JSON)");
   auto collective = std::make_shared<std::string>("all_reduce");
   cmd->add_option("collective", *collective, "all_reduce | reduce_scatter | all_gather | broadcast | reduce")
@@ -22,8 +49,11 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("-b,--minbytes", (*sizes)[0], "minimum size to start with (K/M/G suffixes)")->default_str("32M");
   cmd->add_option("-e,--maxbytes", (*sizes)[1], "maximum size to end at")->default_str("32M");
   cmd->add_option("-i,--stepbytes", (*sizes)[2], "fixed increment between sizes")->default_str("1M");
-  cmd->add_option("-f,--stepfactor", *factor, "multiplication factor between sizes (> 1; omit to use -i)");
-  cmd->add_option("-g,--ngpus", cfg->ranks, "number of ranks")->default_val(1);
+  cmd->add_option("-f,--stepfactor", *factor, "multiplication factor between sizes (1 = off: step by -i)")
+      ->default_val(1);
+  CLI::Option* ngpus =
+      cmd->add_option("-g,--ngpus", cfg->ranks, "number of ranks (process backends: the launched world)")
+          ->default_val(1);
   cmd->add_option("-n,--iters", cfg->iters, "timed iterations per size")->default_val(20);
   cmd->add_option("-w,--warmup_iters", cfg->warmup, "untimed iterations before")->default_val(1);
   cmd->add_option("-c,--check", cfg->check, "check results (0/1)")->default_val(1);
@@ -39,46 +69,55 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
       ->default_val(kDefaultTimeoutSeconds);
   cmd->add_option("-J,--output_file", cfg->outputFile, "write results, config and environment as JSON");
   cmd->add_flag("--force", cfg->force, "overwrite an existing -J file");
-  cmd->add_option("--backend", cfg->backend, "backend: host, sim, gloo, nccl (see `collbench perf --backends`)");
+  cmd->add_option("--backend", cfg->backend, "backend (default host; list them with --backends)");
+  cmd->add_flag("--backends", *listBackends, "list the backends built in, and the algorithms of each collective");
   cmd->add_option("--algo", cfg->algo, "algorithm name or auto")->default_val("auto");
   cmd->add_option("--topology", cfg->topology, "topology file or shipped name (simulator)");
   cmd->add_option("--channels", cfg->channels, "parallel channels")->default_val(1);
   cmd->add_option("--tuning", cfg->tuningFile, "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE)");
   cmd->add_option("--chunk-bytes", *chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
-  cmd->callback([cfg, sizes, chunk, factor, collective, &exitCode] {
+  cmd->callback([cfg, sizes, chunk, factor, collective, listBackends, ngpus, &exitCode] {
+    if (*listBackends) {
+      printBackends(stdout);
+      return;
+    }
     PerfConfig c = *cfg;
+    c.ranksGiven = ngpus->count() > 0;
     c.collective = parseCollective(*collective);
     c.minBytes = parseBytes((*sizes)[0], "-b/--minbytes");
     c.maxBytes = parseBytes((*sizes)[1], "-e/--maxbytes");
     c.stepBytes = parseBytes((*sizes)[2], "-i/--stepbytes");
     c.chunkBytes = parseBytes(*chunk, "--chunk-bytes");
-    if (*factor != 0) {
-      if (!(*factor > 1)) {
-        throw Error(Errc::InvalidArgument,
-                    fmt::format("-f/--stepfactor must be greater than 1, got {} (omit -f to step by -i bytes)", *factor));
-      }
-      c.stepFactor = *factor;
+    // nccl-tests: -f 1 (the default) is "off", sizes then step by -i; a factor below 1 would never reach -e.
+    if (!(*factor >= 1)) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("-f/--stepfactor must be at least 1 (1 = off: sizes step by -i), got {}", *factor));
     }
+    c.stepFactor = *factor;
     if (c.minBytes > c.maxBytes) {
       throw Error(Errc::InvalidArgument, fmt::format("-b/--minbytes {} is larger than -e/--maxbytes {}", c.minBytes,
                                                      c.maxBytes));
     }
     if (c.stepFactor <= 1 && c.stepBytes == 0 && c.minBytes < c.maxBytes) {
-      throw Error(Errc::InvalidArgument, "-i/--stepbytes must be greater than 0 when -b < -e and no -f is given");
+      throw Error(Errc::InvalidArgument, "-i/--stepbytes must be greater than 0 when -b < -e and -f is 1");
     }
     if (c.ranks < 1) throw Error(Errc::InvalidArgument, fmt::format("-g/--ngpus must be at least 1, got {}", c.ranks));
     if (c.iters < 0) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be >= 0, got {}", c.iters));
-    if (c.warmup < 0) throw Error(Errc::InvalidArgument, fmt::format("-w/--warmup_iters must be >= 0, got {}", c.warmup));
-    if (c.check != 0 && c.check != 1) throw Error(Errc::InvalidArgument, fmt::format("-c/--check must be 0 or 1, got {}", c.check));
+    if (c.warmup < 0)
+      throw Error(Errc::InvalidArgument, fmt::format("-w/--warmup_iters must be >= 0, got {}", c.warmup));
+    if (c.check != 0 && c.check != 1)
+      throw Error(Errc::InvalidArgument, fmt::format("-c/--check must be 0 or 1, got {}", c.check));
     if (c.average < 0 || c.average > 3) {
       throw Error(Errc::InvalidArgument, fmt::format("-a/--average must be 0..3, got {}", c.average));
     }
-    if (c.blocking != 0 && c.blocking != 1) throw Error(Errc::InvalidArgument, fmt::format("-z/--blocking must be 0 or 1, got {}", c.blocking));
-    if (!(c.timeoutSeconds > 0)) throw Error(Errc::InvalidArgument, fmt::format("-T/--timeout must be > 0, got {}", c.timeoutSeconds));
-    if (c.collective == Collective::Barrier) throw Error(Errc::InvalidArgument, "perf does not time barrier (no bytes)");
+    if (c.blocking != 0 && c.blocking != 1)
+      throw Error(Errc::InvalidArgument, fmt::format("-z/--blocking must be 0 or 1, got {}", c.blocking));
+    if (!(c.timeoutSeconds > 0))
+      throw Error(Errc::InvalidArgument, fmt::format("-T/--timeout must be > 0, got {}", c.timeoutSeconds));
+    if (c.collective == Collective::Barrier)
+      throw Error(Errc::InvalidArgument, "perf does not time barrier (no bytes)");
     parseDType(c.datatype);
     parseReduceOp(c.op);
-    if (c.backend.empty()) c.backend = "host";
     c.commandLine = gCommandLine;
     exitCode = runPerf(c, stdout);
   });

@@ -3,9 +3,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <string>
 #include <thread>
+
+#include "collbench/backend_info.h"
 
 namespace collbench::cli {
 
@@ -30,9 +34,16 @@ nlohmann::json describeEnvironment() {
   utsname u{};
   if (uname(&u) == 0) env["kernel"] = std::string(u.sysname) + " " + u.release;
   env["collbench_version"] = COLLBENCH_VERSION;
+  // Always present so that runs compare field by field: null where no linked backend library could read it (no GPU,
+  // or a build without the nccl backend).
   env["gpu"] = nullptr;
   env["driver"] = nullptr;
   env["nccl_version"] = nullptr;
+  for (const auto& [key, value] : probeEnvironment()) {
+    const bool count = !value.empty() && value.size() < 10 &&
+                       std::all_of(value.begin(), value.end(), [](unsigned char ch) { return std::isdigit(ch); });
+    env[key] = count ? nlohmann::json(std::stoi(value)) : nlohmann::json(value);
+  }
   return env;
 }
 

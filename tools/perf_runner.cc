@@ -3,11 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/reference.h"
 #include "collbench/selector.h"
@@ -15,7 +18,11 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "environment.h"
+#include "process_world.h"
 #include "world_options.h"
+#ifdef COLLBENCH_HAVE_SIM
+#include "sim_backend.h"
+#endif
 
 namespace collbench::cli {
 namespace {
@@ -50,6 +57,101 @@ double combineRanks(const RunResult& r, int average) {
 
 bool hasRoot(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
 
+/// One size of the sweep, planned before the header is printed.
+struct PlannedRow {
+  std::size_t bytes;  ///< the size column: max(input, output) bytes
+  CollectiveSpec spec;
+  Choice choice;
+  AlgoParams params;
+};
+
+/// The header's algorithm: the forced name, or what auto chose: "ring (auto)" when every size got the same one,
+/// else "auto (tree 8 B..64 KiB, ring 128 KiB..256 MiB)" (per-row choices and reasons are in the -J rows).
+std::string describeAlgorithms(const std::string& algo, const std::vector<PlannedRow>& plan) {
+  if (algo != "auto") return algo;
+  struct Run {
+    std::string algorithm;
+    std::size_t first, last;
+  };
+  std::vector<Run> runs;
+  for (const PlannedRow& r : plan) {
+    if (runs.empty() || runs.back().algorithm != r.choice.algorithm) {
+      runs.push_back({r.choice.algorithm, r.bytes, r.bytes});
+    } else {
+      runs.back().last = r.bytes;
+    }
+  }
+  if (runs.empty()) return "auto";
+  if (runs.size() == 1) return runs[0].algorithm + " (auto)";
+  std::string s = "auto (";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    s += fmt::format("{}{} {}..{}", i ? ", " : "", runs[i].algorithm, formatBytes(runs[i].first),
+                     formatBytes(runs[i].last));
+  }
+  return s + ")";
+}
+
+/// A native algorithm (a peer library's own call) runs only on the backends registered with it; everything else is a
+/// collbench schedule, which every backend runs. Also rejects an unknown backend or algorithm name.
+void checkBackendRuns(const std::string& backend, Collective collective, const std::string& algo) {
+  const std::vector<std::string> natives = backendNativeAlgorithms(backend);
+  if (algo == "auto") return;
+  const AlgorithmInfo& info = findAlgorithm(collective, algo);
+  if (!info.native || std::find(natives.begin(), natives.end(), algo) != natives.end()) return;
+  std::string how;
+  for (const auto& [name, summary] : backendNames()) {
+    const auto theirs = backendNativeAlgorithms(name);
+    if (std::find(theirs.begin(), theirs.end(), algo) == theirs.end()) continue;
+    how += fmt::format("{}{}", how.empty() ? "" : " or ",
+                       isProcessBackend(name)
+                           ? fmt::format("collbench launch -n N -- collbench perf --backend {} --algo {}", name, algo)
+                           : fmt::format("collbench perf --backend {} --algo {}", name, algo));
+  }
+  throw Error(
+      Errc::Unsupported,
+      fmt::format("--algo {} is a peer library's own call ({}), which backend '{}' cannot run; {}", algo, info.summary,
+                  backend, how.empty() ? "no backend built into this collbench runs it" : "run it as: " + how));
+}
+
+/// One "#  Rank r ... Pid p on host device d [backend] what" line.
+struct RankLine {
+  long long pid;
+  std::string host;
+  int device;
+  std::string what;
+};
+
+/// Thread and GPU backends run every rank in this process; a process backend's ranks each have their own pid (gathered
+/// with one all-reduce, which every process makes at the same point) and the host of their address.
+std::vector<RankLine> describeRanks(Backend& backend, const BackendOptions& bopts, int localRank,
+                                    double timeoutSeconds) {
+  const int n = backend.nranks();
+  const std::string name(backend.name());
+  std::vector<RankLine> lines(static_cast<std::size_t>(n), RankLine{::getpid(), hostName(), 0, ""});
+  if (localRank >= 0) {
+    const std::vector<long long> pids = pidsOfRanks(backend, localRank, timeoutSeconds);
+    const host::ProcessWorld world = host::ProcessWorld::fromOptions(bopts);
+    for (int r = 0; r < n; ++r) {
+      lines[static_cast<std::size_t>(r)] = {pids[static_cast<std::size_t>(r)], world.hostOf(r), r, "cpu process"};
+    }
+    return lines;
+  }
+  std::string what = "cpu thread";
+  if (!backend.movesData()) {
+    what = "simulated";
+  } else if (name != "host") {
+    // A GPU backend: the device model when a backend library could read it.
+    const auto env = probeEnvironment();
+    what = env.count("gpu") ? env.at("gpu") : "gpu";
+  }
+  for (int r = 0; r < n; ++r) {
+    auto& l = lines[static_cast<std::size_t>(r)];
+    l.what = what;
+    l.device = name == "cuda-1gpu" ? 0 : r;  // cuda-1gpu: every rank on one device
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::vector<std::size_t> sizeSequence(const PerfConfig& c) {
@@ -73,45 +175,149 @@ std::size_t countForSize(Collective c, std::size_t bytes, std::size_t elemSize, 
   return count;
 }
 
+void checkOutputFile(const PerfConfig& c) {
+  if (c.outputFile.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path path(c.outputFile);
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    if (!c.force) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("-J/--output_file '{}' exists; pass --force to overwrite it", c.outputFile));
+    }
+    if (fs::is_directory(path, ec)) {
+      throw Error(Errc::InvalidArgument, fmt::format("-J/--output_file '{}' is a directory", c.outputFile));
+    }
+    if (::access(c.outputFile.c_str(), W_OK) != 0) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("-J/--output_file '{}' is not writable: {}", c.outputFile, std::strerror(errno)));
+    }
+    return;
+  }
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("-J/--output_file '{}': directory '{}' does not exist", c.outputFile, dir.string()));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw Error(Errc::InvalidArgument, fmt::format("-J/--output_file '{}': cannot create files in '{}': {}",
+                                                   c.outputFile, dir.string(), std::strerror(errno)));
+  }
+}
+
+void writePerfJson(const PerfConfig& c, const PerfRecord& r) {
+  const nlohmann::json doc = {
+      {"format", "collbench-perf"},
+      {"version", 1},
+      {"collective", toString(c.collective)},
+      {"config",
+       {{"backend", r.backend},
+        {"ranks", r.ranks},
+        {"topology", r.topology},
+        {"algorithm", c.algo},
+        {"minbytes", c.minBytes},
+        {"maxbytes", c.maxBytes},
+        {"stepbytes", c.stepBytes},
+        {"stepfactor", c.stepFactor},
+        {"iters", c.iters},
+        {"warmup_iters", c.warmup},
+        {"check", c.check},
+        {"op", toString(parseReduceOp(c.op))},
+        {"datatype", toString(parseDType(c.datatype))},
+        {"root", c.root},
+        {"average", c.average},
+        {"blocking", c.blocking},
+        {"channels", c.channels},
+        {"chunk_bytes", c.chunkBytes}}},
+      {"command_line", c.commandLine},
+      {"environment", describeEnvironment()},
+      {"results", r.rows},
+      {"avg_busbw_GBps", r.avgBusbw},
+      {"wrong_total", r.wrongTotal},
+  };
+  std::ofstream f(c.outputFile);
+  if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write -J/--output_file '{}'", c.outputFile));
+  f << doc.dump(2) << '\n';
+}
+
 int runPerf(const PerfConfig& c, std::FILE* out) {
   const DType dtype = parseDType(c.datatype);
   const ReduceOp op = parseReduceOp(c.op);
-  if (!c.outputFile.empty() && std::filesystem::exists(c.outputFile) && !c.force) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("output file '{}' exists; pass --force to overwrite it", c.outputFile));
-  }
+  checkOutputFile(c);
   if (c.algo == "mpi") return runMpiPerf(c, out);  // peer baseline: Open MPI's own driver under mpirun
+  const std::string backendName = c.backend.empty() ? "host" : c.backend;
+  checkBackendRuns(backendName, c.collective, c.algo);
+  std::string topology = c.topology;
+#ifdef COLLBENCH_HAVE_SIM
+  // Name what is simulated (header, JSON, selector) rather than leave the simulator's default implicit.
+  if (topology.empty() && backendName == "sim") topology = sim::kDefaultTopology;
+#endif
   BackendOptions bopts;
-  if (!c.topology.empty()) bopts["topology"] = c.topology;
+  if (!topology.empty()) bopts["topology"] = topology;
   // Process backends (gloo) run one rank per process: the world comes from the cluster resolver, each process
   // holds only its rank's buffers, and only rank 0 prints the table and writes -J.
-  const bool processMode = isProcessBackend(c.backend);
-  if (processMode) bopts.merge(processWorldOptions());
+  const bool processMode = isProcessBackend(backendName);
+  int n = c.ranks;
+  if (processMode) {
+    if (!clusterEnvironmentPresent()) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--backend {} runs one rank per process and found no cluster (no TF_CONFIG, Slurm or "
+                              "mpirun environment); start the ranks with: collbench launch -n N -- collbench perf "
+                              "--backend {} ...",
+                              backendName, backendName));
+    }
+    bopts.merge(processWorldOptions());
+    n = std::stoi(bopts.at("world"));
+    if (c.ranksGiven && c.ranks != n) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("-g/--ngpus {} differs from the {} processes launched (--backend {} runs one rank per "
+                              "process: drop -g, or launch {} processes)",
+                              c.ranks, n, backendName, c.ranks));
+    }
+  }
   const int localRank = processMode ? std::stoi(bopts.at("rank")) : -1;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(localRank > 0 ? std::fopen("/dev/null", "w") : nullptr,
-                                                        [](std::FILE* f) { return f ? std::fclose(f) : 0; });
-  if (quiet) out = quiet.get();
-  auto backend = makeBackend(c.backend, c.ranks, bopts);
-  const int n = backend->nranks();
+  if (c.root < 0 || c.root >= n) {
+    throw Error(Errc::InvalidArgument, fmt::format("-r/--root {} is not a rank of {} (0..{})", c.root, n, n - 1));
+  }
   AlgoParams params{c.chunkBytes, c.channels, {}};
   std::optional<Topology> topo;
-  if (!c.topology.empty()) topo = loadTopology(c.topology);
+  if (!topology.empty()) topo = loadTopology(topology);
   if (topo) params.rankHost = rankHosts(*topo, n);
-  // --algo auto: the selector, with the tuning table of --tuning / COLLBENCH_TUNING_FILE when given.
+  CollectiveSpec probe{c.collective, n, 0, dtype, op, c.root};
+  checkSpec(probe, params);
+  // --algo auto: the selector, with the tuning table of --tuning / COLLBENCH_TUNING_FILE when given. Every row's
+  // choice is made before the header, which names them.
   const char* tuningEnv = std::getenv("COLLBENCH_TUNING_FILE");
   const std::string tuningFile = !c.tuningFile.empty() ? c.tuningFile : tuningEnv ? tuningEnv : "";
   std::optional<TuningTable> table;
   if (!tuningFile.empty()) table = loadTuningTable(tuningFile);
-  const Selector selector(SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr, c.backend, "auto",
-                                          tuningFile});
-  CollectiveSpec probe{c.collective, n, 0, dtype, op, c.root};
-  checkSpec(probe, params);
-  if (c.algo != "auto") findAlgorithm(c.collective, c.algo);  // reject unknown names before running anything
+  const Selector selector(
+      SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr, backendName, "auto", tuningFile});
+  const std::size_t es = dtypeSize(dtype);
+  std::vector<PlannedRow> plan;
+  for (std::size_t bytes : sizeSequence(c)) {
+    const CollectiveSpec spec{c.collective, n, countForSize(c.collective, bytes, es, n), dtype, op, c.root};
+    PlannedRow row{std::max(spec.inputBytes(), spec.outputBytes()), spec, {}, params};
+    row.choice = c.algo == "auto" ? selector.choose(row.spec) : Choice{c.algo, "forced by --algo"};
+    if (c.algo == "auto" && c.chunkBytes == 0 && c.channels == 1) {
+      // The selector's chunk and channels unless given on the command line.
+      row.params.chunkBytes = row.choice.chunkBytes;
+      row.params.channels = row.choice.channels;
+    }
+    plan.push_back(std::move(row));
+  }
+
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(localRank > 0 ? std::fopen("/dev/null", "w") : nullptr,
+                                                        [](std::FILE* f) { return f ? std::fclose(f) : 0; });
+  if (quiet) out = quiet.get();
+  auto backend = makeBackend(backendName, n, bopts);
+  n = backend->nranks();
+  const std::vector<RankLine> rankLines = describeRanks(*backend, bopts, localRank, c.timeoutSeconds);
 
   const bool reduces = probe.reduces();
   std::fprintf(out, "# collbench %s perf %s: backend %s, %d ranks%s%s, algorithm %s\n", COLLBENCH_VERSION,
                std::string(toString(c.collective)).c_str(), std::string(backend->name()).c_str(), n,
-               c.topology.empty() ? "" : ", topology ", c.topology.c_str(), c.algo.c_str());
+               topology.empty() ? "" : ", topology ", topology.c_str(), describeAlgorithms(c.algo, plan).c_str());
   std::fprintf(out,
                "# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg iters: 1 "
                "validation: %d graph: 0\n#\n# Using devices\n",
@@ -119,11 +325,10 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
                c.stepFactor > 1 ? fmt::format("{}(factor)", c.stepFactor).c_str()
                                 : fmt::format("{}(bytes)", c.stepBytes).c_str(),
                c.warmup, c.iters, c.check);
-  const std::string host = hostName();
   for (int r = 0; r < n; ++r) {
-    std::fprintf(out, "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s\n", r, static_cast<int>(getpid()),
-                 host.c_str(), r, std::string(backend->name()).c_str(),
-                 backend->movesData() ? "cpu thread" : "simulated");
+    const RankLine& l = rankLines[static_cast<std::size_t>(r)];
+    std::fprintf(out, "#  Rank %2d Group  0 Pid %6lld on %10s device %2d [%s] %s\n", r, l.pid, l.host.c_str(), l.device,
+                 std::string(backend->name()).c_str(), l.what.c_str());
   }
   std::fprintf(out, "#\n");
   std::fprintf(out, "#%80s%40s\n", "out-of-place", "in-place");
@@ -132,23 +337,18 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "",
                "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
 
-  nlohmann::json rows = nlohmann::json::array();
+  PerfRecord record;
+  record.backend = backend->name();
+  record.ranks = n;
+  record.topology = topology;
   double busSum = 0;
   int busRows = 0;
-  long long wrongTotal = 0;
   const double factor = busBandwidthFactor(c.collective, n);
-  const std::size_t es = dtypeSize(dtype);
-  for (std::size_t bytes : sizeSequence(c)) {
-    const std::size_t count = countForSize(c.collective, bytes, es, n);
-    CollectiveSpec spec{c.collective, n, count, dtype, op, c.root};
-    const Choice choice = c.algo == "auto" ? selector.choose(spec) : Choice{c.algo, "forced by --algo"};
-    AlgoParams rowParams = params;  // the selector's chunk and channels unless given on the command line
-    if (c.algo == "auto" && c.chunkBytes == 0 && c.channels == 1) {
-      rowParams.chunkBytes = choice.chunkBytes;
-      rowParams.channels = choice.channels;
-    }
-    const Schedule schedule = buildSchedule(spec, choice.algorithm, rowParams);
-    const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
+  for (const PlannedRow& planned : plan) {
+    const CollectiveSpec& spec = planned.spec;
+    const Choice& choice = planned.choice;
+    const Schedule schedule = buildSchedule(spec, choice.algorithm, planned.params);
+    const std::size_t rowBytes = planned.bytes;
     Half halves[2];
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
       Half& h = halves[inPlace];
@@ -174,7 +374,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
           backend->run(schedule, bufs.views(), RunOptions{1, 0, c.timeoutSeconds});
           h.wrong = sumOverProcesses(*backend, static_cast<long long>(bufs.countWrong()), processMode,
                                      c.timeoutSeconds);
-          wrongTotal += h.wrong;
+          record.wrongTotal += h.wrong;
         }
       } else {
         Buffers none(static_cast<std::size_t>(n));
@@ -198,11 +398,15 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     std::fflush(out);
     for (const Half& h : halves) busSum += h.busbw;
     busRows += 2;
-    nlohmann::json row = {{"size", rowBytes},          {"count", rowBytes / es},
-                          {"type", type},              {"redop", redop},
-                          {"root", rootCol},           {"algorithm", choice.algorithm},
-                          {"algorithm_reason", choice.reason}, {"chunk_bytes", rowParams.chunkBytes},
-                          {"channels", rowParams.channels}};
+    nlohmann::json row = {{"size", rowBytes},
+                          {"count", rowBytes / es},
+                          {"type", type},
+                          {"redop", redop},
+                          {"root", rootCol},
+                          {"algorithm", choice.algorithm},
+                          {"algorithm_reason", choice.reason},
+                          {"chunk_bytes", planned.params.chunkBytes},
+                          {"channels", planned.params.channels}};
     const char* names[2] = {"out_of_place", "in_place"};
     for (int k = 0; k < 2; ++k) {
       row[names[k]] = {{"time_us", halves[k].seconds * 1e6},
@@ -210,41 +414,22 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
                        {"busbw_GBps", halves[k].busbw},
                        {"wrong", halves[k].wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(halves[k].wrong)}};
     }
-    rows.push_back(row);
+    record.rows.push_back(row);
   }
-  const double avgBus = busRows ? busSum / busRows : 0;
-  std::fprintf(out, "# Out of bounds values : %lld %s\n", wrongTotal, wrongTotal == 0 ? "OK" : "FAILED");
-  std::fprintf(out, "# Avg bus bandwidth    : %g \n#\n", avgBus);
+  record.avgBusbw = busRows ? busSum / busRows : 0;
+  std::fprintf(out, "# Out of bounds values : %lld %s\n", record.wrongTotal, record.wrongTotal == 0 ? "OK" : "FAILED");
+  std::fprintf(out, "# Avg bus bandwidth    : %g \n#\n", record.avgBusbw);
 
-  if (!c.outputFile.empty() && localRank <= 0) {
-    nlohmann::json doc = {
-        {"format", "collbench-perf"},
-        {"version", 1},
-        {"collective", toString(c.collective)},
-        {"config",
-         {{"backend", backend->name()}, {"ranks", n}, {"topology", c.topology}, {"algorithm", c.algo},
-          {"minbytes", c.minBytes}, {"maxbytes", c.maxBytes}, {"stepbytes", c.stepBytes},
-          {"stepfactor", c.stepFactor}, {"iters", c.iters}, {"warmup_iters", c.warmup}, {"check", c.check},
-          {"op", toString(op)}, {"datatype", toString(dtype)}, {"root", c.root}, {"average", c.average},
-          {"blocking", c.blocking}, {"channels", c.channels}, {"chunk_bytes", c.chunkBytes}}},
-        {"command_line", c.commandLine},
-        {"environment", describeEnvironment()},
-        {"results", rows},
-        {"avg_busbw_GBps", avgBus},
-        {"wrong_total", wrongTotal},
-    };
-    std::ofstream f(c.outputFile);
-    if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write output file '{}'", c.outputFile));
-    f << doc.dump(2) << '\n';
-  }
+  if (!c.outputFile.empty() && localRank <= 0) writePerfJson(c, record);
   if (const char* minBw = std::getenv("NCCL_TESTS_MIN_BW")) {
     const double want = std::atof(minBw);
-    if (avgBus < want) {
-      std::fprintf(stderr, "collbench: average bus bandwidth %g GB/s is below NCCL_TESTS_MIN_BW=%s\n", avgBus, minBw);
+    if (record.avgBusbw < want) {
+      std::fprintf(stderr, "collbench: average bus bandwidth %g GB/s is below NCCL_TESTS_MIN_BW=%s\n", record.avgBusbw,
+                   minBw);
       return 1;
     }
   }
-  return wrongTotal > 0 ? 1 : 0;
+  return record.wrongTotal > 0 ? 1 : 0;
 }
 
 }  // namespace collbench::cli

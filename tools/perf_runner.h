@@ -19,6 +19,7 @@ struct PerfConfig {
   std::size_t stepBytes = 1u << 20;
   double stepFactor = 1;
   int ranks = 1;
+  bool ranksGiven = false;  ///< -g was on the command line (process backends check it against the launched world)
   int iters = 20;
   int warmup = 1;
   int check = 1;
@@ -30,7 +31,7 @@ struct PerfConfig {
   double timeoutSeconds = kDefaultTimeoutSeconds;
   std::string outputFile;
   bool force = false;
-  std::string backend;
+  std::string backend;  ///< empty: "host"
   std::string algo = "auto";
   std::string topology;
   int channels = 1;
@@ -44,7 +45,25 @@ std::vector<std::size_t> sizeSequence(const PerfConfig& c);
 /// Per-rank element count for a size row, as nccl-tests computes it (16-byte aligned blocks for RS/AG).
 std::size_t countForSize(Collective c, std::size_t bytes, std::size_t elemSize, int n);
 
-/// Runs the sweep, prints the table to `out`; returns the process exit code (1 if any #wrong > 0).
+/// Runs the sweep, prints the table to `out`; returns the process exit code (1 if any #wrong > 0). Everything a user
+/// can get wrong (flags, -J path, an algorithm the backend cannot run, the world of a process backend) throws
+/// Error{InvalidArgument or Unsupported} before the first line is printed.
 int runPerf(const PerfConfig& c, std::FILE* out);
+
+/// -J: throws Error{InvalidArgument} naming -J/--output_file when the file exists and --force is not given, or when
+/// it cannot be written (no such directory, no permission), so that a sweep never runs only to lose its results.
+void checkOutputFile(const PerfConfig& c);
+
+/// What the -J document holds beyond the config: the run's backend, world, topology and rows.
+struct PerfRecord {
+  std::string backend;
+  int ranks = 1;
+  std::string topology;
+  nlohmann::json rows = nlohmann::json::array();
+  double avgBusbw = 0;
+  long long wrongTotal = 0;
+};
+/// Writes c.outputFile (format "collbench-perf", version 1): config, command line, environment, rows.
+void writePerfJson(const PerfConfig& c, const PerfRecord& r);
 
 }  // namespace collbench::cli

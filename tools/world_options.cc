@@ -4,9 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
+#include "collbench/reference.h"
 #include "environment.h"
 #include "perf_runner.h"
 #include "process_world.h"
@@ -21,6 +24,14 @@
 namespace collbench::cli {
 
 bool isProcessBackend(std::string_view backend) { return backend == "gloo"; }
+
+bool clusterEnvironmentPresent(const strategy::EnvLookup& env) {
+  // The variables makeClusterResolverFromEnvironment() looks for, in its order.
+  for (const char* name : {"TF_CONFIG", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+    if (env(name)) return true;
+  }
+  return false;
+}
 
 BackendOptions processWorldOptions(const strategy::EnvLookup& env) {
   const auto resolver = strategy::makeClusterResolverFromEnvironment(env);
@@ -127,7 +138,101 @@ long long sumOverProcesses(Backend& backend, long long value, bool processMode, 
   return v;
 }
 
+std::vector<long long> pidsOfRanks(Backend& backend, int rank, double timeoutSeconds) {
+  const int n = backend.nranks();
+  std::vector<std::int64_t> pids(static_cast<std::size_t>(n), 0);
+  pids[static_cast<std::size_t>(rank)] = ::getpid();
+  if (n > 1) {
+    // Each rank fills its own slot: the sum is every rank's pid.
+    const CollectiveSpec spec{Collective::AllReduce, n, pids.size(), DType::I64, ReduceOp::Sum};
+    backend.run(buildSchedule(spec, "ring"), Buffers{RankBuffers{pids.data(), pids.data()}},
+                RunOptions{1, 0, timeoutSeconds});
+  }
+  return {pids.begin(), pids.end()};
+}
+
 namespace {
+
+/// The types collbench-mpi-allreduce maps to MPI datatypes (its mpiType()).
+constexpr std::array<std::string_view, 4> kMpiDriverTypes = {"float", "double", "int32", "int64"};
+
+/// `program` as execvp would find it: a path with a slash, else the first executable of that name on PATH.
+bool executableFound(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && ::access((std::filesystem::path(dir) / program).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+/// One line for a failed mpirun: the driver's own error when it printed one, else the first paragraph of mpirun's
+/// boxed message (the lines between its rules of dashes), joined.
+std::string summarizeMpirunOutput(const std::string& text) {
+  constexpr std::string_view kDriverError = "collbench-mpi-allreduce: error: ";
+  constexpr std::size_t kMaxChars = 300;
+  std::istringstream in(text);
+  std::string paragraph;
+  bool inParagraph = false;
+  for (std::string line; std::getline(in, line);) {
+    if (const auto at = line.find(kDriverError); at != std::string::npos) return line.substr(at + kDriverError.size());
+    const auto first = line.find_first_not_of(" \t");
+    const bool rule = first == std::string::npos || line.find_first_not_of("-=* \t") == std::string::npos;
+    if (rule) {
+      if (inParagraph) inParagraph = false;
+      continue;
+    }
+    if (!paragraph.empty() && !inParagraph) continue;  // only the first paragraph
+    inParagraph = true;
+    paragraph += (paragraph.empty() ? "" : " ") + line.substr(first);
+  }
+  if (paragraph.size() > kMaxChars) paragraph = paragraph.substr(0, kMaxChars) + "...";
+  return paragraph.empty() ? "no message" : paragraph;
+}
+
+/// The driver's table as -J rows (the driver prints nccl-tests' table only: times carry its 3-4 digits).
+PerfRecord recordFromTable(const std::string& table, int n) {
+  PerfRecord r;
+  r.backend = "mpi";
+  r.ranks = n;
+  const double factor = busBandwidthFactor(Collective::AllReduce, n);
+  double busSum = 0;
+  int busRows = 0;
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    if (f.size() != 13 || f[0][0] == '#') continue;
+    const std::size_t size = std::stoull(f[0]);
+    nlohmann::json row = {{"size", size},
+                          {"count", std::stoull(f[1])},
+                          {"type", f[2]},
+                          {"redop", f[3]},
+                          {"root", std::stoi(f[4])},
+                          {"algorithm", "mpi"},
+                          {"algorithm_reason", "forced by --algo"},
+                          {"chunk_bytes", 0},
+                          {"channels", 1}};
+    const char* names[2] = {"out_of_place", "in_place"};
+    for (int k = 0; k < 2; ++k) {
+      const double us = std::stod(f[static_cast<std::size_t>(5 + 4 * k)]);
+      const double algbw = us > 0 ? static_cast<double>(size) / (us * 1e-6) / 1e9 : 0;
+      const std::string& wrong = f[static_cast<std::size_t>(8 + 4 * k)];
+      row[names[k]] = {{"time_us", us},
+                       {"algbw_GBps", algbw},
+                       {"busbw_GBps", algbw * factor},
+                       {"wrong", wrong == "N/A" ? nlohmann::json(nullptr) : nlohmann::json(std::stoll(wrong))}};
+      if (wrong != "N/A") r.wrongTotal += std::stoll(wrong);
+      busSum += algbw * factor;
+      ++busRows;
+    }
+    r.rows.push_back(row);
+  }
+  r.avgBusbw = busRows ? busSum / busRows : 0;
+  return r;
+}
 
 std::string mpiDriverPath() {
   if (const char* p = std::getenv("COLLBENCH_MPI_DRIVER"); p && *p) return p;
@@ -144,7 +249,34 @@ std::string mpiDriverPath() {
 
 int runMpiPerf(const PerfConfig& c, std::FILE* out) {
   if (c.collective != Collective::AllReduce) {
-    throw Error(Errc::Unsupported, "--algo mpi measures MPI_Allreduce only (all_reduce)");
+    throw Error(Errc::Unsupported,
+                fmt::format("--algo mpi measures MPI_Allreduce only (all_reduce), not {}", toString(c.collective)));
+  }
+  if (!c.backend.empty()) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--algo mpi runs Open MPI's own driver under mpirun, not a collbench backend; drop "
+                            "--backend {}",
+                            c.backend));
+  }
+  const std::string type(toString(parseDType(c.datatype)));
+  if (std::find(kMpiDriverTypes.begin(), kMpiDriverTypes.end(), type) == kMpiDriverTypes.end()) {
+    throw Error(Errc::Unsupported, fmt::format("--algo mpi: -d/--datatype {} is not one the MPI driver reduces "
+                                               "(float, double, int32, int64)",
+                                               c.datatype));
+  }
+  if (!c.topology.empty() || c.channels != 1 || c.chunkBytes != 0) {
+    throw Error(Errc::InvalidArgument,
+                "--algo mpi: --topology, --channels and --chunk-bytes shape collbench's "
+                "schedules; MPI_Allreduce takes none of them");
+  }
+  const std::string driver = mpiDriverPath();
+  if (!executableFound(driver)) {
+    throw Error(Errc::Unsupported, fmt::format("--algo mpi: MPI driver '{}' not found next to collbench or on PATH "
+                                               "(build with COLLBENCH_WITH_MPI=ON, or set COLLBENCH_MPI_DRIVER)",
+                                               driver));
+  }
+  if (!executableFound("mpirun")) {
+    throw Error(Errc::Unsupported, "--algo mpi: mpirun is not on PATH (Debian package openmpi-bin)");
   }
   std::vector<std::string> args = {"mpirun",
                                    "-np",
@@ -153,7 +285,7 @@ int runMpiPerf(const PerfConfig& c, std::FILE* out) {
                                    "--allow-run-as-root",
                                    "--bind-to",
                                    "none",
-                                   mpiDriverPath(),
+                                   driver,
                                    "-b",
                                    std::to_string(c.minBytes),
                                    "-e",
@@ -183,32 +315,57 @@ int runMpiPerf(const PerfConfig& c, std::FILE* out) {
   } else {
     args.insert(args.end(), {"-i", std::to_string(c.stepBytes)});
   }
+  // mpirun's stderr goes to a log: on failure it is a dozen lines of boxed text, summarised in one.
+  std::string logPath = (std::filesystem::temp_directory_path() / "collbench-mpirun-XXXXXX.log").string();
+  const int logFd = ::mkstemps(logPath.data(), 4);
+  if (logFd < 0) throw Error(Errc::BackendError, fmt::format("--algo mpi: cannot create {}", logPath));
   int pipeFds[2];
   if (::pipe(pipeFds) != 0) throw Error(Errc::BackendError, "--algo mpi: pipe failed");
   std::fflush(out);
+  std::fflush(stderr);
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(Errc::BackendError, "--algo mpi: fork failed");
   if (pid == 0) {
     ::dup2(pipeFds[1], STDOUT_FILENO);
+    ::dup2(logFd, STDERR_FILENO);
     ::close(pipeFds[0]);
     ::close(pipeFds[1]);
+    ::close(logFd);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "collbench: --algo mpi: cannot run mpirun: %s\n", std::strerror(errno));
+    std::fprintf(stderr, "cannot run mpirun: %s\n", std::strerror(errno));
     std::_Exit(127);
   }
   ::close(pipeFds[1]);
+  std::string table;
   char buf[4096];
   for (ssize_t n; (n = ::read(pipeFds[0], buf, sizeof buf)) > 0;) {
     std::fwrite(buf, 1, static_cast<std::size_t>(n), out);
     std::fflush(out);
+    table.append(buf, static_cast<std::size_t>(n));
   }
   ::close(pipeFds[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ::close(logFd);
+  std::string log;
+  {
+    std::ifstream f(logPath);
+    log.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  // The driver exits 1 after a complete table with wrong values (nccl-tests' convention), else 0 or a failure.
+  const bool completed = table.find("# Avg bus bandwidth") != std::string::npos && (rc == 0 || rc == 1);
+  if (!completed) {
+    throw Error(Errc::BackendError, fmt::format("--algo mpi: mpirun exited with status {}: {} (full output: {})", rc,
+                                                summarizeMpirunOutput(log), logPath));
+  }
+  std::filesystem::remove(logPath);
+  std::fputs(log.c_str(), stderr);  // warnings of a run that worked
+  if (!c.outputFile.empty()) writePerfJson(c, recordFromTable(table, c.ranks));
+  return rc;
 }
 
 }  // namespace collbench::cli

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "collbench/backend.h"
 #include "collbench/reference.h"
@@ -18,6 +19,10 @@ struct PerfConfig;
 
 /// Backends that run one rank per process.
 bool isProcessBackend(std::string_view backend);
+
+/// Whether a launcher described a cluster to this process: TF_CONFIG (collbench launch), Slurm or mpirun variables.
+/// Without one the cluster resolver falls back to a world of one.
+bool clusterEnvironmentPresent(const strategy::EnvLookup& env = strategy::systemEnvironment());
 
 /// BackendOptions for a process backend (keys in backend/host/process_world.h): rank, world, addresses and task
 /// names from makeClusterResolverFromEnvironment(); token from COLLBENCH_CLUSTER_TOKEN, else derived from the
@@ -49,10 +54,16 @@ class PerfBuffers {
 /// `value` unchanged when the backend holds every rank in this process.
 long long sumOverProcesses(Backend& backend, long long value, bool processMode, double timeoutSeconds);
 
+/// The process id of every rank of a process backend (one all-reduce through it, so every process calls this at the
+/// same point); `rank` is this process's rank.
+std::vector<long long> pidsOfRanks(Backend& backend, int rank, double timeoutSeconds);
+
 /// `collbench perf --algo mpi`: runs the MPI_Allreduce driver (collbench-mpi-allreduce, next to this executable or
 /// at $COLLBENCH_MPI_DRIVER) under `mpirun -np <-g>` with the same size, iteration, check, type and op flags, and
-/// copies its nccl-tests table to `out`; COLLBENCH_MPIRUN_ARGS adds mpirun flags ("--mca btl self,tcp"). Returns the
-/// driver's exit code.
+/// copies its nccl-tests table to `out`; COLLBENCH_MPIRUN_ARGS adds mpirun flags ("--mca btl self,tcp"). Flags the
+/// driver cannot honour (another collective or backend, a type MPI has no reduction for here, --topology,
+/// --channels, --chunk-bytes) are rejected before mpirun starts; a failed mpirun is one Error{BackendError} line that
+/// names the log holding mpirun's full output. -J gets the rows of the driver's table. Returns the driver's exit code.
 int runMpiPerf(const PerfConfig& c, std::FILE* out);
 
 }  // namespace collbench::cli

@@ -37,6 +37,7 @@
 #include <tuple>
 
 #include "collbench/algorithms.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "host_backend.h"
@@ -1167,6 +1168,7 @@ std::unique_ptr<Backend> makeGlooBackend(const ProcessWorld& world) { return std
 void registerGlooBackend() {
   registerBackend("gloo", "one rank per process over Gloo's TCP transport (run under `collbench launch`)",
                   [](int, const BackendOptions& o) { return makeGlooBackend(ProcessWorld::fromOptions(o)); });
+  registerNativeAlgorithms("gloo", {kGlooNativeAlgorithms.begin(), kGlooNativeAlgorithms.end()});
 }
 
 }  // namespace collbench::host

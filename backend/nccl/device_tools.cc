@@ -1,7 +1,9 @@
 // Registration, device probing, environment description, and the kernel test/benchmark hooks of nccl_backend.h.
 #include <cstring>
+#include <map>
 #include <memory>
 
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "cuda_util.h"
 #include "kernels.h"
@@ -80,8 +82,49 @@ const DeviceProbe& probeDevices() {
 void registerNcclBackends() {
   registerBackend("nccl", "NCCL on GPUs, one rank per GPU (native collectives and schedules as ncclSend/ncclRecv)",
                   [](int nranks, const BackendOptions& o) { return makeNcclBackend(nranks, o); });
+  registerNativeAlgorithms("nccl", {kNativeAlgorithm});
   registerBackend("cuda-1gpu", "several ranks on one GPU (device copies and reduce kernels), for validation",
                   [](int nranks, const BackendOptions& o) { return makeSingleGpuBackend(nranks, o); });
+  registerEnvironmentProbe("nccl", probeGpuEnvironment);
+}
+
+std::map<std::string, std::string> probeGpuEnvironment() {
+  std::map<std::string, std::string> out;
+  // Each call is checked on its own: without a GPU the NCCL version is still known, and without a driver
+  // cudaDriverGetVersion reports 0 (or fails) while cudaGetDeviceCount fails.
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess && nccl > 0) {
+    // NCCL_VERSION_CODE since 2.9: major * 10000 + minor * 100 + patch.
+    out["nccl_version"] = fmt::format("{}.{}.{}", nccl / 10000, nccl / 100 % 100, nccl % 100);
+  }
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) {
+    out["driver"] = fmt::format("{}.{}", driver / 1000, driver % 1000 / 10);  // the CUDA version the driver supports
+  }
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess && runtime > 0) {
+    out["cuda_runtime"] = fmt::format("{}.{}", runtime / 1000, runtime % 1000 / 10);
+  }
+  (void)cudaGetLastError();
+  const DeviceProbe& p = probeDevices();
+  std::string names;
+  for (int d = 0; d < p.count; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    // One name when every device is the same model (the usual node), else all of them in device order.
+    if (names.empty()) {
+      names = prop.name;
+    } else if (names.find(prop.name) == std::string::npos) {
+      names += std::string(", ") + prop.name;
+    }
+  }
+  if (!names.empty()) {
+    out["gpu"] = names;
+    out["gpu_count"] = std::to_string(p.count);
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, std::string>> describeGpuEnvironment() {

@@ -22,6 +22,7 @@
 ///
 /// This header includes no CUDA or NCCL header: tools/ include it.
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -54,6 +55,11 @@ const DeviceProbe& probeDevices();
 
 /// ncclGetUniqueId as 256 hex digits, for option "nccl_id" (rank 0 creates it, the launcher hands it to all).
 std::string newUniqueIdHex();
+
+/// The environment probe registerNcclBackends() registers (collbench::probeEnvironment): "nccl_version"
+/// (ncclGetVersion, also without a GPU), "driver" (cudaDriverGetVersion: the CUDA version the driver supports, "13.0"),
+/// "cuda_runtime", "gpu" (device name(s)) and "gpu_count"; a field whose call fails is absent. Never throws.
+std::map<std::string, std::string> probeGpuEnvironment();
 
 /// NCCL and CUDA versions, devices, and the NCCL_ALGO / NCCL_PROTO settings, as (key, value) for run headers.
 std::vector<std::pair<std::string, std::string>> describeGpuEnvironment();

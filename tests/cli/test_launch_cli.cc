@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -257,11 +258,41 @@ TEST(LaunchCli, PerfAlgoMpiRunsOpenMpisDriver) {
   if (!std::filesystem::exists(driver) || std::system("command -v mpirun >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "no collbench-mpi-allreduce or mpirun (built only with COLLBENCH_WITH_MPI)";
   }
-  const Launched r = runCollbench({"perf", "--algo", "mpi", "-g", "2", "-b", "1K", "-e", "64K", "-f", "8", "-n", "2"});
+  const auto json = std::filesystem::temp_directory_path() / fmt::format("collbench_mpi_{}.json", ::getpid());
+  std::filesystem::remove(json);
+  const Launched r = runCollbench(
+      {"perf", "--algo", "mpi", "-g", "2", "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-J", json.string()});
   ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
   EXPECT_TRUE(contains(r.out, "backend mpi, 2 ranks")) << r.out;
   EXPECT_TRUE(contains(r.out, "# Out of bounds values : 0 OK")) << r.out;
-  EXPECT_EQ(testing::tableRows(r.out).size(), 3u) << r.out;
+  EXPECT_FALSE(contains(r.out, "Pid      0 on          ?")) << "every rank's pid and host: " << r.out;
+  const auto rows = testing::tableRows(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  // -J holds the driver's rows: sizes, times as printed, busbw = size / time x 2(n-1)/n with n = 2.
+  const auto doc = nlohmann::json::parse(testing::slurp(json));
+  std::filesystem::remove(json);
+  EXPECT_EQ(doc["config"]["backend"], "mpi");
+  ASSERT_EQ(doc["results"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto& row = doc["results"][i];
+    EXPECT_EQ(row["size"], std::stoull(rows[i][0]));
+    EXPECT_EQ(row["algorithm"], "mpi");
+    const double us = row["out_of_place"]["time_us"].get<double>();
+    EXPECT_EQ(us, std::stod(rows[i][5]));
+    EXPECT_NEAR(row["out_of_place"]["busbw_GBps"].get<double>(), row["size"].get<double>() / (us * 1e3), 1e-12);
+    EXPECT_EQ(row["in_place"]["wrong"], 0);
+  }
+  // mpirun's failure is one line (its message, and where the rest of its output went), not a screenful.
+  const Launched bad = runCollbench({"perf", "--algo", "mpi", "-g", "2", "-b", "1K", "-e", "1K"},
+                                    {"COLLBENCH_MPIRUN_ARGS=--no-such-mpirun-flag"});
+  EXPECT_EQ(bad.exitCode, 1) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "collbench: error: --algo mpi: mpirun exited with status")) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "no-such-mpirun-flag")) << bad.err;
+  const std::size_t log = bad.err.find("(full output: ");
+  if (log != std::string::npos) {
+    std::filesystem::remove(bad.err.substr(log + 14, bad.err.find(')', log) - log - 14));
+  }
 }
 
 }  // namespace

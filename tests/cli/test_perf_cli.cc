@@ -1,10 +1,12 @@
 // `collbench perf` as a user runs it: the nccl-tests table and JSON of real runs, size sequences, busbw factors,
 // result checking, and bad flags.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli_runner.h"
 #include "collbench/backend.h"
@@ -57,11 +59,25 @@ TEST(PerfCli, TableHasNcclTestsShape) {
   }
 }
 
-TEST(PerfCli, StepBytesSequence) {
-  const auto doc = runJson("perf --backend host -b 1000 -e 5000 -i 1000 -g 2 -n 1 -w 0");
+std::vector<std::size_t> sizesOf(const nlohmann::json& doc) {
   std::vector<std::size_t> sizes;
   for (const auto& row : doc["results"]) sizes.push_back(row["size"]);
-  EXPECT_EQ(sizes, (std::vector<std::size_t>{1000, 2000, 3000, 4000, 5000}));
+  return sizes;
+}
+
+TEST(PerfCli, StepBytesSequence) {
+  const auto doc = runJson("perf --backend host -b 1000 -e 5000 -i 1000 -g 2 -n 1 -w 0");
+  EXPECT_EQ(sizesOf(doc), (std::vector<std::size_t>{1000, 2000, 3000, 4000, 5000}));
+}
+
+TEST(PerfCli, StepFactorOneIsOffAsInNcclTests) {
+  // nccl-tests scripts pass "-f 1 -i 1M": a factor of 1 means "step by -i", not an error.
+  const auto doc = runJson("perf --backend host -b 1000 -e 3000 -f 1 -i 1000 -g 2 -n 1 -w 0");
+  EXPECT_EQ(sizesOf(doc), (std::vector<std::size_t>{1000, 2000, 3000}));
+  EXPECT_EQ(doc["config"]["stepfactor"], 1.0);
+  // -i is ignored once -f multiplies, as in nccl-tests.
+  EXPECT_EQ(sizesOf(runJson("perf --backend host -b 1000 -e 9000 -f 3 -i 1 -g 2 -n 1 -w 0")),
+            (std::vector<std::size_t>{1000, 3000, 9000}));
 }
 
 struct FactorCase {
@@ -155,13 +171,15 @@ TEST(PerfCli, BadFlagsExitTwoWithOneLine) {
            BadFlag{"perf -d bogus", "unknown datatype 'bogus'"},
            BadFlag{"perf -o bogus", "unknown op 'bogus'"},
            BadFlag{"perf bogus", "unknown collective 'bogus'"},
-           BadFlag{"perf -f 1", "-f/--stepfactor must be greater than 1, got 1"},
+           BadFlag{"perf -f 0", "-f/--stepfactor must be at least 1 (1 = off: sizes step by -i), got 0"},
+           BadFlag{"perf -f 0.5", "-f/--stepfactor must be at least 1 (1 = off: sizes step by -i), got 0.5"},
            BadFlag{"perf -g 0", "-g/--ngpus must be at least 1, got 0"},
            BadFlag{"perf --backend bogus", "unknown backend 'bogus'"},
            BadFlag{"perf -b 1Q", "invalid -b/--minbytes '1Q'"},
            BadFlag{"perf -a 7", "-a/--average must be 0..3, got 7"},
            BadFlag{"perf --algo nope -b 8 -e 8", "unknown algorithm 'nope' for all_reduce"},
-           BadFlag{"perf -r 5 broadcast -g 2 -b 8 -e 8", "root 5 is not a rank of 2"},
+           BadFlag{"perf -r 5 broadcast -g 2 -b 8 -e 8", "-r/--root 5 is not a rank of 2 (0..1)"},
+           BadFlag{"perf -r -1 reduce -g 2 -b 8 -e 8", "-r/--root -1 is not a rank of 2 (0..1)"},
            BadFlag{"perf -n abc", "--iters = abc"},
        }) {
     const CliResult r = runCli(b.args);
@@ -169,6 +187,121 @@ TEST(PerfCli, BadFlagsExitTwoWithOneLine) {
     EXPECT_EQ(testing::countLines(r.err), 1) << b.args << ": " << r.err;
     EXPECT_NE(r.err.find(b.message), std::string::npos) << b.args << ": " << r.err;
     EXPECT_EQ(r.err.rfind("collbench: error: ", 0), 0u) << r.err;
+  }
+}
+
+/// Flags that need the world, the backend or the -J path: rejected before the header, in one line.
+TEST(PerfCli, EarlyValidationPrintsNothingButOneErrorLine) {
+  const std::string nowhere = "/nonexistent-collbench-dir/run.json";
+  std::vector<BadFlag> cases = {
+      {"perf -b 8 -e 8 -J /nonexistent-collbench-dir/run.json",
+       "-J/--output_file '/nonexistent-collbench-dir/run.json': directory '/nonexistent-collbench-dir' does not exist"},
+      {"perf -b 8 -e 8 -g 2 --algo gloo_ring", "--algo gloo_ring is a peer library's own call"},
+      {"perf -b 8 -e 8 -g 2 --algo nccl --backend host", "--algo nccl is a peer library's own call"},
+      {"perf -b 8 -e 8 --algo mpi -d half", "--algo mpi: -d/--datatype half is not one the MPI driver reduces"},
+      {"perf -b 8 -e 8 --algo mpi --backend gloo", "drop --backend gloo"},
+      {"perf broadcast -b 8 -e 8 --algo mpi", "--algo mpi measures MPI_Allreduce only (all_reduce), not broadcast"},
+      {"perf -b 8 -e 8 --algo mpi --channels 2", "--algo mpi: --topology, --channels and --chunk-bytes"},
+      {"perf -b 8 -e 8 --algo mpi -J /nonexistent-collbench-dir/run.json", "-J/--output_file"},
+  };
+#ifdef COLLBENCH_HAVE_GLOO
+  cases.push_back({"perf -b 8 -e 8 -g 2 --algo gloo_ring",
+                   "run it as: collbench launch -n N -- collbench perf --backend gloo --algo gloo_ring"});
+  cases.push_back({"perf -b 8 -e 8 --backend gloo", "--backend gloo runs one rank per process and found no cluster"});
+#endif
+  ::unsetenv("TF_CONFIG");
+  for (const BadFlag& b : cases) {
+    const CliResult r = runCli(b.args);
+    EXPECT_EQ(r.exitCode, 2) << b.args << ": " << r.err;
+    EXPECT_EQ(testing::countLines(r.err), 1) << b.args << ": " << r.err;
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << b.args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << b.args << ": output before the error";
+  }
+  EXPECT_FALSE(std::filesystem::exists(nowhere));
+}
+
+#ifdef COLLBENCH_HAVE_GLOO
+TEST(PerfCli, GpusFlagMustMatchTheLaunchedWorld) {
+  // A world of two processes as collbench launch describes it; the check comes before any rendezvous.
+  ::setenv("TF_CONFIG", R"({"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"]},"task":{"type":"worker","index":1}})",
+           1);
+  const CliResult r = runCli("perf --backend gloo -g 3 -b 8 -e 8");
+  ::unsetenv("TF_CONFIG");
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_EQ(testing::countLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("-g/--ngpus 3 differs from the 2 processes launched"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+#endif
+
+TEST(PerfCli, JsonIntoAnUnwritableDirectoryFailsBeforeTheSweep) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes into read-only directories";
+  const auto dir = std::filesystem::temp_directory_path() / ("collbench_ro_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  const CliResult r = runCli("perf -b 8 -e 8 -J " + (dir / "x.json").string());
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("cannot create files in"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(PerfCli, HeaderNamesTheAlgorithmOfEveryRow) {
+  const auto path = tempFile("header");
+  std::filesystem::remove(path);
+  const CliResult r = runCli("perf --backend host -g 4 -b 8 -e 16M -f 64 -n 1 -w 0 -c 0 -J " + path.string());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const auto doc = nlohmann::json::parse(testing::slurp(path));
+  std::filesystem::remove(path);
+  std::set<std::string> chosen;
+  for (const auto& row : doc["results"]) chosen.insert(row["algorithm"].get<std::string>());
+  ASSERT_FALSE(chosen.empty());
+  const std::string header = r.out.substr(0, r.out.find('\n'));
+  if (chosen.size() == 1) {
+    EXPECT_NE(header.find("algorithm " + *chosen.begin() + " (auto)"), std::string::npos) << header;
+  } else {
+    EXPECT_NE(header.find("algorithm auto ("), std::string::npos) << header;
+    for (const auto& a : chosen) EXPECT_NE(header.find(a + " "), std::string::npos) << a << ": " << header;
+  }
+  EXPECT_EQ(doc["config"]["algorithm"], "auto");
+  // Every rank of the threads backend is a thread of this one process.
+  EXPECT_NE(r.out.find("device  3 [host] cpu thread"), std::string::npos) << r.out;
+  const auto forced = runCli("perf --backend host -g 2 -b 8 -e 8 -n 1 --algo tree");
+  EXPECT_NE(forced.out.find(", algorithm tree\n"), std::string::npos) << forced.out;
+}
+
+TEST(PerfCli, BackendsListsWhatThisBuildRuns) {
+  const CliResult r = runCli("perf --backends");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  for (const auto& [name, summary] : std::vector<std::pair<std::string, std::string>>{{"host", "CPU threads"}}) {
+    EXPECT_NE(r.out.find("  " + name), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(summary), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.out.find("all_reduce     rabenseifner  "), std::string::npos) << r.out;
+#ifdef COLLBENCH_HAVE_GLOO
+  EXPECT_NE(r.out.find("native algorithms: gloo_ring, gloo_ring_chunked, gloo_halving_doubling, gloo_bcube"),
+            std::string::npos)
+      << r.out;
+#endif
+  EXPECT_NE(runCli("perf --help").out.find("--backends"), std::string::npos);
+}
+
+TEST(PerfCli, JsonEnvironmentNamesGpuDriverAndNcclOrNull) {
+  const auto doc = runJson("perf --backend host -b 8 -e 8 -n 1");
+  const auto& env = doc["environment"];
+  for (const char* key : {"gpu", "driver", "nccl_version"}) {
+    ASSERT_TRUE(env.contains(key)) << key;
+    EXPECT_TRUE(env[key].is_null() || env[key].is_string()) << key << ": " << env[key];
+  }
+  // A build with the nccl backend knows NCCL's version without a GPU (ncclGetVersion needs no device).
+  if (runCli("perf --backends").out.find("  nccl ") != std::string::npos) {
+    ASSERT_TRUE(env["nccl_version"].is_string()) << env;
+    const std::string version = env["nccl_version"].get<std::string>();
+    EXPECT_EQ(std::count(version.begin(), version.end(), '.'), 2) << env;  // "2.28.9"
+  }
+  if (env["gpu"].is_string()) {
+    EXPECT_GE(env["gpu_count"].get<int>(), 1) << env;
   }
 }
 

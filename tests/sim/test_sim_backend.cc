@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_runner.h"
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
 #include "collbench/error.h"
@@ -210,9 +211,66 @@ TEST_F(SimCli, SimPrintsTimeAlgbwBusbwAndWritesATimeline) {
 }
 
 TEST_F(SimCli, PerfOnTheSimBackend) {
-  const CliRun r = cli("perf all_reduce --backend sim -g 8 -b 1M -e 4M -f 2 --algo ring -n 1");
+  // No --topology: the simulator's default (one DGX H100) is named in the header and the JSON.
+  const std::string json = (dir_ / "perf.json").string();
+  const CliRun r = cli(fmt::format("perf all_reduce --backend sim -g 8 -b 1M -e 4M -f 2 --algo ring -n 1 -J {}", json));
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("Avg bus bandwidth"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backend sim, 8 ranks, topology dgx-h100-8x1, algorithm ring\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("#  Rank  7 Group  0 Pid"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[sim] simulated"), std::string::npos) << r.out;
+  // Ring on one NVSwitch (as DefaultTopologyIsOneDgxH100): 14 hops of 0.6 us + block / 450 GB/s, 7 reductions of a
+  // block at 1100 GB/s, block = size / 8; busbw = algbw x 2(n-1)/n.
+  auto ringSeconds = [](double size) {
+    const double blk = size / 8;
+    return 14 * (0.6e-6 + blk / 450e9) + 7 * blk / 1100e9;
+  };
+  const double factor = 2.0 * 7 / 8;
+  const auto rows = testing::tableRows(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  double busSum = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    ASSERT_EQ(row.size(), 13u) << r.out;
+    const double size = static_cast<double>(std::size_t{1} << (20 + i));
+    EXPECT_EQ(std::stod(row[0]), size);
+    EXPECT_EQ(std::stod(row[1]), size / 4);
+    EXPECT_EQ(row[2], "float");
+    EXPECT_EQ(row[3], "sum");
+    for (std::size_t at : {5u, 9u}) {  // out-of-place, in-place
+      const double us = std::stod(row[at]), algbw = std::stod(row[at + 1]), busbw = std::stod(row[at + 2]);
+      EXPECT_NEAR(us, ringSeconds(size) * 1e6, 0.05) << row[at];  // the table prints 2 decimals at most
+      // Both columns are rounded to 2 decimals (and algbw comes from the unrounded time).
+      EXPECT_NEAR(algbw, size / (us * 1e-6) / 1e9, 1e-3 * algbw + 0.01);
+      EXPECT_NEAR(busbw, algbw * factor, 0.02);
+      EXPECT_EQ(row[at + 3], "N/A");  // a simulator moves no data
+      busSum += busbw;
+    }
+  }
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(doc.at("config").at("topology"), "dgx-h100-8x1");
+  EXPECT_EQ(doc.at("config").at("backend"), "sim");
+  EXPECT_EQ(doc.at("config").at("ranks"), 8);
+  ASSERT_EQ(doc.at("results").size(), 3u);
+  double jsonBusSum = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto& row = doc.at("results")[i];
+    const double size = static_cast<double>(std::size_t{1} << (20 + i));
+    EXPECT_EQ(row.at("size"), std::size_t{1} << (20 + i));
+    EXPECT_EQ(row.at("algorithm"), "ring");
+    for (const char* half : {"out_of_place", "in_place"}) {
+      const auto& h = row.at(half);
+      const double us = h.at("time_us").get<double>();
+      EXPECT_NEAR(us, ringSeconds(size) * 1e6, 1e-6 * us) << half;
+      EXPECT_NEAR(h.at("algbw_GBps").get<double>(), size / (us * 1e3), 1e-9 * size / (us * 1e3));
+      EXPECT_NEAR(h.at("busbw_GBps").get<double>(), h.at("algbw_GBps").get<double>() * factor, 1e-9);
+      EXPECT_TRUE(h.at("wrong").is_null()) << h;
+      jsonBusSum += h.at("busbw_GBps").get<double>();
+    }
+  }
+  EXPECT_NEAR(doc.at("avg_busbw_GBps").get<double>(), jsonBusSum / 6, 1e-9);
+  const std::string avgLine = "# Avg bus bandwidth    : ";
+  ASSERT_NE(r.out.find(avgLine), std::string::npos);
+  EXPECT_NEAR(std::stod(r.out.substr(r.out.find(avgLine) + avgLine.size())), busSum / 6, 0.01);
 }
 
 TEST_F(SimCli, SweepWritesCsvAndJson) {

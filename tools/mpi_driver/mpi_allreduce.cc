@@ -93,9 +93,15 @@ int run(const Config& c) {
       "validation: {} graph: 0\n#\n# Using devices\n",
       n, minB, maxB, c.stepFactor > 1 ? fmt::format("{}(factor)", c.stepFactor) : fmt::format("{}(bytes)", stepB),
       c.warmup, c.iters, c.check));
+  // Every rank's pid and host, gathered on rank 0 for the "Using devices" lines.
+  const int pid = static_cast<int>(::getpid());
+  std::vector<int> pids(static_cast<std::size_t>(n));
+  std::vector<char> hosts(static_cast<std::size_t>(n) * sizeof host);
+  MPI_Gather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Gather(host, sizeof host, MPI_CHAR, hosts.data(), sizeof host, MPI_CHAR, 0, MPI_COMM_WORLD);
   for (int r = 0; r < n; ++r) {
     print(fmt::format("#  Rank {:2d} Group  0 Pid {:6d} on {:>10} device {:2d} [mpi] cpu process\n", r,
-                      r == rank ? static_cast<int>(::getpid()) : 0, r == rank ? host : "?", r));
+                      pids[static_cast<std::size_t>(r)], hosts.data() + static_cast<std::size_t>(r) * sizeof host, r));
   }
   print(fmt::format("#\n#{:>80}{:>40}\n", "out-of-place", "in-place"));
   print(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}\n",
