@@ -218,7 +218,8 @@ void runTrain(const TrainArgs& a) {
   std::printf("# %d worker(s) x %d local replica(s) = %d replicas in sync; %s mode, %s all-reduce%s; worker %d%s\n",
               strategy.numWorkers(), strategy.localReplicas(), strategy.numReplicasInSync(), a.mode.c_str(),
               strategy.allReduceForm().c_str(), a.simulate ? " (simulated timing)" : "", rank, chief ? " (chief)" : "");
-  std::printf("# %s; %s\n", comm.describe().c_str(), strategy.implementationChoice().reason.c_str());
+  std::printf("# %s; %s\n", strategy.communicationOptions().describe().c_str(),
+              strategy.implementationChoice().reason.c_str());
   std::printf("#%7s %12s %10s\n", "step", "loss", "accuracy");
   std::fflush(stdout);
   int lastStep = -1;

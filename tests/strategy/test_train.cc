@@ -357,14 +357,14 @@ std::vector<TimedLine> runTimed(const std::string& args) {
 
 TEST(TrainProcesses, StalledWorkerTimesOutNamingThePeer) {
   // Worker 1 SIGSTOPs itself after step 5: alive, its sockets open, silent. With --timeout 2 the others must stop
-  // with a Timeout naming worker 1 within timeout + 5 s, keep the trace recorded so far, and not wait for the
-  // launcher (--grace 30 would take a minute to kill them).
+  // with a Timeout naming worker 1 within timeout + 5 s and keep the trace recorded so far. (The launcher then
+  // kills the stopped worker: SIGTERM waits while it is stopped, so it takes 2 x --grace.)
   COLLBENCH_REQUIRE_PROCESS_MODE();
   constexpr double kTimeout = 2;
   const std::string trace =
       (std::filesystem::temp_directory_path() / fmt::format("collbench_stall_{}_{{rank}}.json", ::getpid())).string();
   const std::vector<TimedLine> lines = runTimed(fmt::format(
-      "launch -n 3 --grace 30 -- {} train --mode processes --steps 1000000 --log-every 1000000 --fault-rank 1 "
+      "launch -n 3 --grace 4 -- {} train --mode processes --steps 1000000 --log-every 1000000 --fault-rank 1 "
       "--fault-step 5 --fault-signal stop --timeout {} --trace {} --force",
       COLLBENCH_CLI, kTimeout, trace));
   std::string all;
