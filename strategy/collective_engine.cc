@@ -18,17 +18,48 @@ namespace {
 constexpr std::size_t kMaxCachedSchedules = 256;
 /// Algorithm name recorded for stages done in this process (local reduce and broadcast).
 constexpr const char* kLocalAlgorithm = "in_process";
+/// The generator of core/algorithms that reduces within each host of the topology, then across hosts.
+constexpr std::string_view kHierarchicalAlgorithm = "hierarchical";
+}  // namespace
+
+namespace {
+SelectorOptions selectorOptions(const EngineConfig& config) {
+  SelectorOptions o;
+  o.topology = config.topology ? &*config.topology : nullptr;
+  o.backend = config.backend;
+  return o;
+}
 }  // namespace
 
 CollectiveEngine::CollectiveEngine(EngineConfig config)
-    : config_(std::move(config)), replicas_(config_.numWorkers * config_.localReplicas) {
+    : config_(std::move(config)),
+      replicas_(config_.numWorkers * config_.localReplicas),
+      staged_(config_.mode == ExecutionMode::Processes ||
+              (!config_.simulate && config_.hierarchy == HierarchyMode::Hierarchical)),
+      selector_(selectorOptions(config_)) {
   origin_ = lastRealEnd_ = Clock::now();
   trace_.worldSize = replicas_;
   trace_.topology = TraceTopology{config_.topologyName, config_.numWorkers, config_.localReplicas};
   trace_.backend = config_.backend;
   trace_.simulated = config_.simulate;
   trace_.tool = std::string("collbench ") + COLLBENCH_VERSION;
-  if (config_.mode == ExecutionMode::Threads && !config_.hierarchical) {
+  COLLBENCH_CHECK(config_.defaults.timeoutSeconds.has_value(), "the strategy resolves the default timeout");
+  if (config_.topology) rankHost_ = rankHosts(*config_.topology, replicas_);
+  if (config_.simulate && config_.hierarchy == HierarchyMode::Hierarchical) {
+    // Fail now, naming the option, if the topology's hosts cannot run the hierarchical algorithm.
+    try {
+      AlgoParams params;
+      params.rankHost = rankHost_;
+      const auto n = static_cast<std::size_t>(replicas_);
+      buildSchedule({Collective::AllReduce, replicas_, n, DType::F32, collbench::ReduceOp::Sum, 0},
+                    std::string(kHierarchicalAlgorithm), params);
+    } catch (const Error& e) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("StrategyOptions.hierarchy hierarchical with simulate on topology '{}': {}",
+                              config_.topologyName, e.what()));
+    }
+  }
+  if (!staged_) {
     flat_ = makeBackend(config_.backend, replicas_, config_.backendOptions);
     if (!config_.simulate && !flat_->movesData()) {
       throw Error(Errc::InvalidArgument,
@@ -40,6 +71,18 @@ CollectiveEngine::CollectiveEngine(EngineConfig config)
   }
 }
 
+bool CollectiveEngine::hierarchical() const {
+  return staged_ || (config_.simulate && config_.hierarchy == HierarchyMode::Hierarchical);
+}
+
+std::string CollectiveEngine::allReduceForm() const {
+  if (hierarchical()) return "hierarchical";
+  if (config_.simulate && config_.hierarchy == HierarchyMode::Auto && config_.topology) {
+    return fmt::format("flat or hierarchical per size (cost model on {})", config_.topology->name);
+  }
+  return "flat";
+}
+
 CollectiveEngine::SpecKey CollectiveEngine::keyOf(const CollectiveSpec& spec) {
   return {static_cast<int>(spec.kind), spec.nranks, spec.count, static_cast<int>(spec.dtype),
           static_cast<int>(spec.op),   spec.root};
@@ -48,16 +91,38 @@ CollectiveEngine::SpecKey CollectiveEngine::keyOf(const CollectiveSpec& spec) {
 Choice CollectiveEngine::choiceFor(const CollectiveSpec& spec, const CommunicationOptions& opts) {
   using CI = CommunicationImplementation;
   const ImplementationChoice c =
-      opts.implementation == config_.choice.requested
-          ? config_.choice
-          : resolveImplementation(opts.implementation, config_.gpuReplicas, config_.choice.useNcclBackend);
+      implementationForCall(config_.choice, opts.implementation, config_.gpuReplicas, config_.ncclAvailable);
   if (c.effective == CI::Nccl && spec.kind == Collective::AllReduce) return Choice("nccl", c.reason);
+  // A simulated all-reduce over every replica: the topology decides between flat and hierarchical algorithms.
+  const bool overReplicas = config_.simulate && spec.kind == Collective::AllReduce && spec.nranks == replicas_;
+  if (overReplicas && config_.hierarchy == HierarchyMode::Hierarchical) {
+    return Choice(std::string(kHierarchicalAlgorithm),
+                  fmt::format("hierarchy hierarchical: the topology's hierarchical all-reduce (within each host, "
+                              "then across hosts of {})",
+                              config_.topologyName));
+  }
   if (opts.implementation != CI::Auto || c.effective != CI::Ring) return Choice("ring", c.reason);
   const SpecKey key = keyOf(spec);
   auto it = autoChoices_.find(key);
   if (it == autoChoices_.end()) {
     if (autoChoices_.size() >= kMaxCachedSchedules) autoChoices_.clear();
-    it = autoChoices_.emplace(key, selector_.choose(spec)).first;
+    Choice choice = selector_.choose(spec);
+    if (overReplicas && config_.hierarchy == HierarchyMode::Flat && choice.algorithm == kHierarchicalAlgorithm) {
+      // hierarchy flat: the fastest other algorithm the model ranked.
+      for (const Alternative& a : choice.ranking) {
+        if (a.algorithm == kHierarchicalAlgorithm) continue;
+        Choice flat(a.algorithm, fmt::format("hierarchy flat: the fastest flat algorithm ({:.3g} us; hierarchical "
+                                             "{:.3g} us)",
+                                             a.predictedUs, choice.predictedUs));
+        flat.chunkBytes = a.chunkBytes;
+        flat.channels = a.channels;
+        flat.predictedUs = a.predictedUs;
+        flat.source = choice.source;
+        choice = flat;
+        break;
+      }
+    }
+    it = autoChoices_.emplace(key, std::move(choice)).first;
     spdlog::debug("AUTO: {} -> {} ({})", describe(spec), it->second.algorithm, it->second.reason);
   }
   return it->second;
@@ -71,6 +136,7 @@ const Schedule& CollectiveEngine::schedule(const CollectiveSpec& spec, const Cho
   AlgoParams params;
   params.chunkBytes = choice.chunkBytes;
   params.channels = std::max(1, choice.channels);
+  if (static_cast<int>(rankHost_.size()) == spec.nranks) params.rankHost = rankHost_;
   return schedules_.emplace(key, buildSchedule(spec, choice.algorithm, params)).first->second;
 }
 
@@ -115,7 +181,7 @@ void CollectiveEngine::runCollective(Backend& backend, const CollectiveSpec& spe
     buffers.assign(static_cast<std::size_t>(spec.nranks), RankBuffers{});
   }
   RunOptions ro;
-  ro.timeoutSeconds = opts.timeoutSeconds.value_or(kNoTimeoutSeconds);
+  ro.timeoutSeconds = opts.timeoutSeconds.value_or(kDefaultTimeoutSeconds);
   const auto start = Clock::now();
   const RunResult result = backend.run(s, buffers, ro);
   const auto end = Clock::now();
@@ -236,6 +302,14 @@ void CollectiveEngine::allReduce(const std::vector<std::vector<Tensor>*>& perHos
       }
     }
   }
+}
+
+void CollectiveEngine::sumOverWorkers(std::vector<std::int64_t>& counts, std::int64_t step) {
+  if (!cross_ || config_.mode != ExecutionMode::Processes || counts.empty()) return;
+  const CollectiveSpec spec{
+      Collective::AllReduce, config_.numWorkers, counts.size(), DType::I64, collbench::ReduceOp::Sum, 0};
+  runCollective(*cross_, spec, {reinterpret_cast<std::byte*>(counts.data())}, config_.defaults, kTraceGroupWorkers,
+                step, 0);
 }
 
 void CollectiveEngine::broadcast(const std::vector<Tensor*>& perHosted, std::int64_t step) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -12,14 +13,11 @@
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
 #include "collbench/selector.h"
+#include "collbench/topology.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "collbench/trace.h"
 
 namespace collbench::strategy::detail {
-
-/// What backends get for "no timeout" (CommunicationOptions.timeout_seconds unset): about 31.7 years, finite so
-/// that backends converting to integer milliseconds do not overflow.
-inline constexpr double kNoTimeoutSeconds = 1e9;
 
 struct EngineConfig {
   int numWorkers = 1;
@@ -27,16 +25,27 @@ struct EngineConfig {
   int workerRank = 0;
   ExecutionMode mode = ExecutionMode::Threads;
   std::vector<int> hostedWorkers;
-  bool hierarchical = false;
+  /// As requested (StrategyOptions::hierarchy); the engine decides what runs (see CollectiveEngine).
+  HierarchyMode hierarchy = HierarchyMode::Auto;
   bool simulate = false;
   std::string backend;  ///< resolved name
   BackendOptions backendOptions;
-  CommunicationOptions defaults;
+  CommunicationOptions defaults;  ///< timeout_seconds resolved (never unset)
   ImplementationChoice choice;
   bool gpuReplicas = false;
+  bool ncclAvailable = false;  ///< an nccl backend can run this strategy's collectives
   std::string topologyName;
+  /// The topology the collectives run on, when known (simulate): the selector's cost model uses it.
+  std::optional<Topology> topology;
 };
 
+/// How all-reduce runs:
+///   staged (processes mode, or threads mode with HierarchyMode::Hierarchical): each worker reduces its local
+///     replicas in process, the workers all-reduce on a backend with one rank per worker, and the result is copied
+///     back to the local replicas;
+///   flat (threads mode otherwise): one collective over every replica on one backend. With a topology (simulate),
+///     HierarchyMode::Hierarchical runs the topology's "hierarchical" algorithm (intra-host, then inter-host, from
+///     its host grouping), Flat any other algorithm, and Auto whichever the cost model estimates faster, per size.
 class CollectiveEngine {
  public:
   explicit CollectiveEngine(EngineConfig config);
@@ -47,8 +56,15 @@ class CollectiveEngine {
   /// Broadcasts replica 0's tensor into every hosted tensor.
   void broadcast(const std::vector<Tensor*>& perHosted, std::int64_t step);
 
+  /// Sums `counts` element-wise over the workers in processes mode (a collective on the cross-worker backend,
+  /// recorded at `step`); nothing to do when this process hosts every worker.
+  void sumOverWorkers(std::vector<std::int64_t>& counts, std::int64_t step);
+
   Trace trace() const;
-  bool hierarchical() const { return config_.hierarchical; }
+  /// Whether every all-reduce is hierarchical (staged, or the topology's hierarchical algorithm).
+  bool hierarchical() const;
+  /// "flat", "hierarchical", or "flat or hierarchical per size (cost model on <topology>)".
+  std::string allReduceForm() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -61,18 +77,21 @@ class CollectiveEngine {
   /// Records an in-process (local) stage.
   void recordLocal(Collective kind, DType dtype, std::size_t count, Clock::time_point start, Clock::time_point end,
                    std::int64_t step, int pack);
-  /// The algorithm (and its chunking) for a collective: RING -> ring; AUTO -> the selector (cached per spec).
+  /// The algorithm (and its chunking) for a collective: NCCL -> nccl (all-reduce); a forced hierarchical simulated
+  /// all-reduce -> hierarchical; RING -> ring; AUTO -> the selector (cached per spec; Flat excludes hierarchical).
   Choice choiceFor(const CollectiveSpec& spec, const CommunicationOptions& opts);
   const Schedule& schedule(const CollectiveSpec& spec, const Choice& choice);
   void record(TraceEvent e, Clock::time_point realStart, Clock::time_point realEnd, double simulatedSeconds);
 
   EngineConfig config_;
   int replicas_;
+  bool staged_;                ///< staged all-reduce (see the class comment)
+  std::vector<int> rankHost_;  ///< host of each replica on the topology (for the hierarchical algorithm)
   std::unique_ptr<Backend> flat_;   ///< one rank per replica (threads mode, flat or simulated)
   std::unique_ptr<Backend> cross_;  ///< one rank per worker (hierarchical)
   using SpecKey = std::tuple<int, int, std::size_t, int, int, int>;
   static SpecKey keyOf(const CollectiveSpec& spec);
-  Selector selector_{SelectorOptions{}};
+  Selector selector_;
   std::map<SpecKey, Choice> autoChoices_;
   std::map<std::tuple<SpecKey, std::string, std::size_t, int>, Schedule> schedules_;
   std::vector<std::vector<std::byte>> staging_;

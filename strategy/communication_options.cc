@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 
+#include "collbench/backend.h"
 #include "collbench/error.h"
 
 namespace collbench::strategy {
@@ -40,7 +42,7 @@ void CommunicationOptions::validate() const {
   if (timeoutSeconds && !(*timeoutSeconds > 0 && std::isfinite(*timeoutSeconds))) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("CommunicationOptions.timeout_seconds must be a positive number of seconds (or unset for "
-                            "no timeout), got {}",
+                            "the default), got {}",
                             *timeoutSeconds));
   }
 }
@@ -59,6 +61,29 @@ std::string CommunicationOptions::describe() const {
                      toString(implementation));
 }
 
+std::optional<double> timeoutSecondsFromEnvironment(const EnvLookup& env) {
+  const std::optional<std::string> text = env(kTimeoutSecondsEnv);
+  if (!text || text->empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text->c_str(), &end);
+  if (end == text->c_str() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}=\"{}\" is not a positive number of seconds", kTimeoutSecondsEnv, *text));
+  }
+  return v;
+}
+
+double defaultTimeoutSeconds(const EnvLookup& env) {
+  return timeoutSecondsFromEnvironment(env).value_or(kDefaultTimeoutSeconds);
+}
+
+ImplementationChoice implementationForCall(const ImplementationChoice& strategyChoice,
+                                           CommunicationImplementation requested, bool gpuReplicas,
+                                           bool ncclBackendAvailable) {
+  if (requested == strategyChoice.requested) return strategyChoice;
+  return resolveImplementation(requested, gpuReplicas, ncclBackendAvailable);
+}
+
 ImplementationChoice resolveImplementation(CommunicationImplementation requested, bool gpuReplicas,
                                            bool ncclBackendAvailable) {
   using CI = CommunicationImplementation;
@@ -72,7 +97,7 @@ ImplementationChoice resolveImplementation(CommunicationImplementation requested
         c.reason = "AUTO chose NCCL: GPU replicas and the nccl backend are present";
       } else {
         c.effective = CI::Ring;
-        c.reason = gpuReplicas ? "AUTO chose RING: GPU replicas but no nccl backend in this build"
+        c.reason = gpuReplicas ? "AUTO chose RING: GPU replicas but no nccl backend available"
                                : "AUTO chose collbench schedules: replicas are CPU; the selector picks each "
                                  "collective's algorithm by size (chooseAlgorithm)";
       }

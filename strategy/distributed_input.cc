@@ -77,20 +77,30 @@ std::optional<PerReplicaValues<Element>> DistributedIterator::Impl::next() {
   for (detail::WorkerFeed& feed : feeds) {
     for (int l = 0; l < ds.localReplicas; ++l) got.push_back(nextPiece(feed));
   }
-  const Element* reference = nullptr;
+  // Which replicas have a piece: those hosted here, and with ds.agree every worker's (a collective, so that all
+  // workers take the same branch below).
+  const std::size_t replicas = static_cast<std::size_t>(ds.numWorkers) * static_cast<std::size_t>(ds.localReplicas);
+  std::vector<std::int64_t> has(replicas, 0);
+  for (std::size_t h = 0; h < got.size(); ++h) has[static_cast<std::size_t>(ds.replicaIds[h])] = got[h] ? 1 : 0;
+  if (ds.agree) ds.agree(has);
   std::vector<int> missing, present;
-  for (std::size_t h = 0; h < got.size(); ++h) {
-    if (got[h]) {
-      if (!reference) reference = &*got[h];
-      present.push_back(ds.replicaIds[h]);
-    } else {
-      missing.push_back(ds.replicaIds[h]);
-    }
+  std::vector<bool> hosted(replicas, false);
+  for (int id : ds.replicaIds) hosted[static_cast<std::size_t>(id)] = true;
+  for (std::size_t id = 0; id < replicas; ++id) {
+    if (!hosted[id] && !ds.agree) continue;  // threads mode hosts everyone; other processes only with agreement
+    (has[id] ? present : missing).push_back(static_cast<int>(id));
   }
-  if (!reference) return std::nullopt;
+  if (present.empty()) return std::nullopt;
+  const Element* reference = nullptr;
+  for (const auto& g : got) {
+    if (g && !reference) reference = &*g;
+  }
   if (!missing.empty()) {
     bool scalarComponent = false;
-    for (const Tensor& t : *reference) scalarComponent = scalarComponent || t.rank() == 0;
+    for (const TensorSpec& t : ds.spec) scalarComponent = scalarComponent || t.shape.empty();
+    if (reference) {
+      for (const Tensor& t : *reference) scalarComponent = scalarComponent || t.rank() == 0;
+    }
     if (!ds.batched || scalarComponent) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("distributed dataset: replica(s) {} ran out of input while replica(s) {} still have "
@@ -98,7 +108,21 @@ std::optional<PerReplicaValues<Element>> DistributedIterator::Impl::next() {
                               fmt::join(missing, ", "), fmt::join(present, ", ")));
     }
   }
-  const Element empty = missing.empty() ? Element{} : sliceElement(*reference, 0, 0);
+  Element empty;
+  if (missing.empty()) {
+    // Everyone has a piece: no padding.
+  } else if (reference) {
+    empty = sliceElement(*reference, 0, 0);
+  } else {
+    // Nothing left here while other workers still have data: empty batches of the element spec (TF's dummy
+    // tensors: batch dimension 0, unknown dimensions 0).
+    for (const TensorSpec& t : ds.spec) {
+      Shape shape = t.shape;
+      for (std::int64_t& d : shape) d = d == kUnknownDim ? 0 : d;
+      shape.front() = 0;
+      empty.emplace_back(t.dtype, std::move(shape));
+    }
+  }
   std::vector<Element> values;
   values.reserve(got.size());
   for (auto& g : got) values.push_back(g ? std::move(*g) : empty);

@@ -1,6 +1,7 @@
 #pragma once
 // What DistributedDataset and DistributedIterator hold (private to strategy/).
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -20,6 +21,9 @@ struct DistributedDataset::Impl {
   std::optional<BatchInfo> batch;  ///< the global batch, when the dataset is batched (not fromFunction)
   bool batched = false;            ///< elements are batches (dim 0 is the batch): replicas out of data get empty ones
   ElementSpec spec;                ///< per replica
+  /// Processes mode: sums per-replica counts over every worker (Strategy::sumOverWorkerProcesses); empty when this
+  /// process hosts every worker.
+  std::function<void(std::vector<std::int64_t>&)> agree;
 };
 
 namespace detail {

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "collbench/error.h"
+#include "collbench/units.h"
 #include "collective_engine.h"
 
 namespace collbench::strategy {
@@ -39,6 +42,32 @@ ExecutionMode parseExecutionMode(std::string_view text) {
   if (key == "threads") return ExecutionMode::Threads;
   if (key == "processes") return ExecutionMode::Processes;
   fail(fmt::format("execution mode \"{}\" is not one of threads, processes", text));
+}
+
+std::vector<std::string> summarizeAlgorithms(const Trace& trace) {
+  // (collective, group, ranks) -> bytes -> algorithm -> calls
+  using Key = std::tuple<int, std::string, int>;
+  std::map<Key, std::map<std::size_t, std::map<std::string, int>>> uses;
+  for (const TraceEvent& e : trace.events) ++uses[{static_cast<int>(e.kind), e.group, e.nranks}][e.bytes][e.algorithm];
+  std::vector<std::string> lines;
+  for (const auto& [key, bySize] : uses) {
+    const auto& [kind, group, nranks] = key;
+    std::string line = fmt::format("{} over {} {}{}:", toString(static_cast<Collective>(kind)), nranks,
+                                   group == kTraceGroupLocal ? "local replicas" : group,
+                                   group == kTraceGroupLocal ? " of each worker" : "");
+    const char* sep = " ";
+    for (const auto& [bytes, byAlgorithm] : bySize) {
+      std::vector<std::pair<std::string, int>> algorithms(byAlgorithm.begin(), byAlgorithm.end());
+      std::stable_sort(algorithms.begin(), algorithms.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+      for (const auto& [algorithm, calls] : algorithms) {
+        line += fmt::format("{}{} {} (x{})", sep, formatBytes(bytes), algorithm, calls);
+        sep = ", ";
+      }
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
 }
 
 void warnDeprecated(const std::string& name, const std::string& replacement) {
@@ -79,6 +108,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
       resolver_(std::move(resolver)),
       options_(std::move(options)) {
   communication_.validate();
+  if (!communication_.timeoutSeconds) communication_.timeoutSeconds = defaultTimeoutSeconds();
   if (options_.localReplicas < 1) {
     fail(fmt::format("StrategyOptions.local_replicas must be at least 1, got {}", options_.localReplicas));
   }
@@ -89,7 +119,9 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
   if (options_.simulate && options_.topology.empty() && !options_.backendOptions.count("topology")) {
     fail("StrategyOptions.simulate needs a topology (a topology file or shipped name)");
   }
-  choice_ = resolveImplementation(communication_.implementation, options_.gpuReplicas, ncclBackendRegistered());
+  // NCCL runs GPU replicas of one process (threads mode); processes mode's cross-worker stage is a process backend.
+  const bool ncclAvailable = !processes && ncclBackendRegistered();
+  choice_ = resolveImplementation(communication_.implementation, options_.gpuReplicas, ncclAvailable);
   spdlog::debug("MultiWorkerMirroredStrategy: {} worker(s) x {} local replica(s) = {} replicas in sync; {}",
                 numWorkers(), localReplicas(), numReplicasInSync(), choice_.reason);
 
@@ -100,38 +132,43 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
   cfg.mode = options_.mode;
   cfg.hostedWorkers = hostedWorkers();
   cfg.simulate = options_.simulate;
+  cfg.hierarchy = options_.hierarchy;
   cfg.defaults = communication_;
   cfg.choice = choice_;
   cfg.gpuReplicas = options_.gpuReplicas;
+  cfg.ncclAvailable = ncclAvailable;
   cfg.backendOptions = options_.backendOptions;
   if (!options_.backend.empty()) {
     cfg.backend = options_.backend;
-  } else if (choice_.useNcclBackend) {
-    cfg.backend = "nccl";
+  } else if (options_.simulate) {
+    cfg.backend = "sim";
+  } else if (options_.gpuReplicas && ncclAvailable) {
+    cfg.backend = "nccl";  // GPU replicas' collectives run on the GPUs, RING's schedules included
   } else {
-    cfg.backend = options_.simulate ? "sim" : processes ? "gloo" : "host";
+    cfg.backend = processes ? "gloo" : "host";
   }
   if (options_.simulate) {
     cfg.backendOptions.emplace("topology", options_.topology);
     cfg.topologyName = cfg.backendOptions.at("topology");
+    cfg.topology = loadTopology(cfg.topologyName);
+    const int ranks = static_cast<int>(cfg.topology->ranks.size());
+    if (ranks < numReplicasInSync()) {
+      fail(fmt::format("StrategyOptions.simulate: {} replicas in sync but topology '{}' has only {} ranks",
+                       numReplicasInSync(), cfg.topologyName, ranks));
+    }
+    if (ranks > numReplicasInSync()) {
+      warn(fmt::format("simulate: {} replicas in sync use ranks 0..{} of topology '{}', which has {} ranks: the "
+                       "simulated times are for {} of its GPUs",
+                       numReplicasInSync(), numReplicasInSync() - 1, cfg.topologyName, ranks, numReplicasInSync()));
+    }
   } else {
     cfg.topologyName = std::string(toString(options_.mode));
   }
-  switch (options_.hierarchy) {
-    // Threads mode: the simulated workers share this process's memory, so one flat collective beats three stages.
-    case HierarchyMode::Auto:
-      cfg.hierarchical = processes;
-      break;
-    case HierarchyMode::Flat:
-      cfg.hierarchical = false;
-      break;
-    case HierarchyMode::Hierarchical:
-      cfg.hierarchical = true;
-      break;
-  }
-  if (options_.simulate) cfg.hierarchical = false;
   if (processes) {
-    if (!cfg.hierarchical) fail("ExecutionMode processes needs hierarchical all-reduce (one backend rank per worker)");
+    if (options_.hierarchy == HierarchyMode::Flat) {
+      fail("ExecutionMode processes needs hierarchical all-reduce (one backend rank per worker): hierarchy flat is "
+           "for threads mode");
+    }
     if (cfg.backend == "host") {
       fail(
           "ExecutionMode processes needs a process backend such as gloo; 'host' runs every rank as a thread of one "
@@ -164,6 +201,13 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
 
 bool MultiWorkerMirroredStrategy::hierarchical() const { return engine_->hierarchical(); }
+
+std::string MultiWorkerMirroredStrategy::allReduceForm() const { return engine_->allReduceForm(); }
+
+void MultiWorkerMirroredStrategy::sumOverWorkerProcesses(std::vector<std::int64_t>& counts) const {
+  // The step whose input these counts describe: the next run().
+  engine_->sumOverWorkers(counts, currentStep() + 1);
+}
 
 Trace MultiWorkerMirroredStrategy::trace() const { return engine_->trace(); }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "collbench/error.h"
+#include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "distributed_input.h"
 
 namespace collbench::strategy {
@@ -400,6 +401,8 @@ void Strategy::allReduceHosted(const std::vector<std::vector<Tensor>*>&, ReduceO
   COLLBENCH_CHECK(numReplicasInSync() == 1, "{} has no collectives for {} replicas", name(), numReplicasInSync());
 }
 
+void Strategy::sumOverWorkerProcesses(std::vector<std::int64_t>&) const {}
+
 void Strategy::broadcastHosted(const std::vector<Tensor*>&) {
   COLLBENCH_CHECK(numReplicasInSync() == 1, "{} has no collectives for {} replicas", name(), numReplicasInSync());
 }
@@ -526,8 +529,9 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica& value, std::optional<int>
       }
       lists[static_cast<std::size_t>(h)] = {std::move(numer)};
       if (op == ReduceOp::Mean) {
+        // The element count travels as I64, exact at any size (in F16 or BF16 counts above 2048 or 256 round).
         lists[static_cast<std::size_t>(h)].push_back(
-            Tensor::fromDoubles(first.dtype(), {static_cast<double>(v.dim(*axis))}, Shape{}));
+            Tensor::fromDoubles(DType::I64, {static_cast<double>(v.dim(*axis))}, Shape{}));
       }
     }
   }
@@ -584,6 +588,7 @@ DistributedDataset Strategy::experimentalDistributeDataset(const Dataset& datase
   ShardDecision decision;
   for (int w : hostedWorkers_) impl->workerDatasets.push_back(autoShard(dataset, numWorkers_, w, &decision));
   impl->applied = decision.applied;
+  impl->agree = workerAgreement();
   if (!decision.warning.empty()) warn(decision.warning);
   impl->spec = dataset.elementSpec();
   if (impl->batch) {
@@ -596,6 +601,20 @@ DistributedDataset Strategy::experimentalDistributeDataset(const Dataset& datase
   return DistributedDataset(std::move(impl));
 }
 
+DistributedDataset Strategy::experimentalDistributeDatasetsFromFunction(
+    const std::function<Dataset(const InputContext&)>& datasetFn) const {
+  warnDeprecated("experimental_distribute_datasets_from_function", "distribute_datasets_from_function");
+  return distributeDatasetsFromFunction(datasetFn);
+}
+
+std::function<void(std::vector<std::int64_t>&)> Strategy::workerAgreement() const {
+  if (hostedWorkers_.size() == static_cast<std::size_t>(numWorkers_)) return {};
+  return [this, alive = std::weak_ptr<const bool>(alive_)](std::vector<std::int64_t>& counts) {
+    if (alive.expired()) fail("a distributed dataset's iterator was used after its strategy was destroyed");
+    sumOverWorkerProcesses(counts);
+  };
+}
+
 DistributedDataset Strategy::distributeDatasetsFromFunction(
     const std::function<Dataset(const InputContext&)>& datasetFn) const {
   if (!datasetFn) fail("distribute_datasets_from_function: no dataset function");
@@ -606,6 +625,7 @@ DistributedDataset Strategy::distributeDatasetsFromFunction(
   impl->hostedWorkers = hostedWorkers_;
   impl->replicaIds = hostedReplicaIds_;
   impl->applied = AutoShardPolicy::Off;
+  impl->agree = workerAgreement();
   for (int w : hostedWorkers_) impl->workerDatasets.push_back(datasetFn(inputContext(w)));
   impl->spec = impl->workerDatasets.front().elementSpec();
   impl->batched = findBatch(impl->workerDatasets.front()).has_value();

@@ -61,6 +61,28 @@ Tensor fromMatrix(const Matrix& m, Shape shape) {
   return t;
 }
 
+/// A batch of --data-files rows ([b, features + 1]: the features, then the label) split into features and labels.
+void splitRows(const Tensor& rows, std::int64_t features, std::int64_t classes, Matrix& x,
+               std::vector<std::int32_t>& y) {
+  const std::int64_t b = rows.rank() == 0 ? 0 : rows.dim(0);
+  if (b == 0) return;  // an empty batch (a replica out of data)
+  if (rows.rank() != 2 || rows.dim(1) != features + 1) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("train: data file rows hold {} numbers, but {} features and a label need {}",
+                            rows.rank() == 2 ? rows.dim(1) : 1, features, features + 1));
+  }
+  const ConstMatrixMap all = asMatrix(rows, b, features + 1);
+  x = all.leftCols(features);
+  for (std::int64_t i = 0; i < b; ++i) {
+    const float label = all(i, features);
+    if (!(label >= 0 && label < static_cast<float>(classes)) || label != std::floor(label)) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("train: data file label {} is not a class in 0..{}", label, classes - 1));
+    }
+    y[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(label);
+  }
+}
+
 /// Glorot-uniform limit sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010), Keras' default initializer.
 float glorotLimit(std::int64_t fanIn, std::int64_t fanOut) {
   return std::sqrt(6.0f / static_cast<float>(fanIn + fanOut));
@@ -105,11 +127,13 @@ TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
   config.validate();
   const std::int64_t f = config.features, c = config.classes, h = config.hidden, B = config.globalBatch;
   const bool mlp = h > 0;
-  const SyntheticData data = makeSyntheticData(config);
-  const Dataset dataset = Dataset::fromTensorSlices({data.features, data.labels})
-                              .repeat()
-                              .batch(B, /*dropRemainder=*/true)
-                              .withOptions(DatasetOptions{config.shardPolicy});
+  const bool fromFiles = !config.dataFiles.empty();
+  const Dataset source = fromFiles ? Dataset::fromTextFiles(config.dataFiles, DType::F32) : [&] {
+    const SyntheticData data = makeSyntheticData(config);
+    return Dataset::fromTensorSlices({data.features, data.labels});
+  }();
+  const Dataset dataset =
+      source.repeat().batch(B, /*dropRemainder=*/true).withOptions(DatasetOptions{config.shardPolicy});
   const DistributedDataset dist = strategy.experimentalDistributeDataset(dataset);
 
   TrainResult result;
@@ -142,11 +166,18 @@ TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
   // One replica's step: forward and backward on its piece of the global batch, gradients all-reduced (SUM: each
   // replica's loss is already divided by the global batch, TF's compute_average_loss), SGD on its own copy.
   auto stepFn = [&](const Element& batch) {
-    const Tensor& xt = batch.at(0);
-    const Tensor& yt = batch.at(1);
-    const std::int64_t b = xt.dim(0);
-    const ConstMatrixMap x = asMatrix(xt, b, f);
-    const std::int32_t* y = yt.data<std::int32_t>();
+    const std::int64_t b = batch.at(0).dim(0);
+    Matrix x(b, f);
+    std::vector<std::int32_t> labels;
+    if (fromFiles) {
+      labels.resize(static_cast<std::size_t>(b));
+      splitRows(batch.at(0), f, c, x, labels);
+    } else {
+      x = asMatrix(batch.at(0), b, f);
+      const std::int32_t* given = batch.at(1).data<std::int32_t>();
+      labels.assign(given, given + b);
+    }
+    const std::int32_t* y = labels.data();
     Matrix hidden;
     Matrix logits;
     if (mlp) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "collbench/error.h"
@@ -19,6 +20,9 @@
 #include "collbench/strategy/train_example.h"
 #include "commands.h"
 #include "world_options.h"
+#ifdef COLLBENCH_HAVE_NCCL
+#include "nccl_backend.h"
+#endif
 
 namespace collbench::cli {
 extern std::string gCommandLine;
@@ -35,11 +39,12 @@ struct TrainArgs {
   TrainConfig config;
   std::string mode = "threads";
   int workers = 1;
-  int localReplicas = 1;
+  std::optional<int> localReplicas;  ///< default 1
+  int gpus = 0;
   std::string backend;
   std::string implementation = "auto";
   std::int64_t bytesPerPack = 0;
-  double timeoutSeconds = 0;
+  std::optional<double> timeoutSeconds;  ///< unset: COLLBENCH_TIMEOUT_SECONDS, else 60 s
   std::string shardPolicy = "data";
   std::string hierarchy = "auto";
   bool simulate = false;
@@ -48,8 +53,9 @@ struct TrainArgs {
   std::string weightsOut;
   int logEvery = 10;
   bool force = false;
-  int faultKillRank = -1;  ///< fault injection: this worker SIGKILLs itself ...
-  int faultKillStep = 0;   ///< ... after logging this step
+  int faultRank = -1;              ///< fault injection: this worker sends itself ...
+  std::string faultSignal = "kill";  ///< ... SIGKILL (dies) or SIGSTOP (hangs) ...
+  int faultStep = 0;               ///< ... after logging this step
 };
 
 /// The enumerator's name as written in code ("PeerFailure"), next to toString()'s words ("peer failure").
@@ -106,11 +112,44 @@ void writeWeights(const TrainResult& r, const TrainArgs& a, const MultiWorkerMir
   out << j.dump(2) << '\n';
 }
 
+/// --gpus: the GPUs of each worker become its replicas. Without a CUDA build or enough devices: Error{Unsupported}
+/// (one line, exit 2).
+void checkGpus(const TrainArgs& a, ExecutionMode mode) {
+  if (a.gpus < 0) throw Error(Errc::InvalidArgument, fmt::format("--gpus must be >= 0, got {}", a.gpus));
+  if (a.gpus == 0) return;
+  if (a.localReplicas) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--gpus {} and --local-replicas {}: the GPUs are the local replicas; give one of them",
+                            a.gpus, *a.localReplicas));
+  }
+  // Threads mode runs every worker's GPUs in this process.
+  const int needed = mode == ExecutionMode::Threads ? a.gpus * a.workers : a.gpus;
+#ifdef COLLBENCH_HAVE_NCCL
+  const nccl::DeviceProbe& probe = nccl::probeDevices();
+  if (probe.count == 0) throw Error(Errc::Unsupported, fmt::format("--gpus {}: {}", a.gpus, probe.reason));
+  if (probe.count < needed) {
+    throw Error(Errc::Unsupported, fmt::format("--gpus {}: {} GPU(s) needed in this process, {} CUDA device(s) visible",
+                                               a.gpus, needed, probe.count));
+  }
+#else
+  throw Error(Errc::Unsupported,
+              fmt::format("--gpus {}: this collbench was built without CUDA (COLLBENCH_WITH_CUDA=OFF); {} GPU(s) "
+                          "needed",
+                          a.gpus, needed));
+#endif
+}
+
+/// Simulated (or measured) seconds with enough digits for microsecond collectives: "0.000123 s".
+std::string formatSeconds(double seconds) { return fmt::format("{:.6g} s", seconds); }
+
 void runTrain(const TrainArgs& a) {
   a.config.validate();
   if (a.workers < 1) throw Error(Errc::InvalidArgument, fmt::format("--workers must be >= 1, got {}", a.workers));
-  if (a.localReplicas < 1) {
-    throw Error(Errc::InvalidArgument, fmt::format("--local-replicas must be >= 1, got {}", a.localReplicas));
+  if (a.localReplicas && *a.localReplicas < 1) {
+    throw Error(Errc::InvalidArgument, fmt::format("--local-replicas must be >= 1, got {}", *a.localReplicas));
+  }
+  if (a.faultSignal != "kill" && a.faultSignal != "stop") {
+    throw Error(Errc::InvalidArgument, fmt::format("--fault-signal \"{}\" is not one of kill, stop", a.faultSignal));
   }
   if (a.logEvery < 1) throw Error(Errc::InvalidArgument, fmt::format("--log-every must be >= 1, got {}", a.logEvery));
   TrainConfig config = a.config;
@@ -119,12 +158,14 @@ void runTrain(const TrainArgs& a) {
   CommunicationOptions comm;
   comm.implementation = parseCommunicationImplementation(a.implementation);
   comm.bytesPerPack = a.bytesPerPack;
-  if (a.timeoutSeconds != 0) comm.timeoutSeconds = a.timeoutSeconds;
+  comm.timeoutSeconds = a.timeoutSeconds;
   comm.validate();
 
   StrategyOptions opts;
   opts.mode = parseExecutionMode(a.mode);
-  opts.localReplicas = a.localReplicas;
+  checkGpus(a, opts.mode);
+  opts.localReplicas = a.gpus > 0 ? a.gpus : a.localReplicas.value_or(1);
+  opts.gpuReplicas = a.gpus > 0;
   opts.backend = a.backend;
   opts.simulate = a.simulate;
   opts.topology = a.topology;
@@ -147,7 +188,12 @@ void runTrain(const TrainArgs& a) {
     }
     resolver = makeClusterResolverFromEnvironment();
     if (opts.backend.empty()) opts.backend = "gloo";
-    if (isProcessBackend(opts.backend) && resolver->numWorkers() > 1) opts.backendOptions = processWorldOptions();
+    if (isProcessBackend(opts.backend) && resolver->numWorkers() > 1) {
+      opts.backendOptions = processWorldOptions();
+      // An explicit --timeout bounds the collectives rather than COLLBENCH_TIMEOUT_SECONDS (which the backend's
+      // "timeout" option would apply to them).
+      if (a.timeoutSeconds) opts.backendOptions.erase("timeout");
+    }
   } else {
     resolver = threadsCluster(a.workers);
   }
@@ -171,9 +217,9 @@ void runTrain(const TrainArgs& a) {
       config.globalBatch % strategy.numReplicasInSync() ? "about " : "", static_cast<long long>(perReplica));
   std::printf("# %d worker(s) x %d local replica(s) = %d replicas in sync; %s mode, %s all-reduce%s; worker %d%s\n",
               strategy.numWorkers(), strategy.localReplicas(), strategy.numReplicasInSync(), a.mode.c_str(),
-              strategy.hierarchical() ? "hierarchical" : "flat", a.simulate ? " (simulated timing)" : "", rank,
-              chief ? " (chief)" : "");
-  std::printf("# %s; %s\n", comm.describe().c_str(), strategy.implementationChoice().reason.c_str());
+              strategy.allReduceForm().c_str(), a.simulate ? " (simulated timing)" : "", rank, chief ? " (chief)" : "");
+  std::printf("# %s; %s\n", strategy.communicationOptions().describe().c_str(),
+              strategy.implementationChoice().reason.c_str());
   std::printf("#%7s %12s %10s\n", "step", "loss", "accuracy");
   std::fflush(stdout);
   int lastStep = -1;
@@ -182,6 +228,16 @@ void runTrain(const TrainArgs& a) {
   const auto reportStop = [&](const Error& e) {
     std::fprintf(stderr, "collbench train: worker %d stopped after step %d with %s (Errc::%s)\n", rank, lastStep,
                  std::string(toString(e.code())).c_str(), errcName(e.code()));
+    // The collectives recorded so far are the user's data too: write them before giving up.
+    if (!tracePath.empty() && (chief || traceAll)) {
+      try {
+        strategy.writeTrace(tracePath, gCommandLine);
+        std::fprintf(stderr, "collbench train: worker %d wrote the trace of its %zu collectives before the failure to "
+                     "%s\n", rank, strategy.trace().events.size(), tracePath.c_str());
+      } catch (const Error& w) {
+        std::fprintf(stderr, "collbench train: worker %d could not write its trace: %s\n", rank, w.what());
+      }
+    }
     std::fflush(stderr);
   };
   TrainResult result;
@@ -192,11 +248,15 @@ void runTrain(const TrainArgs& a) {
         std::printf("%8d %12.6f %10.4f\n", l.step, l.loss, l.accuracy);
         std::fflush(stdout);
       }
-      if (rank == a.faultKillRank && l.step == a.faultKillStep) {
-        // Dies as `kill -9` would: no destructors, no goodbye to the peers; the kernel closes its sockets.
-        std::fprintf(stderr, "collbench train: fault injection: worker %d kills itself after step %d\n", rank, l.step);
+      if (rank == a.faultRank && l.step == a.faultStep) {
+        // kill: dies as `kill -9` would (no destructors, no goodbye; the kernel closes its sockets). stop: hangs as
+        // `kill -STOP` would (its sockets stay open and silent), until the launcher kills it.
+        const bool stop = a.faultSignal == "stop";
+        std::fprintf(stderr, "collbench train: fault injection: worker %d %s itself after step %d\n", rank,
+                     stop ? "stops" : "kills", l.step);
         std::fflush(stderr);
-        std::raise(SIGKILL);
+        std::fflush(stdout);
+        std::raise(stop ? SIGSTOP : SIGKILL);
       }
     });
   } catch (const Error& e) {
@@ -208,10 +268,13 @@ void runTrain(const TrainArgs& a) {
   if (!a.weightsOut.empty() && chief) writeWeights(result, a, strategy);
   double commSeconds = 0;
   for (const TraceEvent& e : trace.events) commSeconds += e.endSeconds - e.startSeconds;
-  std::printf("# %d steps, final loss %.6f; %zu collectives, %.3f s in collectives%s%s\n", config.steps,
-              result.log.empty() ? 0.0 : result.log.back().loss, trace.events.size(), commSeconds,
+  std::printf("# %d steps, final loss %.6f; %zu collectives, %s in collectives%s%s%s\n", config.steps,
+              result.log.empty() ? 0.0 : result.log.back().loss, trace.events.size(), formatSeconds(commSeconds).c_str(),
+              a.simulate ? " (simulated time)" : "",
               tracePath.empty() || !(chief || traceAll) ? "" : fmt::format("; trace {}", tracePath).c_str(),
               a.weightsOut.empty() || !chief ? "" : fmt::format("; weights {}", a.weightsOut).c_str());
+  // What AUTO (or RING, NCCL) ran, per size.
+  for (const std::string& line : summarizeAlgorithms(trace)) std::printf("# %s\n", line.c_str());
 }
 
 }  // namespace
@@ -223,7 +286,9 @@ void addTrainCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--mode", a->mode, "threads (every replica in this process) | processes (one per worker)")
       ->default_val("threads");
   cmd->add_option("--workers", a->workers, "threads mode: simulated workers")->default_val(1);
-  cmd->add_option("-n,--local-replicas", a->localReplicas, "replicas per worker (CPU)")->default_val(1);
+  cmd->add_option("-n,--local-replicas", a->localReplicas, "replicas per worker (CPU; default 1)");
+  cmd->add_option("--gpus", a->gpus, "GPUs per worker as its replicas (AUTO then uses NCCL; needs CUDA devices)")
+      ->default_val(0);
   cmd->add_option("--backend", a->backend, "backend (default host in threads mode, gloo in processes mode)");
   cmd->add_option("--steps", a->config.steps, "training steps")->default_val(a->config.steps);
   cmd->add_option("-b,--global-batch", a->config.globalBatch, "global batch size")->default_val(a->config.globalBatch);
@@ -237,9 +302,13 @@ void addTrainCommand(CLI::App& app, int& exitCode) {
       ->default_val("auto");
   cmd->add_option("--bytes-per-pack", a->bytesPerPack, "CommunicationOptions.bytes_per_pack (0: one pack)")
       ->default_val(0);
-  cmd->add_option("--timeout", a->timeoutSeconds, "CommunicationOptions.timeout_seconds (0: none)")->default_val(0);
+  cmd->add_option("--timeout", a->timeoutSeconds,
+                  "CommunicationOptions.timeout_seconds (default: COLLBENCH_TIMEOUT_SECONDS, else 60)");
   cmd->add_option("--shard-policy", a->shardPolicy, "AutoShardPolicy of the dataset: auto | file | data | off")
       ->default_val("data");
+  cmd->add_option("--data-files", a->config.dataFiles,
+                  "text files of examples instead of synthetic data: a line per example, --features numbers then "
+                  "the class (FILE sharding splits the files across workers)");
   cmd->add_option("--hierarchy", a->hierarchy, "all-reduce: auto | flat | hierarchical")->default_val("auto");
   cmd->add_flag("--simulate", a->simulate, "time the collectives on the simulator (threads mode; needs --topology)");
   cmd->add_option("--topology", a->topology, "topology file or shipped name for --simulate");
@@ -247,9 +316,12 @@ void addTrainCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--weights-out", a->weightsOut, "write the final weights as JSON (chief)");
   cmd->add_option("--log-every", a->logEvery, "print the loss every N steps")->default_val(10);
   cmd->add_flag("--force", a->force, "overwrite existing --trace / --weights-out files");
-  cmd->add_option("--fault-kill-rank", a->faultKillRank, "worker that SIGKILLs itself (failure-handling tests)")
+  cmd->add_option("--fault-rank", a->faultRank, "worker that signals itself (failure-handling tests)")
       ->group("Fault injection");
-  cmd->add_option("--fault-kill-step", a->faultKillStep, "... after this step")->group("Fault injection");
+  cmd->add_option("--fault-step", a->faultStep, "... after this step")->group("Fault injection");
+  cmd->add_option("--fault-signal", a->faultSignal, "... with kill (SIGKILL: dies) or stop (SIGSTOP: hangs)")
+      ->default_val("kill")
+      ->group("Fault injection");
   cmd->callback([a, &exitCode] {
     runTrain(*a);
     exitCode = 0;

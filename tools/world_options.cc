@@ -17,6 +17,7 @@
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
+#include "collbench/strategy/communication_options.h"
 #include "environment.h"
 #include "perf_runner.h"
 #include "process_world.h"
@@ -67,15 +68,9 @@ BackendOptions processWorldOptions(const strategy::EnvLookup& env) {
   } else {
     o["token"] = host::deriveClusterToken(spec.toJson());
   }
-  if (auto t = env(host::kTimeoutEnv); t && !t->empty()) {
-    char* end = nullptr;
-    const double v = std::strtod(t->c_str(), &end);
-    if (end == t->c_str() || *end != '\0' || !(v > 0)) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("{}=\"{}\" is not a positive number of seconds", host::kTimeoutEnv, *t));
-    }
-    o["timeout"] = *t;
-  }
+  // The strategy's parser (CommunicationOptions' default timeout reads the same variable).
+  static_assert(std::string_view(host::kTimeoutEnv) == strategy::kTimeoutSecondsEnv);
+  if (strategy::timeoutSecondsFromEnvironment(env)) o["timeout"] = *env(host::kTimeoutEnv);
   if (auto s = env("COLLBENCH_STORE"); s && !s->empty()) o["store"] = *s;
   return o;
 }

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "collbench/strategy/communication_options.h"
+#include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "test_support.h"
 
 namespace collbench::strategy {
@@ -34,9 +37,47 @@ TEST(CommunicationOptions, LegacyEnumIsTheSameEnum) {
   detail::resetWarnOnceForTesting();
   EXPECT_EQ(legacyCommunicationOptions(CollectiveCommunication::Ring).implementation, CI::Ring);
   EXPECT_EQ(legacyCommunicationOptions(CollectiveCommunication::Nccl).implementation, CI::Nccl);
-  EXPECT_EQ(log.countWarnings("communication=CollectiveCommunication) (from MultiWorkerMirroredStrategy) is "
-                              "deprecated"),
-            1);
+  // The whole text, once for both calls (TF's warn_once deprecation).
+  EXPECT_EQ(log.countWarnings(
+                "MultiWorkerMirroredStrategy(communication=CollectiveCommunication) (from MultiWorkerMirroredStrategy) "
+                "is deprecated and will be removed in a future version. Instructions for updating: use "
+                "communication_options=CommunicationOptions(implementation=CommunicationImplementation)"),
+            1)
+      << log.text();
+  EXPECT_EQ(log.countWarnings("deprecated"), 1) << log.text();
+}
+
+TEST(CommunicationOptions, DefaultTimeoutIsSixtySecondsOrTheEnvironment) {
+  // Stricter than TF (no timeout): collectives never hang (issue #8); COLLBENCH_TIMEOUT_SECONDS overrides.
+  EXPECT_EQ(defaultTimeoutSeconds(environmentFromMap({})), 60.0);
+  EXPECT_EQ(defaultTimeoutSeconds(environmentFromMap({{"COLLBENCH_TIMEOUT_SECONDS", ""}})), 60.0);
+  EXPECT_EQ(defaultTimeoutSeconds(environmentFromMap({{"COLLBENCH_TIMEOUT_SECONDS", "7.5"}})), 7.5);
+  EXPECT_EQ(timeoutSecondsFromEnvironment(environmentFromMap({})), std::nullopt);
+  for (const char* bad : {"abc", "0", "-1", "5s", "inf", "nan"}) {
+    expectInvalid([&] { defaultTimeoutSeconds(environmentFromMap({{"COLLBENCH_TIMEOUT_SECONDS", bad}})); },
+                  {fmt::format("COLLBENCH_TIMEOUT_SECONDS=\"{}\" is not a positive number of seconds", bad)});
+  }
+}
+
+TEST(CommunicationOptions, PerCallImplementationUsesTheDeviceFactsNotTheStrategysChoice) {
+  // GPU replicas with an nccl backend, strategy RING: a call asking for NCCL gets it. (The engine used to pass
+  // "the strategy's choice used nccl" as "an nccl backend is available", making this call fail as Unsupported.)
+  const ImplementationChoice ring = resolveImplementation(CI::Ring, /*gpuReplicas=*/true, /*ncclBackendAvailable=*/true);
+  ASSERT_FALSE(ring.useNcclBackend);
+  ImplementationChoice c = implementationForCall(ring, CI::Nccl, true, true);
+  EXPECT_EQ(c.effective, CI::Nccl);
+  EXPECT_TRUE(c.useNcclBackend);
+  // A call asking for what the strategy asked for gets the strategy's resolution, reason included.
+  const ImplementationChoice autoGpu = resolveImplementation(CI::Auto, true, true);
+  c = implementationForCall(autoGpu, CI::Auto, true, true);
+  EXPECT_EQ(c.effective, CI::Nccl);
+  EXPECT_EQ(c.reason, autoGpu.reason);
+  EXPECT_EQ(implementationForCall(autoGpu, CI::Ring, true, true).effective, CI::Ring);
+  // Without an nccl backend an NCCL call on GPUs is unsupported; on CPU replicas NCCL runs RING.
+  expectError([&] { implementationForCall(resolveImplementation(CI::Ring, true, false), CI::Nccl, true, false); },
+              Errc::Unsupported, {"nccl backend"});
+  EXPECT_EQ(implementationForCall(resolveImplementation(CI::Auto, false, true), CI::Nccl, false, true).effective,
+            CI::Ring);
 }
 
 TEST(CommunicationOptions, ValidationNamesTheField) {

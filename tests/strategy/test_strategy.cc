@@ -12,6 +12,7 @@
 
 #include "collbench/selector.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
+#include "collbench/topology.h"
 #include "collbench/trace.h"
 #include "test_support.h"
 
@@ -47,7 +48,8 @@ TEST(Strategy, PropertiesOfAWorkerCluster) {
   EXPECT_EQ(s->clusterResolver().numWorkers(), 3);
   EXPECT_FALSE(s->hierarchical()) << "threads mode: one flat collective over shared memory";
   EXPECT_EQ(s->hostedReplicaIds(), (std::vector<int>{0, 1, 2, 3, 4, 5})) << "threads mode hosts every worker";
-  EXPECT_EQ(s->communicationOptions(), CommunicationOptions{});
+  // timeout_seconds unset: the strategy's default (COLLBENCH_TIMEOUT_SECONDS, else 60 s), never "wait forever".
+  EXPECT_EQ(s->communicationOptions(), (CommunicationOptions{0, defaultTimeoutSeconds(), CI::Auto}));
   EXPECT_EQ(s->implementationChoice().effective, CI::Ring);
   EXPECT_EQ(s->inputContext(2).inputPipelineId(), 2);
 }
@@ -418,6 +420,27 @@ TEST(Reduce, AlongAxisWithPartialBatches) {
   expectInvalid([&] { s->reduce(ReduceOp::Sum, v, 2); }, {"axis 2"});
 }
 
+TEST(Reduce, MeanAlongAxisCountsExactlyInBf16) {
+  // 3 replicas x 1000 rows: 3000 is not a bf16 number (it rounds to 3008), so the element count must not travel in
+  // the value's dtype. Each replica's rows sum to 24 (exact in bf16), the total 72: MEAN = bf16(72 / 3000).
+  auto s = makeStrategy(1, 3);
+  const PerReplica v = s->experimentalDistributeValuesFromFunction([](const ValueContext&) {
+    std::vector<double> rows(1000, 0.0);
+    rows[0] = 16;
+    rows[1] = 8;
+    return Tensor::fromDoubles(DType::BF16, rows, Shape{1000});
+  });
+  const Tensor mean = s->reduce(ReduceOp::Mean, v, 0);
+  EXPECT_EQ(mean.dtype(), DType::BF16);
+  const double expected = Tensor::fromDoubles(DType::BF16, {72.0 / 3000}, Shape{}).at(0);
+  const double countInBf16 = Tensor::fromDoubles(DType::BF16, {3000}, Shape{}).at(0);
+  ASSERT_NE(countInBf16, 3000.0) << "the case must be one bf16 cannot count";
+  ASSERT_NE(Tensor::fromDoubles(DType::BF16, {72.0 / countInBf16}, Shape{}).at(0), expected)
+      << "the case must tell the exact count from the rounded one";
+  EXPECT_EQ(mean.at(0), expected);
+  EXPECT_EQ(s->reduce(ReduceOp::Sum, v, 0).at(0), 72.0);
+}
+
 TEST(Reduce, SumAlongLastAxisAndErrors) {
   auto s = makeStrategy(1, 2);
   const PerReplica v = s->experimentalDistributeValuesFromFunction([](const ValueContext& ctx) {
@@ -617,7 +640,12 @@ TEST(StrategyTrace, SimulatedRunReducesHereAndTimesOnTheSimulator) {
   sim.simulate = true;
   sim.backend = "fake_sim";
   sim.topology = "dgx-h100-8x1";
+  LogCapture log;
   auto s = makeStrategy(2, 2, {}, sim);
+  EXPECT_EQ(log.countWarnings("simulate: 4 replicas in sync use ranks 0..3 of topology 'dgx-h100-8x1', which has 8 "
+                              "ranks"),
+            1)
+      << log.text();
   EXPECT_FALSE(s->hierarchical()) << "the simulator times the flat collective";
   const PerReplica out = s->run([] {
     ReplicaContext* ctx = getReplicaContext();
@@ -633,6 +661,83 @@ TEST(StrategyTrace, SimulatedRunReducesHereAndTimesOnTheSimulator) {
   StrategyOptions noSim;
   noSim.backend = "fake_sim";
   expectInvalid([&] { makeStrategy(1, 2, {}, noSim); }, {"moves no data", "simulate"});
+}
+
+// Hierarchical all-reduce when the topology's cost model says it is faster (simulate knows the topology).
+
+/// A 4 workers x 8 replicas what-if run on h100-4x8-rail (4 hosts of 8 H100s, rail-optimised NICs) whose all-reduces
+/// are timed by the fake simulator, with the given hierarchy.
+std::unique_ptr<MultiWorkerMirroredStrategy> railStrategy(HierarchyMode hierarchy, int workers = 4, int local = 8) {
+  StrategyOptions sim;
+  sim.simulate = true;
+  sim.backend = "fake_sim";
+  sim.topology = "h100-4x8-rail";
+  sim.hierarchy = hierarchy;
+  return makeStrategy(workers, local, {}, sim);
+}
+
+/// All-reduces of these element counts (F32) in one step; returns the algorithm traced for each.
+std::vector<std::string> allReduceAlgorithms(MultiWorkerMirroredStrategy& s, const std::vector<std::int64_t>& counts) {
+  s.run([&] {
+    for (std::int64_t n : counts) getReplicaContext()->allReduce(ReduceOp::Sum, Tensor(DType::F32, {n}));
+  });
+  std::vector<std::string> out;
+  for (const TraceEvent& e : s.trace().events) {
+    EXPECT_EQ(e.group, "replicas");
+    EXPECT_EQ(e.nranks, s.numReplicasInSync());
+    out.push_back(e.algorithm);
+  }
+  return out;
+}
+
+/// From 64 B (latency-bound) to 4 MiB (bandwidth-bound) per replica.
+const std::vector<std::int64_t> kPackCounts = {16, 16 * 1024, 1024 * 1024};
+
+TEST(Hierarchy, AutoFollowsTheCostModelOnTheTopology) {
+  auto s = railStrategy(HierarchyMode::Auto);
+  EXPECT_FALSE(s->hierarchical());
+  EXPECT_EQ(s->allReduceForm(), "flat or hierarchical per size (cost model on h100-4x8-rail)");
+  const std::vector<std::string> got = allReduceAlgorithms(*s, kPackCounts);
+  ASSERT_EQ(got.size(), kPackCounts.size());
+  // The model's own answer on the topology, per size: the strategy must not second-guess it.
+  const Topology rail = loadTopology("h100-4x8-rail");
+  SelectorOptions withTopology;
+  withTopology.topology = &rail;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const CollectiveSpec spec{Collective::AllReduce, 32, static_cast<std::size_t>(kPackCounts[i]), DType::F32,
+                              collbench::ReduceOp::Sum, 0};
+    EXPECT_EQ(got[i], chooseAlgorithm(spec, withTopology).algorithm) << kPackCounts[i] << " elements";
+  }
+  // Large packs: hierarchically only 1/8 of the bytes cross the NICs (each rail carries its slice), so it wins
+  // (2.5x over the best flat algorithm in the model at 4 MiB).
+  EXPECT_EQ(got.back(), "hierarchical");
+  const std::vector<std::string> summary = summarizeAlgorithms(s->trace());
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_NE(summary[0].find("all_reduce over 32 replicas: 64 B "), std::string::npos) << summary[0];
+  EXPECT_NE(summary[0].find("4 MiB hierarchical (x1)"), std::string::npos) << summary[0];
+}
+
+TEST(Hierarchy, ForcedFormsUnderSimulation) {
+  // hierarchy hierarchical: every all-reduce runs the topology's hierarchical algorithm (used to be ignored).
+  auto hier = railStrategy(HierarchyMode::Hierarchical);
+  EXPECT_TRUE(hier->hierarchical());
+  EXPECT_EQ(allReduceAlgorithms(*hier, kPackCounts), std::vector<std::string>(kPackCounts.size(), "hierarchical"));
+  // The values are still reduced (in this process): the sum over 32 replicas.
+  const PerReplica out = hier->run([] {
+    return getReplicaContext()->allReduce(ReduceOp::Sum, f32({1, static_cast<float>(
+                                                                  getReplicaContext()->replicaIdInSyncGroup())}));
+  });
+  EXPECT_EQ(out[31].toVector<float>(), (std::vector<float>{32, 31 * 32 / 2}));
+  // hierarchy flat: never the hierarchical algorithm.
+  auto flat = railStrategy(HierarchyMode::Flat);
+  EXPECT_FALSE(flat->hierarchical());
+  EXPECT_EQ(flat->allReduceForm(), "flat");
+  for (const std::string& a : allReduceAlgorithms(*flat, kPackCounts)) EXPECT_NE(a, "hierarchical");
+  // Hosts of unequal size (12 replicas: 8 on the first host, 4 on the second) cannot run it: an error naming the
+  // option at construction, not a failure at the first collective.
+  expectInvalid([] { railStrategy(HierarchyMode::Hierarchical, /*workers=*/3, /*local=*/4); },
+                {"StrategyOptions.hierarchy hierarchical with simulate on topology 'h100-4x8-rail'",
+                 "same number of ranks on every host"});
 }
 
 // -----------------------------------------------------------------------------------------------------------------
@@ -685,6 +790,19 @@ TEST(Deprecated, AliasesWarnOnce) {
   EXPECT_EQ(log.countWarnings("experimental_run (from MultiWorkerMirroredStrategy) is deprecated"), 1) << log.text();
   EXPECT_EQ(log.countWarnings("make_dataset_iterator (from MultiWorkerMirroredStrategy) is deprecated"), 1);
   EXPECT_EQ(log.countWarnings("make_input_fn_iterator (from MultiWorkerMirroredStrategy) is deprecated"), 1);
+  // TF 2.4 renamed experimental_distribute_datasets_from_function to distribute_datasets_from_function.
+  auto shard = [](const InputContext& ctx) {
+    return Dataset::fromVector(std::vector<float>{7, 8}).shard(ctx.numInputPipelines(), ctx.inputPipelineId());
+  };
+  EXPECT_EQ(s->experimentalDistributeDatasetsFromFunction(shard).iterator().getNext()[0][0].at(0), 7);
+  s->experimentalDistributeDatasetsFromFunction(shard);
+  s->distributeDatasetsFromFunction(shard);
+  EXPECT_EQ(log.countWarnings("experimental_distribute_datasets_from_function (from MultiWorkerMirroredStrategy) is "
+                              "deprecated and will be removed in a future version. Instructions for updating: use "
+                              "distribute_datasets_from_function"),
+            1)
+      << log.text();
+  EXPECT_EQ(log.countWarnings("deprecated"), 4) << log.text();
 }
 
 TEST(Deprecated, UpdateConfigProto) {

@@ -1,19 +1,29 @@
 #pragma once
 // Shared helpers of the strategy tests: backend registration, log capture, resolvers, expected errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include "collbench/backend.h"
 #include "collbench/error.h"
 #include "collbench/strategy/cluster_resolver.h"
+#include "cli/cli_runner.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "host_backend.h"
 
@@ -50,6 +60,94 @@ inline void registerBackendsOnce() {
                     [](int n, const BackendOptions&) { return std::make_unique<FakeSimBackend>(n); });
     spdlog::set_level(spdlog::level::warn);
   });
+}
+
+// -----------------------------------------------------------------------------------------------------------------
+// Processes mode: real `collbench launch` clusters on the gloo backend.
+
+/// Why process-mode tests cannot run here ("" when they can): they need the collbench CLI (a dependency of
+/// test_strategy) with the gloo backend. Use COLLBENCH_REQUIRE_PROCESS_MODE().
+inline std::string processModeUnavailable() {
+  static const std::string reason = [] {
+    if (!std::filesystem::exists(COLLBENCH_CLI))
+      return std::string("the collbench CLI is not built (") + COLLBENCH_CLI + ")";
+    // Zero steps still create the strategy, hence the gloo backend and its rendezvous.
+    const collbench::testing::CliResult r =
+        collbench::testing::runCli(fmt::format("launch -n 2 -- {} train --mode processes --steps 0", COLLBENCH_CLI));
+    if (r.err.find("unknown backend 'gloo'") != std::string::npos) {
+      return std::string("this collbench has no gloo backend (COLLBENCH_WITH_GLOO=OFF)");
+    }
+    if (r.exitCode != 0) return "`collbench launch -n 2 -- collbench train --mode processes` fails: " + r.err;
+    return std::string();
+  }();
+  return reason;
+}
+
+/// Skips a process-mode test when this build has no gloo backend; with gloo (COLLBENCH_HAVE_GLOO) a missing CLI or
+/// a failing cluster is a failure, not a skip.
+#ifdef COLLBENCH_HAVE_GLOO
+#define COLLBENCH_REQUIRE_PROCESS_MODE()                                                                        \
+  if (const std::string why = ::collbench::strategy::testing::processModeUnavailable(); !why.empty()) \
+  GTEST_FAIL() << why
+#else
+#define COLLBENCH_REQUIRE_PROCESS_MODE() GTEST_SKIP() << "this build has no gloo backend (COLLBENCH_WITH_GLOO=OFF)"
+#endif
+
+/// Where a worker process of runWorkers() writes what it saw (a directory), set in its environment.
+inline constexpr const char* kWorkerOutEnv = "COLLBENCH_TEST_WORKER_OUT";
+
+struct WorkerRun {
+  collbench::testing::CliResult cli;   ///< `collbench launch`'s exit code and (rank-prefixed) output
+  std::vector<nlohmann::json> results;  ///< per rank: what the worker wrote with writeWorkerResult (null if none)
+};
+
+/// Runs test ProcessWorker.DISABLED_<testCase> of this binary in `workers` processes under `collbench launch`
+/// (TF_CONFIG per process), with `env` added to their environment; returns what each wrote.
+inline WorkerRun runWorkers(const std::string& testCase, int workers,
+                            const std::map<std::string, std::string>& env = {}) {
+  static int counter = 0;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("collbench_workers_{}_{}_{}", ::getpid(), testCase, counter++);
+  std::filesystem::create_directories(dir);
+  std::map<std::string, std::string> vars = env;
+  vars[kWorkerOutEnv] = dir.string();
+  for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  WorkerRun run;
+  run.cli = collbench::testing::runCli(
+      fmt::format("launch -n {} --grace 5 -- {} --gtest_also_run_disabled_tests --gtest_filter=ProcessWorker.DISABLED_{}",
+                  workers, self, testCase));
+  for (const auto& [k, v] : vars) ::unsetenv(k.c_str());
+  for (int r = 0; r < workers; ++r) {
+    const auto path = dir / fmt::format("{}.json", r);
+    run.results.push_back(std::filesystem::exists(path) ? nlohmann::json::parse(collbench::testing::slurp(path))
+                                                        : nlohmann::json());
+  }
+  std::filesystem::remove_all(dir);
+  return run;
+}
+
+/// Inside a worker of runWorkers(): a processes-mode strategy on gloo from TF_CONFIG, with a timeout that keeps a
+/// broken test from hanging. nullptr when not run by runWorkers() (the DISABLED_ test then skips).
+inline std::unique_ptr<MultiWorkerMirroredStrategy> workerStrategy(int localReplicas) {
+  if (!std::getenv(kWorkerOutEnv)) return nullptr;
+  registerBackendsOnce();
+#ifdef COLLBENCH_HAVE_GLOO
+  static std::once_flag gloo;
+  std::call_once(gloo, [] { host::registerGlooBackend(); });
+#endif
+  StrategyOptions options;
+  options.mode = ExecutionMode::Processes;
+  options.localReplicas = localReplicas;
+  CommunicationOptions comm;
+  comm.timeoutSeconds = 30;
+  return std::make_unique<MultiWorkerMirroredStrategy>(comm, nullptr, options);
+}
+
+/// Writes a worker's observations for the parent test.
+inline void writeWorkerResult(const MultiWorkerMirroredStrategy& s, const nlohmann::json& j) {
+  std::ofstream(std::filesystem::path(std::getenv(kWorkerOutEnv)) / fmt::format("{}.json", s.workerRank()))
+      << j.dump();
 }
 
 /// Captures what the default spdlog logger prints while alive.

@@ -12,7 +12,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -64,24 +67,6 @@ std::pair<double, double> maxDifference(const std::vector<Tensor>& a, const std:
 /// How a case runs. Threads: in this process. Processes: one `collbench train --mode processes` per worker under
 /// `collbench launch` (gloo backend), the chief's --weights-out compared here.
 enum class Mode { Threads, Processes };
-
-/// Why the process cases cannot run in this build ("" when they can): they need the CLI binary (tests/CMakeLists.txt
-/// does not make test_strategy depend on it, so build the collbench target first) with the gloo backend.
-std::string processModeUnavailable() {
-  static const std::string reason = [] {
-    if (!std::filesystem::exists(COLLBENCH_CLI))
-      return std::string("the collbench CLI is not built (") + COLLBENCH_CLI + ")";
-    // Zero steps still create the strategy, hence the gloo backend and its rendezvous.
-    const collbench::testing::CliResult r =
-        collbench::testing::runCli(fmt::format("launch -n 2 -- {} train --mode processes --steps 0", COLLBENCH_CLI));
-    if (r.err.find("unknown backend 'gloo'") != std::string::npos) {
-      return std::string("this collbench has no gloo backend (COLLBENCH_WITH_GLOO=OFF)");
-    }
-    if (r.exitCode != 0) return "`collbench launch -n 2 -- collbench train --mode processes` fails: " + r.err;
-    return std::string();
-  }();
-  return reason;
-}
 
 /// The flags of `collbench train` that reproduce config(hidden).
 std::string trainFlags(std::int64_t hidden) {
@@ -145,7 +130,7 @@ TEST_P(SyncTraining, SameWeightsAsOneReplica) {
   ASSERT_EQ(ref.log.size(), static_cast<std::size_t>(kSteps));
   EXPECT_LT(ref.log.back().loss, 0.8 * ref.log.front().loss) << "the model learns";
   if (c.mode == Mode::Processes) {
-    if (const std::string why = processModeUnavailable(); !why.empty()) GTEST_SKIP() << why;
+    COLLBENCH_REQUIRE_PROCESS_MODE();
     const auto path = (std::filesystem::temp_directory_path() /
                        fmt::format("collbench_train_w_{}_{}.json", ::getpid(), caseName({c, 0})))
                           .string();
@@ -302,6 +287,8 @@ TEST(TrainCli, ThreadsModeMatchesTheLibraryAndWritesATrace) {
            {"--bytes-per-pack -1", "bytes_per_pack must be >= 0"},
            {"--global-batch 0", "global_batch must be >= 1"},
            {"--hierarchy tree", "--hierarchy \"tree\""},
+           {"--timeout 0", "timeout_seconds must be a positive number of seconds"},
+           {"--fault-signal hup", "--fault-signal \"hup\" is not one of kill, stop"},
            {"--simulate", "simulate needs a topology"},
            {"--mode processes --workers 2", "--workers is for threads mode"}}) {
     r = collbench::testing::runCli("train --steps 2 " + flags);
@@ -314,11 +301,11 @@ TEST(TrainProcesses, KilledWorkerStopsOthersWithPeerFailure) {
   // Three workers; worker 1 SIGKILLs itself after step 5 (as `kill -9` would). The others are blocked in the next
   // gradient all-reduce and must stop on their own with the backend's PeerFailure naming worker 1, well before
   // `collbench launch` would stop them (--grace 30).
-  if (const std::string why = processModeUnavailable(); !why.empty()) GTEST_SKIP() << why;
+  COLLBENCH_REQUIRE_PROCESS_MODE();
   const auto t0 = std::chrono::steady_clock::now();
   const collbench::testing::CliResult r = collbench::testing::runCli(fmt::format(
-      "launch -n 3 --grace 30 -- {} train --mode processes --steps 1000000 --log-every 1000000 --fault-kill-rank 1 "
-      "--fault-kill-step 5",
+      "launch -n 3 --grace 30 -- {} train --mode processes --steps 1000000 --log-every 1000000 --fault-rank 1 "
+      "--fault-step 5",
       COLLBENCH_CLI));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(r.exitCode, 0);
@@ -346,6 +333,138 @@ TEST(TrainProcesses, KilledWorkerStopsOthersWithPeerFailure) {
   EXPECT_EQ(r.err.find("Errc::Timeout"), std::string::npos) << r.err;
 }
 
+/// A line of a command's output (stdout and stderr together) and when it arrived.
+struct TimedLine {
+  double seconds;
+  std::string text;
+};
+
+/// Runs `collbench <args>` and timestamps each output line as it arrives.
+std::vector<TimedLine> runTimed(const std::string& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = ::popen(fmt::format("{} {} 2>&1 </dev/null", COLLBENCH_CLI, args).c_str(), "r");
+  std::vector<TimedLine> lines;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) {
+    const double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string text(buf);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    lines.push_back({at, text});
+  }
+  ::pclose(p);
+  return lines;
+}
+
+TEST(TrainProcesses, StalledWorkerTimesOutNamingThePeer) {
+  // Worker 1 SIGSTOPs itself after step 5: alive, its sockets open, silent. With --timeout 2 the others must stop
+  // with a Timeout naming worker 1 within timeout + 5 s and keep the trace recorded so far. (The launcher then
+  // kills the stopped worker: SIGTERM waits while it is stopped, so it takes 2 x --grace.)
+  COLLBENCH_REQUIRE_PROCESS_MODE();
+  constexpr double kTimeout = 2;
+  const std::string trace =
+      (std::filesystem::temp_directory_path() / fmt::format("collbench_stall_{}_{{rank}}.json", ::getpid())).string();
+  const std::vector<TimedLine> lines = runTimed(fmt::format(
+      "launch -n 3 --grace 4 -- {} train --mode processes --steps 1000000 --log-every 1000000 --fault-rank 1 "
+      "--fault-step 5 --fault-signal stop --timeout {} --trace {} --force",
+      COLLBENCH_CLI, kTimeout, trace));
+  std::string all;
+  for (const TimedLine& l : lines) all += fmt::format("{:8.3f} {}\n", l.seconds, l.text);
+  auto find = [&](const std::string& part) -> const TimedLine* {
+    for (const TimedLine& l : lines) {
+      if (l.text.find(part) != std::string::npos) return &l;
+    }
+    return nullptr;
+  };
+  const TimedLine* stopped = find("[rank 1] collbench train: fault injection: worker 1 stops itself after step 5");
+  ASSERT_NE(stopped, nullptr) << all;
+  for (int survivor : {0, 2}) {
+    const TimedLine* report = find(fmt::format(
+        "[rank {0}] collbench train: worker {0} stopped after step 5 with timeout (Errc::Timeout)", survivor));
+    ASSERT_NE(report, nullptr) << "worker " << survivor << " did not time out\n" << all;
+    const TimedLine* error = find(fmt::format("[rank {}] collbench: error: ", survivor));
+    ASSERT_NE(error, nullptr) << all;
+    EXPECT_NE(error->text.find(fmt::format("timed out after {} s waiting for worker[1] (rank 1,", kTimeout)),
+              std::string::npos)
+        << error->text;
+    EXPECT_LE(error->seconds - stopped->seconds, kTimeout + 5) << all;
+    EXPECT_GE(report->seconds - stopped->seconds, kTimeout * 0.9) << "the timeout is the option's\n" << all;
+    // The trace of the steps before the failure is written, not lost.
+    std::string path = trace;
+    path.replace(path.find("{rank}"), 6, std::to_string(survivor));
+    ASSERT_TRUE(std::filesystem::exists(path)) << all;
+    const Trace t = readTrace(path);
+    std::filesystem::remove(path);
+    ASSERT_FALSE(t.events.empty());
+    EXPECT_GE(t.events.back().step, 5);
+  }
+  EXPECT_EQ(all.find("Errc::PeerFailure"), std::string::npos) << all;
+}
+
+TEST(TrainCli, DataFilesShardByFile) {
+  // --data-files makes FILE sharding possible: the synthetic examples ("features..., label" per line) in 4 files on
+  // 2 workers, under FILE and AUTO (which must pick FILE for files). FILE changes which replica sees which example,
+  // so the weights are not those of one replica; the run must succeed and learn.
+  if (!std::filesystem::exists(COLLBENCH_CLI))
+    GTEST_SKIP() << "the collbench CLI is not built (" << COLLBENCH_CLI << ")";
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("collbench_data_files_{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const SyntheticData data = makeSyntheticData(config(0));
+  std::vector<std::string> files;
+  for (int k = 0; k < 4; ++k) files.push_back((dir / fmt::format("part{}.csv", k)).string());
+  std::vector<std::ofstream> outs;
+  for (const auto& f : files) outs.emplace_back(f);
+  for (std::int64_t i = 0; i < data.features.dim(0); ++i) {
+    std::ofstream& out = outs[static_cast<std::size_t>(i % 4)];
+    for (std::int64_t j = 0; j < data.features.dim(1); ++j) {
+      out << data.features.at(static_cast<std::size_t>(i * data.features.dim(1) + j)) << ",";
+    }
+    out << data.labels.at(static_cast<std::size_t>(i)) << "\n";
+  }
+  for (auto& o : outs) o.close();
+  std::string list;
+  for (const auto& f : files) list += " " + f;
+  for (const char* policy : {"file", "auto"}) {
+    const collbench::testing::CliResult r = collbench::testing::runCli(fmt::format(
+        "train --workers 2 -n 2 --steps 40 --global-batch 20 --shard-policy {} --data-files{}", policy, list));
+    EXPECT_EQ(r.exitCode, 0) << policy << "\n" << r.out << r.err;
+    EXPECT_EQ(r.out.find("is applying DATA sharding"), std::string::npos) << r.out;
+    // The loss falls: the rows were parsed into features and labels.
+    std::vector<double> losses;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream fields(line);
+      int step = 0;
+      double loss = 0;
+      if (fields >> step >> loss) losses.push_back(loss);
+    }
+    ASSERT_GE(losses.size(), 2u) << r.out;
+    EXPECT_LT(losses.back(), 0.9 * losses.front()) << r.out;
+  }
+  // Rows of the wrong width are an input error naming the widths.
+  { std::ofstream(files[0]) << "1,2,3\n4,5,6\n"; }
+  const collbench::testing::CliResult bad = collbench::testing::runCli(fmt::format(
+      "train --workers 2 --steps 2 --global-batch 2 --shard-policy file --data-files{}", list));
+  EXPECT_EQ(bad.exitCode, 2) << bad.err;
+  EXPECT_NE(bad.err.find("data file rows hold 3 numbers, but 16 features and a label need 17"), std::string::npos)
+      << bad.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainCli, GpusWithoutADeviceFailCleanly) {
+  // No GPU here (and perhaps no CUDA in this build): one line, exit 2, naming the flag.
+  if (!std::filesystem::exists(COLLBENCH_CLI))
+    GTEST_SKIP() << "the collbench CLI is not built (" << COLLBENCH_CLI << ")";
+  const collbench::testing::CliResult probe = collbench::testing::runCli("train --gpus 1 --steps 1");
+  if (probe.exitCode == 0) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_EQ(probe.exitCode, 2) << probe.err;
+  EXPECT_EQ(collbench::testing::countLines(probe.err), 1) << probe.err;
+  EXPECT_NE(probe.err.find("--gpus 1: "), std::string::npos) << probe.err;
+  const collbench::testing::CliResult both = collbench::testing::runCli("train --gpus 1 -n 2 --steps 1");
+  EXPECT_EQ(both.exitCode, 2);
+  EXPECT_NE(both.err.find("--gpus 1 and --local-replicas 2"), std::string::npos) << both.err;
+}
+
 TEST(TrainCli, SimulatedWhatIfRunTimesOnTheSimulator) {
   // `collbench train --simulate --topology T`: the values are reduced in this process (same weights as one
   // replica), the collectives are timed by the "sim" backend on T, and the trace says so.
@@ -361,6 +480,17 @@ TEST(TrainCli, SimulatedWhatIfRunTimesOnTheSimulator) {
     GTEST_SKIP() << "this collbench has no simulator backend (COLLBENCH_WITH_SIMGRID=OFF)";
   ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("(simulated timing)"), std::string::npos) << r.out;
+  // 4 of the topology's 8 GPUs: said, not silent.
+  EXPECT_NE(r.out.find("simulate: 4 replicas in sync use ranks 0..3 of topology 'dgx-h100-8x1', which has 8 ranks"),
+            std::string::npos)
+      << r.out;
+  // Microseconds of simulated time are printed with their digits (it used to say "0.000 s"), and what AUTO chose.
+  const std::size_t at = r.out.find(" s in collectives (simulated time)");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double printed = std::stod(r.out.substr(r.out.rfind(' ', at - 1) + 1));
+  EXPECT_GT(printed, 0.0) << r.out;
+  EXPECT_LT(printed, 1e-2) << r.out;
+  EXPECT_NE(r.out.find("# all_reduce over 4 replicas: "), std::string::npos) << r.out;
   const auto [diff, scale] = maxDifference(readWeights(weights, 4), reference(0).weights);
   EXPECT_LE(diff, kRelativeTolerance * std::max(1.0, scale));
   const Trace t = readTrace(tracePath);

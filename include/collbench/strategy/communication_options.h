@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "collbench/strategy/cluster_resolver.h"
+
 namespace collbench::strategy {
 
 /// TF: tf.distribute.experimental.CommunicationImplementation {AUTO, RING, NCCL}.
@@ -32,7 +34,9 @@ struct CommunicationOptions {
   /// 0 = automatic, which as in TF is one pack holding everything. Negative is an error.
   std::int64_t bytesPerPack = 0;
   /// TF timeout_seconds: a collective (or a replica's wait for the others to reach it) that takes longer fails
-  /// with Error{Timeout} and aborts the group. None (the default) = wait forever. Must be > 0 when set.
+  /// with Error{Timeout} and aborts the group. Must be > 0 when set. Unset: the strategy uses
+  /// defaultTimeoutSeconds() (COLLBENCH_TIMEOUT_SECONDS, else 60 s). Stricter than TF, whose default is to wait
+  /// forever: collbench's collectives never hang (the rule). Per call, unset keeps the strategy's.
   std::optional<double> timeoutSeconds;
   /// TF implementation.
   CommunicationImplementation implementation = CommunicationImplementation::Auto;
@@ -41,7 +45,7 @@ struct CommunicationOptions {
   void validate() const;
   /// TF's CommunicationOptions.merge: each field of `perCall` that is not its default overrides this one's.
   CommunicationOptions merge(const CommunicationOptions& perCall) const;
-  /// "CommunicationOptions(bytes_per_pack=0, timeout_seconds=None, implementation=AUTO)".
+  /// "CommunicationOptions(bytes_per_pack=0, timeout_seconds=None, implementation=AUTO)" (None: unset).
   std::string describe() const;
 
   bool operator==(const CommunicationOptions&) const = default;
@@ -57,10 +61,28 @@ struct ImplementationChoice {
   std::string reason;  ///< one line: what was chosen and why, logged by the strategy
 };
 
+/// The environment variable that overrides the default timeout (the process backend reads it too).
+inline constexpr const char* kTimeoutSecondsEnv = "COLLBENCH_TIMEOUT_SECONDS";
+
+/// COLLBENCH_TIMEOUT_SECONDS as seconds; nullopt when unset or empty. Throws Error{InvalidArgument} naming the
+/// variable and its value unless it is a positive finite number.
+std::optional<double> timeoutSecondsFromEnvironment(const EnvLookup& env = systemEnvironment());
+/// The timeout of a strategy whose CommunicationOptions leave it unset: timeoutSecondsFromEnvironment(), else
+/// kDefaultTimeoutSeconds (collbench/backend.h: 60 s).
+double defaultTimeoutSeconds(const EnvLookup& env = systemEnvironment());
+
 /// TF's rule plus collbench's AUTO: NCCL is used only for GPU replicas and only when an nccl backend is available;
 /// AUTO chooses it then, RING otherwise. An explicit NCCL request on CPU replicas falls back to RING (TF uses NCCL
 /// only for GPU all-reduce); on GPU replicas without an nccl backend it is Error{Unsupported}.
 ImplementationChoice resolveImplementation(CommunicationImplementation requested, bool gpuReplicas,
+                                           bool ncclBackendAvailable);
+
+/// What one collective runs with when its (merged) options ask for `requested` and the strategy resolved its own
+/// implementation to `strategyChoice`: that choice when the request is the strategy's, else resolveImplementation()
+/// with the same device facts (whether the replicas are GPUs and an nccl backend is available; not whether the
+/// strategy's own choice used it).
+ImplementationChoice implementationForCall(const ImplementationChoice& strategyChoice,
+                                           CommunicationImplementation requested, bool gpuReplicas,
                                            bool ncclBackendAvailable);
 
 }  // namespace collbench::strategy

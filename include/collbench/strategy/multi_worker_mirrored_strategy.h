@@ -21,26 +21,36 @@
 /// Collectives. All-reduce is flat (one collective over all replicas) or hierarchical (local reduce to each
 /// worker's first replica, an all-reduce across workers, a local broadcast back), chosen by
 /// StrategyOptions::hierarchy. Auto is hierarchical in processes mode (shared memory inside a worker, the network
-/// between workers) and flat in threads mode, where the simulated workers share one process's memory and a single
-/// collective over all replicas is faster than three stages (Hierarchical forces the staged form, e.g. to trace
-/// it). The schedule of each collective: RING -> "ring"; AUTO -> chooseAlgorithm() per size (see
-/// ImplementationChoice::reason). Lists of
+/// between workers, and a process backend with one rank per worker) and flat in threads mode, where the simulated
+/// workers share one process's memory and a single collective over all replicas is faster than three stages
+/// (Hierarchical forces the staged form, e.g. to trace it). The schedule of each collective: RING -> "ring"; AUTO ->
+/// the selector per size (see ImplementationChoice::reason; summarizeAlgorithms() says what it chose). Lists of
 /// values (gradients) are packed by bytes_per_pack (packValues) and unpacked. MEAN is a sum divided by
 /// numReplicasInSync(). Initial values of mirrored variables are broadcast from replica 0 (the chief's) when there
 /// are several workers.
 ///
 /// Simulation (StrategyOptions::simulate): a what-if run in threads mode whose collectives are timed by the "sim"
-/// backend on StrategyOptions::topology; the values are reduced in this process, so training still computes the
-/// right numbers, and the trace carries simulated times.
+/// backend on StrategyOptions::topology (its first numReplicasInSync() ranks; a warning says so when it has more);
+/// the values are reduced in this process, so training still computes the right numbers, and the trace carries
+/// simulated times. The topology's hosts group the replicas: hierarchy Hierarchical runs the topology's
+/// "hierarchical" algorithm (within each host, then across hosts; an error at construction when its hosts hold
+/// unequal numbers of the ranks), Flat any other algorithm, and Auto (with implementation AUTO) whichever the cost
+/// model on the topology estimates faster, per size: the chosen algorithm is in each trace event.
+///
+/// Input. In processes mode every worker's distributed iterator agrees on the end of the input: next() sums each
+/// replica's has-data flag over the workers (a small all-reduce recorded in the trace with the step it feeds), so
+/// that workers out of data get empty batches while others still have some and all stop together, as in threads
+/// mode and TF.
 ///
 /// Trace: every collective is recorded (trace(), writeTrace(); format in collbench/trace.h).
 ///
 /// Failures. A replica that throws makes the others stop with Error{PeerFailure}; CommunicationOptions
-/// timeout_seconds bounds waits (Error{Timeout}). In processes mode a dead peer surfaces as the backend's
-/// Error{PeerFailure}.
+/// timeout_seconds (default 60 s, or COLLBENCH_TIMEOUT_SECONDS) bounds waits (Error{Timeout}). In processes mode a
+/// dead peer surfaces as the backend's Error{PeerFailure}, a stalled one as its Error{Timeout} naming the peer.
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "collbench/backend.h"
 #include "collbench/strategy/cluster_resolver.h"
@@ -71,8 +81,9 @@ struct StrategyOptions {
   bool simulate = false;
   std::string topology;
   HierarchyMode hierarchy = HierarchyMode::Auto;
-  /// Whether the replicas are GPUs (what CommunicationImplementation AUTO/NCCL resolve on). The Tensors of this
-  /// API live in host memory, so only false is exercised today.
+  /// Whether the replicas are GPUs (what CommunicationImplementation AUTO/NCCL resolve on; with an nccl backend in
+  /// threads mode the collectives run on it). The Tensors of this API live in host memory: the nccl backend copies
+  /// them to its devices for each collective.
   bool gpuReplicas = false;
 };
 
@@ -107,8 +118,11 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   /// What CommunicationImplementation resolved to, and why.
   const ImplementationChoice& implementationChoice() const { return choice_; }
   const StrategyOptions& options() const { return options_; }
-  /// Whether all-reduce runs hierarchically (local, then across workers).
+  /// Whether every all-reduce runs hierarchically (local, then across workers; or the topology's hierarchical
+  /// algorithm when simulating).
   bool hierarchical() const;
+  /// "flat", "hierarchical", or "flat or hierarchical per size (cost model on <topology>)".
+  std::string allReduceForm() const;
 
   /// The collectives issued so far.
   Trace trace() const;
@@ -143,6 +157,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   void broadcastHosted(const std::vector<Tensor*>& perHosted) override;
   bool mirrorsVariables() const override { return true; }
   std::optional<double> timeoutSeconds() const override { return communication_.timeoutSeconds; }
+  void sumOverWorkerProcesses(std::vector<std::int64_t>& counts) const override;
 
  private:
   struct ResolvedTag {};
@@ -160,8 +175,13 @@ class MultiWorkerMirroredStrategy final : public Strategy {
 /// enum maps onto ({implementation = communication}); logs the one-time deprecation warning.
 CommunicationOptions legacyCommunicationOptions(CollectiveCommunication communication);
 
-/// Names of the deprecated methods, for the one-time warnings: "<name> is deprecated and will be removed; use
-/// <replacement>".
+/// What the collectives of a trace ran, one line per (collective, group): "all_reduce over 4 replicas: 272 B
+/// recursive_doubling (x50), 40 KiB ring (x50)" (sizes in increasing order; within a size, algorithms by use). How
+/// AUTO says what it chose per size (`collbench train` prints it at the end).
+std::vector<std::string> summarizeAlgorithms(const Trace& trace);
+
+/// Logs the one-time deprecation warning of a deprecated name: "<name> (from MultiWorkerMirroredStrategy) is
+/// deprecated and will be removed in a future version. Instructions for updating: use <replacement>".
 void warnDeprecated(const std::string& name, const std::string& replacement);
 
 template <typename Fn>

@@ -316,17 +316,17 @@ class Strategy {
   ///     turn.
   ///   - An unbatched dataset: DATA keeps elements w, w+W, ... on worker w; elements go to local replicas in turn.
   /// At the end, replicas without data get empty batches while others still have some (unbatched: an error);
-  /// iteration stops when every replica is out.
+  /// iteration stops when every replica is out. In processes mode the workers agree on this every step (see
+  /// sumOverWorkerProcesses), so every worker stops at the same step or raises the same error.
   DistributedDataset experimentalDistributeDataset(const Dataset& dataset) const;
   /// TF: distribute_datasets_from_function(dataset_fn) (TF 2.4; experimental_ before): dataset_fn(InputContext) is
   /// called once per hosted worker (input_pipeline_id = its rank) and its dataset is not sharded or rebatched:
   /// the function shards with the context and batches per replica; elements go to local replicas in turn.
   DistributedDataset distributeDatasetsFromFunction(const std::function<Dataset(const InputContext&)>& datasetFn) const;
-  /// TF: experimental_distribute_datasets_from_function (the pre-2.4 name).
+  /// TF: experimental_distribute_datasets_from_function, the pre-2.4 name (deprecated in TF 2.4): an alias that
+  /// logs the one-time deprecation warning.
   DistributedDataset experimentalDistributeDatasetsFromFunction(
-      const std::function<Dataset(const InputContext&)>& datasetFn) const {
-    return distributeDatasetsFromFunction(datasetFn);
-  }
+      const std::function<Dataset(const InputContext&)>& datasetFn) const;
   /// TF: experimental_make_numpy_dataset(numpy_input): a dataset of the arrays' slices (from_tensor_slices).
   Dataset experimentalMakeNumpyDataset(std::vector<Tensor> arrays) const;
   /// The InputContext of hosted worker `workerRank`.
@@ -352,6 +352,10 @@ class Strategy {
   virtual bool mirrorsVariables() const { return false; }
   /// CommunicationOptions.timeout_seconds, for replicas waiting for each other.
   virtual std::optional<double> timeoutSeconds() const { return std::nullopt; }
+  /// Sums `counts` element-wise over the workers that other processes host: a collective every worker calls in
+  /// the same order (distributed iterators' end-of-input agreement). Base: every worker is hosted here, nothing to
+  /// do.
+  virtual void sumOverWorkerProcesses(std::vector<std::int64_t>& counts) const;
   /// Logs a warning (the strategy's logger).
   void warn(const std::string& message) const;
 
@@ -361,6 +365,8 @@ class Strategy {
   friend class StrategyScope;
 
   void runReplicas(const std::function<void(int hosted)>& body);
+  /// sumOverWorkerProcesses for a distributed dataset's iterators; empty when this process hosts every worker.
+  std::function<void(std::vector<std::int64_t>&)> workerAgreement() const;
   /// The replica-context collective behind ReplicaContext::allReduce and aggregated variable updates.
   void replicaCollective(int hosted, bool broadcast, ReduceOp op, std::vector<Tensor>& values,
                          const CommunicationOptions& options);

@@ -2,6 +2,7 @@
 /// The model behind `collbench train`: softmax regression (hidden == 0) or a one-hidden-layer ReLU MLP on
 /// synthetic data, trained with plain SGD through the strategy API exactly as a TF custom training loop does:
 ///   dataset = from_tensor_slices((x, y)).repeat().batch(global_batch, drop_remainder=True)
+///             (or TextLineDataset(files) of "features..., label" rows: TrainConfig::dataFiles)
 ///   dist = strategy.experimental_distribute_dataset(dataset)
 ///   with strategy.scope(): variables (mirrored, initial values broadcast from the chief)
 ///   per step: strategy.run(step_fn, batch): forward/backward on the replica's piece (Eigen), loss scaled by the
@@ -31,6 +32,10 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   /// The dataset's AutoShardPolicy (TF tutorials set DATA for in-memory data; AUTO falls back to it with a warning).
   AutoShardPolicy shardPolicy = AutoShardPolicy::Data;
+  /// Text files of examples instead of synthetic data (Dataset::fromTextFiles): each line holds `features` numbers
+  /// and then the label (an integer class in 0..classes-1). FILE (and AUTO) sharding splits these files across
+  /// workers. `examples` is then unused.
+  std::vector<std::string> dataFiles;
 
   /// Throws Error{InvalidArgument} naming the field for non-positive sizes, steps < 0 or learning rate <= 0.
   void validate() const;
