@@ -168,6 +168,8 @@ void registerAll() {
 
 int main(int argc, char** argv) {
   registerAll();
+  // NCCL, CUDA runtime and driver versions, the devices and NCCL_ALGO/NCCL_PROTO, in the JSON's "context".
+  for (const auto& [key, value] : nccl::describeGpuEnvironment()) benchmark::AddCustomContext(key, value);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
