@@ -6,9 +6,10 @@
 #
 #   tests/gpu/prepare-device-bundle.sh [BUNDLE_DIR]
 #
-# Build: build/device (COLLBENCH_DEVICE_BUILD_DIR), Release, CUDA on, kernels for CUDA_ARCH (default 90: H100/H200),
-# no SimGrid, Gloo or MPI (none of them is needed on the device, and each would add its shared libraries), JOBS
-# parallel jobs (default 2). Set ccache through CMAKE_*_COMPILER_LAUNCHER as usual.
+# Build: build/device (COLLBENCH_DEVICE_BUILD_DIR), Release with -Werror like the ci preset (so ccache shares its
+# objects), CUDA on, kernels for CUDA_ARCH (default 90: H100/H200), no SimGrid, Gloo or MPI (none of them is needed
+# on the device, and each would add its shared libraries), JOBS parallel jobs (default 2). Set ccache through
+# CMAKE_*_COMPILER_LAUNCHER as usual.
 #
 # Bundle layout:
 #   bin/      collbench, test_gpu, bench_gpu_kernels (stripped)
@@ -42,7 +43,7 @@ say() { echo "[prepare-device-bundle] $*" >&2; }
 say "configuring $build (CUDA arch $arch; SimGrid, Gloo, MPI off)"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLLBENCH_WITH_CUDA=ON \
   "-DCOLLBENCH_CUDA_ARCHITECTURES=$arch" -DCOLLBENCH_WITH_SIMGRID=OFF -DCOLLBENCH_WITH_GLOO=OFF \
-  -DCOLLBENCH_WITH_MPI=OFF >"$build.configure.log" 2>&1 || {
+  -DCOLLBENCH_WITH_MPI=OFF -DCOLLBENCH_WERROR=ON >"$build.configure.log" 2>&1 || {
   cat "$build.configure.log" >&2
   exit 1
 }
