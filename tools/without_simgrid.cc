@@ -15,8 +15,9 @@ void addUnavailable(CLI::App& app, const std::string& name, const std::string& s
   CLI::App* cmd = app.add_subcommand(name, summary + " (not in this build: it has no SimGrid)");
   cmd->allow_extras();
   cmd->callback([name] {
-    throw Error(Errc::Unsupported,
-                fmt::format("collbench {}: this collbench was built without SimGrid (COLLBENCH_WITH_SIMGRID=OFF)", name));
+    throw Error(
+        Errc::Unsupported,
+        fmt::format("collbench {}: this collbench was built without SimGrid (COLLBENCH_WITH_SIMGRID=OFF)", name));
   });
 }
 
