@@ -6,6 +6,7 @@
 #endif
 #ifdef COLLBENCH_HAVE_NCCL
 #include "nccl_backend.h"
+#include "world_options.h"
 #endif
 
 namespace collbench::cli {
@@ -19,7 +20,7 @@ void registerLinkedBackends() {
   sim::registerSimBackend();
 #endif
 #ifdef COLLBENCH_HAVE_NCCL
-  nccl::registerNcclBackends();
+  nccl::registerNcclBackends(exchangeNcclId);  // one rank per process: the id travels through our store
 #endif
 }
 

@@ -1,8 +1,12 @@
 // The collbench CLI: composition root. Errors in user input print one line and exit 2.
-#include <cstdio>
-#include <exception>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
 
 #include "collbench/error.h"
 #include "commands.h"
@@ -14,10 +18,31 @@ extern std::string gCommandLine;
 namespace {
 constexpr int kExitBadInput = 2;
 constexpr int kExitInternal = 3;
+constexpr const char* kLogLevelEnv = "COLLBENCH_LOG_LEVEL";
+
+/// Log lines (the backends' spdlog calls) go to stderr, so that results on stdout (perf tables, JSON) never mix with
+/// them; the level is COLLBENCH_LOG_LEVEL's (spdlog's names; default info). False, after one error line, when the
+/// variable names no level.
+bool installStderrLogger() {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("collbench"));
+  const char* value = std::getenv(kLogLevelEnv);
+  if (!value || !*value) return true;
+  const spdlog::level::level_enum level = spdlog::level::from_str(value);
+  if (level == spdlog::level::off && std::string(value) != "off") {  // from_str's answer for unknown names
+    std::fprintf(stderr,
+                 "collbench: error: %s=\"%s\" is not a log level (trace, debug, info, warn, error, critical, "
+                 "off)\n",
+                 kLogLevelEnv, value);
+    return false;
+  }
+  spdlog::set_level(level);
+  return true;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace collbench;
+  if (!installStderrLogger()) return kExitBadInput;
   cli::registerLinkedBackends();
   for (int i = 0; i < argc; ++i) cli::gCommandLine += (i ? " " : "") + std::string(argv[i]);
   CLI::App app{"collbench: collective communication benchmarks and simulator", "collbench"};

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -21,10 +22,13 @@
 #include "environment.h"
 #include "perf_runner.h"
 #include "process_world.h"
+#include "store.h"
 
 namespace collbench::cli {
 
-bool isProcessBackend(std::string_view backend) { return backend == "gloo"; }
+bool isProcessBackend(std::string_view backend) {
+  return backend == "gloo" || (backend == "nccl" && ncclRunsOneRankPerProcess());
+}
 
 bool clusterEnvironmentPresent(const strategy::EnvLookup& env) {
   // The variables makeClusterResolverFromEnvironment() looks for, in its order.
@@ -361,6 +365,79 @@ int runMpiPerf(const PerfConfig& c, std::FILE* out) {
   std::fputs(log.c_str(), stderr);  // warnings of a run that worked
   if (!c.outputFile.empty()) writePerfJson(c, recordFromTable(table, c.ranks));
   return rc;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The nccl backend with one rank per process: rank 0's NCCL unique id travels through the rendezvous store.
+
+namespace {
+
+/// Store keys, under the cluster token the store checks on every request.
+constexpr const char* kNcclIdKey = "collbench/nccl_id";
+constexpr const char* kNcclIdFetchedKey = "collbench/nccl_id_fetched/";
+
+std::pair<std::string, int> splitMaster(const std::string& master) {
+  const std::size_t colon = master.rfind(':');
+  std::string host = master.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, std::stoi(master.substr(colon + 1))};
+}
+
+}  // namespace
+
+bool ncclRunsOneRankPerProcess(const strategy::EnvLookup& env) {
+  return strategy::makeClusterResolverFromEnvironment(env)->numWorkers() > 1;
+}
+
+std::string exchangeNcclId(const BackendOptions& options, const std::function<std::string()>& newId) {
+  const host::ProcessWorld w = host::ProcessWorld::fromOptions(options);
+  if (w.world == 1) return newId();
+  if (w.store != "tcp") {
+    throw Error(Errc::Unsupported, fmt::format("nccl backend: store=\"{}\": the NCCL id travels through the TCP store "
+                                               "only (unset COLLBENCH_STORE)",
+                                               w.store));
+  }
+  using Ms = std::chrono::milliseconds;
+  const double seconds = w.timeoutSeconds.value_or(kDefaultTimeoutSeconds);
+  const auto timeout = Ms(static_cast<long long>(seconds * 1000.0));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&deadline] {
+    return std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now()));
+  };
+  const auto [host, port] = splitMaster(w.master);
+  if (w.rank == 0) {
+    const std::string id = newId();
+    host::StoreServer server(host, port, w.token);
+    host::StoreClient client(host, port, w.token, left());
+    client.set(kNcclIdKey, std::vector<char>(id.begin(), id.end()));
+    // The store closes with this function: first every rank must have its copy.
+    for (int r = 1; r < w.world; ++r) {
+      if (!client.wait(kNcclIdFetchedKey + std::to_string(r), left())) {
+        throw Error(Errc::Timeout,
+                    fmt::format("nccl rendezvous: {} did not fetch the NCCL id within {:.3g} s ({} serves it at {})",
+                                w.describeRank(r), seconds, w.describeRank(0), w.master),
+                    0, r);
+      }
+    }
+    return id;
+  }
+  std::optional<host::StoreClient> client;
+  std::optional<std::vector<char>> id;
+  try {
+    client.emplace(host, port, w.token, left());
+    id = client->get(kNcclIdKey, left());
+  } catch (const Error& e) {
+    if (e.code() != Errc::Timeout) throw;
+  }
+  if (!id) {
+    throw Error(Errc::Timeout,
+                fmt::format("nccl rendezvous: {}, which serves the NCCL id at {}, did not publish it within {:.3g} s "
+                            "({} waited for it)",
+                            w.describeRank(0), w.master, seconds, w.describeRank(w.rank)),
+                w.rank, 0);
+  }
+  client->set(kNcclIdFetchedKey + std::to_string(w.rank), {'1'});
+  return std::string(id->begin(), id->end());
 }
 
 }  // namespace collbench::cli

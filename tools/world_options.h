@@ -4,8 +4,10 @@
 // strategy/. Also the per-process buffers and cross-process sums `perf` needs in that mode, and the Open MPI
 // baseline (`perf --algo mpi`, which runs collbench-mpi-allreduce under mpirun).
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -65,5 +67,19 @@ std::vector<long long> pidsOfRanks(Backend& backend, int rank, double timeoutSec
 /// --channels, --chunk-bytes) are rejected before mpirun starts; a failed mpirun is one Error{BackendError} line that
 /// names the log holding mpirun's full output. -J gets the rows of the driver's table. Returns the driver's exit code.
 int runMpiPerf(const PerfConfig& c, std::FILE* out);
+
+// ---- The nccl backend with one rank per process (kept apart from the gloo code above) ----
+
+/// True when backend "nccl" runs one rank per process: the cluster environment (TF_CONFIG, Slurm, MPI, as
+/// `collbench launch` sets it) has more than one worker. Otherwise nccl drives every rank from this process.
+bool ncclRunsOneRankPerProcess(const strategy::EnvLookup& env = strategy::systemEnvironment());
+
+/// The NCCL unique id that every rank of a one-rank-per-process world must share (the nccl backend's
+/// NcclIdExchange, given the options of processWorldOptions()): rank 0 creates it with `newId` and publishes it in
+/// the rendezvous store it serves at option "master" (the gloo backend's TCP store, with its token) until every other
+/// rank has fetched it; the others fetch it there. Waits at most option "timeout" seconds (default
+/// kDefaultTimeoutSeconds). World 1: newId(), no store. Throws Error{Timeout} naming the rank that did not come:
+/// on rank 0 the first rank that has not fetched the id, elsewhere rank 0; Error{Unsupported} for store=file:...
+std::string exchangeNcclId(const BackendOptions& world, const std::function<std::string()>& newId);
 
 }  // namespace collbench::cli

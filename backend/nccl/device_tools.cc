@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 
+#include "backend_options.h"
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "cuda_util.h"
@@ -79,9 +80,18 @@ const DeviceProbe& probeDevices() {
   return probe;
 }
 
-void registerNcclBackends() {
+void registerNcclBackends(NcclIdExchange exchange) {
   registerBackend("nccl", "NCCL on GPUs, one rank per GPU (native collectives and schedules as ncclSend/ncclRecv)",
-                  [](int nranks, const BackendOptions& o) { return makeNcclBackend(nranks, o); });
+                  [exchange](int nranks, const BackendOptions& o) {
+                    // Without a device the backend refuses at once: no rank should wait at the store first.
+                    const bool needsId = o.count("world") && !o.count("nccl_id") && intOption(o, "world", 1) > 1;
+                    if (exchange && needsId && probeDevices().count > 0) {
+                      BackendOptions withId = o;
+                      withId["nccl_id"] = exchange(o, newUniqueIdHex);
+                      return makeNcclBackend(nranks, withId);
+                    }
+                    return makeNcclBackend(nranks, o);
+                  });
   registerNativeAlgorithms("nccl", {kNativeAlgorithm});
   registerBackend("cuda-1gpu", "several ranks on one GPU (device copies and reduce kernels), for validation",
                   [](int nranks, const BackendOptions& o) { return makeSingleGpuBackend(nranks, o); });
@@ -157,10 +167,11 @@ std::vector<std::pair<std::string, std::string>> describeGpuEnvironment() {
 }
 
 void reduceOnDevice(DType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count, KernelAlias alias,
-                    std::size_t offsetElems) {
+                    std::size_t offsetElems, std::size_t dstShiftElems) {
   requireDevice(0);
-  const std::size_t es = dtypeSize(t), bytes = count * es, off = offsetElems * es;
-  COLLBENCH_CHECK(off < kHookAlignBytes, "offsetElems {} is past the {}-byte pad", offsetElems, kHookAlignBytes);
+  const std::size_t es = dtypeSize(t), bytes = count * es, off = offsetElems * es, dstOff = off + dstShiftElems * es;
+  COLLBENCH_CHECK(dstOff < kHookAlignBytes, "offsetElems {} + dstShiftElems {} is past the {}-byte pad", offsetElems,
+                  dstShiftElems, kHookAlignBytes);
   // Three separately padded regions of one allocation; each starts at a 256-byte boundary plus `off`.
   const std::size_t stride = (bytes + kHookAlignBytes - 1) / kHookAlignBytes * kHookAlignBytes + kHookAlignBytes;
   Scratch mem(3 * stride);
@@ -168,7 +179,7 @@ void reduceOnDevice(DType t, ReduceOp op, void* dst, const void* a, const void* 
   std::byte* db = mem.bytes() + stride + off;
   std::byte* dd = alias == KernelAlias::DstIsA   ? da
                   : alias == KernelAlias::DstIsB ? db
-                                                 : mem.bytes() + 2 * stride + off;
+                                                 : mem.bytes() + 2 * stride + dstOff;
   COLLBENCH_CUDA(cudaMemcpy(da, a, bytes, cudaMemcpyHostToDevice));
   COLLBENCH_CUDA(cudaMemcpy(db, b, bytes, cudaMemcpyHostToDevice));
   COLLBENCH_CUDA(launchReduce(t, op, dd, da, db, count, nullptr));
@@ -197,6 +208,51 @@ double timeDeviceCopy(std::size_t bytes, int iterations, int device) {
     COLLBENCH_CUDA(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, nullptr));
   }
   COLLBENCH_CUDA(cudaEventRecord(ev.stop, nullptr));
+  COLLBENCH_CUDA(cudaEventSynchronize(ev.stop));
+  return iterations > 0 ? ev.elapsedSeconds() / iterations : 0.0;
+}
+
+struct BareAllReduceLoop::Impl {
+  Impl(DType t, std::size_t n, int dev)
+      : dtype(toNccl(t)), count(n), device(dev), in(n * dtypeSize(t)), out(n * dtypeSize(t)) {
+    COLLBENCH_CUDA(cudaMemset(in.ptr, 0, n * dtypeSize(t)));
+    COLLBENCH_NCCL_RANK(0, nullptr, ncclCommInitAll(&comm, 1, &device));
+    COLLBENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() {
+    (void)cudaSetDevice(device);
+    (void)cudaStreamDestroy(stream);
+    (void)ncclCommDestroy(comm);
+  }
+  void issue(int calls) {
+    for (int i = 0; i < calls; ++i) {
+      COLLBENCH_NCCL_RANK(0, comm, ncclAllReduce(in.ptr, out.ptr, count, dtype, ncclSum, comm, stream));
+    }
+  }
+  ncclDataType_t dtype;
+  std::size_t count;
+  int device;
+  Scratch in, out;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+BareAllReduceLoop::BareAllReduceLoop(DType t, std::size_t count, int device) {
+  requireDevice(device);
+  impl_ = std::make_unique<Impl>(t, count, device);
+}
+
+BareAllReduceLoop::~BareAllReduceLoop() = default;
+
+double BareAllReduceLoop::time(int iterations, int warmup) {
+  COLLBENCH_CUDA(cudaSetDevice(impl_->device));
+  impl_->issue(warmup);
+  Events ev;
+  COLLBENCH_CUDA(cudaEventRecord(ev.start, impl_->stream));
+  impl_->issue(iterations);
+  COLLBENCH_CUDA(cudaEventRecord(ev.stop, impl_->stream));
   COLLBENCH_CUDA(cudaEventSynchronize(ev.stop));
   return iterations > 0 ? ev.elapsedSeconds() / iterations : 0.0;
 }

@@ -1,10 +1,12 @@
-// Element-wise reduce and divide kernels. Grid-stride loops over 16-byte packs when all pointers are 16-byte aligned
-// (one 128-bit load per operand per thread: the widest global memory transaction), element by element otherwise and
-// for the tail. Exact aliasing (dst == a or dst == b) is safe: each element is read before it is written by the
-// same thread.
+// Element-wise reduce and divide kernels. Grid-stride loops over 16-byte packs (one 128-bit load per operand per
+// thread: the widest global memory transaction) when the three pointers share one misalignment modulo 16 bytes: a
+// head of fewer than 16 bytes is peeled off element by element and the rest is vectorised. Pointers whose
+// misalignments differ (or are not whole elements) go element by element. Exact aliasing (dst == a or dst == b) is
+// safe: each element is read before it is written by the same thread, and no element belongs to two threads.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -89,25 +91,31 @@ __device__ S combine(S a, S b) {
   return K::store(O::template apply<typename K::C>(K::load(a), K::load(b)));
 }
 
+/// d[i] = a[i] op b[i]. With `vectorized`, elements [0, head) are the scalar head that brings all three pointers to
+/// a 16-byte boundary (head < one pack, so threads 0..head-1 take one each), then whole packs, then the scalar tail.
 template <typename S, typename O>
-__global__ void reduceKernel(S* d, const S* a, const S* b, std::size_t n, bool vectorized) {
+__global__ void reduceKernel(S* d, const S* a, const S* b, std::size_t n, std::size_t head, bool vectorized) {
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  std::size_t head = 0;
+  std::size_t tail = 0;
   if (vectorized) {
     using P = Pack<S>;
-    const std::size_t packs = n / P::kElems;
+    if (tid < head) d[tid] = combine<S, O>(a[tid], b[tid]);
+    const std::size_t packs = (n - head) / P::kElems;
+    const P* pa = reinterpret_cast<const P*>(a + head);
+    const P* pb = reinterpret_cast<const P*>(b + head);
+    P* pd = reinterpret_cast<P*>(d + head);
     for (std::size_t p = tid; p < packs; p += stride) {
-      const P x = reinterpret_cast<const P*>(a)[p];
-      const P y = reinterpret_cast<const P*>(b)[p];
+      const P x = pa[p];
+      const P y = pb[p];
       P z;
 #pragma unroll
       for (int k = 0; k < P::kElems; ++k) z.e[k] = combine<S, O>(x.e[k], y.e[k]);
-      reinterpret_cast<P*>(d)[p] = z;
+      pd[p] = z;
     }
-    head = packs * P::kElems;
+    tail = head + packs * P::kElems;
   }
-  for (std::size_t i = head + tid; i < n; i += stride) d[i] = combine<S, O>(a[i], b[i]);
+  for (std::size_t i = tail + tid; i < n; i += stride) d[i] = combine<S, O>(a[i], b[i]);
 }
 
 template <typename S>
@@ -126,14 +134,13 @@ unsigned blocksFor(std::size_t work) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks > kMaxBlocks ? kMaxBlocks : blocks);
 }
 
-bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVectorBytes == 0; }
-
 template <typename S, typename O>
 cudaError_t launchTyped(void* dst, const void* a, const void* b, std::size_t n, cudaStream_t stream) {
-  const bool vec = aligned(dst) && aligned(a) && aligned(b);
-  const std::size_t work = vec ? n / Pack<S>::kElems + n % Pack<S>::kElems : n;
+  const ReducePlan plan = planReduce(dst, a, b, sizeof(S), n);
+  const std::size_t rest = n - plan.head;
+  const std::size_t work = plan.vectorized ? rest / Pack<S>::kElems + rest % Pack<S>::kElems : n;  // >= 1 block > head
   reduceKernel<S, O><<<blocksFor(work), kThreads, 0, stream>>>(static_cast<S*>(dst), static_cast<const S*>(a),
-                                                               static_cast<const S*>(b), n, vec);
+                                                               static_cast<const S*>(b), n, plan.head, plan.vectorized);
   return cudaGetLastError();
 }
 
@@ -160,6 +167,13 @@ cudaError_t launchDivideTyped(void* dst, std::size_t n, int divisor, cudaStream_
 }
 
 }  // namespace
+
+ReducePlan planReduce(const void* dst, const void* a, const void* b, std::size_t elemSize, std::size_t count) {
+  auto misalignment = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kVectorBytes; };
+  const std::size_t mis = misalignment(dst);
+  if (misalignment(a) != mis || misalignment(b) != mis || mis % elemSize != 0) return {false, 0};
+  return {true, std::min(count, (kVectorBytes - mis) % kVectorBytes / elemSize)};
+}
 
 cudaError_t launchReduce(DType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count,
                          cudaStream_t stream) {

@@ -14,6 +14,15 @@ namespace collbench::nccl {
 /// reduceElements() bit for bit. Returns the launch status (cudaSuccess for count 0, which launches nothing).
 cudaError_t launchReduce(DType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count,
                          cudaStream_t stream);
+/// How launchReduce covers `count` elements of `elemSize` bytes at these addresses: when the three pointers lie the
+/// same number of bytes (a whole number of elements) past a 16-byte boundary, `head` elements one by one up to that
+/// boundary and the rest in 16-byte packs (`vectorized`); otherwise every element one by one.
+struct ReducePlan {
+  bool vectorized = false;
+  std::size_t head = 0;
+};
+ReducePlan planReduce(const void* dst, const void* a, const void* b, std::size_t elemSize, std::size_t count);
+
 /// dst[i] /= divisor (integers truncate), as divideElements().
 cudaError_t launchDivide(DType t, void* dst, std::size_t count, int divisor, cudaStream_t stream);
 

@@ -55,9 +55,13 @@ class Group {
   bool open_ = true;
 };
 
-std::string nativeLabel() {
-  return fmt::format("nccl (NCCL_ALGO={}, NCCL_PROTO={})", envOrDefault("NCCL_ALGO"), envOrDefault("NCCL_PROTO"));
-}
+/// NCCL_ALGO / NCCL_PROTO as the communicators saw them: NCCL reads them when a communicator is created, so a later
+/// change of the environment does not change what runs (and must not change the label).
+struct NcclTuning {
+  static NcclTuning fromEnvironment() { return {envOrDefault("NCCL_ALGO"), envOrDefault("NCCL_PROTO")}; }
+  std::string label() const { return fmt::format("nccl (NCCL_ALGO={}, NCCL_PROTO={})", algo, proto); }
+  std::string algo, proto;
+};
 
 class NcclBackend final : public Backend {
  public:
@@ -65,6 +69,12 @@ class NcclBackend final : public Backend {
     const DeviceProbe& probe = probeDevices();
     if (probe.count == 0) throw Error(Errc::Unsupported, fmt::format("nccl backend: {}", probe.reason));
     initTimeout_ = secondsOption(options, "timeout", kDefaultTimeoutSeconds);
+    if (!options.count("nccl_id") && intOption(options, "world", 1) > 1) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("nccl backend: world={} (one rank per process) needs option nccl_id, rank 0's "
+                              "newUniqueIdHex() handed to every rank",
+                              options.at("world")));
+    }
     if (options.count("nccl_id")) {
       multiProcess_ = true;
       id_ = fromHex(options.at("nccl_id"));
@@ -121,7 +131,7 @@ class NcclBackend final : public Backend {
     int version = 0;
     (void)ncclGetVersion(&version);
     spdlog::info("nccl backend: {} of {} ranks in this process, NCCL {}, NCCL_ALGO={}, NCCL_PROTO={}", ranks_.size(),
-                 world_, version, envOrDefault("NCCL_ALGO"), envOrDefault("NCCL_PROTO"));
+                 world_, version, tuning_.algo, tuning_.proto);
   }
 
   ~NcclBackend() override { destroyComms(); }
@@ -212,7 +222,7 @@ class NcclBackend final : public Backend {
     }
 
     RunResult res;
-    res.algorithm = native ? nativeLabel() : s.algorithm;
+    res.algorithm = native ? tuning_.label() : s.algorithm;
     double sum = 0;
     for (auto& rp : ranks_) {
       DeviceRank& r = *rp;
@@ -243,6 +253,7 @@ class NcclBackend final : public Backend {
 
   void initComms() {
     comms_.assign(ranks_.size(), nullptr);
+    tuning_ = NcclTuning::fromEnvironment();
     if (!multiProcess_) {
       std::vector<int> devices;
       for (auto& r : ranks_) devices.push_back(r->device());
@@ -269,11 +280,15 @@ class NcclBackend final : public Backend {
       }
       if (Clock::now() > deadline) {
         (void)ncclCommAbort(comm);
+        // NCCL does not say which ranks arrived; with two there is only one it can be.
+        const int peer = world_ == 2 ? 1 - r.rank() : Error::kNoRank;
+        const std::string missing = world_ == 2 ? fmt::format("rank {}", peer)
+                                                : fmt::format("the other {} ranks of 0..{}", world_ - 1, world_ - 1);
         throw Error(Errc::Timeout,
-                    fmt::format("rank {}: NCCL communicator setup timed out after {} s waiting for the other {} "
-                                "ranks (same nccl_id on every rank? all started?)",
-                                r.rank(), initTimeout_, world_ - 1),
-                    r.rank());
+                    fmt::format("rank {}: NCCL communicator setup timed out after {} s waiting for {} (same nccl_id "
+                                "on every rank? all started?)",
+                                r.rank(), initTimeout_, missing),
+                    r.rank(), peer);
       }
       std::this_thread::sleep_for(kSettleSlice);
     }
@@ -452,6 +467,7 @@ class NcclBackend final : public Backend {
   bool multiProcess_ = false;
   double initTimeout_ = kDefaultTimeoutSeconds;
   ncclUniqueId id_{};
+  NcclTuning tuning_;                               ///< when the communicators were created
   std::vector<std::unique_ptr<DeviceRank>> ranks_;  ///< the ranks this process executes
   std::vector<ncclComm_t> comms_;                   ///< one per entry of ranks_; empty after an abort
 };

@@ -2,9 +2,10 @@
 /// GPU backends (CUDA + NCCL), registered by registerNcclBackends():
 /// - "nccl": one rank per GPU, in one process (ncclCommInitAll over the first n devices, or BackendOptions
 ///   "devices" = "0,2,3") or in many (one rank per process: options "nccl_id" = newUniqueIdHex() of rank 0, "rank",
-///   "world", optional "device"). The native schedule of algorithm kNativeAlgorithm (core registers it:
-///   buildSchedule(spec, "nccl")) runs the NCCL collective itself; any other schedule runs as ncclSend/ncclRecv
-///   groups plus reduce kernels (see wave_plan.h), so both are timed in the same harness.
+///   "world", optional "device"; without "nccl_id", the NcclIdExchange given to registerNcclBackends gets it). The
+///   native schedule of algorithm kNativeAlgorithm (core registers it: buildSchedule(spec, "nccl")) runs the NCCL
+///   collective itself; any other schedule runs as ncclSend/ncclRecv groups plus reduce kernels (see wave_plan.h), so
+///   both are timed in the same harness.
 /// - "cuda-1gpu": n ranks as buffers and streams on one GPU (option "device"); sends are device copies, receive-
 ///   reduces are kernels reading the sender's buffer. For validating schedules and kernels on one GPU.
 ///
@@ -23,6 +24,7 @@
 /// This header includes no CUDA or NCCL header: tools/ include it.
 #include <cstddef>
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,7 +39,14 @@ namespace collbench::nccl {
 /// algorithm records their values.
 inline constexpr const char* kNativeAlgorithm = "nccl";
 
-void registerNcclBackends();
+/// How a one-rank-per-process "nccl" backend gets its nccl_id when its options name a world ("rank", "world" > 1)
+/// but no "nccl_id": called with those options and newUniqueIdHex, it returns the id that rank 0 created, the same
+/// on every rank (the CLI's passes it through its rendezvous store: tools/world_options.h, exchangeNcclId).
+using NcclIdExchange =
+    std::function<std::string(const BackendOptions& options, const std::function<std::string()>& newId)>;
+
+/// Registers "nccl" and "cuda-1gpu"; `exchange` serves "nccl" worlds without an nccl_id (without it they are refused).
+void registerNcclBackends(NcclIdExchange exchange = {});
 
 /// Options: "devices" (one process) or "nccl_id", "rank", "world", "device" (one rank per process). Throws
 /// Error{Unsupported} naming the reason when there is no usable device or too few of them.
@@ -68,15 +77,33 @@ std::vector<std::pair<std::string, std::string>> describeGpuEnvironment();
 
 enum class KernelAlias { None, DstIsA, DstIsB };
 /// dst[i] = a[i] (op) b[i] computed by the device reduce kernel: a and b are copied to device buffers that start
-/// `offsetElems` elements past a 256-byte boundary (offsets that are not a multiple of 16 bytes take the scalar
-/// path), the kernel runs with dst aliasing a or b as `alias` says, and the result is copied into `dst`.
+/// `offsetElems` elements past a 256-byte boundary, the kernel runs with dst aliasing a or b as `alias` says (or in
+/// its own buffer, `dstShiftElems` further along than a and b), and the result is copied into `dst`. Equal offsets
+/// take the vectorised path after a peeled head; a dst shift that changes the offset modulo 16 bytes, the scalar one.
 void reduceOnDevice(DType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count,
-                    KernelAlias alias = KernelAlias::None, std::size_t offsetElems = 0);
+                    KernelAlias alias = KernelAlias::None, std::size_t offsetElems = 0, std::size_t dstShiftElems = 0);
 /// data[i] /= divisor by the device kernel (Avg's last step).
 void divideOnDevice(DType t, void* data, std::size_t count, int divisor);
 
 /// Mean seconds of a device-to-device cudaMemcpyAsync of `bytes` on `device` (CUDA events, after one warmup).
 double timeDeviceCopy(std::size_t bytes, int iterations, int device = 0);
+/// A bare ncclAllReduce loop, the baseline of the native path's overhead: a one-rank communicator on `device`, a
+/// non-blocking stream, in and out buffers of `count` elements, and nothing else. The "nccl" backend's native
+/// path at the same count and RunOptions{iterations, warmup} adds its groups, events and watchdog to this.
+class BareAllReduceLoop {
+ public:
+  BareAllReduceLoop(DType t, std::size_t count, int device = 0);
+  ~BareAllReduceLoop();
+  BareAllReduceLoop(const BareAllReduceLoop&) = delete;
+  BareAllReduceLoop& operator=(const BareAllReduceLoop&) = delete;
+  /// Mean seconds per call: `warmup` out-of-place sums, then CUDA events around `iterations` more.
+  double time(int iterations, int warmup);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Mean seconds of one reduce kernel over `count` elements (reads 2 and writes 1 buffer of count elements).
 double timeReduceKernel(DType t, ReduceOp op, std::size_t count, int iterations, int device = 0);
 

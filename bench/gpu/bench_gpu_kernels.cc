@@ -1,10 +1,12 @@
 // Device micro-benchmarks behind tests/gpu/device-check.sh: device-to-device copy bandwidth, reduce-kernel bandwidth
-// per dtype (and per op at one size), and the native NCCL collectives on one GPU, all timed with CUDA events
-// (manual time). Counters: GBps is buffer bytes per second (what a collective's algbw counts), traffic_GBps adds
-// every byte the device memory moves (copy: read + write; reduce: two reads + one write), comparable with the
-// HBM peak. Without a device every benchmark reports the probe's reason as its error.
+// per dtype (and per op at one size), the native NCCL collectives on one GPU, and the native path's overhead over a
+// bare ncclAllReduce loop, all timed with CUDA events (manual time). Counters: GBps is buffer bytes per second (what
+// a collective's algbw counts), traffic_GBps adds every byte the device memory moves (copy: read + write; reduce:
+// two reads + one write), comparable with the HBM peak and between copy and reduce. Without a device every
+// benchmark reports the probe's reason as its error.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <string>
 
 #include "collbench/algorithms.h"
@@ -19,6 +21,10 @@ namespace nccl = collbench::nccl;
 
 /// Timed repetitions inside one benchmark iteration: enough to amortise the launch of the first one.
 constexpr int kInnerIterations = 20;
+/// Calls per timed loop of the overhead comparison: at 1 MiB one call is a few microseconds, so 100 of them keep
+/// the CUDA events' resolution (about 0.5 us) well under the 2% the comparison is judged against.
+constexpr int kOverheadIterations = 100;
+constexpr int kOverheadWarmup = 5;
 
 bool haveDevice(benchmark::State& state) {
   const auto& probe = nccl::probeDevices();
@@ -81,6 +87,35 @@ void nativeOneGpu(benchmark::State& state, collbench::Collective c) {
   setBandwidth(state, static_cast<double>(bytes), 2.0 * static_cast<double>(bytes), mean);
 }
 
+/// The "nccl" backend's native all-reduce (RunOptions{iterations, warmup}) and a bare ncclAllReduce loop of the same
+/// count, alternated in every benchmark iteration so that clocks and interference hit both alike. Counters: the
+/// fastest of each (microseconds per call) and overhead_pct = native / bare - 1, in percent (the target is
+/// at most 2%).
+void nativeOverhead(benchmark::State& state) {
+  if (!haveDevice(state)) return;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const collbench::CollectiveSpec spec{
+      collbench::Collective::AllReduce, 1, bytes / sizeof(float), DType::F32, ReduceOp::Sum, 0};
+  auto backend = nccl::makeNcclBackend(1);
+  const collbench::Schedule s = collbench::buildSchedule(spec, nccl::kNativeAlgorithm);
+  collbench::RankBufferSet bufs(spec, false);
+  bufs.fill();
+  nccl::BareAllReduceLoop bare(DType::F32, spec.count);
+  double bestNative = 0, bestBare = 0;
+  for (auto _ : state) {
+    const double native =
+        backend->run(s, bufs.views(), collbench::RunOptions{kOverheadIterations, kOverheadWarmup, 60.0}).seconds;
+    const double loop = bare.time(kOverheadIterations, kOverheadWarmup);
+    state.SetIterationTime(native);
+    bestNative = bestNative == 0 ? native : std::min(bestNative, native);
+    bestBare = bestBare == 0 ? loop : std::min(bestBare, loop);
+  }
+  state.counters["native_us"] = bestNative * 1e6;
+  state.counters["bare_us"] = bestBare * 1e6;
+  state.counters["overhead_pct"] = bestBare > 0 ? (bestNative / bestBare - 1.0) * 100.0 : 0;
+  setBandwidth(state, static_cast<double>(bytes), 2.0 * static_cast<double>(bytes), bestNative);
+}
+
 constexpr std::int64_t kMiB = 1 << 20;
 
 void registerAll() {
@@ -121,12 +156,20 @@ void registerAll() {
         ->Iterations(3)
         ->Unit(benchmark::kMicrosecond);
   }
+  benchmark::RegisterBenchmark("nccl_overhead_1gpu/all_reduce", nativeOverhead)
+      ->Arg(kMiB)
+      ->Arg(64 * kMiB)
+      ->UseManualTime()
+      ->Iterations(5)
+      ->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   registerAll();
+  // NCCL, CUDA runtime and driver versions, the devices and NCCL_ALGO/NCCL_PROTO, in the JSON's "context".
+  for (const auto& [key, value] : nccl::describeGpuEnvironment()) benchmark::AddCustomContext(key, value);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
