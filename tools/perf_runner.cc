@@ -86,7 +86,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   // Process backends (gloo) run one rank per process: the world comes from the cluster resolver, each process
   // holds only its rank's buffers, and only rank 0 prints the table and writes -J.
   const bool processMode = isProcessBackend(c.backend);
-  if (processMode) bopts.merge(processWorldOptions());
+  if (processMode) bopts.merge(processWorldOptions(strategy::systemEnvironment(), c.timeoutSeconds));
   const int localRank = processMode ? std::stoi(bopts.at("rank")) : -1;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(localRank > 0 ? std::fopen("/dev/null", "w") : nullptr,
                                                         [](std::FILE* f) { return f ? std::fclose(f) : 0; });

@@ -22,7 +22,22 @@ namespace collbench::cli {
 
 bool isProcessBackend(std::string_view backend) { return backend == "gloo"; }
 
-BackendOptions processWorldOptions(const strategy::EnvLookup& env) {
+namespace {
+
+/// Every "host:port" of the comma-separated list is on a loopback address (127.0.0.0/8, ::1 or localhost).
+bool allLoopback(const std::string& addresses) {
+  std::istringstream in(addresses);
+  for (std::string a; std::getline(in, a, ',');) {
+    std::string host = a.substr(0, a.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    if (host.rfind("127.", 0) != 0 && host != "::1" && host != "localhost") return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+BackendOptions processWorldOptions(const strategy::EnvLookup& env, std::optional<double> timeoutSeconds) {
   const auto resolver = strategy::makeClusterResolverFromEnvironment(env);
   BackendOptions o;
   const int rank = resolver->rank();
@@ -55,6 +70,13 @@ BackendOptions processWorldOptions(const strategy::EnvLookup& env) {
     o["token"] = *token;
   } else {
     o["token"] = host::deriveClusterToken(spec.toJson());
+    if (world > 1 && !allLoopback(addresses)) {
+      fmt::print(stderr,
+                 "collbench: warning: {} is not set, so the cluster token is derived from the cluster spec: it keeps "
+                 "other clusters out by accident, not an attacker who knows the spec (set the same secret {} on every "
+                 "task; collbench launch sets a random one)\n",
+                 host::kClusterTokenEnv, host::kClusterTokenEnv);
+    }
   }
   if (auto t = env(host::kTimeoutEnv); t && !t->empty()) {
     char* end = nullptr;
@@ -64,6 +86,8 @@ BackendOptions processWorldOptions(const strategy::EnvLookup& env) {
                   fmt::format("{}=\"{}\" is not a positive number of seconds", host::kTimeoutEnv, *t));
     }
     o["timeout"] = *t;
+  } else if (timeoutSeconds) {
+    o["timeout"] = fmt::format("{}", *timeoutSeconds);
   }
   if (auto s = env("COLLBENCH_STORE"); s && !s->empty()) o["store"] = *s;
   return o;
