@@ -173,7 +173,7 @@ echo "# collbench netns: $("$cb" --version 2>/dev/null | head -1), kernel $(unam
 echo "# network: $tc_note; bare one-way latency ${base_us} us (TCP ping-pong)"
 echo "# simulator: generator flat (one link per rank to a switch, 2 links per path), $model;"
 echo "#   sim_wire: bandwidth_GBps $bandwidth_GBps, latency_us $link_latency_us per link"
-echo "# perf: --backend gloo --algo $algo -b $minb -e $maxb -f $factor -n $iters -w $warmup; time = out-of-place, us"
+echo "# perf: --backend gloo --algo $algo -b $minb -e $maxb -f $factor -n $iters -w $warmup; times in us"
 echo "# sim_wire: the shaped link as configured (line rate, bare latency above). Nothing fitted."
 echo "# sim_tcp:  the same link as TCP uses it: payload rate $payload_GBps GB/s (MSS $((mtu - 52)) B per $((mtu + 14)) B"
 echo "#           frame that tbf counts) and the bare latency."
@@ -188,7 +188,7 @@ echo "#           applies to sim_fit."
 wire_bytes() {
   local i b=0 k=0 line
   for ((i = 0; i < $1; ++i)); do
-    line=$(ip netns exec "${prefix}$i" tc -s qdisc show dev eth0 | awk '/Sent/ { b += $2; p += $4 } END { print b, p }')
+    line=$(ip netns exec "${prefix}$i" tc -s qdisc show dev eth0 | awk '/Sent/ { b += $2; p += $4 } END { printf "%.0f %.0f\n", b, p }')
     b=$((b + ${line% *})) k=$((k + ${line#* }))
   done
   echo "$b $k"
