@@ -1,7 +1,8 @@
 // The process backend with real processes (fork, one rank each, loopback TCP): every collective and every
 // all-reduce algorithm (ours and Gloo's own) against the reference at 2, 3 and 4 processes; the file store;
-// rendezvous with a missing task or a wrong token; mismatched calls; a stalled peer; and kill -9 of a process in
-// the middle of a 256 MiB all-reduce, after which every survivor must name the dead rank within timeout + 5 s.
+// rendezvous with a missing task, a wrong token or a reused file-store directory; listeners on the spec addresses;
+// mismatched calls; a stalled peer; a stopped (SIGSTOP) peer; and kill -9 of a process in the middle of a 256 MiB
+// all-reduce, after which every survivor must name the dead rank within timeout + 5 s.
 #ifdef COLLBENCH_HAVE_GLOO
 #include <arpa/inet.h>
 #include <fmt/format.h>
