@@ -266,7 +266,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
                               "--backend {} ...",
                               backendName, backendName));
     }
-    bopts.merge(processWorldOptions());
+    bopts.merge(processWorldOptions(strategy::systemEnvironment(), c.timeoutSeconds));
     n = std::stoi(bopts.at("world"));
     if (c.ranksGiven && c.ranks != n) {
       throw Error(Errc::InvalidArgument,

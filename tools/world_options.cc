@@ -38,7 +38,22 @@ bool clusterEnvironmentPresent(const strategy::EnvLookup& env) {
   return false;
 }
 
-BackendOptions processWorldOptions(const strategy::EnvLookup& env) {
+namespace {
+
+/// Every "host:port" of the comma-separated list is on a loopback address (127.0.0.0/8, ::1 or localhost).
+bool allLoopback(const std::string& addresses) {
+  std::istringstream in(addresses);
+  for (std::string a; std::getline(in, a, ',');) {
+    std::string host = a.substr(0, a.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    if (host.rfind("127.", 0) != 0 && host != "::1" && host != "localhost") return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+BackendOptions processWorldOptions(const strategy::EnvLookup& env, std::optional<double> timeoutSeconds) {
   const auto resolver = strategy::makeClusterResolverFromEnvironment(env);
   BackendOptions o;
   const int rank = resolver->rank();
@@ -71,10 +86,22 @@ BackendOptions processWorldOptions(const strategy::EnvLookup& env) {
     o["token"] = *token;
   } else {
     o["token"] = host::deriveClusterToken(spec.toJson());
+    if (world > 1 && !allLoopback(addresses)) {
+      fmt::print(stderr,
+                 "collbench: warning: {} is not set, so the cluster token is derived from the cluster spec: it keeps "
+                 "other clusters out by accident, not an attacker who knows the spec (set the same secret {} on every "
+                 "task; collbench launch sets a random one)\n",
+                 host::kClusterTokenEnv, host::kClusterTokenEnv);
+    }
   }
-  // The strategy's parser (CommunicationOptions' default timeout reads the same variable).
+  // The strategy's parser (CommunicationOptions' default timeout reads the same variable); the variable wins over
+  // the command's own -T / --timeout.
   static_assert(std::string_view(host::kTimeoutEnv) == strategy::kTimeoutSecondsEnv);
-  if (strategy::timeoutSecondsFromEnvironment(env)) o["timeout"] = *env(host::kTimeoutEnv);
+  if (strategy::timeoutSecondsFromEnvironment(env)) {
+    o["timeout"] = *env(host::kTimeoutEnv);
+  } else if (timeoutSeconds) {
+    o["timeout"] = fmt::format("{}", *timeoutSeconds);
+  }
   if (auto s = env("COLLBENCH_STORE"); s && !s->empty()) o["store"] = *s;
   return o;
 }

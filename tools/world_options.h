@@ -28,9 +28,11 @@ bool clusterEnvironmentPresent(const strategy::EnvLookup& env = strategy::system
 
 /// BackendOptions for a process backend (keys in backend/host/process_world.h): rank, world, addresses and task
 /// names from makeClusterResolverFromEnvironment(); token from COLLBENCH_CLUSTER_TOKEN, else derived from the
-/// cluster spec; timeout from COLLBENCH_TIMEOUT_SECONDS when set. Throws Error{InvalidArgument} for a ps task or an
-/// invalid TF_CONFIG (the resolver's message).
-BackendOptions processWorldOptions(const strategy::EnvLookup& env = strategy::systemEnvironment());
+/// cluster spec; timeout from COLLBENCH_TIMEOUT_SECONDS when set, else `timeoutSeconds` (the command's -T) when given:
+/// it bounds rendezvous too, so a missing worker is reported after it. Throws Error{InvalidArgument} for a ps task or
+/// an invalid TF_CONFIG (the resolver's message).
+BackendOptions processWorldOptions(const strategy::EnvLookup& env = strategy::systemEnvironment(),
+                                   std::optional<double> timeoutSeconds = std::nullopt);
 
 /// One perf row's buffers in this process: every rank's (RankBufferSet) for thread and simulator backends, only
 /// `localRank`'s for a process backend (localRank >= 0), laid out the same way.

@@ -65,6 +65,15 @@ static_assert(1 + kSeqBits + kChannelBits + kIndexBits + kPieceBits == 64);
 /// piece k while piece k+1 is still arriving: reduction overlaps the transfer without changing the schedule.
 constexpr std::size_t kWirePieceBytes = 1u << 20;
 constexpr std::size_t kMaxPieces = std::size_t{1} << kPieceBits;
+/// Gloo sends an unbound buffer only once the receiver's "ready" notice has arrived, so a receive posted when its op
+/// becomes ready costs a message latency on top of the transfer. Receives up to this size land in staging instead,
+/// posted before the collective starts, and are copied into place when the op is ready: the copy (tens of
+/// microseconds at this size) is cheaper than the notice's round trip on a loaded machine; larger transfers take
+/// long enough that the notice's latency hides behind them.
+constexpr std::size_t kStagedRecvMaxBytes = 256u << 10;
+/// Plans whose staging fits in this keep two arenas, so that the next collective's receives can be posted while
+/// this one runs (doubling this much memory is cheap; beyond it the transfers dwarf one message latency).
+constexpr std::size_t kDoubleStagingMaxBytes = 16u << 20;
 
 /// Waits that must outlast any collective (watchers). Gloo's timeout tears down every connection, so it must never
 /// fire on them; 30 days keeps steady_clock arithmetic far from overflow.
@@ -81,6 +90,13 @@ constexpr Ms kFailedCloseWait{2000};
 /// After a connection error, how long the executor lets the watchers report the real cause (a peer's abort notice
 /// travels ahead of its closing socket) before it blames the peer it was waiting for.
 constexpr Ms kCauseGrace{500};
+/// Every rank sends each peer a heartbeat this often (from the watchdog thread, so a rank blocked in a wait still
+/// sends them). 256 bytes per peer four times a second: nothing next to the collectives' traffic.
+constexpr Ms kHeartbeatInterval{250};
+/// A peer not heard from for this long (four missed heartbeats) counts as stopped when a wait times out: it is
+/// named instead of the peer the wait was for, which may itself be waiting on it. Waits shorter than this cannot
+/// tell a stopped peer from a slow one and name the peer they waited for.
+constexpr Ms kSilenceLimit{1000};
 
 Ms toMs(double seconds) { return Ms(static_cast<long long>(std::max(1.0, seconds * 1000.0))); }
 
@@ -163,9 +179,21 @@ class RendezvousStore final : public gloo::rendezvous::Store {
     try {
       file_->set(prefix_ + key, data);
     } catch (const std::exception& e) {
+      const std::string what = glooWhat(e);
+      if (what.find("File already exists") != std::string::npos) {
+        // Keys are scoped by the cluster token, so an earlier run with the same token (a derived one: same addresses)
+        // left them; other ranks may read its stale addresses, so stop here.
+        throw Error(
+            Errc::InvalidArgument,
+            fmt::format("rendezvous: the {} already holds '{}' of this cluster from an earlier run with the same "
+                        "cluster token; give each job a fresh directory (COLLBENCH_STORE=file:<new dir>), empty "
+                        "this one, or set {} to a value unique to the run (collbench launch does)",
+                        kind_, key, kClusterTokenEnv),
+            world_.rank);
+      }
       throw Error(Errc::InvalidArgument,
                   fmt::format("rendezvous: cannot publish '{}' in the {}: {} (use a fresh directory per job)", key,
-                              kind_, glooWhat(e)),
+                              kind_, what),
                   world_.rank);
     }
   }
@@ -236,7 +264,19 @@ struct OpPlan {
   int time = 0;  ///< logical completion round (see the file comment)
   std::size_t streamIndex = 0;
   std::size_t stagingOffset = 0;
-  std::vector<Piece> pieces;
+  /// A receive that lands in staging (every RecvReduce, and Recv up to kStagedRecvMaxBytes): it is posted before
+  /// the collective starts, whatever its deps, and its bytes are folded or copied into place once the deps are done.
+  bool staged = false;
+  /// pieces[k]: the transfer's buffers in staging arena k (sends and direct receives use pieces[0] only).
+  std::array<std::vector<Piece>, 2> pieces;
+};
+
+/// A collective's headers in flight: this rank's (sent to every neighbour) and each neighbour's.
+struct HeaderSet {
+  CollectiveHeader mine;
+  std::array<std::byte, CollectiveHeader::kBytes> out{};
+  std::vector<std::array<std::byte, CollectiveHeader::kBytes>> in;
+  std::vector<std::unique_ptr<UnboundBuffer>> send, recv;
 };
 
 struct RunPlan {
@@ -251,14 +291,17 @@ struct RunPlan {
   std::byte* output = nullptr;
   std::byte* scratch = nullptr;
   std::byte* staging = nullptr;
+  std::vector<std::byte> ownScratch, ownStaging;  ///< internal plans' memory (user plans share the backend's)
+  std::size_t arenaBytes = 0;                     ///< staging bytes of one arena
   std::size_t resultBytes = 0;
   std::size_t elemSize = 1;
-  // Header exchange with each neighbour.
-  std::array<std::byte, CollectiveHeader::kBytes> headerOut{};
-  std::vector<std::array<std::byte, CollectiveHeader::kBytes>> headerIn;
-  std::vector<std::unique_ptr<UnboundBuffer>> headerSend, headerRecv;
-  CollectiveHeader mine;       ///< the header posted for the coming collective
-  bool headersPosted = false;  ///< posted ahead by the previous collective of this plan
+  /// Two staging arenas and header sets, used by alternate collectives: the next collective's staged receives are
+  /// posted when this one starts (see runEpoch). Only for plans whose staging is small.
+  bool doubled = false;
+  std::array<HeaderSet, 2> header;
+  /// Collective whose headers and staged receives are posted in arena k (-1: none).
+  std::array<long long, 2> postedFor{-1, -1};
+  int arenaOf(std::uint64_t seq) const { return doubled ? static_cast<int>(seq & 1) : 0; }
 };
 
 /// Logical completion round of every op of `rank` in a lockstep run of the whole schedule: local ops finish one
@@ -379,6 +422,7 @@ class GlooBackend final : public Backend {
 
   ~GlooBackend() override {
     if (world_.world > 1) {
+      leaving_.store(true);  // no heartbeats behind the goodbye: the peers stop reading after it
       if (!failed_) sendNotices(ControlMessage{ControlMessage::Kind::Goodbye, Errc::PeerFailure, rank_, -1, ""});
       // Gloo closes connections with a reset, which drops whatever is still queued to send: wait until every peer
       // has said goodbye, sent its own notice, or gone, so that ours have been read first. A failed rank waits
@@ -507,10 +551,17 @@ class GlooBackend final : public Backend {
     ctrlIn_.resize(n);
     ctrlInBuf_.resize(n);
     peerLeft_ = std::vector<std::atomic<bool>>(n);
+    lastHeard_ = std::vector<std::atomic<long long>>(n);
+    heartbeatSentAfter_.assign(n, 0);
+    heartbeatBuf_.resize(n);
+    heartbeat_ = ControlMessage{ControlMessage::Kind::Heartbeat, Errc::PeerFailure, rank_, -1, ""}.encode();
+    const long long now = Clock::now().time_since_epoch().count();
     for (int p = 0; p < world_.world; ++p) {
       if (p == rank_) continue;
       const auto pu = static_cast<std::size_t>(p);
       ctrlInBuf_[pu] = context_->createUnboundBuffer(ctrlIn_[pu].data(), ctrlIn_[pu].size());
+      heartbeatBuf_[pu] = context_->createUnboundBuffer(heartbeat_.data(), heartbeat_.size());
+      lastHeard_[pu].store(now);
     }
     for (int p = 0; p < world_.world; ++p) {
       if (p != rank_) watchers_.emplace_back([this, p] { watch(p); });
@@ -529,27 +580,99 @@ class GlooBackend final : public Backend {
       }
     } done{this};
     try {
-      ctrlInBuf_[pu]->recv(p, kControlSlot);
-      if (!ctrlInBuf_[pu]->waitRecv(nullptr, kForever)) return;  // stopping
-      const auto msg = ControlMessage::decode(ctrlIn_[pu]);
-      if (!msg) {
-        const std::string what = fmt::format("{} sent a malformed control message to {{}}", world_.describeRank(p));
-        recordFailure(Report{Errc::BackendError, p, fmt::format(fmt::runtime(what), self(true)),
-                             fmt::format(fmt::runtime(what), self(false))});
+      for (;;) {
+        ctrlInBuf_[pu]->recv(p, kControlSlot);
+        if (!ctrlInBuf_[pu]->waitRecv(nullptr, kForever)) return;  // stopping
+        lastHeard_[pu].store(Clock::now().time_since_epoch().count());
+        const auto msg = ControlMessage::decode(ctrlIn_[pu]);
+        if (!msg) {
+          const std::string what = fmt::format("{} sent a malformed control message to {{}}", world_.describeRank(p));
+          recordFailure(Report{Errc::BackendError, p, fmt::format(fmt::runtime(what), self(true)),
+                               fmt::format(fmt::runtime(what), self(false))});
+          return;
+        }
+        if (msg->kind == ControlMessage::Kind::Heartbeat) continue;
+        if (msg->kind == ControlMessage::Kind::Goodbye) {
+          peerLeft_[pu].store(true);
+          return;
+        }
+        recordFailure(
+            Report{msg->code, msg->culprit,
+                   fmt::format("{} (reported by {} to {})", msg->reason, world_.describeRank(msg->origin), self(true)),
+                   msg->reason});
         return;
       }
-      if (msg->kind == ControlMessage::Kind::Goodbye) {
-        peerLeft_[pu].store(true);
-        return;
-      }
-      recordFailure(
-          Report{msg->code, msg->culprit,
-                 fmt::format("{} (reported by {} to {})", msg->reason, world_.describeRank(msg->origin), self(true)),
-                 msg->reason});
     } catch (const std::exception& e) {
       if (stopping_.load() || peerLeft_[pu].load()) return;
-      recordFailure(lostPeer(p, glooWhat(e), ""));
+      const std::string what = glooWhat(e);
+      if (what.find("Application timeout") != std::string::npos) {
+        // One of this process's waits timed out in Gloo, which then closes every connection: not news about p.
+        recordFailure(timeoutReport(-1, what, connectionTimeoutSeconds()));
+      } else if (what.find("timeout") != std::string::npos) {
+        // Gloo's own algorithms (native baselines) wait on bound buffers, whose timeout closes the connection to the
+        // peer they waited for ("Read timeout <peer address>").
+        recordFailure(
+            timeoutReport(p, fmt::format("Gloo closed the connection: {}", what), connectionTimeoutSeconds()));
+      } else {
+        recordFailure(lostPeer(p, what, ""));
+      }
     }
+  }
+
+  /// Sends a heartbeat to every peer still there, each at most one ahead of what we heard from it: a stopped peer
+  /// does not read them, and they must not pile up in Gloo's queue. Runs on the watchdog thread.
+  void sendHeartbeats() {
+    if (leaving_.load()) return;
+    for (int p = 0; p < world_.world; ++p) {
+      const auto pu = static_cast<std::size_t>(p);
+      if (p == rank_ || peerLeft_[pu].load()) continue;
+      const long long heard = lastHeard_[pu].load();
+      if (heartbeatSentAfter_[pu] > heard) continue;  // the last one is not answered by any sign of life yet
+      try {
+        heartbeatBuf_[pu]->send(p, kControlSlot);
+        heartbeatSentAfter_[pu] = heard + 1;
+      } catch (const std::exception&) {
+        // The connection is gone; its watcher reports it.
+      }
+    }
+  }
+
+  /// The timeout of Gloo's connections (set at rendezvous), which its own algorithms' waits use.
+  double connectionTimeoutSeconds() const { return world_.timeoutSeconds.value_or(kDefaultTimeoutSeconds); }
+
+  /// The peer (other than this rank) silent for longest, if it has been silent for kSilenceLimit or more.
+  std::optional<std::pair<int, double>> silentPeer() const {
+    if (lastHeard_.empty()) return std::nullopt;
+    const long long now = Clock::now().time_since_epoch().count();
+    std::optional<std::pair<int, double>> worst;
+    for (int p = 0; p < world_.world; ++p) {
+      const auto pu = static_cast<std::size_t>(p);
+      if (p == rank_ || peerLeft_[pu].load()) continue;
+      const double quiet = std::chrono::duration<double>(Clock::duration(now - lastHeard_[pu].load())).count();
+      if (quiet >= std::chrono::duration<double>(kSilenceLimit).count() && (!worst || quiet > worst->second)) {
+        worst = std::pair{p, quiet};
+      }
+    }
+    return worst;
+  }
+
+  /// A timeout of this process's wait for `peer` (-1: unknown; `what` says which wait): names `peer`, or the peer
+  /// that has gone silent meanwhile (stopped, not dead: its connections stay open), which is the one the whole world
+  /// waits for.
+  Report timeoutReport(int peer, const std::string& what, double waited) const {
+    std::string f = peer >= 0 ? fmt::format("{{}} timed out after {:.3g} s waiting for {} ({})", waited,
+                                            world_.describeRank(peer), what)
+                              : fmt::format("{{}} timed out after {:.3g} s ({})", waited, what);
+    int culprit = peer;
+    if (const auto quiet = silentPeer()) {
+      culprit = quiet->first;
+      const std::string silence = fmt::format("sent nothing (not even a heartbeat) for {:.1f} s", quiet->second);
+      f += quiet->first == peer ? fmt::format(", which has {}: stopped or hung", silence)
+                                : fmt::format("; {} has {}: stopped or hung, the likely cause",
+                                              world_.describeRank(quiet->first), silence);
+    }
+    return Report{Errc::Timeout, culprit, fmt::format(fmt::runtime(f), self(true)),
+                  fmt::format(fmt::runtime(f), self(false))};
   }
 
   /// "this process, worker[0] (rank 0, host:port)" in messages this process prints, the bare task name in those
@@ -580,11 +703,19 @@ class GlooBackend final : public Backend {
 
   void watchdogLoop() {
     std::unique_lock lock(failMutex_);
+    auto nextHeartbeat = Clock::now();
     while (!stopping_.load()) {
       watchdogCv_.wait_for(lock, kWatchdogTick);
-      if (current_.buf && !current_.expired && Clock::now() >= current_.deadline) {
+      const auto now = Clock::now();
+      if (current_.buf && !current_.expired && now >= current_.deadline) {
         current_.expired = true;
         current_.isRecv ? current_.buf->abortWaitRecv() : current_.buf->abortWaitSend();
+      }
+      if (now >= nextHeartbeat) {
+        nextHeartbeat = now + kHeartbeatInterval;
+        lock.unlock();  // posting takes Gloo's pair locks; never hold ours meanwhile
+        sendHeartbeats();
+        lock.lock();
       }
     }
   }
@@ -641,6 +772,7 @@ class GlooBackend final : public Backend {
       }
       // Pass the news on, naming the real culprit, so that ranks which cannot see it directly name it too (their
       // own view would be this process closing its connections). Duplicates are harmless: the first cause wins.
+      leaving_.store(true);
       sendNotices(ControlMessage{ControlMessage::Kind::Abort, e.code(), rank_, e.peer(),
                                  neutral_.empty() ? std::string(e.what()) : neutral_});
     }
@@ -682,13 +814,8 @@ class GlooBackend final : public Backend {
       const std::string what =
           op ? fmt::format("op {}: {} of {} bytes, channel {}", opIndex, toString(op->kind), op->bytes, op->channel)
              : std::string("collective header");
-      if (expired || (ioError && ioWhat.find("Timed out") != std::string::npos)) {
-        const std::string f =
-            fmt::format("{{}} timed out after {:.3g} s waiting for {} ({})",
-                        std::chrono::duration<double>(opTimeout_).count(), world_.describeRank(peer), what);
-        raise(Report{Errc::Timeout, peer, fmt::format(fmt::runtime(f), self(true)),
-                     fmt::format(fmt::runtime(f), self(false))});
-      }
+      if (expired || (ioError && ioWhat.find("Timed out") != std::string::npos))
+        raise(timeoutReport(peer, what, std::chrono::duration<double>(opTimeout_).count()));
       if (ioError) raise(lostPeer(peer, ioWhat, what));
       // Aborted without cause: a late watchdog abort meant for an earlier wait on this buffer. Wait again.
     }
@@ -721,10 +848,10 @@ class GlooBackend final : public Backend {
     return nullptr;
   }
 
-  /// Builds this rank's plan. `scratch`/`staging` are this plan's own memory when given (internal schedules keep
-  /// theirs), otherwise the backend's shared buffers.
-  std::unique_ptr<RunPlan> makePlan(const Schedule& s, const RankBuffers& b, bool headers,
-                                    std::vector<std::byte>* scratchMem, std::vector<std::byte>* stagingMem) {
+  /// Builds this rank's plan. Internal plans (`ownMemory`) keep their own scratch and staging; user plans share the
+  /// backend's. `allNeighbours`: headers go to every rank (native calls, whose pattern the schedule does not show).
+  std::unique_ptr<RunPlan> makePlan(const Schedule& s, const RankBuffers& b, bool headers, bool ownMemory,
+                                    bool allNeighbours = false) {
     auto plan = std::make_unique<RunPlan>();
     RunPlan& p = *plan;
     const auto ru = static_cast<std::size_t>(rank_);
@@ -740,14 +867,15 @@ class GlooBackend final : public Backend {
     p.graph = OpGraph(ops);  // ReadyOps hands out roots in program order: transfers are posted in that order
     p.input = static_cast<std::byte*>(const_cast<void*>(b.input));
     p.output = static_cast<std::byte*>(b.output);
-    std::vector<std::byte>& scratch = scratchMem ? *scratchMem : scratch_;
+    std::vector<std::byte>& scratch = ownMemory ? p.ownScratch : scratch_;
     if (scratch.size() < s.ranks[ru].scratchBytes) scratch.resize(s.ranks[ru].scratchBytes);
     p.scratch = scratch.data();
     p.resultBytes = s.needsAvgScale() ? s.resultBytes(rank_) : 0;
 
     // Stream indices, staging, pieces.
     std::map<std::tuple<int, int, bool>, std::size_t> streams;  // (peer, channel, isSend) -> next index
-    std::vector<char> isNeighbour(n, 0);
+    std::vector<char> isNeighbour(n, allNeighbours ? 1 : 0);
+    isNeighbour[ru] = 0;
     std::size_t stagingBytes = 0;
     p.op.resize(nops);
     for (std::size_t i = 0; i < nops; ++i) {
@@ -766,7 +894,8 @@ class GlooBackend final : public Backend {
                                                    std::size_t{1} << kIndexBits));
       }
       isNeighbour[static_cast<std::size_t>(op.peer)] = 1;
-      if (op.kind == OpKind::RecvReduce) {
+      o.staged = op.kind == OpKind::RecvReduce || (op.kind == OpKind::Recv && op.bytes <= kStagedRecvMaxBytes);
+      if (o.staged) {
         o.stagingOffset = stagingBytes;
         stagingBytes += (op.bytes + 63) & ~std::size_t{63};
       }
@@ -785,103 +914,140 @@ class GlooBackend final : public Backend {
     for (std::size_t r = 0; r < n; ++r) {
       if (isNeighbour[r]) p.neighbours.push_back(static_cast<int>(r));
     }
-    std::vector<std::byte>& staging = stagingMem ? *stagingMem : staging_;
-    if (staging.size() < stagingBytes) {
+    p.doubled = headers && stagingBytes <= kDoubleStagingMaxBytes;
+    const std::size_t arenas = p.doubled ? 2 : 1;
+    std::vector<std::byte>& staging = ownMemory ? p.ownStaging : staging_;
+    if (staging.size() < stagingBytes * arenas) {
       staging = std::vector<std::byte>();  // free first: the old and new arena need not coexist
-      staging.resize(stagingBytes);
+      staging.resize(stagingBytes * arenas);
     }
     p.staging = staging.data();
+    p.arenaBytes = stagingBytes;
     static std::byte dummy[1];
     for (std::size_t i = 0; i < nops; ++i) {
       const Op& op = ops[i];
       if (!op.isComm()) continue;
       OpPlan& o = p.op[i];
-      std::byte* base = op.kind == OpKind::Send   ? resolve(p, op.src)
-                        : op.kind == OpKind::Recv ? resolve(p, op.dst)
-                                                  : p.staging + o.stagingOffset;
       const std::size_t elems = op.bytes / p.elemSize;
       const std::size_t pieces = op.bytes == 0
                                      ? 1
                                      : std::clamp<std::size_t>((op.bytes + kWirePieceBytes - 1) / kWirePieceBytes, 1,
                                                                std::min(kMaxPieces, std::max<std::size_t>(1, elems)));
       const std::size_t perPiece = (elems + pieces - 1) / pieces * p.elemSize;
-      for (std::size_t k = 0, off = 0; k < pieces; ++k) {
-        const std::size_t len = k + 1 == pieces ? op.bytes - off : std::min(perPiece, op.bytes - off);
-        Piece pc;
-        pc.offset = off;
-        pc.bytes = len;
-        pc.buf = context_->createUnboundBuffer(len ? base + off : dummy, std::max<std::size_t>(len, 1));
-        o.pieces.push_back(std::move(pc));
-        off += len;
+      for (std::size_t arena = 0; arena < (o.staged ? arenas : 1); ++arena) {
+        std::byte* base = o.staged                  ? p.staging + arena * stagingBytes + o.stagingOffset
+                          : op.kind == OpKind::Send ? resolve(p, op.src)
+                                                    : resolve(p, op.dst);
+        for (std::size_t k = 0, off = 0; k < pieces; ++k) {
+          const std::size_t len = k + 1 == pieces ? op.bytes - off : std::min(perPiece, op.bytes - off);
+          Piece pc;
+          pc.offset = off;
+          pc.bytes = len;
+          pc.buf = context_->createUnboundBuffer(len ? base + off : dummy, std::max<std::size_t>(len, 1));
+          o.pieces[arena].push_back(std::move(pc));
+          off += len;
+        }
       }
     }
     if (headers) {
       p.fingerprint = scheduleFingerprint(s);
-      p.headerIn.resize(n);
-      p.headerSend.resize(n);
-      p.headerRecv.resize(n);
-      for (int q : p.neighbours) {
-        const auto qu = static_cast<std::size_t>(q);
-        p.headerSend[qu] = context_->createUnboundBuffer(p.headerOut.data(), p.headerOut.size());
-        p.headerRecv[qu] = context_->createUnboundBuffer(p.headerIn[qu].data(), p.headerIn[qu].size());
+      for (std::size_t arena = 0; arena < arenas; ++arena) {
+        HeaderSet& h = p.header[arena];
+        h.in.resize(n);
+        h.send.resize(n);
+        h.recv.resize(n);
+        for (int q : p.neighbours) {
+          const auto qu = static_cast<std::size_t>(q);
+          h.send[qu] = context_->createUnboundBuffer(h.out.data(), h.out.size());
+          h.recv[qu] = context_->createUnboundBuffer(h.in[qu].data(), h.in[qu].size());
+        }
       }
     }
     return plan;
   }
 
-  /// One execution of the plan (one collective).
-  /// Posts this rank's header for collective `seq` to every neighbour and the receives of theirs.
-  void postHeaders(RunPlan& p, std::uint64_t seq) {
-    p.mine = CollectiveHeader::of(*p.schedule, rank_, seq, p.fingerprint);
-    p.headerOut = p.mine.encode();
-    for (int q : p.neighbours) {
-      const auto qu = static_cast<std::size_t>(q);
-      post(q, [&] {
-        p.headerRecv[qu]->recv(q, kHeaderSlot, 0, CollectiveHeader::kBytes);
-        p.headerSend[qu]->send(q, kHeaderSlot, 0, CollectiveHeader::kBytes);
-      });
+  /// Posts, for collective `seq` of this plan, its staged receives and, when it starts a run of `headerEpochs` > 0
+  /// collectives, this rank's header to every neighbour and the receives of theirs. Safe before the collective's
+  /// deps (or the peers' headers) are known: the receives land in staging, and a peer sends nothing before it has
+  /// checked our header against its own.
+  void postAhead(RunPlan& p, std::uint64_t seq, std::uint32_t headerEpochs) {
+    const int arena = p.arenaOf(seq);
+    const auto au = static_cast<std::size_t>(arena);
+    COLLBENCH_CHECK(p.postedFor[au] < 0, "rank {}: arena {} still holds collective {} (posting {})", rank_, arena,
+                    p.postedFor[au], seq);
+    p.postedFor[au] = static_cast<long long>(seq);
+    if (p.headers && headerEpochs > 0) {
+      HeaderSet& h = p.header[au];
+      h.mine = CollectiveHeader::of(*p.schedule, rank_, seq, p.fingerprint);
+      h.mine.epochs = headerEpochs;
+      h.out = h.mine.encode();
+      for (int q : p.neighbours) {
+        const auto qu = static_cast<std::size_t>(q);
+        post(q, [&] {
+          h.recv[qu]->recv(q, kHeaderSlot, 0, CollectiveHeader::kBytes);
+          h.send[qu]->send(q, kHeaderSlot, 0, CollectiveHeader::kBytes);
+        });
+      }
     }
-    p.headersPosted = true;
+    const auto& ops = *p.ops;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const OpPlan& o = p.op[i];
+      if (o.staged) postRecv(p, static_cast<int>(i), seq, arena);
+    }
   }
 
-  /// One execution of the plan (one collective). With `postNext`, the headers of the next collective, which the
-  /// caller promises runs this same plan right after, are posted at the end: they then travel while this one
-  /// finishes instead of delaying the next one's first receives by a message latency.
-  void runEpoch(RunPlan& p, bool postNext = false) {
+  void postRecv(RunPlan& p, int i, std::uint64_t seq, int arena) {
+    const Op& op = (*p.ops)[static_cast<std::size_t>(i)];
+    OpPlan& o = p.op[static_cast<std::size_t>(i)];
+    auto& pieces = o.pieces[static_cast<std::size_t>(arena)];
+    post(op.peer, [&] {
+      for (std::size_t k = 0; k < pieces.size(); ++k) {
+        pieces[k].buf->recv(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, pieces[k].bytes);
+      }
+    });
+  }
+
+  /// Runs `count` collectives of the plan back to back. One header exchange covers them all (it carries the count):
+  /// both sides have then agreed on every one of them, and the later ones start without a message round.
+  void runEpochs(RunPlan& p, int count) {
+    for (int i = 0; i < count; ++i) runEpoch(p, i == 0 ? static_cast<std::uint32_t>(count) : 0, i + 1 < count);
+  }
+
+  /// One execution of the plan (one collective); the first of a run of `headerEpochs` exchanges headers (0: covered
+  /// by an earlier header). With `postNext`, the next collective runs this same plan right after: its staged
+  /// receives are posted as this one starts (a doubled plan) or ends, so that the peers' first sends find them.
+  void runEpoch(RunPlan& p, std::uint32_t headerEpochs, bool postNext) {
     const std::uint64_t seq = sequence_++;
     const auto& ops = *p.ops;
     const Schedule& s = *p.schedule;
     const DType dtype = s.spec.dtype;
     const ReduceOp rop = s.spec.op;
     const std::size_t nops = ops.size();
+    const bool withHeader = p.headers && headerEpochs > 0;
+    const auto arena = static_cast<std::size_t>(p.arenaOf(seq));
+    if (p.postedFor[arena] < 0) postAhead(p, seq, headerEpochs);
+    COLLBENCH_CHECK(p.postedFor[arena] == static_cast<long long>(seq),
+                    "rank {}: collective {} found arena {} posted for {}", rank_, seq, arena, p.postedFor[arena]);
+    // The next collective's receives are posted once this one's first sends are out (their notices would delay them).
+    bool postNextAhead = postNext && p.doubled;
+    const HeaderSet& hs = p.header[arena];
+    const std::byte* const landing = p.staging + arena * p.arenaBytes;
     ReadyOps ready(p.graph);
     const auto n = static_cast<std::size_t>(world_.world);
-    std::vector<char> headerOk(n, p.headers ? 0 : 1);
-    // Transfers with a peer whose header has not been checked yet wait for it: receives so that no data of a
-    // mismatched call lands in our buffers, sends so that they follow our receives' notices (see sendsToPost).
-    std::vector<std::vector<int>> deferred(p.headers ? n : 0), deferredSends(p.headers ? n : 0);
+    std::vector<char> headerOk(n, withHeader ? 0 : 1);
+    // Sends to a peer whose header has not been checked yet wait for it, so that no data of a mismatched call
+    // reaches the peer (whose receives, posted ahead, rely on this), and so that they follow our receives' notices
+    // (see sendsToPost).
+    std::vector<std::vector<int>> deferredSends(withHeader ? n : 0);
     // Min-heap on (logical time, op); header receives are (-1, 0, -1 - peer) so they come first.
     // Among ops of equal time receives come first: a receive-reduce folds its pieces as they arrive, while a send
     // completing only means the kernel took its bytes (ties may be broken freely: equal-time ops never wait for
     // each other to be noticed).
     using Entry = std::tuple<int, int, int>;  // (time, 1 for sends, op)
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> pending;
-    if (p.headers) {
-      if (!p.headersPosted) postHeaders(p, seq);
-      COLLBENCH_CHECK(p.mine.sequence == seq, "headers posted for collective {} but this is {}", p.mine.sequence, seq);
+    if (withHeader) {
       for (int q : p.neighbours) pending.emplace(-1, 0, -1 - q);
     }
-    const CollectiveHeader& mineHeader = p.mine;
-    auto postRecv = [&](int i) {
-      const Op& op = ops[static_cast<std::size_t>(i)];
-      OpPlan& o = p.op[static_cast<std::size_t>(i)];
-      post(op.peer, [&] {
-        for (std::size_t k = 0; k < o.pieces.size(); ++k) {
-          o.pieces[k].buf->recv(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[k].bytes);
-        }
-      });
-      pending.emplace(o.time, 0, i);
-    };
     // Sends that became ready, posted once the ready list is drained: every receive notice (Gloo's "recv ready",
     // which lets the peer start sending) then goes onto its connection ahead of our data instead of waiting behind
     // it. Otherwise, between two ranks that exchange data both ways, each side's next transfer would wait until the
@@ -892,8 +1058,8 @@ class GlooBackend final : public Backend {
       const Op& op = ops[static_cast<std::size_t>(i)];
       OpPlan& o = p.op[static_cast<std::size_t>(i)];
       post(op.peer, [&] {
-        for (std::size_t k = 0; k < o.pieces.size(); ++k) {
-          o.pieces[k].buf->send(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[k].bytes);
+        for (std::size_t k = 0; k < o.pieces[0].size(); ++k) {
+          o.pieces[0][k].buf->send(op.peer, dataSlot(seq, op.channel, o.streamIndex, k), 0, o.pieces[0][k].bytes);
         }
       });
       pending.emplace(o.time, 1, i);
@@ -902,11 +1068,15 @@ class GlooBackend final : public Backend {
       const Op& op = ops[static_cast<std::size_t>(i)];
       OpPlan& o = p.op[static_cast<std::size_t>(i)];
       const bool isRecv = op.kind != OpKind::Send;
-      for (Piece& pc : o.pieces) {
+      for (Piece& pc : o.pieces[o.staged ? arena : 0]) {
         await(pc.buf.get(), isRecv, op.peer, &op, i);
-        if (op.kind == OpKind::RecvReduce && pc.bytes) {
-          reduceElements(dtype, rop, resolve(p, op.dst) + pc.offset, resolve(p, op.src) + pc.offset,
-                         p.staging + o.stagingOffset + pc.offset, pc.bytes / p.elemSize);
+        if (!o.staged || !pc.bytes) continue;
+        const std::byte* landed = landing + o.stagingOffset + pc.offset;
+        if (op.kind == OpKind::RecvReduce) {
+          reduceElements(dtype, rop, resolve(p, op.dst) + pc.offset, resolve(p, op.src) + pc.offset, landed,
+                         pc.bytes / p.elemSize);
+        } else {
+          std::memcpy(resolve(p, op.dst) + pc.offset, landed, pc.bytes);
         }
       }
       ready.complete(i);
@@ -946,13 +1116,14 @@ class GlooBackend final : public Backend {
             break;
           case OpKind::Recv:
           case OpKind::RecvReduce:
-            if (headerOk[static_cast<std::size_t>(op.peer)]) {
-              postRecv(i);
-            } else {
-              deferred[static_cast<std::size_t>(op.peer)].push_back(i);
-            }
+            if (!p.op[static_cast<std::size_t>(i)].staged) postRecv(p, i, seq, 0);  // staged ones are posted
+            pending.emplace(p.op[static_cast<std::size_t>(i)].time, 0, i);
             break;
         }
+      }
+      if (postNextAhead) {
+        postAhead(p, seq + 1, 0);
+        postNextAhead = false;
       }
       if (pending.empty()) break;
       const auto [t, isSend, i] = pending.top();
@@ -960,11 +1131,11 @@ class GlooBackend final : public Backend {
       if (i < 0) {
         const int q = -1 - i;
         const auto qu = static_cast<std::size_t>(q);
-        await(p.headerRecv[qu].get(), true, q, nullptr, -1);
+        await(hs.recv[qu].get(), true, q, nullptr, -1);
         std::string whyNot;
-        const CollectiveHeader theirs = CollectiveHeader::decode(p.headerIn[qu], &whyNot);
+        const CollectiveHeader theirs = CollectiveHeader::decode(hs.in[qu], &whyNot);
         std::string mismatch = whyNot.empty()
-                                   ? describeMismatch(mineHeader, theirs)
+                                   ? describeMismatch(hs.mine, theirs)
                                    : fmt::format("{} sent a bad collective header: {}", world_.describeRank(q), whyNot);
         if (whyNot.empty() && theirs.rank != q) {
           mismatch = fmt::format("{} sent a header claiming to be rank {}", world_.describeRank(q), theirs.rank);
@@ -976,9 +1147,7 @@ class GlooBackend final : public Backend {
           raise(Report{Errc::InvalidArgument, q, mismatch, neutral});
         }
         headerOk[qu] = 1;
-        for (int d : deferred[qu]) postRecv(d);
         for (int d : deferredSends[qu]) postSend(d);
-        deferred[qu].clear();
         deferredSends[qu].clear();
         continue;
       }
@@ -996,12 +1165,12 @@ class GlooBackend final : public Backend {
     }
     COLLBENCH_CHECK(ready.done() == nops, "rank {} finished {} of {} ops of '{}'", rank_, ready.done(), nops,
                     s.algorithm);
-    for (int q : p.neighbours) {
-      if (p.headers) await(p.headerSend[static_cast<std::size_t>(q)].get(), false, q, nullptr, -1);
+    if (withHeader) {
+      for (int q : p.neighbours) await(hs.send[static_cast<std::size_t>(q)].get(), false, q, nullptr, -1);
     }
-    p.headersPosted = false;
+    p.postedFor[arena] = -1;
     if (p.resultBytes) divideElements(dtype, p.output, p.resultBytes / p.elemSize, world_.world);
-    if (postNext && p.headers) postHeaders(p, seq + 1);
+    if (postNext && !p.doubled) postAhead(p, seq + 1, 0);
   }
 
   void buildInternalPlans() {
@@ -1011,17 +1180,15 @@ class GlooBackend final : public Backend {
     // Internal collectives carry headers too: a rank that runs more iterations than another would otherwise meet
     // the other's barrier or gather with a data transfer of another size.
     const bool headers = n > 1;
-    barrierPlan_ = makePlan(barrierSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers, &internalScratch_,
-                            &internalStaging_);
+    barrierPlan_ = makePlan(barrierSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers, true);
     gatherSchedule_ = buildSchedule(CollectiveSpec{Collective::AllGather, n, 1, DType::F64}, "ring");
-    gatherPlan_ = makePlan(gatherSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers, &internalScratch_,
-                           &internalStaging_);
+    gatherPlan_ = makePlan(gatherSchedule_, RankBuffers{&gatherIn_, gatherOut_.data()}, headers, true);
   }
 
   /// Every rank's seconds, exchanged so that each process reports the same per-rank times (nccl-tests -a).
   std::vector<double> gatherSeconds(double mine) {
     gatherIn_ = mine;
-    runEpoch(*gatherPlan_);
+    runEpochs(*gatherPlan_, 1);
     return gatherOut_;
   }
 
@@ -1036,12 +1203,12 @@ class GlooBackend final : public Backend {
   }
 
   RunResult runSchedule(const Schedule& s, const RankBuffers& b, const RunOptions& opt) {
-    auto plan = makePlan(s, b, world_.world > 1, nullptr, nullptr);
+    auto plan = makePlan(s, b, world_.world > 1, false);
     return guarded([&] {
-      for (int i = 0; i < opt.warmup; ++i) runEpoch(*plan, i + 1 < opt.warmup);
-      if (world_.world > 1) runEpoch(*barrierPlan_);
+      runEpochs(*plan, opt.warmup);
+      if (world_.world > 1) runEpochs(*barrierPlan_, 1);
       const auto t0 = Clock::now();
-      for (int i = 0; i < opt.iterations; ++i) runEpoch(*plan, i + 1 < opt.iterations);
+      runEpochs(*plan, opt.iterations);
       const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
       return finish(s.algorithm, opt.iterations > 0 ? elapsed / opt.iterations : 0.0);
     });
@@ -1070,22 +1237,8 @@ class GlooBackend final : public Backend {
     // mismatch, so disagreeing ranks must never reach it.
     Schedule empty = s;
     empty.native = true;
-    std::vector<std::byte> none;
-    auto headerPlan = makePlan(empty, b, true, &none, &none);
+    auto headerPlan = makePlan(empty, b, true, true, /*allNeighbours=*/true);
     headerPlan->resultBytes = 0;  // headers only: Avg's division belongs to the native call
-    headerPlan->neighbours.clear();
-    headerPlan->headerIn.resize(static_cast<std::size_t>(world_.world));
-    headerPlan->headerSend.resize(static_cast<std::size_t>(world_.world));
-    headerPlan->headerRecv.resize(static_cast<std::size_t>(world_.world));
-    for (int q = 0; q < world_.world; ++q) {
-      if (q == rank_) continue;
-      const auto qu = static_cast<std::size_t>(q);
-      headerPlan->neighbours.push_back(q);
-      headerPlan->headerSend[qu] =
-          context_->createUnboundBuffer(headerPlan->headerOut.data(), headerPlan->headerOut.size());
-      headerPlan->headerRecv[qu] =
-          context_->createUnboundBuffer(headerPlan->headerIn[qu].data(), headerPlan->headerIn[qu].size());
-    }
     void* out = b.output;
     const void* in = b.input;
     std::unique_ptr<gloo::Algorithm> algo;
@@ -1098,15 +1251,22 @@ class GlooBackend final : public Backend {
         if (!failure_) failCv_.wait_for(lock, kCauseGrace, [&] { return failure_.has_value(); });
         if (failure_) throwFailureLocked();
         const std::string what = glooWhat(e);
-        const std::string f = fmt::format("{} failed on {{}}: {}", s.algorithm, what);
-        raise(Report{what.find("imed out") != std::string::npos ? Errc::Timeout : Errc::PeerFailure, -1,
-                     fmt::format(fmt::runtime(f), self(true)), fmt::format(fmt::runtime(f), self(false))});
+        const bool timedOut = what.find("imed out") != std::string::npos;
+        std::string f = fmt::format("{} failed on {{}}: {}", s.algorithm, what);
+        int culprit = -1;
+        if (const auto quiet = timedOut ? silentPeer() : std::nullopt) {
+          culprit = quiet->first;
+          f += fmt::format("; {} has sent nothing (not even a heartbeat) for {:.1f} s: stopped or hung",
+                           world_.describeRank(quiet->first), quiet->second);
+        }
+        raise(Report{timedOut ? Errc::Timeout : Errc::PeerFailure, culprit, fmt::format(fmt::runtime(f), self(true)),
+                     fmt::format(fmt::runtime(f), self(false))});
       }
       if (s.needsAvgScale()) divideElements(dt, out, s.spec.count, world_.world);
     };
     // `algo` (Gloo's buffers) lives outside guarded() so that a failure's notices can leave behind its transfers.
     return guarded([&] {
-      runEpoch(*headerPlan);
+      runEpochs(*headerPlan, 1);
       switch (dt) {
         case DType::F32:
           algo = makeNative(s.algorithm, context_, static_cast<float*>(out), count, s.spec.op);
@@ -1122,7 +1282,7 @@ class GlooBackend final : public Backend {
           break;
       }
       for (int i = 0; i < opt.warmup; ++i) once();
-      if (world_.world > 1) runEpoch(*barrierPlan_);
+      if (world_.world > 1) runEpochs(*barrierPlan_, 1);
       const auto t0 = Clock::now();
       for (int i = 0; i < opt.iterations; ++i) once();
       const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -1139,7 +1299,7 @@ class GlooBackend final : public Backend {
   std::uint64_t sequence_ = 0;
   std::exception_ptr failed_;
 
-  std::vector<std::byte> scratch_, staging_, internalScratch_, internalStaging_;
+  std::vector<std::byte> scratch_, staging_;
   Schedule barrierSchedule_, gatherSchedule_;
   std::unique_ptr<RunPlan> barrierPlan_, gatherPlan_;
   double gatherIn_ = 0;
@@ -1149,6 +1309,11 @@ class GlooBackend final : public Backend {
   std::vector<std::array<std::byte, ControlMessage::kBytes>> ctrlIn_;
   std::vector<std::unique_ptr<UnboundBuffer>> ctrlInBuf_;
   std::vector<std::atomic<bool>> peerLeft_;
+  std::vector<std::atomic<long long>> lastHeard_;  // per peer: steady_clock ticks of its last control message
+  std::vector<long long> heartbeatSentAfter_;      // watchdog thread only: lastHeard_ + 1 when the last one left
+  std::array<std::byte, ControlMessage::kBytes> heartbeat_{};
+  std::vector<std::unique_ptr<UnboundBuffer>> heartbeatBuf_;
+  std::atomic<bool> leaving_{false};
   std::vector<std::thread> watchers_;
   std::thread watchdog_;
   std::condition_variable watchdogCv_;

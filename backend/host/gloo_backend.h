@@ -8,7 +8,8 @@
 /// fingerprint) that the receiver checks before it accepts data, so a mismatched call fails with Error naming both
 /// ranks and what differs, rather than producing wrong data:
 ///   correct:  rank 0: run(ring(count=1000))   rank 1: run(ring(count=1000))
-///   error:    rank 0: run(ring(count=1000))   rank 1: run(ring(count=2000))   -> "count 1000 here, 2000 there"
+///   error:    rank 0: run(ring(count=1000))   rank 1: run(ring(count=2000))
+///             -> "... called different collectives: rank 0: count 1000; rank 1: count 2000"
 ///
 /// Faults never hang: a peer that dies makes every survivor throw Error{PeerFailure} naming the dead rank (its
 /// connection closes, and survivors pass the news on); a peer that stops responding fails the wait after the

@@ -206,6 +206,7 @@ std::array<std::byte, CollectiveHeader::kBytes> CollectiveHeader::encode() const
   putLE(&b[32], count, 8);
   putLE(&b[40], algorithmHash, 8);
   putLE(&b[48], scheduleHash, 8);
+  putLE(&b[56], epochs, 4);
   return b;
 }
 
@@ -231,14 +232,11 @@ CollectiveHeader CollectiveHeader::decode(std::span<const std::byte> b, std::str
   h.count = getLE(&b[32], 8);
   h.algorithmHash = getLE(&b[40], 8);
   h.scheduleHash = getLE(&b[48], 8);
+  h.epochs = static_cast<std::uint32_t>(getLE(&b[56], 4));
   return h;
 }
 
 std::string describeMismatch(const CollectiveHeader& mine, const CollectiveHeader& theirs) {
-  std::vector<std::string> diffs;
-  if (mine.sequence != theirs.sequence) {
-    diffs.push_back(fmt::format("sequence number {} here, {} there", mine.sequence, theirs.sequence));
-  }
   auto name = [](auto v) {
     if constexpr (std::is_same_v<decltype(v), Collective>) {
       const int i = static_cast<int>(v);
@@ -251,23 +249,46 @@ std::string describeMismatch(const CollectiveHeader& mine, const CollectiveHeade
       return i >= 0 && i <= static_cast<int>(ReduceOp::Avg) ? std::string(toString(v)) : fmt::format("#{}", i);
     }
   };
-  if (mine.kind != theirs.kind) diffs.push_back(fmt::format("{} here, {} there", name(mine.kind), name(theirs.kind)));
-  if (mine.nranks != theirs.nranks) {
-    diffs.push_back(fmt::format("{} ranks here, {} there", mine.nranks, theirs.nranks));
+  // Each rank's side in words, lower rank first: the text reads the same in both ranks' errors and when relayed to
+  // a third rank, so nobody has to know whose "here" it was.
+  std::vector<std::string> a, b;
+  auto differ = [&](bool differs, std::string ours, std::string other) {
+    if (!differs) return;
+    a.push_back(std::move(ours));
+    b.push_back(std::move(other));
+  };
+  differ(mine.sequence != theirs.sequence, fmt::format("sequence number {}", mine.sequence),
+         fmt::format("sequence number {}", theirs.sequence));
+  differ(mine.kind != theirs.kind, name(mine.kind), name(theirs.kind));
+  differ(mine.nranks != theirs.nranks, fmt::format("{} ranks", mine.nranks), fmt::format("{} ranks", theirs.nranks));
+  differ(mine.count != theirs.count, fmt::format("count {}", mine.count), fmt::format("count {}", theirs.count));
+  differ(mine.dtype != theirs.dtype, fmt::format("dtype {}", name(mine.dtype)),
+         fmt::format("dtype {}", name(theirs.dtype)));
+  differ(mine.op != theirs.op, fmt::format("op {}", name(mine.op)), fmt::format("op {}", name(theirs.op)));
+  differ(mine.root != theirs.root, fmt::format("root {}", mine.root), fmt::format("root {}", theirs.root));
+  differ(mine.epochs != theirs.epochs, fmt::format("{} iterations in a row", mine.epochs),
+         fmt::format("{} iterations in a row", theirs.epochs));
+  std::string note;
+  if (mine.algorithmHash != theirs.algorithmHash) {
+    note = "different algorithms";
+  } else if (a.empty() && mine.scheduleHash != theirs.scheduleHash) {
+    note = "same call but different schedules (chunk size or channels differ)";
   }
-  if (mine.count != theirs.count) diffs.push_back(fmt::format("count {} here, {} there", mine.count, theirs.count));
-  if (mine.dtype != theirs.dtype) {
-    diffs.push_back(fmt::format("dtype {} here, {} there", name(mine.dtype), name(theirs.dtype)));
-  }
-  if (mine.op != theirs.op) diffs.push_back(fmt::format("op {} here, {} there", name(mine.op), name(theirs.op)));
-  if (mine.root != theirs.root) diffs.push_back(fmt::format("root {} here, {} there", mine.root, theirs.root));
-  if (mine.algorithmHash != theirs.algorithmHash) diffs.push_back("different algorithms");
-  if (diffs.empty() && mine.scheduleHash != theirs.scheduleHash) {
-    diffs.push_back("same call but different schedules (chunk size or channels differ)");
-  }
-  if (diffs.empty()) return {};
+  if (a.empty() && note.empty()) return {};
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
   std::string what;
-  for (const auto& d : diffs) what += (what.empty() ? "" : "; ") + d;
+  if (!a.empty()) {
+    const bool mineFirst = mine.rank <= theirs.rank;
+    const auto& first = mineFirst ? a : b;
+    const auto& second = mineFirst ? b : a;
+    what = fmt::format("rank {}: {}; rank {}: {}", mineFirst ? mine.rank : theirs.rank, join(first),
+                       mineFirst ? theirs.rank : mine.rank, join(second));
+  }
+  if (!note.empty()) what += (what.empty() ? "" : "; ") + note;
   return fmt::format("rank {} (this process) and rank {} called different collectives: {}", mine.rank, theirs.rank,
                      what);
 }
@@ -318,7 +339,8 @@ std::optional<ControlMessage> ControlMessage::decode(std::span<const std::byte> 
   }
   ControlMessage m;
   const auto kind = getLE(&b[6], 2);
-  if (kind != static_cast<std::uint16_t>(Kind::Abort) && kind != static_cast<std::uint16_t>(Kind::Goodbye)) {
+  if (kind != static_cast<std::uint16_t>(Kind::Abort) && kind != static_cast<std::uint16_t>(Kind::Goodbye) &&
+      kind != static_cast<std::uint16_t>(Kind::Heartbeat)) {
     return std::nullopt;
   }
   m.kind = static_cast<Kind>(kind);

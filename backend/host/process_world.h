@@ -64,10 +64,12 @@ std::uint64_t fnv1a(std::string_view text, std::uint64_t seed = 0xcbf29ce4842223
 /// Fingerprint of everything both sides of a transfer must agree on: the spec, the algorithm and every op.
 std::uint64_t scheduleFingerprint(const Schedule& s);
 
-inline constexpr std::uint16_t kProcessProtocolVersion = 1;
+/// 2: the header covers a run of collectives (`epochs`); heartbeats.
+inline constexpr std::uint16_t kProcessProtocolVersion = 2;
 
-/// Sent by each rank to each neighbour before every collective; the receiver posts no data receive from a peer
-/// whose header differs from its own.
+/// Sent by each rank to each neighbour before every run of consecutive collectives of one schedule (a run() call's
+/// warmup, then its timed iterations: `epochs` of them); a rank sends no data to a peer whose header differs from
+/// its own, so a mismatched call fails on both sides before any data moves.
 struct CollectiveHeader {
   static constexpr std::uint32_t kMagic = 0x44484243;  // "CBHD"
   static constexpr std::size_t kBytes = 64;
@@ -82,6 +84,7 @@ struct CollectiveHeader {
   std::uint64_t count = 0;
   std::uint64_t algorithmHash = 0;
   std::uint64_t scheduleHash = 0;
+  std::uint32_t epochs = 1;  ///< collectives of this schedule run back to back from `sequence` on
 
   static CollectiveHeader of(const Schedule& s, int rank, std::uint64_t sequence, std::uint64_t fingerprint);
   std::array<std::byte, kBytes> encode() const;
@@ -90,7 +93,8 @@ struct CollectiveHeader {
 };
 
 /// "" when `theirs` (received from rank theirs.rank) agrees with `mine`; otherwise what differs, in words, naming
-/// both ranks: "rank 0 (this process) and rank 1 called different collectives: count 1000 here, 2000 there".
+/// each side's values by rank, lower rank first (the same text on both ranks and when relayed to others):
+/// "rank 1 (this process) and rank 0 called different collectives: rank 0: count 1000; rank 1: count 2000".
 std::string describeMismatch(const CollectiveHeader& mine, const CollectiveHeader& theirs);
 
 /// First message on every connection after rendezvous: proves the peer is the rank it claims, of this cluster and
@@ -110,12 +114,14 @@ struct Hello {
 };
 
 /// Out-of-band notice between processes: a rank that fails tells the others why (so that every survivor names the
-/// rank that really failed), and a rank that finishes says goodbye (so that its closing socket is not a failure).
+/// rank that really failed), a rank that finishes says goodbye (so that its closing socket is not a failure), and
+/// every rank sends heartbeats (so that a peer that stops responding without closing its connections, e.g. stopped
+/// by SIGSTOP or swapped out, is the one named when a wait times out, rather than a live peer waiting on it).
 struct ControlMessage {
   static constexpr std::uint32_t kMagic = 0x54434243;  // "CBCT"
   static constexpr std::size_t kBytes = 256;
   static constexpr std::size_t kMaxReason = kBytes - 24;
-  enum class Kind : std::uint16_t { Abort = 1, Goodbye = 2 };
+  enum class Kind : std::uint16_t { Abort = 1, Goodbye = 2, Heartbeat = 3 };
   Kind kind = Kind::Abort;
   Errc code = Errc::PeerFailure;
   std::int32_t origin = -1;   ///< rank that sends the notice

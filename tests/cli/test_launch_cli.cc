@@ -2,10 +2,13 @@
 // rank stopping the others with its status named, bad invocations; and `collbench perf --backend gloo` under it:
 // correct results for every all-reduce algorithm, only rank 0 printing, and kill -9 of one process during a
 // 256 MiB all-reduce, after which the survivors exit naming the dead rank within timeout + 5 s.
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -191,6 +194,46 @@ TEST(LaunchCli, RanksOnTwoLoopbackAddresses) {
   const Launched r = runCollbench({"launch", "-n", "2", "--hosts", "127.0.0.1,127.0.0.2", "--", COLLBENCH_CLI, "perf",
                                    "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1"});
   expectCorrectTable(r, 1);
+}
+
+/// A loopback port free right now.
+int freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(LaunchCli, PerfTimeoutBoundsRendezvous) {
+  // Worker 1 never starts: -T (COLLBENCH_TIMEOUT_SECONDS unset) bounds the wait for it, and the error names it.
+  const int p0 = freePort(), p1 = freePort();
+  const std::string tf = fmt::format(
+      R"(TF_CONFIG={{"cluster":{{"worker":["127.0.0.1:{}","127.0.0.1:{}"]}},"task":{{"type":"worker","index":0}}}})",
+      p0, p1);
+  const Launched r = runCollbench({"perf", "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-T", "2"},
+                                  {tf, "COLLBENCH_TIMEOUT_SECONDS=", "COLLBENCH_CLUSTER_TOKEN="});
+  EXPECT_NE(r.exitCode, 0) << r.err;
+  EXPECT_LT(r.seconds, 2 + 8) << r.err;
+  EXPECT_TRUE(contains(r.err, fmt::format("worker[1] (rank 1, 127.0.0.1:{}) did not join within 2 s", p1))) << r.err;
+  // A derived token on loopback is fine: no warning.
+  EXPECT_FALSE(contains(r.err, "warning")) << r.err;
+}
+
+TEST(LaunchCli, DerivedTokenOffLoopbackWarns) {
+  // TEST-NET-1 addresses (never this machine's): the run fails to listen, but first warns that the token is derived.
+  const std::string tf =
+      R"(TF_CONFIG={"cluster":{"worker":["192.0.2.1:2222","192.0.2.2:2222"]},"task":{"type":"worker","index":1}})";
+  const Launched r = runCollbench({"perf", "--backend", "gloo", "-b", "1K", "-e", "1K", "-n", "1", "-T", "1"},
+                                  {tf, "COLLBENCH_TIMEOUT_SECONDS=", "COLLBENCH_CLUSTER_TOKEN="});
+  EXPECT_NE(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(
+      contains(r.err, "collbench: warning: COLLBENCH_CLUSTER_TOKEN is not set, so the cluster token is derived"))
+      << r.err;
 }
 
 /// /proc/<launcher>/task/<launcher>/children, and the RANK in each one's environment.

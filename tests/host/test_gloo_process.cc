@@ -1,7 +1,8 @@
 // The process backend with real processes (fork, one rank each, loopback TCP): every collective and every
 // all-reduce algorithm (ours and Gloo's own) against the reference at 2, 3 and 4 processes; the file store;
-// rendezvous with a missing task or a wrong token; mismatched calls; a stalled peer; and kill -9 of a process in
-// the middle of a 256 MiB all-reduce, after which every survivor must name the dead rank within timeout + 5 s.
+// rendezvous with a missing task, a wrong token or a reused file-store directory; listeners on the spec addresses;
+// mismatched calls; a stalled peer; a stopped (SIGSTOP) peer; and kill -9 of a process in the middle of a 256 MiB
+// all-reduce, after which every survivor must name the dead rank within timeout + 5 s.
 #ifdef COLLBENCH_HAVE_GLOO
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <span>
 #include <sstream>
 #include <thread>
@@ -359,6 +361,116 @@ TEST(GlooRendezvous, AWrongTokenIsRefused) {
   EXPECT_NE(other.message.find("refused this process (wrong cluster token)"), std::string::npos) << other.message;
 }
 
+TEST(GlooRendezvous, AReusedFileStoreDirectoryIsRefusedClearly) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("collbench_filestore_reuse_{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  const auto addrs = freeAddresses(2);
+  auto useDir = [&](int, BackendOptions& o) { o["store"] = "file:" + dir.string(); };
+  auto results = runWorld(addrs, {0, 1}, oneAllReduce, 5, 60s, useDir);
+  for (const auto& r : results) EXPECT_EQ(r.report, "OK") << "rank " << r.rank;
+  // The same cluster (addresses and token) again in the same directory: its keys are there from the first run.
+  results = runWorld(addrs, {0, 1}, oneAllReduce, 5, 60s, useDir);
+  for (const auto& r : results) {
+    const Reported e = parseError(r);
+    EXPECT_EQ(e.code, "invalid_argument") << e.message;
+    EXPECT_NE(e.message.find("already holds 'rank_" + std::to_string(r.rank) + "' of this cluster from an earlier run"),
+              std::string::npos)
+        << e.message;
+    EXPECT_NE(e.message.find("COLLBENCH_CLUSTER_TOKEN"), std::string::npos) << e.message;
+  }
+  // Another token (as collbench launch gives every run) scopes the keys anew.
+  results = runWorld(addrs, {0, 1}, oneAllReduce, 5, 60s, [&](int r, BackendOptions& o) {
+    useDir(r, o);
+    o["token"] = "second-run";
+  });
+  for (const auto& r : results) EXPECT_EQ(r.report, "OK") << "rank " << r.rank;
+  std::filesystem::remove_all(dir);
+}
+
+/// "host:port" of every TCP socket process `pid` listens on (from /proc: its socket inodes, then the kernel's
+/// tables).
+std::vector<std::string> listeningAddresses(pid_t pid) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"tcp", "tcp6"}) {
+    std::ifstream in(fmt::format("/proc/{}/net/{}", pid, table));
+    std::string line;
+    std::getline(in, line);  // column names
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state != "0A" || !inodes.count(inode)) continue;  // 0A: LISTEN
+      const std::string hex = local.substr(0, local.find(':'));
+      const int port = std::stoi(local.substr(local.find(':') + 1), nullptr, 16);
+      if (hex.size() == 8) {  // IPv4, in the kernel's byte order (little-endian here)
+        const unsigned long a = std::stoul(hex, nullptr, 16);
+        out.push_back(fmt::format("{}.{}.{}.{}:{}", a & 0xff, (a >> 8) & 0xff, (a >> 16) & 0xff, a >> 24, port));
+      } else {
+        out.push_back(fmt::format("[{}]:{}", hex, port));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(GlooRendezvous, ListenersBindToTheClusterSpecAddress) {
+  // Three loopback addresses (every 127.0.0.0/8 address is this machine's). While ranks 0 and 1 wait in rendezvous
+  // for rank 2 (which starts late), their listeners (Gloo's transport; the chief's store too) must be on their own
+  // address only, never on 0.0.0.0 or another. They close once everyone is connected, so look meanwhile.
+  auto addrs = freeAddresses(3);
+  for (int r = 0; r < 3; ++r) addrs[static_cast<std::size_t>(r)].replace(0, 9, fmt::format("127.0.0.{}", r + 2));
+  const Body body = [](int rank, const BackendOptions& o) {
+    if (rank == 2) std::this_thread::sleep_for(1500ms);
+    auto backend = makeGlooBackend(ProcessWorld::fromOptions(o));
+    return std::string("OK");
+  };
+  std::vector<pid_t> pids;
+  std::vector<std::string> seen[2];
+  const auto results = runWorld(addrs, {0, 1, 2}, body, 10, 60s, {}, &pids, [&] {
+    std::this_thread::sleep_for(700ms);
+    for (int r : {0, 1}) seen[r] = listeningAddresses(pids[static_cast<std::size_t>(r)]);
+  });
+  for (const auto& r : results) EXPECT_EQ(r.report, "OK") << "rank " << r.rank;
+  for (int r : {0, 1}) {
+    const std::string mine = fmt::format("127.0.0.{}:", r + 2);
+    for (const auto& a : seen[r]) {
+      EXPECT_EQ(a.rfind(mine, 0), 0u) << "rank " << r << " listens on " << a << ", not on " << mine << "*";
+    }
+    EXPECT_GE(seen[r].size(), 1u) << "rank " << r << " had no listener while waiting in rendezvous";
+  }
+  // The chief serves the store on its spec address and port.
+  EXPECT_NE(std::find(seen[0].begin(), seen[0].end(), addrs[0]), seen[0].end()) << addrs[0];
+}
+
+/// Both ranks of a mismatched 2-rank call fail with InvalidArgument and `sides` (each rank's values, by rank). Each
+/// reports either what it saw itself (naming itself "this process" and the other rank as the culprit) or the other
+/// rank's notice, whichever arrived first: then the text is the other's, relayed, and the culprit is as the other
+/// saw it (this rank).
+void expectMismatchOnBothRanks(const std::vector<ChildResult>& results, const std::string& sides) {
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    const Reported e = parseError(r);
+    const int other = 1 - r.rank;
+    EXPECT_EQ(e.code, "invalid_argument") << "rank " << r.rank << ": " << e.message;
+    EXPECT_NE(e.message.find("called different collectives: " + sides), std::string::npos)
+        << "rank " << r.rank << ": " << e.message;
+    const bool local =
+        e.message.find(fmt::format("rank {} (this process) and rank {} called", r.rank, other)) != std::string::npos;
+    const bool relayed =
+        e.message.find(fmt::format("rank {} and rank {} called", other, r.rank)) != std::string::npos &&
+        e.message.find(fmt::format("(reported by worker[{}] (rank {},", other, other)) != std::string::npos;
+    EXPECT_TRUE(local || relayed) << "rank " << r.rank << " reported neither its own view nor rank " << other
+                                  << "'s: " << e.message;
+    EXPECT_EQ(e.peer, local ? other : r.rank) << "rank " << r.rank << ": " << e.message;
+  }
+}
+
 TEST(GlooFaults, MismatchedCallsFailInsteadOfProducingData) {
   // Different counts.
   Body body = [](int rank, const BackendOptions& o) {
@@ -369,12 +481,7 @@ TEST(GlooFaults, MismatchedCallsFailInsteadOfProducingData) {
     return std::string("no error");
   };
   auto results = runWorld(freeAddresses(2), {0, 1}, body, 5, 60s);
-  Reported e = parseError(results[0]);
-  EXPECT_EQ(e.code, "invalid_argument");
-  EXPECT_EQ(e.peer, 1);
-  EXPECT_NE(e.message.find("count 1000 here, 2000 there"), std::string::npos) << e.message;
-  e = parseError(results[1]);
-  EXPECT_NE(e.message.find("count 2000 here, 1000 there"), std::string::npos) << e.message;
+  expectMismatchOnBothRanks(results, "rank 0: count 1000; rank 1: count 2000");
 
   // Different dtype, then different op: each named by the receiver's header check.
   for (const bool dtype : {true, false}) {
@@ -387,13 +494,11 @@ TEST(GlooFaults, MismatchedCallsFailInsteadOfProducingData) {
       return std::string("no error");
     };
     results = runWorld(freeAddresses(2), {0, 1}, body, 5, 60s);
-    e = parseError(results[0]);
-    EXPECT_EQ(e.code, "invalid_argument");
-    EXPECT_EQ(e.peer, 1);
-    EXPECT_NE(e.message.find(dtype ? "dtype float here, int32 there" : "op sum here, max there"), std::string::npos)
-        << e.message;
+    expectMismatchOnBothRanks(results,
+                              dtype ? "rank 0: dtype float; rank 1: dtype int32" : "rank 0: op sum; rank 1: op max");
   }
 
+  Reported e;
   // One rank runs one collective more than the other: the next call is out of sequence.
   body = [](int rank, const BackendOptions& o) {
     auto backend = makeGlooBackend(ProcessWorld::fromOptions(o));
@@ -488,7 +593,59 @@ void killDuringAllReduce(const std::string& algo, std::size_t bytes) {
   }
 }
 
+/// SIGSTOP of rank 1 while three ranks run `algo` all-reduces in a loop: its connections stay open, so only the
+/// timeout can end the survivors' waits. Each must throw Timeout naming rank 1 (not the live rank it may be waiting
+/// on, which waits on rank 1 itself) within timeout + 5 s of the stop.
+void stopDuringAllReduce(const std::string& algo) {
+  constexpr double kTimeout = 2;
+  const int n = 3;
+  const auto marker = std::filesystem::temp_directory_path() / fmt::format("collbench_stop_{}_{}", ::getpid(), algo);
+  std::filesystem::remove(marker);
+  const Body body = [&](int rank, const BackendOptions& o) {
+    auto backend = makeGlooBackend(ProcessWorld::fromOptions(o));
+    const CollectiveSpec spec{Collective::AllReduce, n, 1u << 18, DType::F32, ReduceOp::Sum};
+    LocalBuffers b(spec, rank, false);
+    const Schedule s = buildSchedule(spec, algo);
+    try {
+      for (int i = 0;; ++i) {
+        backend->run(s, Buffers{b.view}, RunOptions{1, 0, kTimeout});
+        if (i == 0 && rank == 1) std::ofstream(marker.string()) << "started";
+      }
+    } catch (const Error& e) {
+      return errorReport(e);  // the time of the throw, before the backend's teardown
+    }
+    return std::string("never");
+  };
+  std::vector<pid_t> pids;
+  long long stoppedAt = 0;
+  const auto results = runWorld(freeAddresses(n), {0, 1, 2}, body, kTimeout, 90s, {}, &pids, [&] {
+    const auto deadline = Clock::now() + 60s;
+    while (!std::filesystem::exists(marker) && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(100ms);
+    stoppedAt = nowNs();
+    ::kill(pids[1], SIGSTOP);
+    // Stopped, rank 1 never closes its pipe: end it once the survivors must have reported.
+    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout + 6));
+    ::kill(pids[1], SIGKILL);
+  });
+  std::filesystem::remove(marker);
+  ASSERT_TRUE(WIFSIGNALED(results[1].status));
+  for (int r : {0, 2}) {
+    const Reported e = parseError(results[static_cast<std::size_t>(r)]);
+    EXPECT_EQ(e.code, "timeout") << e.message;
+    EXPECT_EQ(e.peer, 1) << "rank " << r << ": " << e.message;
+    EXPECT_NE(e.message.find("worker[1] (rank 1,"), std::string::npos) << e.message;
+    const double after = static_cast<double>(e.ns - stoppedAt) / 1e9;
+    EXPECT_LT(after, kTimeout + 5) << "rank " << r << " reported " << after << " s after the stop";
+    EXPECT_GT(after, 0);
+  }
+}
+
 TEST(GlooFaults, KillDuringA256MiBAllReduceNamesTheDeadRank) { killDuringAllReduce("ring", 256u << 20); }
+
+TEST(GlooFaults, AStoppedPeerTimesOutNamingIt) { stopDuringAllReduce("ring"); }
+
+TEST(GlooFaults, AStoppedPeerTimesOutNamingItInGloosOwnAllReduce) { stopDuringAllReduce("gloo_ring"); }
 
 TEST(GlooFaults, KillDuringGloosOwnAllReduceNamesTheDeadRank) { killDuringAllReduce("gloo_ring", 32u << 20); }
 

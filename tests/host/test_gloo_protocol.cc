@@ -85,9 +85,19 @@ TEST(CollectiveHeader, RoundTripAndMismatchDescriptions) {
 
   auto theirs = CollectiveHeader::of(b, 1, 5, scheduleFingerprint(b));
   EXPECT_EQ(describeMismatch(ha, theirs),
-            "rank 0 (this process) and rank 1 called different collectives: count 1000 here, 2000 there");
+            "rank 0 (this process) and rank 1 called different collectives: rank 0: count 1000; rank 1: count 2000");
+  // Seen from rank 1: the sides keep their order, so a relayed message reads the same wherever it lands.
+  EXPECT_EQ(describeMismatch(theirs, ha),
+            "rank 1 (this process) and rank 0 called different collectives: rank 0: count 1000; rank 1: count 2000");
   theirs = CollectiveHeader::of(a, 1, 6, scheduleFingerprint(a));
-  EXPECT_NE(describeMismatch(ha, theirs).find("sequence number 5 here, 6 there"), std::string::npos);
+  EXPECT_NE(describeMismatch(ha, theirs).find("rank 0: sequence number 5; rank 1: sequence number 6"),
+            std::string::npos);
+  theirs = ha;
+  theirs.rank = 1;
+  theirs.epochs = 3;
+  EXPECT_NE(describeMismatch(ha, CollectiveHeader::decode(theirs.encode(), &why))
+                .find("rank 0: 1 iterations in a row; rank 1: 3 iterations in a row"),
+            std::string::npos);
   const Schedule t = buildSchedule({Collective::AllReduce, 2, 1000, DType::F32, ReduceOp::Sum}, "tree");
   theirs = CollectiveHeader::of(t, 1, 5, scheduleFingerprint(t));
   EXPECT_NE(describeMismatch(ha, theirs).find("different algorithms"), std::string::npos);
@@ -99,7 +109,7 @@ TEST(CollectiveHeader, RoundTripAndMismatchDescriptions) {
   EXPECT_NE(describeMismatch(ha, theirs).find("different schedules"), std::string::npos);
   const Schedule d = buildSchedule({Collective::AllReduce, 2, 1000, DType::I32, ReduceOp::Max}, "ring");
   theirs = CollectiveHeader::of(d, 1, 5, scheduleFingerprint(d));
-  EXPECT_NE(describeMismatch(ha, theirs).find("dtype float here, int32 there; op sum here, max there"),
+  EXPECT_NE(describeMismatch(ha, theirs).find("rank 0: dtype float, op sum; rank 1: dtype int32, op max"),
             std::string::npos)
       << describeMismatch(ha, theirs);
 
@@ -124,8 +134,8 @@ TEST(Hello, ChecksRankWorldTokenAndVersion) {
   EXPECT_NE(Hello::check(b, 1, 4, Hello::digest("tok")).find("it says it is rank 2"), std::string::npos);
   EXPECT_NE(Hello::check(b, 2, 3, Hello::digest("tok")).find("4 ranks"), std::string::npos);
   auto v = b;
-  v[4] = std::byte{2};
-  EXPECT_NE(Hello::check(v, 2, 4, Hello::digest("tok")).find("protocol version 2"), std::string::npos);
+  v[4] = std::byte{9};
+  EXPECT_NE(Hello::check(v, 2, 4, Hello::digest("tok")).find("protocol version 9"), std::string::npos);
   std::array<std::byte, Hello::kBytes> junk{};
   EXPECT_NE(Hello::check(junk, 2, 4, Hello::digest("tok")).find("not a collbench hello"), std::string::npos);
 }
