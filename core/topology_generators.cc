@@ -318,40 +318,49 @@ Topology multiNode(Params& p) {
 
 Topology fatTree(Params& p) {
   const long long k = p.integer("k", 8, 2, 256);
-  const double over = p.positive("oversubscription", 1);
+  const long long over = p.integer("oversubscription", 1, 1, k / 2);
   const double bw = p.bandwidth("link_GBps", kNdrPortGBps);
   const double lat = p.latency("latency_us", kFabricLatencyUs);
   const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
   p.finish();
   if (k % 2 != 0) p.bad("k", "must be even (k-ary fat tree: k/2 ports down, k/2 up)");
   const long long half = k / 2;
+  // Oversubscription s is built as real s:1 fabrics are: fewer uplinks at the full rate (an edge switch with k/2
+  // hosts has k/(2s) uplinks), not thinner ones. So each pod has k/(2s) aggregation switches and there are
+  // k/(2s) * k/2 cores; contention appears where more flows leave a rack than it has uplinks, and a flow alone on
+  // an uplink still gets the whole link.
+  if (half % over != 0)
+    p.bad("oversubscription", fmt::format("must divide k/2 = {} (uplinks per edge: k/2 / s)", half));
+  const long long up = half / over;
   const long long hosts = k * k * k / 4;
-  const long long switches = 5 * k * k / 4;
-  p.checkSize(hosts + switches, 3 * hosts);
-  Builder b(fmt::format("fat_tree-k{}", k), hosts + switches, 3 * hosts);
+  const long long switches = k * half + k * up + up * half;
+  const long long links = hosts + 2 * k * half * up;
+  p.checkSize(hosts + switches, links);
+  Builder b(fmt::format("fat_tree-k{}", k), hosts + switches, links);
   auto edge = [](long long pod, long long e) { return fmt::format("pod{}.edge{}", pod, e); };
   auto agg = [](long long pod, long long a) { return fmt::format("pod{}.agg{}", pod, a); };
   auto core = [](long long c) { return fmt::format("core{}", c); };
   for (long long h = 0; h < hosts; ++h) b.gpu(gpuId(h, 0), hostId(h), reduce);
   for (long long pod = 0; pod < k; ++pod) {
     for (long long e = 0; e < half; ++e) b.node(edge(pod, e), NodeKind::Switch, "");
-    for (long long a = 0; a < half; ++a) b.node(agg(pod, a), NodeKind::Switch, "");
+    for (long long a = 0; a < up; ++a) b.node(agg(pod, a), NodeKind::Switch, "");
   }
-  for (long long c = 0; c < half * half; ++c) b.node(core(c), NodeKind::Switch, "");
+  for (long long c = 0; c < up * half; ++c) b.node(core(c), NodeKind::Switch, "");
   for (long long h = 0; h < hosts; ++h) b.link(gpuId(h, 0), edge(h / (half * half), (h / half) % half), bw, lat, "nic");
   for (long long pod = 0; pod < k; ++pod) {
     for (long long e = 0; e < half; ++e) {
-      // Oversubscription thins the edge uplinks: hosts below an edge can send `over` times what leaves it.
-      for (long long a = 0; a < half; ++a) b.link(edge(pod, e), agg(pod, a), bw / over, lat, "fabric");
+      for (long long a = 0; a < up; ++a) b.link(edge(pod, e), agg(pod, a), bw, lat, "fabric");
     }
   }
   for (long long pod = 0; pod < k; ++pod) {
-    for (long long a = 0; a < half; ++a) {
+    for (long long a = 0; a < up; ++a) {
       for (long long c = 0; c < half; ++c) b.link(agg(pod, a), core(a * half + c), bw, lat, "fabric");
     }
   }
-  return b.done(fmt::format("k={} fat tree: {} single-GPU hosts, {} switches, {} GB/s links, edge uplinks {}:1", k,
-                            hosts, switches, bw, over));
+  return b.done(
+      fmt::format("k={} fat tree: {} single-GPU hosts, {} switches, {} GB/s links, {} uplinks per edge "
+                  "switch ({}:1)",
+                  k, hosts, switches, bw, up, over));
 }
 
 Topology torus(Params& p) {

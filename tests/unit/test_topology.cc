@@ -324,15 +324,28 @@ TEST(TopologyGenerators, FatTreeCountsMatchFormulas) {
   }
 }
 
-TEST(TopologyGenerators, FatTreeOversubscriptionThinsEdgeUplinks) {
+TEST(TopologyGenerators, FatTreeOversubscriptionRemovesUplinks) {
+  // 2:1 with k = 4: each edge switch keeps its 2 hosts and has 1 uplink (of 2), at the full 40 GB/s; a pod has one
+  // aggregation switch, with 2 core links, and there are 2 cores.
   const Topology t = gen("fat_tree", {{"k", 4}, {"oversubscription", 2}, {"link_GBps", 40}});
-  int thin = 0;
+  int edgeUp = 0, aggUp = 0, hostLinks = 0;
   for (const auto& l : t.links) {
-    const bool edgeUp = l.a.find(".edge") != std::string::npos && l.b.find(".agg") != std::string::npos;
-    EXPECT_EQ(l.bandwidthGBps, edgeUp ? 20 : 40) << l.a << " - " << l.b;
-    thin += edgeUp ? 1 : 0;
+    EXPECT_EQ(l.bandwidthGBps, 40) << l.a << " - " << l.b;
+    edgeUp += l.a.find(".edge") != std::string::npos && l.b.find(".agg") != std::string::npos ? 1 : 0;
+    aggUp += l.a.find(".agg") != std::string::npos && l.b.find("core") == 0 ? 1 : 0;
+    hostLinks += l.linkClass == "nic" ? 1 : 0;
   }
-  EXPECT_EQ(thin, 16);  // k pods x (k/2)^2
+  EXPECT_EQ(hostLinks, 16);
+  EXPECT_EQ(edgeUp, 8);  // k pods x k/2 edges x 1 uplink
+  EXPECT_EQ(aggUp, 8);   // k pods x 1 aggregation switch x k/2 core links
+  EXPECT_EQ(t.ranks.size(), 16u);
+  EXPECT_EQ(summarize(t).switches, 4 * 2 + 4 * 1 + 2);
+  expectError([] { generateTopology("fat_tree", R"({"k": 4, "oversubscription": 3})"); }, Errc::InvalidTopology,
+              {"params.oversubscription: must be between 1 and 2", "(got 3)"});
+  expectError([] { generateTopology("fat_tree", R"({"k": 8, "oversubscription": 3})"); }, Errc::InvalidTopology,
+              {"params.oversubscription: must divide k/2 = 4", "(got 3)"});
+  expectError([] { generateTopology("fat_tree", R"({"k": 8, "oversubscription": 1.5})"); }, Errc::InvalidTopology,
+              {"params.oversubscription: expected an integer", "(got 1.5)"});
 }
 
 TEST(TopologyGenerators, MultiNodeRailOptimized) {
@@ -670,7 +683,8 @@ TEST(TopologySummary, DgxH100) {
 }
 
 TEST(TopologySummary, BisectionOfGenerators) {
-  // Exact minimum over balanced splits for 16 hosts: k^3/8 hosts' links, thinned by the oversubscription.
+  // Exact minimum over balanced splits for 16 hosts: half the pods' core links (2:1 halves the uplinks, and the
+  // cores with them, so a pod's core capacity equals what its one uplink per rack can send).
   const TopologySummary ft = summarize(gen("fat_tree", {{"k", 4}, {"oversubscription", 2}}));
   EXPECT_TRUE(ft.bisectionExact);
   EXPECT_NEAR(ft.bisectionGBps, 8 * 50 / 2.0, 1e-6);
