@@ -112,29 +112,33 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     const double algbw = r.seconds > 0 ? static_cast<double>(rowBytes) / r.seconds / 1e9 : 0;
     const double busbw = algbw * busBandwidthFactor(spec.kind, n);
     if (a->json) {
-      const nlohmann::json doc = {{"format", "collbench-sim"},
-                                  {"version", 1},
-                                  {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-                                  {"command_line", gCommandLine},
-                                  {"topology", topoName},
-                                  {"topology_fingerprint", fp},
-                                  {"model", sim::toString(cfg.model)},
-                                  {"collective", toString(spec.kind)},
-                                  {"algorithm", choice.algorithm},
-                                  {"ranks", n},
-                                  {"bytes", rowBytes},
-                                  {"count", spec.count},
-                                  {"datatype", toString(spec.dtype)},
-                                  {"time_us", r.seconds * 1e6},
-                                  {"algbw_GBps", algbw},
-                                  {"busbw_GBps", busbw},
-                                  {"method", r.method},
-                                  {"exact", r.exact},
-                                  {"note", r.note},
-                                  {"ops", r.ops},
-                                  {"transfers", r.transfers},
-                                  {"simulated_activities", r.simulatedActivities},
-                                  {"wall_s", r.wallSeconds}};
+      nlohmann::json doc = {{"format", "collbench-sim"},
+                            {"version", 1},
+                            {"tool", std::string("collbench ") + COLLBENCH_VERSION},
+                            {"command_line", gCommandLine},
+                            {"topology", topoName},
+                            {"topology_fingerprint", fp},
+                            {"model", sim::toString(cfg.model)},
+                            {"collective", toString(spec.kind)},
+                            {"algorithm", choice.algorithm},
+                            {"ranks", n},
+                            {"bytes", rowBytes},
+                            {"count", spec.count},
+                            {"datatype", toString(spec.dtype)},
+                            {"time_us", r.seconds * 1e6},
+                            {"algbw_GBps", algbw},
+                            {"busbw_GBps", busbw},
+                            {"method", r.method},
+                            {"exact", r.exact},
+                            {"note", r.note},
+                            {"ops", r.ops},
+                            {"transfers", r.transfers},
+                            {"simulated_activities", r.simulatedActivities},
+                            {"wall_s", r.wallSeconds}};
+      if (!r.spansMethod.empty()) {
+        doc["timeline_spans_method"] = r.spansMethod;
+        doc["timeline_spans_time_us"] = r.spansSeconds * 1e6;
+      }
       fmt::print("{}\n", doc.dump(2));
     } else {
       fmt::print("# collbench {} sim: {} {} on {} ranks of {} ({}), {}\n", COLLBENCH_VERSION, toString(spec.kind),
@@ -154,6 +158,10 @@ void addSimCommand(CLI::App& app, int& exitCode) {
       sim::writeTimeline(
           f, r, fmt::format("{} {} {} ranks {} B on {}", toString(spec.kind), choice.algorithm, n, rowBytes, topoName));
       if (isatty(STDERR_FILENO)) fmt::print(stderr, "timeline: {} spans written to {}\n", r.spans.size(), a->timeline);
+      if (!r.spansMethod.empty() && !a->json) {
+        fmt::print("timeline  spans from the schedule simulated {} ({:.3f} us; the time above is {})\n", r.spansMethod,
+                   r.spansSeconds * 1e6, r.method);
+      }
     }
     exitCode = 0;
   });
