@@ -34,6 +34,28 @@ void fail(const std::string& source, const std::string& path, const std::string&
   throw Error(Errc::InvalidTopology, msg);
 }
 
+std::string bandwidthProblem(double gbps) {
+  if (!std::isfinite(gbps) || gbps <= 0) return "bandwidth must be > 0";
+  if (gbps < kMinBandwidthGBps || gbps > kMaxBandwidthGBps) {
+    return fmt::format("bandwidth must be between {:g} and {:g} GB/s", kMinBandwidthGBps, kMaxBandwidthGBps);
+  }
+  return "";
+}
+
+std::string rateProblem(double gbps, const char* zeroMeans) {
+  if (gbps == 0) return "";
+  if (!std::isfinite(gbps) || gbps < kMinBandwidthGBps || gbps > kMaxBandwidthGBps) {
+    return fmt::format("must be 0 ({}) or between {:g} and {:g} GB/s", zeroMeans, kMinBandwidthGBps, kMaxBandwidthGBps);
+  }
+  return "";
+}
+
+std::string latencyProblem(double us) {
+  if (!std::isfinite(us) || us < 0) return "latency must be >= 0";
+  if (us > kMaxLatencyUs) return fmt::format("latency must be at most {:g} us", kMaxLatencyUs);
+  return "";
+}
+
 std::string render(const json& v) {
   // dump() escapes control characters, so the result never contains a newline.
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -203,11 +225,11 @@ void validateImpl(const Topology& t, const std::string& source,
     if (auto [it, inserted] = index.emplace(n.id, static_cast<int>(i)); !inserted) {
       fail(source, p + ".id", fmt::format("duplicate node id (first at nodes[{}])", it->second), quote(n.id));
     }
-    if (!std::isfinite(n.reduceGBps) || n.reduceGBps < 0) {
-      fail(source, p + ".reduce_GBps", "must be >= 0 (0 = unknown)", num(n.reduceGBps));
+    if (const std::string why = topo_detail::rateProblem(n.reduceGBps, "unknown"); !why.empty()) {
+      fail(source, p + ".reduce_GBps", why, num(n.reduceGBps));
     }
-    if (!std::isfinite(n.switchGBps) || n.switchGBps < 0) {
-      fail(source, p + ".switch_GBps", "must be >= 0 (0 = non-blocking)", num(n.switchGBps));
+    if (const std::string why = topo_detail::rateProblem(n.switchGBps, "non-blocking"); !why.empty()) {
+      fail(source, p + ".switch_GBps", why, num(n.switchGBps));
     }
     if (n.switchGBps != 0 && n.kind != NodeKind::Switch) {
       fail(source, p + ".switch_GBps", fmt::format("only switches forward traffic, node is a {}", toString(n.kind)),
@@ -220,11 +242,11 @@ void validateImpl(const Topology& t, const std::string& source,
     if (!index.count(k.a)) fail(source, p + ".a", "unknown node id", quote(k.a));
     if (!index.count(k.b)) fail(source, p + ".b", "unknown node id", quote(k.b));
     if (k.a == k.b) fail(source, p + ".b", "link joins a node to itself", quote(k.b));
-    if (!std::isfinite(k.bandwidthGBps) || k.bandwidthGBps <= 0) {
-      fail(source, p + ".bandwidth_GBps", "bandwidth must be > 0", num(k.bandwidthGBps));
+    if (const std::string why = topo_detail::bandwidthProblem(k.bandwidthGBps); !why.empty()) {
+      fail(source, p + ".bandwidth_GBps", why, num(k.bandwidthGBps));
     }
-    if (!std::isfinite(k.latencyUs) || k.latencyUs < 0) {
-      fail(source, p + ".latency_us", "latency must be >= 0", num(k.latencyUs));
+    if (const std::string why = topo_detail::latencyProblem(k.latencyUs); !why.empty()) {
+      fail(source, p + ".latency_us", why, num(k.latencyUs));
     }
     if (!validClassName(k.linkClass)) {
       fail(source, p + ".class", "must be a non-empty name of letters, digits, '_' or '-'", quote(k.linkClass));
@@ -659,9 +681,10 @@ void applyOverride(Topology& t, const std::string& assignment) {
                                                      key, field));
     }
     const double v = parseOverrideValue(assignment, valueText);
-    if (bandwidth ? v <= 0 : v < 0) {
-      throw Error(Errc::InvalidArgument, fmt::format("override '{}': {} must be {} (got {})", assignment, field,
-                                                     bandwidth ? "> 0" : ">= 0", valueText));
+    if (const std::string why = bandwidth ? topo_detail::bandwidthProblem(v) : topo_detail::latencyProblem(v);
+        !why.empty()) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("override '{}': {}: {} (got {})", assignment, field, why, valueText));
     }
     std::set<std::string> classes;
     int matched = 0;
@@ -701,9 +724,9 @@ void applyOverride(Topology& t, const std::string& assignment) {
         fmt::format("override key '{}': switch_GBps applies to switches only (use node.switch.switch_GBps)", key));
   }
   const double v = parseOverrideValue(assignment, valueText);
-  if (v < 0) {
+  if (const std::string why = topo_detail::rateProblem(v, reduce ? "infinitely fast" : "non-blocking"); !why.empty()) {
     throw Error(Errc::InvalidArgument,
-                fmt::format("override '{}': {} must be >= 0 (got {})", assignment, field, valueText));
+                fmt::format("override '{}': {}: {} (got {})", assignment, field, why, valueText));
   }
   int matched = 0;
   for (TopoNode& n : t.nodes) {

@@ -90,9 +90,22 @@ class Params {
     if (v <= 0) bad(key, "must be > 0");
     return v;
   }
-  double nonNegative(const char* key, double def) {
+  /// GB/s of a link, within the file format's range (topology.h).
+  double bandwidth(const char* key, double def) {
     const double v = number(key, def);
-    if (v < 0) bad(key, "must be >= 0");
+    if (const std::string why = bandwidthProblem(v); !why.empty()) bad(key, why);
+    return v;
+  }
+  /// Microseconds of a link, within the file format's range.
+  double latency(const char* key, double def) {
+    const double v = number(key, def);
+    if (const std::string why = latencyProblem(v); !why.empty()) bad(key, why);
+    return v;
+  }
+  /// reduce_GBps: 0 (infinitely fast) or a bandwidth.
+  double reduceRate(const char* key, double def) {
+    const double v = number(key, def);
+    if (const std::string why = rateProblem(v, "infinitely fast"); !why.empty()) bad(key, why);
     return v;
   }
   bool boolean(const char* key, bool def) {
@@ -196,9 +209,9 @@ long long ceilDiv(long long a, long long b) { return (a + b - 1) / b; }
 
 Topology nvswitchNode(Params& p) {
   const long long gpus = p.integer("gpus", 8, 1, kMaxCount);
-  const double bw = p.positive("link_GBps", kNvlink4GBps);
-  const double lat = p.nonNegative("latency_us", kNvlinkLatencyUs);
-  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  const double bw = p.bandwidth("link_GBps", kNvlink4GBps);
+  const double lat = p.latency("latency_us", kNvlinkLatencyUs);
+  const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
   p.finish();
   p.checkSize(gpus + 1, gpus);
   Builder b(fmt::format("nvswitch_node-{}", gpus), gpus + 1, gpus);
@@ -213,18 +226,18 @@ Topology multiNode(Params& p) {
   const long long gpus = p.integer("gpus_per_node", 8, 1, kMaxCount);
   const long long nics = p.integer("nics_per_node", std::min<long long>(8, gpus), 1, kMaxCount);
   const bool rail = p.boolean("rail_optimized", true);
-  const double nvlinkBw = p.positive("nvlink_GBps", kNvlink4GBps);
-  const double nvlinkLat = p.nonNegative("nvlink_latency_us", kNvlinkLatencyUs);
-  const double pcieBw = p.positive("pcie_GBps", kPcieGen5x16GBps);
-  const double pcieLat = p.nonNegative("pcie_latency_us", kPcieLatencyUs);
-  const double nicBw = p.positive("nic_GBps", kNdrPortGBps);
-  const double nicLat = p.nonNegative("nic_latency_us", kNicLatencyUs);
-  const double fabricBw = p.positive("fabric_GBps", nicBw);
-  const double fabricLat = p.nonNegative("fabric_latency_us", kFabricLatencyUs);
+  const double nvlinkBw = p.bandwidth("nvlink_GBps", kNvlink4GBps);
+  const double nvlinkLat = p.latency("nvlink_latency_us", kNvlinkLatencyUs);
+  const double pcieBw = p.bandwidth("pcie_GBps", kPcieGen5x16GBps);
+  const double pcieLat = p.latency("pcie_latency_us", kPcieLatencyUs);
+  const double nicBw = p.bandwidth("nic_GBps", kNdrPortGBps);
+  const double nicLat = p.latency("nic_latency_us", kNicLatencyUs);
+  const double fabricBw = p.bandwidth("fabric_GBps", nicBw);
+  const double fabricLat = p.latency("fabric_latency_us", kFabricLatencyUs);
   const long long radix = p.integer("radix", kSwitchRadix, 2, kMaxCount);
   const std::optional<long long> leavesParam = p.optionalInteger("leaves", 1, kMaxCount);
   const std::optional<long long> spinesParam = p.optionalInteger("spines", 0, kMaxCount);
-  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
   p.finish();
   if (nics > gpus) p.bad("nics_per_node", fmt::format("must be <= gpus_per_node ({})", gpus));
 
@@ -305,49 +318,58 @@ Topology multiNode(Params& p) {
 
 Topology fatTree(Params& p) {
   const long long k = p.integer("k", 8, 2, 256);
-  const double over = p.positive("oversubscription", 1);
-  const double bw = p.positive("link_GBps", kNdrPortGBps);
-  const double lat = p.nonNegative("latency_us", kFabricLatencyUs);
-  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  const long long over = p.integer("oversubscription", 1, 1, k / 2);
+  const double bw = p.bandwidth("link_GBps", kNdrPortGBps);
+  const double lat = p.latency("latency_us", kFabricLatencyUs);
+  const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
   p.finish();
   if (k % 2 != 0) p.bad("k", "must be even (k-ary fat tree: k/2 ports down, k/2 up)");
   const long long half = k / 2;
+  // Oversubscription s is built as real s:1 fabrics are: fewer uplinks at the full rate (an edge switch with k/2
+  // hosts has k/(2s) uplinks), not thinner ones. So each pod has k/(2s) aggregation switches and there are
+  // k/(2s) * k/2 cores; contention appears where more flows leave a rack than it has uplinks, and a flow alone on
+  // an uplink still gets the whole link.
+  if (half % over != 0)
+    p.bad("oversubscription", fmt::format("must divide k/2 = {} (uplinks per edge: k/2 / s)", half));
+  const long long up = half / over;
   const long long hosts = k * k * k / 4;
-  const long long switches = 5 * k * k / 4;
-  p.checkSize(hosts + switches, 3 * hosts);
-  Builder b(fmt::format("fat_tree-k{}", k), hosts + switches, 3 * hosts);
+  const long long switches = k * half + k * up + up * half;
+  const long long links = hosts + 2 * k * half * up;
+  p.checkSize(hosts + switches, links);
+  Builder b(fmt::format("fat_tree-k{}", k), hosts + switches, links);
   auto edge = [](long long pod, long long e) { return fmt::format("pod{}.edge{}", pod, e); };
   auto agg = [](long long pod, long long a) { return fmt::format("pod{}.agg{}", pod, a); };
   auto core = [](long long c) { return fmt::format("core{}", c); };
   for (long long h = 0; h < hosts; ++h) b.gpu(gpuId(h, 0), hostId(h), reduce);
   for (long long pod = 0; pod < k; ++pod) {
     for (long long e = 0; e < half; ++e) b.node(edge(pod, e), NodeKind::Switch, "");
-    for (long long a = 0; a < half; ++a) b.node(agg(pod, a), NodeKind::Switch, "");
+    for (long long a = 0; a < up; ++a) b.node(agg(pod, a), NodeKind::Switch, "");
   }
-  for (long long c = 0; c < half * half; ++c) b.node(core(c), NodeKind::Switch, "");
+  for (long long c = 0; c < up * half; ++c) b.node(core(c), NodeKind::Switch, "");
   for (long long h = 0; h < hosts; ++h) b.link(gpuId(h, 0), edge(h / (half * half), (h / half) % half), bw, lat, "nic");
   for (long long pod = 0; pod < k; ++pod) {
     for (long long e = 0; e < half; ++e) {
-      // Oversubscription thins the edge uplinks: hosts below an edge can send `over` times what leaves it.
-      for (long long a = 0; a < half; ++a) b.link(edge(pod, e), agg(pod, a), bw / over, lat, "fabric");
+      for (long long a = 0; a < up; ++a) b.link(edge(pod, e), agg(pod, a), bw, lat, "fabric");
     }
   }
   for (long long pod = 0; pod < k; ++pod) {
-    for (long long a = 0; a < half; ++a) {
+    for (long long a = 0; a < up; ++a) {
       for (long long c = 0; c < half; ++c) b.link(agg(pod, a), core(a * half + c), bw, lat, "fabric");
     }
   }
-  return b.done(fmt::format("k={} fat tree: {} single-GPU hosts, {} switches, {} GB/s links, edge uplinks {}:1", k,
-                            hosts, switches, bw, over));
+  return b.done(
+      fmt::format("k={} fat tree: {} single-GPU hosts, {} switches, {} GB/s links, {} uplinks per edge "
+                  "switch ({}:1)",
+                  k, hosts, switches, bw, up, over));
 }
 
 Topology torus(Params& p) {
   const std::vector<long long> dims = p.integerList("dims", {4, 4, 4}, 1, 6, 1, kMaxCount);
-  const double bw = p.positive("link_GBps", kGenericLinkGBps);
-  const double lat = p.nonNegative("latency_us", kDirectLatencyUs);
+  const double bw = p.bandwidth("link_GBps", kGenericLinkGBps);
+  const double lat = p.latency("latency_us", kDirectLatencyUs);
   const bool wrap = p.boolean("wraparound", true);
   const long long perHost = p.integer("gpus_per_host", 1, 1, kMaxCount);
-  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
   p.finish();
   long long total = 1;
   for (long long d : dims) {
@@ -387,11 +409,11 @@ Topology dragonfly(Params& p) {
   const long long routers = p.integer("routers", 4, 1, kMaxCount);
   const long long hosts = p.integer("hosts", 2, 1, kMaxCount);
   const long long globalLinks = p.integer("global_links", 1, 1, kMaxCount);
-  const double bw = p.positive("link_GBps", kGenericLinkGBps);
-  const double globalBw = p.positive("global_GBps", bw);
-  const double lat = p.nonNegative("latency_us", kFabricLatencyUs);
-  const double globalLat = p.nonNegative("global_latency_us", kGlobalLatencyUs);
-  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  const double bw = p.bandwidth("link_GBps", kGenericLinkGBps);
+  const double globalBw = p.bandwidth("global_GBps", bw);
+  const double lat = p.latency("latency_us", kFabricLatencyUs);
+  const double globalLat = p.latency("global_latency_us", kGlobalLatencyUs);
+  const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
   p.finish();
   const long long hostCount = groups * routers * hosts;
   const long long linkCount =
@@ -430,10 +452,10 @@ Topology dragonfly(Params& p) {
 
 Topology ring(Params& p) {
   const long long n = p.integer("n", 8, 1, kMaxGeneratedNodes);
-  const double bw = p.positive("link_GBps", kGenericLinkGBps);
-  const double lat = p.nonNegative("latency_us", kDirectLatencyUs);
+  const double bw = p.bandwidth("link_GBps", kGenericLinkGBps);
+  const double lat = p.latency("latency_us", kDirectLatencyUs);
   const long long perHost = p.integer("gpus_per_host", n, 1, kMaxCount);
-  const double reduce = p.nonNegative("reduce_GBps", kH100ReduceGBps);
+  const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
   p.finish();
   const long long linkCount = n <= 1 ? 0 : (n == 2 ? 1 : n);
   Builder b(fmt::format("ring-{}", n), n, linkCount);
@@ -447,11 +469,11 @@ Topology ring(Params& p) {
 
 Topology flat(Params& p) {
   const long long n = p.integer("n", 8, 1, kMaxGeneratedNodes - 1);
-  const double bw = p.positive("bandwidth_GBps", kGenericLinkGBps);
-  const double lat = p.nonNegative("latency_us", kFlatLatencyUs);
+  const double bw = p.bandwidth("bandwidth_GBps", kGenericLinkGBps);
+  const double lat = p.latency("latency_us", kFlatLatencyUs);
   const long long perHost = p.integer("gpus_per_host", 1, 1, kMaxCount);
   // 0 = infinite: the closed forms the simulator is tested against have no reduction term by default.
-  const double reduce = p.nonNegative("reduce_GBps", 0);
+  const double reduce = p.reduceRate("reduce_GBps", 0);
   p.finish();
   Builder b(fmt::format("flat-{}", n), n + 1, n);
   for (long long i = 0; i < n; ++i) b.gpu(gpuId(i / perHost, i % perHost), hostId(i / perHost), reduce);

@@ -14,6 +14,23 @@ using nlohmann::json;
 /// Throws Error{InvalidTopology} "<source>: <path>: <what> (got <value>)"; the value part is omitted when empty.
 [[noreturn]] void fail(const std::string& source, const std::string& path, const std::string& what,
                        const std::string& value = "");
+/// Accepted ranges of the numeric fields (files, --set overrides and generator parameters all enforce them;
+/// topologies/README.md). They are orders of magnitude outside real hardware (the fastest link today, NVLink5, is
+/// 900 GB/s per direction; a long-haul link is milliseconds) and keep the simulator's arithmetic finite: SimGrid
+/// aborts on a link of 1e300 bytes/s, and a latency of 1e300 us prints as a 300-digit time.
+/// Bandwidths and rates: 1 kB/s .. 1 PB/s.
+inline constexpr double kMinBandwidthGBps = 1e-6;
+inline constexpr double kMaxBandwidthGBps = 1e6;
+/// Latency: 0 .. 1000 s.
+inline constexpr double kMaxLatencyUs = 1e9;
+
+/// Range checks shared by files, overrides and generators: "" when the value is acceptable, else what is wrong with
+/// it ("bandwidth must be > 0", "bandwidth must be between ...").
+std::string bandwidthProblem(double gbps);
+/// A rate where 0 has a meaning (reduce_GBps 0 = infinite, switch_GBps 0 = non-blocking): 0 or a bandwidth.
+std::string rateProblem(double gbps, const char* zeroMeans);
+std::string latencyProblem(double us);
+
 /// A JSON value rendered for a one-line message (compact, truncated).
 std::string render(const json& v);
 

@@ -32,9 +32,12 @@
 ///   same time, and no two reductions overlap on a node. Otherwise SimResult::exact is false and `note` says where.
 /// - "ring-model": ring all-reduce without building the schedule (the same aggregated evaluation, streamed step by
 ///   step), for rank counts whose schedule would not fit in memory. simulator/README.md has the details.
-/// - "extrapolated": pipelined algorithms (tree, chain broadcast/reduce) with many chunks: the simulated time of the
-///   same schedule with m, m+1, m+2 chunks of the same chunk size; when the per-chunk increment is constant
-///   (steady-state pipeline) the time is extended linearly to the real chunk count.
+/// - "extrapolated": pipelined algorithms (tree, chain broadcast/reduce) with many chunks: the same schedule with a
+///   window of chunks of the same size is simulated and timed round by round; the real time adds the mean per-round
+///   increment of the window's second half for each further chunk (equal to the full simulation where the pipeline
+///   is periodic; an estimate where the increments wander).
+/// The method never depends on SimConfig::timeline; a data-free method's spans come from simulating the schedule
+/// (SimResult::spansMethod).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -109,6 +112,11 @@ struct SimResult {
   std::size_t peakRssBytes = 0;         ///< peak resident memory of the process that simulated (the child)
   double cpuSeconds = 0;                ///< user + system time of the process that simulated
   std::vector<Span> spans;              ///< when SimConfig::timeline
+  /// When the method is data-free (ring-model, extrapolated) and a timeline was asked for, the spans come from a
+  /// simulation of the schedule: its method and total time (which may differ from `seconds` where either is
+  /// approximate). Empty when the spans are this method's own.
+  std::string spansMethod;
+  double spansSeconds = 0;
 };
 
 /// A topology plus simulation settings; each run() is independent (own SimGrid engine in a forked child process,

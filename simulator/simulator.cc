@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <map>
+#include <unordered_map>
 
 #include "collbench/error.h"
 #include "engine.h"
@@ -204,15 +204,39 @@ SimResult inChild(const std::function<SimResult()>& body) {
   throw Error(Errc::BackendError, "simulator: malformed result from the child process");
 }
 
-// Sub-runs of an extrapolation go op by op up to this many transfers x ranks (a 1024-rank tree with 26 chunks is
-// 1e8: about a minute here); a pipelined tree's contention system spans the machine, so op by op is costly.
-constexpr double kPipelineExactBudget = 5e7;
+// Extrapolation windows go op by op up to this many transfers x ranks, aggregated above: a pipelined tree's
+// contention system spans the machine, so op by op is costly (the 124-round window of flat(64), 2e6, takes 5 s op by
+// op and 0.3 s aggregated; the 160 rounds of h100-4x8-rail, 6e5, 0.3 s op by op).
+constexpr double kPipelineExactBudget = 1e6;
+// Extrapolation window, in chunks per slice: past the pipeline's fill (about 2 log2 n rounds for a tree: up and
+// down its depth) and long enough to read the period. Periodic pipelines (chains; trees on h100-4x8-rail, flat(2..4))
+// settle within 10-20 rounds. Trees whose increments wander drift slowly towards the lockstep period for hundreds of
+// rounds (flat(8) locks in after 300-400), so a longer window is a better estimate: on flat(5) and flat(17) at 1 GiB
+// the extrapolation is 2 % / 5 % low with 40 rounds, 0.6 % / 1.2 % with 160 and 0.1 % / 0.4 % with 320. The window is
+// the longest up to kMaxPipelineWindow rounds within kPipelineWindowWork transfers x ranks (op by op costs grow with
+// both: about 1 s here for the 160 rounds of flat(17)).
+constexpr std::size_t kMaxPipelineWindow = 160;
+constexpr std::size_t kPipelineWindowWork = 2000000;
+// A pipeline is taken as periodic when this many round increments before the drain are equal to this fraction of
+// the period (its increments converge geometrically to the period; where they do not, the mean over the window's
+// second half is the estimate).
+constexpr std::size_t kPeriodicRounds = 8;
+constexpr double kLinearIncrementTolerance = 1e-9;
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::size_t ceilLog2(std::size_t n) { return n <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(n - 1)); }
+
+/// The window for `transfersPerRound` transfers per round: kMaxPipelineWindow where it fits kPipelineWindowWork,
+/// never less than the fill and drain need (4 (log2 n + 2)).
+std::size_t pipelineWindow(std::size_t n, std::size_t transfersPerRound) {
+  const std::size_t fits = kPipelineWindowWork / std::max<std::size_t>(1, transfersPerRound * n);
+  return std::max(4 * (ceilLog2(n) + 2), std::min(kMaxPipelineWindow, fits));
+}
+/// Rounds at the end of a window that finish early because no later chunk follows them: a tree's depth and two.
+std::size_t pipelineDrain(std::size_t n) { return ceilLog2(n) + 2; }
 
 std::size_t chunksOf(std::size_t elems, std::size_t elemSize, std::size_t chunkBytes, std::size_t def) {
   const std::size_t chunk = chunkBytes ? chunkBytes : def;
@@ -325,10 +349,17 @@ SimResult Simulator::run(const Schedule& s) const {
 
 namespace {
 
-/// Pipelined algorithms with many chunks: simulated with ma, ma+1, mb-1 and mb chunks of the real chunk size, then
-/// extended to the real count along the slope between ma and mb. A chain's pipeline is linear (every increment
-/// equal); a tree's is not quite (its two children fold in turn and chunks of both trees share links, so the
-/// increments wander around their mean), hence the window rather than the last increment.
+/// Pipelined algorithms with many chunks (tree, chain broadcast/reduce): one sub-run of the same schedule with
+/// `window` chunks of the real chunk size, timed chunk by chunk: round k ends when the last op touching chunk k of
+/// any slice (both trees, every channel) ends. Once the pipeline is full, each further round adds the steady-state
+/// period, so the real time is the sub-run's time plus (chunks - window) times the mean increment over the second
+/// half of the window. Where the pipeline is periodic (every increment of that half equal: chains, and trees whose
+/// busiest links carry their round's flows in lockstep) this equals the full simulation; where the shares of the
+/// flows on the busiest links keep shifting (a tree's two children fold in turn and the trees share links in both
+/// directions, so the increments wander around their mean), it is an estimate from a long window.
+/// (Four separate runs of a few chunks each, the earlier method, measured their slope inside the pipeline's fill
+/// and were 3 % off at 1 GiB on h100-4x8-rail; the round times of one longer run cost the same and see the steady
+/// state.)
 SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_view algo, const AlgoParams& p,
                       const SimConfig& cfg) {
   const std::size_t es = spec.elementSize(), slices = pipelineSlices(spec, p);
@@ -341,46 +372,72 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
     uniform = uniform && c == chunks && len % c == 0 && len / c == part(spec.count, slices, 0) / chunks;
     chunkElems = std::max(chunkElems, (len + c - 1) / c);
   }
-  auto runSchedule = [&](const Schedule& s) { return simulateWithPolicy(w, s, matchSchedule(s), cfg, false); };
-  // Past the fill (about log2 n tree levels, or a few chunks of a chain) and a window as long again.
   const auto n = static_cast<std::size_t>(spec.nranks);
-  const std::size_t ma = spec.kind == Collective::AllReduce ? ceilLog2(n) + 2 : 4, mb = 2 * ma + 2;
-  if (chunks <= mb + 1) return runSchedule(buildSchedule(spec, algo, p));
-  // One method for all four sub-runs (mixing would bend the slope): op by op when the largest is affordable
-  // (kPipelineExactBudget), else aggregated, which is an estimate here anyway.
+  const std::size_t perRound = estimateTransfers(spec, algo, p) / std::max<std::size_t>(1, chunks);
+  const std::size_t window = std::max(pipelineWindow(n, perRound), pipelineDrain(n) + kPeriodicRounds + 2);
+  if (chunks <= window) {
+    const Schedule s = buildSchedule(spec, algo, p);
+    return simulateWithPolicy(w, s, matchSchedule(s), cfg, false);
+  }
   AlgoParams subParams = p;
   subParams.chunkBytes = chunkElems * es;
-  CollectiveSpec largestSpec = spec;
-  largestSpec.count = slices * mb * chunkElems;
-  const double largest = static_cast<double>(estimateTransfers(largestSpec, algo, subParams));
+  CollectiveSpec sub = spec;
+  sub.count = slices * window * chunkElems;
   SimConfig subCfg = cfg;
   if (cfg.mode == SimMode::Auto) {
-    subCfg.mode = largest * static_cast<double>(n) <= kPipelineExactBudget ? SimMode::Exact : SimMode::Aggregated;
+    // Op by op when affordable (kPipelineExactBudget), else aggregated, itself approximate for pipelines.
+    const double transfers = static_cast<double>(estimateTransfers(sub, algo, subParams));
+    subCfg.mode = transfers * static_cast<double>(n) <= kPipelineExactBudget ? SimMode::Exact : SimMode::Aggregated;
   }
-  auto runSub = [&](const Schedule& s) { return simulateWithPolicy(w, s, matchSchedule(s), subCfg, false); };
+  const Schedule s = buildSchedule(sub, algo, subParams);
+  const Matching m = matchSchedule(s);
+  const SimResult r = simulateWithPolicy(w, s, m, subCfg, /*timeline=*/true);
+  // Every slice holds `window` chunks of chunkElems elements, slice after slice, so an op's chunk follows from its
+  // offset. Local ops are skipped (a broadcast root's copy spans every chunk); a RecvReduce's reduction is a span
+  // of the same op.
+  std::vector<double> roundEnd(window, 0);
+  for (const Span& sp : r.spans) {
+    const Op& o = s.ranks[static_cast<std::size_t>(sp.rank)].ops[static_cast<std::size_t>(sp.op)];
+    if (!o.isComm()) continue;
+    const std::size_t elem = (o.kind == OpKind::Send ? o.src.offset : o.dst.offset) / es;
+    const std::size_t k = (elem % (window * chunkElems)) / chunkElems;
+    roundEnd[k] = std::max(roundEnd[k], sp.end);
+  }
+  // The last rounds drain (nothing follows them up the tree), so they are left out; the period is read before.
+  const std::size_t last = window - 1 - pipelineDrain(n), from = last / 2;
+  bool linear = true;
+  const double lastIncrement = roundEnd[last] - roundEnd[last - 1];
+  for (std::size_t k = last - kPeriodicRounds; k < last; ++k) {
+    linear =
+        linear && std::abs(roundEnd[k] - roundEnd[k - 1] - lastIncrement) <= kLinearIncrementTolerance * lastIncrement;
+  }
+  double slope = linear ? lastIncrement : (roundEnd[last] - roundEnd[from]) / static_cast<double>(last - from);
+  // No round can take less than its bytes on the busiest directed link; a window still in the fill may measure less.
+  std::unordered_map<detail::DirLink, double> linkBytes;
+  for (const Match& x : m.matches) {
+    if (w.sameNode(x.srcRank, x.dstRank)) continue;
+    const Op& o = s.ranks[static_cast<std::size_t>(x.srcRank)].ops[static_cast<std::size_t>(x.srcOp)];
+    for (detail::DirLink l : w.route(x.srcRank, x.dstRank)) linkBytes[l] += static_cast<double>(o.bytes);
+  }
+  double busiest = 0;
+  for (const auto& [l, bytes] : linkBytes)
+    busiest = std::max(busiest, bytes / static_cast<double>(window) / w.bandwidth(l));
+  const bool capped = slope < busiest;
+  slope = std::max(slope, busiest);
   SimResult out;
   out.method = "extrapolated";
-  std::map<std::size_t, double> t;
-  bool subExact = true;
-  for (std::size_t m : {ma, ma + 1, mb - 1, mb}) {
-    CollectiveSpec sub = spec;
-    sub.count = slices * m * chunkElems;
-    const SimResult r = runSub(buildSchedule(sub, algo, subParams));
-    t[m] = r.seconds;
-    subExact = subExact && r.exact;
-    out.simulatedActivities += r.simulatedActivities;
-    out.patterns += r.patterns;
-  }
-  const double slope = (t[mb] - t[ma]) / static_cast<double>(mb - ma);
-  const double dA = t[ma + 1] - t[ma], dB = t[mb] - t[mb - 1];
-  const double kAgree = 1e-9 * t[mb];
-  const bool linear = std::abs(dA - slope) <= kAgree && std::abs(dB - slope) <= kAgree;
-  out.seconds = t[mb] + static_cast<double>(chunks - mb) * slope;
+  // Nor can the whole run (an aggregated window, which takes overlapping batches as apart, may).
+  out.seconds =
+      std::max(r.seconds + static_cast<double>(chunks - window) * slope, static_cast<double>(chunks) * busiest);
   out.exact = false;
-  out.note =
-      fmt::format("{} chunks of {} elements extrapolated from {}..{} chunks at {:.6g} us per chunk ({}{}{})", chunks,
-                  chunkElems, ma, mb, slope * 1e6, linear ? "linear pipeline" : "increments vary around the mean",
-                  uniform ? "" : "; the real chunks differ by one element", subExact ? "" : "; sub-runs approximate");
+  out.simulatedActivities = r.simulatedActivities;
+  out.patterns = r.patterns;
+  out.note = fmt::format("{} chunks of {} elements extrapolated from a {}-chunk {} run at {:.6g} us per chunk ({}{})",
+                         chunks, chunkElems, window, r.method, slope * 1e6,
+                         linear   ? "periodic: equal increments before the drain"
+                         : capped ? "the busiest link's bytes per round: the window measured less, an estimate"
+                                  : "increments vary around the mean: an estimate",
+                         uniform ? "" : "; the real chunks differ by one element");
   out.transfers = estimateTransfers(spec, algo, p);
   out.ops = 2 * out.transfers;
   return out;
@@ -402,16 +459,21 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   }
   const std::size_t est = estimateTransfers(spec, algorithm, params);
   const bool small = est <= config_.exactTransferLimit || config_.mode == SimMode::Exact;
-  const bool ringModel = !small && spec.kind == Collective::AllReduce && algorithm == "ring" && !config_.timeline &&
-                         detail::ringModelApplies(spec, params);
-  const bool extra = !small && !ringModel && pipelined(spec, algorithm) && !config_.timeline;
+  // The method does not depend on whether a timeline is wanted: the answer must not change with --timeline.
+  const bool ringModel =
+      !small && spec.kind == Collective::AllReduce && algorithm == "ring" && detail::ringModelApplies(spec, params);
+  const bool extra = !small && !ringModel && pipelined(spec, algorithm);
   if (!ringModel && !extra) {
     if (est > kMaterializeTransferLimit) {
-      throw Error(Errc::Unsupported,
-                  fmt::format("{} with '{}' would need about {} transfers: too large to build{}", describe(spec),
-                              algorithm, est, config_.timeline ? " (a timeline needs the whole schedule)" : ""));
+      throw Error(Errc::Unsupported, fmt::format("{} with '{}' would need about {} transfers: too large to build",
+                                                 describe(spec), algorithm, est));
     }
     return run(buildSchedule(spec, algorithm, params));
+  }
+  if (config_.timeline && est > kMaterializeTransferLimit) {
+    throw Error(Errc::Unsupported,
+                fmt::format("{} with '{}' is simulated without its schedule ({} transfers); a timeline needs every op",
+                            describe(spec), algorithm, est));
   }
   const auto t0 = std::chrono::steady_clock::now();
   SimResult r = inChild([&] {
@@ -420,6 +482,15 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
     return extrapolate(w, spec, algorithm, params, config_);
   });
   r.wallSeconds = secondsSince(t0);
+  if (config_.timeline) {
+    // Data-free methods have no per-op times: the spans come from simulating the schedule, whose own total is kept
+    // next to them (the timeline file records both; the result stays this method's).
+    SimResult spans = run(buildSchedule(spec, algorithm, params));
+    r.spans = std::move(spans.spans);
+    r.spansMethod = spans.method + (spans.exact ? "" : " (approximate)");
+    r.spansSeconds = spans.seconds;
+    r.wallSeconds = secondsSince(t0);
+  }
   return r;
 }
 

@@ -38,11 +38,16 @@ void writeTimeline(std::ostream& out, const SimResult& r, const std::string& tit
   std::stable_sort(order.begin(), order.end(), [](const Span* a, const Span* b) {
     return a->rank != b->rank ? a->rank < b->rank : a->start < b->start;
   });
-  const nlohmann::json other = {{"title", title},
-                                {"generator", std::string("collbench ") + COLLBENCH_VERSION},
-                                {"method", r.method},
-                                {"exact", r.exact},
-                                {"simulated_seconds", r.seconds}};
+  nlohmann::json other = {{"title", title},
+                          {"generator", std::string("collbench ") + COLLBENCH_VERSION},
+                          {"method", r.method},
+                          {"exact", r.exact},
+                          {"simulated_seconds", r.seconds}};
+  if (!r.spansMethod.empty()) {
+    // The result's method has no per-op times; say where the spans come from and what they add up to.
+    other["spans_method"] = r.spansMethod;
+    other["spans_simulated_seconds"] = r.spansSeconds;
+  }
   out << "{\"displayTimeUnit\":\"ns\",\"otherData\":" << other.dump() << ",\"traceEvents\":[\n";
   bool first = true;
   auto emit = [&](const std::string& e) {

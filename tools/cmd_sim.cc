@@ -1,7 +1,10 @@
 // `collbench sim`: one collective on a simulated topology: time, algbw, busbw, and optionally a Perfetto timeline.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -17,15 +20,28 @@
 namespace collbench::cli {
 extern std::string gCommandLine;
 
-namespace {
-
-void refuseExisting(const std::string& path, bool force, const char* what) {
-  if (!path.empty() && !force && std::filesystem::exists(path)) {
+/// Fails (InvalidArgument: exit 2) unless `path` can be written: an existing file only with --force, else a new file
+/// in an existing writable directory. Commands call it before simulating, so a mistyped output path costs no
+/// simulation and no result is printed before the error. It probes by opening (never truncating; a probe file it
+/// creates is removed), since permission bits say nothing for root or read-only mounts.
+void checkOutputPath(const std::string& path, bool force, const char* what) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  std::error_code ec;
+  const bool exists = fs::exists(path, ec);
+  if (exists && !force) {
     throw Error(Errc::InvalidArgument, fmt::format("{} file '{}' exists; pass --force to overwrite it", what, path));
   }
+  if (exists && fs::is_directory(path, ec)) {
+    throw Error(Errc::InvalidArgument, fmt::format("{} file '{}' is a directory", what, path));
+  }
+  const int fd = ::open(path.c_str(), exists ? O_WRONLY : (O_WRONLY | O_CREAT | O_EXCL), 0644);
+  if (fd < 0) {
+    throw Error(Errc::InvalidArgument, fmt::format("cannot write {} file '{}': {}", what, path, std::strerror(errno)));
+  }
+  ::close(fd);
+  if (!exists) ::unlink(path.c_str());
 }
-
-}  // namespace
 
 void addSimCommand(CLI::App& app, int& exitCode) {
   struct Args {
@@ -42,7 +58,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
       ->default_str("all_reduce");
   cmd->add_option("--algo", a->algo, "algorithm name or auto")->default_str("auto");
   cmd->add_option("--bytes", a->bytes, "message size as nccl-tests counts it (K/M/G suffixes)")->default_str("32M");
-  cmd->add_option("-g,--ranks", a->ranks, "ranks to use (default: all of the topology's)");
+  CLI::Option* ranksOpt = cmd->add_option("-g,--ranks", a->ranks, "ranks to use (default: all of the topology's)");
   cmd->add_option("-d,--datatype", a->dtype, "float | double | half | bfloat16 | int32 | int64")->default_str("float");
   cmd->add_option("-o,--op", a->op, "sum | prod | min | max | avg")->default_str("sum");
   cmd->add_option("-r,--root", a->root, "root rank for broadcast and reduce")->default_str("0");
@@ -56,8 +72,13 @@ void addSimCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--timeline", a->timeline, "write a Chrome-trace/Perfetto JSON of every op");
   cmd->add_flag("--force", a->force, "overwrite an existing --timeline file");
   cmd->add_flag("--json", a->json, "print the result as JSON");
-  cmd->callback([a, &exitCode] {
-    refuseExisting(a->timeline, a->force, "timeline");
+  cmd->callback([a, ranksOpt, &exitCode] {
+    if (ranksOpt->count() > 0 && a->ranks < 1) {
+      throw Error(
+          Errc::InvalidArgument,
+          fmt::format("-g/--ranks must be >= 1, got {} (omit it to use all of the topology's ranks)", a->ranks));
+    }
+    checkOutputPath(a->timeline, a->force, "timeline");
     std::string overrides;
     for (const std::string& s : a->sets) overrides += s + ";";
     Topology topo = sim::loadTopologyWithOverrides(a->topology, overrides);
@@ -66,7 +87,6 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     cfg.crossTraffic = a->crossTraffic;
     cfg.mode = sim::parseSimMode(a->mode);
     cfg.timeline = !a->timeline.empty();
-    if (a->ranks < 0) throw Error(Errc::InvalidArgument, fmt::format("-g/--ranks must be >= 1, got {}", a->ranks));
     const std::string fp = fingerprint(topo), topoName = topo.name;
     const sim::Simulator simulator(std::move(topo), a->ranks, cfg);
     const int n = simulator.nranks();
@@ -92,29 +112,33 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     const double algbw = r.seconds > 0 ? static_cast<double>(rowBytes) / r.seconds / 1e9 : 0;
     const double busbw = algbw * busBandwidthFactor(spec.kind, n);
     if (a->json) {
-      const nlohmann::json doc = {{"format", "collbench-sim"},
-                                  {"version", 1},
-                                  {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-                                  {"command_line", gCommandLine},
-                                  {"topology", topoName},
-                                  {"topology_fingerprint", fp},
-                                  {"model", sim::toString(cfg.model)},
-                                  {"collective", toString(spec.kind)},
-                                  {"algorithm", choice.algorithm},
-                                  {"ranks", n},
-                                  {"bytes", rowBytes},
-                                  {"count", spec.count},
-                                  {"datatype", toString(spec.dtype)},
-                                  {"time_us", r.seconds * 1e6},
-                                  {"algbw_GBps", algbw},
-                                  {"busbw_GBps", busbw},
-                                  {"method", r.method},
-                                  {"exact", r.exact},
-                                  {"note", r.note},
-                                  {"ops", r.ops},
-                                  {"transfers", r.transfers},
-                                  {"simulated_activities", r.simulatedActivities},
-                                  {"wall_s", r.wallSeconds}};
+      nlohmann::json doc = {{"format", "collbench-sim"},
+                            {"version", 1},
+                            {"tool", std::string("collbench ") + COLLBENCH_VERSION},
+                            {"command_line", gCommandLine},
+                            {"topology", topoName},
+                            {"topology_fingerprint", fp},
+                            {"model", sim::toString(cfg.model)},
+                            {"collective", toString(spec.kind)},
+                            {"algorithm", choice.algorithm},
+                            {"ranks", n},
+                            {"bytes", rowBytes},
+                            {"count", spec.count},
+                            {"datatype", toString(spec.dtype)},
+                            {"time_us", r.seconds * 1e6},
+                            {"algbw_GBps", algbw},
+                            {"busbw_GBps", busbw},
+                            {"method", r.method},
+                            {"exact", r.exact},
+                            {"note", r.note},
+                            {"ops", r.ops},
+                            {"transfers", r.transfers},
+                            {"simulated_activities", r.simulatedActivities},
+                            {"wall_s", r.wallSeconds}};
+      if (!r.spansMethod.empty()) {
+        doc["timeline_spans_method"] = r.spansMethod;
+        doc["timeline_spans_time_us"] = r.spansSeconds * 1e6;
+      }
       fmt::print("{}\n", doc.dump(2));
     } else {
       fmt::print("# collbench {} sim: {} {} on {} ranks of {} ({}), {}\n", COLLBENCH_VERSION, toString(spec.kind),
@@ -134,6 +158,10 @@ void addSimCommand(CLI::App& app, int& exitCode) {
       sim::writeTimeline(
           f, r, fmt::format("{} {} {} ranks {} B on {}", toString(spec.kind), choice.algorithm, n, rowBytes, topoName));
       if (isatty(STDERR_FILENO)) fmt::print(stderr, "timeline: {} spans written to {}\n", r.spans.size(), a->timeline);
+      if (!r.spansMethod.empty() && !a->json) {
+        fmt::print("timeline  spans from the schedule simulated {} ({:.3f} us; the time above is {})\n", r.spansMethod,
+                   r.spansSeconds * 1e6, r.method);
+      }
     }
     exitCode = 0;
   });

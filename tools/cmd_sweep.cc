@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,6 +17,8 @@
 
 namespace collbench::cli {
 extern std::string gCommandLine;
+// cmd_sim.cc: fails with exit 2 unless the output file can be written (before anything is simulated).
+void checkOutputPath(const std::string& path, bool force, const char* what);
 
 namespace {
 
@@ -102,11 +103,11 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
   cmd->add_flag("--force", a->force, "overwrite existing --csv/--json files");
   cmd->add_flag("--bench", a->bench, "add host wall time and ops simulated per second to the table");
   cmd->callback([a, &exitCode] {
-    for (const std::string* f : {&a->csv, &a->json}) {
-      if (!f->empty() && !a->force && std::filesystem::exists(*f)) {
-        throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it", *f));
-      }
+    if (!a->csv.empty() && a->csv == a->json) {
+      throw Error(Errc::InvalidArgument, fmt::format("--csv and --json name the same file '{}'", a->csv));
     }
+    checkOutputPath(a->csv, a->force, "CSV");
+    checkOutputPath(a->json, a->force, "JSON");
     const Collective kind = parseCollective(a->collective);
     if (kind == Collective::Barrier) throw Error(Errc::InvalidArgument, "sweep does not time barrier (no bytes)");
     const DType dtype = parseDType(a->dtype);
@@ -245,10 +246,10 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       f << "topology,fingerprint,set,ranks,collective,algorithm,bytes,count,datatype,time_us,algbw_GBps,busbw_GBps,"
            "method,exact,ops,transfers,simulated_activities,wall_s,cpu_s\n";
       for (const Row& r : rows) {
-        f << fmt::format("{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{},{},{},{:.6f}\n",
+        f << fmt::format("{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{},{},{},{:.6f},{:.6f}\n",
                          csvField(r.topology), r.fingerprint, csvField(r.overrides), r.ranks, toString(kind),
                          r.algorithm, r.bytes, r.count, toString(dtype), r.seconds * 1e6, r.algbw, r.busbw, r.method,
-                         r.exact ? 1 : 0, r.ops, r.transfers, r.activities, r.wall);
+                         r.exact ? 1 : 0, r.ops, r.transfers, r.activities, r.wall, r.cpu);
       }
     }
     if (!a->json.empty()) {

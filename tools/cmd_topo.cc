@@ -103,13 +103,18 @@ void addTopoCommand(CLI::App& app, int& exitCode) {
   });
 
   auto checkFiles = std::make_shared<std::vector<std::string>>();
-  CLI::App* checkCmd = topo->add_subcommand("check", "Validate topology files; exit 2 if any is invalid");
+  CLI::App* checkCmd = topo->add_subcommand("check",
+                                            "Validate topology files and print a one-line summary of each (ranks, "
+                                            "hosts, bisection, diameter); exit 2 if any is invalid");
   checkCmd->add_option("topologies", *checkFiles, "topology files or shipped names")->required();
   checkCmd->callback([checkFiles, &exitCode] {
     for (const std::string& f : *checkFiles) {
       try {
         const Topology t = loadTopology(f);
-        fmt::print("OK {} ({} ranks)\n", t.name, t.ranks.size());
+        const TopologySummary s = summarize(t);
+        fmt::print("OK {} ({}): {} ranks, {} hosts, bisection {:g} GB/s{}, diameter {} hops{}\n", t.name, f, s.ranks,
+                   s.hosts, s.bisectionGBps, s.bisectionExact ? "" : " (halves in rank order)", s.diameterHops,
+                   s.diameterSampled ? " (sampled)" : "");
       } catch (const Error& e) {
         std::fflush(stdout);  // keep stdout and stderr lines in order on a shared terminal
         std::fprintf(stderr, "collbench: error: %s\n", e.what());

@@ -196,6 +196,60 @@ TEST_F(SimCli, BadTopologyIsOneLineAndExitTwo) {
   EXPECT_EQ(cli("sim --model CM03").status, 2);
 }
 
+// Finite but absurd numbers (SimGrid used to abort on 1e308 GB/s; 1e300 us printed a 300-digit time) and -g 0 (which
+// used to mean "all ranks") are refused with one line naming the field and the value.
+TEST_F(SimCli, OutOfRangeValuesAreOneLineAndExitTwo) {
+  const std::string src = std::string(COLLBENCH_SOURCE_DIR) + "/tests/cli/topo_bad_inputs/";
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"sim --set link.nvlink.bandwidth_GBps=1e308", "bandwidth_GBps: bandwidth must be between"},
+      {"sim --set link.nvlink.latency_us=1e300", "latency_us: latency must be at most"},
+      {"sim --set node.gpu.reduce_GBps=1e300", "reduce_GBps: must be 0"},
+      {"sweep --sizes 1M --set link.nvlink.bandwidth_GBps=1e-300", "(got 1e-300)"},
+      {"sim --topology " + src + "huge_bandwidth.json", "links[0].bandwidth_GBps"},
+      {"sim --topology " + src + "huge_latency.json", "links[1].latency_us"},
+      {"sim --topology " + src + "huge_reduce.json", "nodes[0].reduce_GBps"},
+      {"sim --topology " + src + "tiny_bandwidth.json", "links[0].bandwidth_GBps"},
+      {"sim -g 0", "-g/--ranks must be >= 1, got 0"},
+  };
+  for (const auto& [args, part] : cases) {
+    const CliRun r = cli(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos) << args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << args << "\n" << r.out;
+  }
+}
+
+// Output paths are checked before anything is simulated: an unwritable one is exit 2 with no results printed.
+TEST_F(SimCli, UnwritableOutputsFailBeforeSimulating) {
+  const std::string missing = (dir_ / "no-such-dir" / "out").string();
+  for (const std::string& args :
+       {fmt::format("sim --bytes 1M --timeline {}.json", missing),
+        fmt::format("sweep --sizes 1M --csv {}.csv", missing), fmt::format("sweep --sizes 1M --json {}.json", missing),
+        fmt::format("sweep --sizes 1M --json {} --force", dir_.string()),
+        fmt::format("sweep --sizes 1M --csv {0}/same --json {0}/same", dir_.string())}) {
+    const CliRun r = cli(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << args << "\n" << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "same"));
+}
+
+// `topo check` prints what `topo show` summarises, one line per file.
+TEST_F(SimCli, TopoCheckSummarisesEachFile) {
+  const CliRun r = cli("topo check dgx-h100-8x1 fat-tree-k8");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(lines(r.out), 2u) << r.out;
+  // 8 GPUs on one NVSwitch: 4 x 450 GB/s cross any balanced cut, GPU-switch-GPU is 2 hops. k = 8 fat tree: 128
+  // hosts, full bisection 64 x 50 GB/s, host-edge-agg-core-agg-edge-host is 6 hops.
+  EXPECT_NE(r.out.find("OK dgx-h100-8x1 (dgx-h100-8x1): 8 ranks, 1 hosts, bisection 1800 GB/s, diameter 2 hops"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("128 ranks, 128 hosts, bisection 3200 GB/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("diameter 6 hops"), std::string::npos) << r.out;
+}
+
 TEST_F(SimCli, SimPrintsTimeAlgbwBusbwAndWritesATimeline) {
   const std::string tl = (dir_ / "t.json").string();
   const CliRun r =
@@ -283,11 +337,26 @@ TEST_F(SimCli, SweepWritesCsvAndJson) {
   ASSERT_EQ(r.status, 0) << r.err;
   const std::size_t rows = 2 * 2 * 2 * 2 * 2;
   EXPECT_EQ(lines(r.out), rows + 2) << r.out;  // title and header
+  // Every row has the header's columns (fields are quoted where they hold a comma or a quote).
+  auto columns = [](const std::string& line) {
+    std::size_t n = 1;
+    bool quoted = false;
+    for (char c : line) {
+      if (c == '"') quoted = !quoted;
+      if (c == ',' && !quoted) ++n;
+    }
+    return n;
+  };
   std::ifstream f(csv);
-  std::string line;
+  std::string header, line;
+  ASSERT_TRUE(std::getline(f, header));
+  EXPECT_NE(header.find(",wall_s,cpu_s"), std::string::npos) << header;
   std::size_t csvRows = 0;
-  while (std::getline(f, line)) ++csvRows;
-  EXPECT_EQ(csvRows, rows + 1);
+  while (std::getline(f, line)) {
+    ++csvRows;
+    EXPECT_EQ(columns(line), columns(header)) << line;
+  }
+  EXPECT_EQ(csvRows, rows);
   const nlohmann::json doc = nlohmann::json::parse(std::ifstream(json));
   ASSERT_EQ(doc.at("rows").size(), rows);
   // The override halves... well, quarters NVLink: every overridden row is slower than its unmodified twin.

@@ -282,6 +282,10 @@ TEST(TopologyParse, BadInputFixturesFailWithTheirMessage) {
   const std::map<std::string, std::string> expected{
       {"dangling_id.json", "links[1].b: unknown node id (got \"n0.nvswitch\")"},
       {"zero_bandwidth.json", "links[0].bandwidth_GBps: bandwidth must be > 0 (got 0)"},
+      {"huge_bandwidth.json", "links[0].bandwidth_GBps: bandwidth must be between 1e-06 and 1e+06 GB/s (got 1e+300)"},
+      {"tiny_bandwidth.json", "links[0].bandwidth_GBps: bandwidth must be between 1e-06 and 1e+06 GB/s (got 1e-300)"},
+      {"huge_latency.json", "links[1].latency_us: latency must be at most 1e+09 us (got 1e+300)"},
+      {"huge_reduce.json", "nodes[0].reduce_GBps: must be 0 (unknown) or between 1e-06 and 1e+06 GB/s (got 1e+300)"},
       {"disconnected_rank.json", "ranks[2]: rank 2 cannot reach rank 0"},
       {"unknown_field.json", "nodes[1].reduce_GBs: unknown field"},
       {"wrong_version.json", "version: unsupported version"},
@@ -320,15 +324,28 @@ TEST(TopologyGenerators, FatTreeCountsMatchFormulas) {
   }
 }
 
-TEST(TopologyGenerators, FatTreeOversubscriptionThinsEdgeUplinks) {
+TEST(TopologyGenerators, FatTreeOversubscriptionRemovesUplinks) {
+  // 2:1 with k = 4: each edge switch keeps its 2 hosts and has 1 uplink (of 2), at the full 40 GB/s; a pod has one
+  // aggregation switch, with 2 core links, and there are 2 cores.
   const Topology t = gen("fat_tree", {{"k", 4}, {"oversubscription", 2}, {"link_GBps", 40}});
-  int thin = 0;
+  int edgeUp = 0, aggUp = 0, hostLinks = 0;
   for (const auto& l : t.links) {
-    const bool edgeUp = l.a.find(".edge") != std::string::npos && l.b.find(".agg") != std::string::npos;
-    EXPECT_EQ(l.bandwidthGBps, edgeUp ? 20 : 40) << l.a << " - " << l.b;
-    thin += edgeUp ? 1 : 0;
+    EXPECT_EQ(l.bandwidthGBps, 40) << l.a << " - " << l.b;
+    edgeUp += l.a.find(".edge") != std::string::npos && l.b.find(".agg") != std::string::npos ? 1 : 0;
+    aggUp += l.a.find(".agg") != std::string::npos && l.b.find("core") == 0 ? 1 : 0;
+    hostLinks += l.linkClass == "nic" ? 1 : 0;
   }
-  EXPECT_EQ(thin, 16);  // k pods x (k/2)^2
+  EXPECT_EQ(hostLinks, 16);
+  EXPECT_EQ(edgeUp, 8);  // k pods x k/2 edges x 1 uplink
+  EXPECT_EQ(aggUp, 8);   // k pods x 1 aggregation switch x k/2 core links
+  EXPECT_EQ(t.ranks.size(), 16u);
+  EXPECT_EQ(summarize(t).switches, 4 * 2 + 4 * 1 + 2);
+  expectError([] { generateTopology("fat_tree", R"({"k": 4, "oversubscription": 3})"); }, Errc::InvalidTopology,
+              {"params.oversubscription: must be between 1 and 2", "(got 3)"});
+  expectError([] { generateTopology("fat_tree", R"({"k": 8, "oversubscription": 3})"); }, Errc::InvalidTopology,
+              {"params.oversubscription: must divide k/2 = 4", "(got 3)"});
+  expectError([] { generateTopology("fat_tree", R"({"k": 8, "oversubscription": 1.5})"); }, Errc::InvalidTopology,
+              {"params.oversubscription: expected an integer", "(got 1.5)"});
 }
 
 TEST(TopologyGenerators, MultiNodeRailOptimized) {
@@ -414,7 +431,7 @@ TEST(TopologyGenerators, RingAndFlat) {
   }
   EXPECT_EQ(fingerprint(f), fingerprint(gen("flat", {{"n", 5}, {"bandwidth_GBps", 25}, {"latency_us", 2}})));
   expectError([] { flatTopology(0, 1, 1); }, Errc::InvalidTopology, {"flatTopology: params.n", "(got 0)"});
-  expectError([] { flatTopology(4, 0, 1); }, Errc::InvalidTopology, {"params.bandwidth_GBps: must be > 0"});
+  expectError([] { flatTopology(4, 0, 1); }, Errc::InvalidTopology, {"params.bandwidth_GBps: bandwidth must be > 0"});
 }
 
 TEST(TopologyGenerators, DefaultsAreValidAndNamed) {
@@ -441,7 +458,13 @@ TEST(TopologyGenerators, RejectBadParameters) {
   expectError([] { generateTopology("ring", "{"); }, Errc::InvalidTopology, {"generator ring: malformed JSON"});
   expectError([] { generateTopology("mesh", ""); }, Errc::InvalidTopology, {"unknown generator", "\"mesh\""});
   expectError([] { generateTopology("dragonfly", R"({"link_GBps": 0})"); }, Errc::InvalidTopology,
-              {"params.link_GBps: must be > 0", "(got 0)"});
+              {"params.link_GBps: bandwidth must be > 0", "(got 0)"});
+  expectError([] { generateTopology("flat", R"({"bandwidth_GBps": 1e300})"); }, Errc::InvalidTopology,
+              {"generator flat: params.bandwidth_GBps: bandwidth must be between 1e-06 and 1e+06 GB/s", "1e+300"});
+  expectError([] { generateTopology("fat_tree", R"({"latency_us": 1e300})"); }, Errc::InvalidTopology,
+              {"params.latency_us: latency must be at most 1e+09 us", "1e+300"});
+  expectError([] { generateTopology("multi_node", R"({"reduce_GBps": 1e300})"); }, Errc::InvalidTopology,
+              {"params.reduce_GBps: must be 0 (infinitely fast) or between 1e-06 and 1e+06 GB/s", "1e+300"});
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -660,7 +683,8 @@ TEST(TopologySummary, DgxH100) {
 }
 
 TEST(TopologySummary, BisectionOfGenerators) {
-  // Exact minimum over balanced splits for 16 hosts: k^3/8 hosts' links, thinned by the oversubscription.
+  // Exact minimum over balanced splits for 16 hosts: half the pods' core links (2:1 halves the uplinks, and the
+  // cores with them, so a pod's core capacity equals what its one uplink per rack can send).
   const TopologySummary ft = summarize(gen("fat_tree", {{"k", 4}, {"oversubscription", 2}}));
   EXPECT_TRUE(ft.bisectionExact);
   EXPECT_NEAR(ft.bisectionGBps, 8 * 50 / 2.0, 1e-6);
@@ -721,8 +745,16 @@ TEST(TopologyOverride, ErrorsNameTheBadKeyOrValue) {
   expectBadOverride(t, "link.nics.bandwidth_GBps=5", {"no link of class 'nics'", "classes: fabric, nic, nvlink, pcie"});
   expectBadOverride(t, "link.nic.bandwidth_GBps=abc", {"value 'abc' is not a finite number"});
   expectBadOverride(t, "link.nic.bandwidth_GBps=", {"value '' is not a finite number"});
-  expectBadOverride(t, "link.nic.bandwidth_GBps=0", {"bandwidth_GBps must be > 0 (got 0)"});
-  expectBadOverride(t, "link.nic.latency_us=-1", {"latency_us must be >= 0 (got -1)"});
+  expectBadOverride(t, "link.nic.bandwidth_GBps=0", {"bandwidth_GBps: bandwidth must be > 0 (got 0)"});
+  expectBadOverride(t, "link.nic.latency_us=-1", {"latency_us: latency must be >= 0 (got -1)"});
+  // Finite but absurd values would abort SimGrid or print 300-digit times (topology.h, kMaxBandwidthGBps...).
+  expectBadOverride(
+      t, "link.nvlink.bandwidth_GBps=1e308",
+      {"'link.nvlink.bandwidth_GBps=1e308'", "bandwidth must be between 1e-06 and 1e+06 GB/s (got 1e308)"});
+  expectBadOverride(t, "link.nic.bandwidth_GBps=1e-300", {"between 1e-06 and 1e+06 GB/s (got 1e-300)"});
+  expectBadOverride(t, "link.*.latency_us=1e300", {"latency_us: latency must be at most 1e+09 us (got 1e300)"});
+  expectBadOverride(t, "node.gpu.reduce_GBps=1e300", {"reduce_GBps: must be 0 (infinitely fast) or between"});
+  expectBadOverride(t, "node.switch.switch_GBps=1e-9", {"switch_GBps: must be 0 (non-blocking) or between"});
   expectBadOverride(t, "node.tpu.reduce_GBps=1", {"unknown node kind 'tpu'"});
   expectBadOverride(t, "node.gpu.switch_GBps=1", {"'node.gpu.switch_GBps'", "switches only"});
   expectBadOverride(t, "node.cpu.reduce_GBps=1", {"has no cpu node"});
