@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <numeric>
 
 #include "collbench/error.h"
 #include "collbench/reduce.h"
@@ -23,21 +25,135 @@ double exactLimit(DType t) {
   return 1;
 }
 
-std::size_t inputElems(const CollectiveSpec& s) {
-  return s.kind == Collective::ReduceScatter ? s.count * static_cast<std::size_t>(s.nranks) : s.count;
+/// Binary exponents of a float dtype's normal numbers (IEEE 754: emin = 1 - bias, emax = bias) and its stored
+/// mantissa bits. Integers: exponent 0 only.
+struct FloatRange {
+  int minNormalExp, maxExp, mantissaBits;
+};
+FloatRange floatRange(DType t) {
+  switch (t) {
+    case DType::F16: return {-14, 15, 10};
+    case DType::BF16: return {-126, 127, 7};
+    case DType::F32: return {-126, 127, 23};
+    case DType::F64: return {-1022, 1023, 52};
+    case DType::I32:
+    case DType::I64: break;
+  }
+  return {0, 0, 0};
 }
+
+int ceilLog2(int n) {
+  int e = 0;
+  while ((1 << e) < n) ++e;
+  return e;
+}
+
+/// A well-mixed 64-bit hash (splitmix64's finaliser), for patterns that never repeat with a short period.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// Every finite value of a 16-bit float dtype but -0, ascending: the most values that dtype can tell apart.
+const std::vector<double>& finiteValues(DType t) {
+  auto build = [](auto decode) {
+    std::vector<double> v;
+    for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+      const float f = decode(static_cast<std::uint16_t>(h));
+      if (std::isfinite(f) && h != 0x8000u) v.push_back(f);
+    }
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  static const std::vector<double> half = build(halfToFloat), bf16 = build(bf16ToFloat);
+  return t == DType::F16 ? half : bf16;
+}
+
+/// The inputs of one spec (see inputValue() in reference.h for the why). Cheap to build: no allocation.
+class InputPattern {
+ public:
+  explicit InputPattern(const CollectiveSpec& spec) : spec_(spec), n_(static_cast<std::uint64_t>(std::max(1, spec.nranks))) {
+    const double limit = exactLimit(spec.dtype);
+    if (spec.reduces() && (spec.op == ReduceOp::Sum || spec.op == ReduceOp::Avg)) {
+      kind_ = Kind::Sum;
+      // |every partial sum| <= n * maxMantissa < limit: exact in any order.
+      maxMantissa_ = std::max<std::uint64_t>(1, static_cast<std::uint64_t>((limit - 1) / static_cast<double>(n_)));
+      if (isFloating(spec.dtype)) {
+        const FloatRange r = floatRange(spec.dtype);
+        // Scales 2^e with every sum normal (avg: also sum / n) and below the largest finite value, at most
+        // 2^kMaxScale either way. A width coprime with the mantissa cycle makes the combined period their product.
+        constexpr int kMaxScale = 30;
+        const int lo = std::max(-kMaxScale, r.minNormalExp + (spec.op == ReduceOp::Avg ? ceilLog2(spec.nranks) : 0));
+        const int hi = std::min(kMaxScale, r.maxExp - r.mantissaBits);
+        scaleLo_ = lo;
+        scales_ = std::max(1, hi - lo + 1);
+        const std::uint64_t cycle = 2 * maxMantissa_ / std::gcd(n_, 2 * maxMantissa_);
+        while (scales_ > 1 && std::gcd(static_cast<std::uint64_t>(scales_), cycle) != 1) --scales_;
+      }
+    } else if (spec.reduces() && spec.op == ReduceOp::Prod) {
+      kind_ = Kind::Prod;
+      // Factors +-2^k, k in {-1, 0, 1} (integers: {0, 1}), with at most ceil(n / period) ranks doubling and as many
+      // halving at any index, so every partial product stays a normal (or in-range integer) power of two.
+      int room = 30;  // i32: |product| <= 2^30
+      if (spec.dtype == DType::I64) room = 52;
+      if (isFloating(spec.dtype)) {
+        const FloatRange r = floatRange(spec.dtype);
+        room = std::min(r.maxExp - 1, -r.minNormalExp);
+      }
+      prodPeriod_ = std::max<std::uint64_t>(3, (n_ + static_cast<std::uint64_t>(room) - 1) / static_cast<std::uint64_t>(room));
+    } else {
+      kind_ = Kind::Distinct;
+      distinctLimit_ = static_cast<std::uint64_t>(limit);
+    }
+  }
+
+  double value(int rank, std::size_t index) const {
+    const auto r = static_cast<std::uint64_t>(rank);
+    const std::uint64_t i = index;
+    // Each (rank, index) its own position; rotating ranks by index moves the smallest and largest value (and the
+    // largest addend) from rank to rank, so a result that always came from one rank would not pass.
+    const std::uint64_t k = i * n_ + (r + i) % n_;
+    switch (kind_) {
+      case Kind::Sum: {
+        // Nonzero mantissas -M..-1, 1..M in a cycle of 2M positions (n consecutive ones distinct when n <= 2M), so
+        // a missing or doubled addend always shows; scaled by a power of two that changes with every element.
+        const std::uint64_t c = k % (2 * maxMantissa_);
+        const double m = c < maxMantissa_ ? static_cast<double>(c + 1) : -static_cast<double>(c - maxMantissa_ + 1);
+        return std::ldexp(m, scaleLo_ + static_cast<int>(i % static_cast<std::uint64_t>(scales_)));
+      }
+      case Kind::Prod: {
+        const std::uint64_t c = (r + i) % prodPeriod_;
+        const int e = c == 0 ? 1 : (c == 1 && isFloating(spec_.dtype)) ? -1 : 0;
+        const double magnitude = std::ldexp(1.0, e);
+        return (mix(k) & 1u) ? -magnitude : magnitude;
+      }
+      case Kind::Distinct:
+        if (spec_.dtype == DType::F16 || spec_.dtype == DType::BF16) {
+          const auto& v = finiteValues(spec_.dtype);
+          return v[static_cast<std::size_t>(k % v.size())];
+        }
+        return static_cast<double>(k % distinctLimit_);
+    }
+    return 0;
+  }
+
+ private:
+  enum class Kind { Sum, Prod, Distinct };
+  CollectiveSpec spec_;
+  std::uint64_t n_;
+  Kind kind_ = Kind::Distinct;
+  std::uint64_t maxMantissa_ = 1;
+  int scaleLo_ = 0, scales_ = 1;
+  std::uint64_t prodPeriod_ = 3;
+  std::uint64_t distinctLimit_ = 1;
+};
 
 }  // namespace
 
 double inputValue(const CollectiveSpec& spec, int rank, std::size_t index) {
-  const std::size_t unique = static_cast<std::size_t>(rank) * inputElems(spec) + index;
-  if (spec.op == ReduceOp::Prod && spec.reduces()) {
-    const auto e = static_cast<int>((static_cast<std::size_t>(rank) + index) % 3);
-    if (!isFloating(spec.dtype)) return e == 0 ? 2.0 : 1.0;
-    return std::ldexp(1.0, e - 1);
-  }
-  const double fold = std::max(1.0, std::floor(exactLimit(spec.dtype) / std::max(1, spec.nranks)));
-  return std::fmod(static_cast<double>(unique), fold);
+  return InputPattern(spec).value(rank, index);
 }
 
 double expectedValue(const CollectiveSpec& spec, int rank, std::size_t index) {
@@ -99,16 +215,11 @@ RankBufferSet::RankBufferSet(const CollectiveSpec& spec, bool inPlace) : spec_(s
 
 namespace {
 
-/// Input values of `rank` for elements [0, n) (inputValue() without re-deriving the fold per element).
+/// Input values of `rank` for elements [0, n).
 void rankInputs(const CollectiveSpec& spec, int rank, std::size_t n, std::vector<double>& out) {
   out.resize(n);
-  const std::size_t unique0 = static_cast<std::size_t>(rank) * inputElems(spec);
-  if (spec.op == ReduceOp::Prod && spec.reduces()) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = inputValue(spec, rank, i);
-    return;
-  }
-  const auto fold = static_cast<std::size_t>(std::max(1.0, std::floor(exactLimit(spec.dtype) / std::max(1, spec.nranks))));
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>((unique0 + i) % fold);
+  const InputPattern pattern(spec);
+  for (std::size_t i = 0; i < n; ++i) out[i] = pattern.value(rank, i);
 }
 
 void storeAll(DType t, void* base, const std::vector<double>& v) {
@@ -183,7 +294,10 @@ std::size_t RankBufferSet::countWrong() const {
 
 void RankBufferSet::corruptOutput(int rank, std::size_t index) {
   void* out = views_[static_cast<std::size_t>(rank)].output;
-  storeFromDouble(spec_.dtype, out, index, loadAsDouble(spec_.dtype, out, index) + 1.0);
+  const double v = loadAsDouble(spec_.dtype, out, index);
+  // Doubling changes every nonzero float, whatever its magnitude (adding 1 would vanish in rounding above 2^mantissa).
+  const double changed = !isFloating(spec_.dtype) ? (v < 0 ? v + 1 : v - 1) : v == 0 ? 1.0 : 2 * v;
+  storeFromDouble(spec_.dtype, out, index, changed);
 }
 
 }  // namespace collbench
