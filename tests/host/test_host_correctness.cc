@@ -10,6 +10,7 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
+#include "collbench/reduce.h"
 #include "collbench/reference.h"
 #include "algo_params_for_tests.h"
 #include "host_backend.h"
@@ -174,6 +175,28 @@ TEST(HostBackend, InputsAreDistinctWhereExactnessAllows) {
       bool repeats = true;
       for (std::size_t i = 0; i + period < count && repeats; ++i) repeats = expect[i] == expect[i + period];
       EXPECT_FALSE(repeats) << toString(t) << " sums repeat every " << period << " elements";
+    }
+  }
+}
+
+TEST(HostBackend, BuffersHoldInputValue) {
+  // RankBufferSet computes the inputs with running counters; inputValue() (used by the process backends and the
+  // MPI driver) from scratch. They must agree, in every pattern.
+  for (DType t : {DType::BF16, DType::F32, DType::I32}) {
+    for (ReduceOp op : kAllReduceOps) {
+      for (Collective c : {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather}) {
+        const CollectiveSpec spec{c, 5, 777, t, op};
+        RankBufferSet bufs(spec, false);
+        bufs.fill();
+        const std::size_t elems = spec.inputBytes() / spec.elementSize();
+        for (int r = 0; r < spec.nranks; ++r) {
+          for (std::size_t i = 0; i < elems; ++i) {
+            const double want = inputValue(spec, r, i);
+            ASSERT_EQ(loadAsDouble(t, bufs.views()[static_cast<std::size_t>(r)].input, i), want)
+                << describe(spec) << " rank " << r << " element " << i;
+          }
+        }
+      }
     }
   }
 }
