@@ -250,10 +250,12 @@ std::vector<CalibrationSample> samplesFromPerfJson(const std::string& text, cons
     s.hosts = hosts;
     s.bytes = static_cast<std::size_t>(intField(r, "size", path, -1, 0));
     s.algorithm = str(r, "algorithm", path);
+    // Read before the try: str()'s own "missing" error must not reach the catch, where r has no "type" to show.
+    const std::string type = str(r, "type", path);
     try {
-      s.dtype = parseDType(str(r, "type", path));
+      s.dtype = parseDType(type);
     } catch (const Error&) {
-      fail(source, path + "type", "unknown data type", &r["type"]);
+      fail(source, path + "type", "unknown data type", &r.at("type"));
     }
     s.chunkBytes = static_cast<std::size_t>(intField(r, "chunk_bytes", path, static_cast<long long>(cfgChunk), 0));
     s.channels = static_cast<int>(intField(r, "channels", path, cfgChannels, 1));

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <numeric>
 
 #include "collbench/error.h"
 #include "collbench/reduce.h"
@@ -23,21 +25,179 @@ double exactLimit(DType t) {
   return 1;
 }
 
-std::size_t inputElems(const CollectiveSpec& s) {
-  return s.kind == Collective::ReduceScatter ? s.count * static_cast<std::size_t>(s.nranks) : s.count;
+/// Binary exponents of a float dtype's normal numbers (IEEE 754: emin = 1 - bias, emax = bias) and its stored
+/// mantissa bits. Integers: exponent 0 only.
+struct FloatRange {
+  int minNormalExp, maxExp, mantissaBits;
+};
+FloatRange floatRange(DType t) {
+  switch (t) {
+    case DType::F16: return {-14, 15, 10};
+    case DType::BF16: return {-126, 127, 7};
+    case DType::F32: return {-126, 127, 23};
+    case DType::F64: return {-1022, 1023, 52};
+    case DType::I32:
+    case DType::I64: break;
+  }
+  return {0, 0, 0};
 }
+
+int ceilLog2(int n) {
+  int e = 0;
+  while ((1 << e) < n) ++e;
+  return e;
+}
+
+/// A well-mixed 64-bit hash (splitmix64's finaliser), for patterns that never repeat with a short period.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// Every finite value of a 16-bit float dtype but -0, ascending: the most values that dtype can tell apart.
+const std::vector<double>& finiteValues(DType t) {
+  auto build = [](auto decode) {
+    std::vector<double> v;
+    for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+      const float f = decode(static_cast<std::uint16_t>(h));
+      if (std::isfinite(f) && h != 0x8000u) v.push_back(f);
+    }
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  static const std::vector<double> half = build(halfToFloat), bf16 = build(bf16ToFloat);
+  return t == DType::F16 ? half : bf16;
+}
+
+/// The inputs of one spec (see inputValue() in reference.h for the why). Cheap to build: no allocation.
+class InputPattern {
+ public:
+  explicit InputPattern(const CollectiveSpec& spec) : spec_(spec), n_(static_cast<std::uint64_t>(std::max(1, spec.nranks))) {
+    const double limit = exactLimit(spec.dtype);
+    if (spec.reduces() && (spec.op == ReduceOp::Sum || spec.op == ReduceOp::Avg)) {
+      kind_ = Kind::Sum;
+      // |every partial sum| <= n * maxMantissa < limit: exact in any order.
+      maxMantissa_ = std::max<std::uint64_t>(1, static_cast<std::uint64_t>((limit - 1) / static_cast<double>(n_)));
+      modulus_ = 2 * maxMantissa_;
+      if (isFloating(spec.dtype)) {
+        const FloatRange r = floatRange(spec.dtype);
+        // Scales 2^e with every sum normal (avg: also sum / n) and below the largest finite value, at most
+        // 2^kMaxScale either way. A width coprime with the mantissa cycle makes the combined period their product.
+        constexpr int kMaxScale = (kMaxScales - 1) / 2;
+        const int lo = std::max(-kMaxScale, r.minNormalExp + (spec.op == ReduceOp::Avg ? ceilLog2(spec.nranks) : 0));
+        const int hi = std::min(kMaxScale, r.maxExp - r.mantissaBits);
+        scales_ = std::max(1, hi - lo + 1);
+        const std::uint64_t cycle = 2 * maxMantissa_ / std::gcd(n_, 2 * maxMantissa_);
+        while (scales_ > 1 && std::gcd(static_cast<std::uint64_t>(scales_), cycle) != 1) --scales_;
+        for (int j = 0; j < scales_; ++j) scale_[j] = std::ldexp(1.0, lo + j);
+      }
+    } else if (spec.reduces() && spec.op == ReduceOp::Prod) {
+      kind_ = Kind::Prod;
+      // Factors +-2^k, k in {-1, 0, 1} (integers: {0, 1}), with at most ceil(n / period) ranks doubling and as many
+      // halving at any index, so every partial product stays a normal (or in-range integer) power of two.
+      int room = 30;  // i32: |product| <= 2^30
+      if (spec.dtype == DType::I64) room = 52;
+      if (isFloating(spec.dtype)) {
+        const FloatRange r = floatRange(spec.dtype);
+        room = std::min(r.maxExp - 1, -r.minNormalExp);
+      }
+      prodPeriod_ = std::max<std::uint64_t>(3, (n_ + static_cast<std::uint64_t>(room) - 1) / static_cast<std::uint64_t>(room));
+    } else {
+      kind_ = Kind::Distinct;
+      modulus_ = static_cast<std::uint64_t>(limit);
+      if (spec.dtype == DType::F16 || spec.dtype == DType::BF16) {
+        distinct16_ = &finiteValues(spec.dtype);
+        modulus_ = distinct16_->size();
+      }
+    }
+  }
+
+  double value(int rank, std::size_t index) const {
+    const auto r = static_cast<std::uint64_t>(rank);
+    const std::uint64_t i = index;
+    // Each (rank, index) its own position; rotating ranks by index moves the smallest and largest value (and the
+    // largest addend) from rank to rank, so a result that always came from one rank would not pass.
+    const std::uint64_t k = i * n_ + (r + i) % n_;
+    switch (kind_) {
+      case Kind::Sum: return sumValue(k % modulus_, i % static_cast<std::uint64_t>(scales_));
+      case Kind::Prod: return prodValue(k, (r + i) % prodPeriod_);
+      case Kind::Distinct: return distinctValue(k % modulus_);
+    }
+    return 0;
+  }
+
+  /// value(rank, i) for i in [0, count), with value()'s divisions replaced by running counters (the checks of a
+  /// large sweep spend most of their time here).
+  void fill(int rank, std::size_t count, std::vector<double>& out) const {
+    out.resize(count);
+    switch (kind_) {
+      case Kind::Sum: return fillWith(rank, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t scale, std::uint64_t) {
+        return sumValue(kMod, scale);
+      });
+      case Kind::Prod: return fillWith(rank, out, [&](std::uint64_t k, std::uint64_t, std::uint64_t, std::uint64_t phase) {
+        return prodValue(k, phase);
+      });
+      case Kind::Distinct: return fillWith(rank, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t, std::uint64_t) {
+        return distinctValue(kMod);
+      });
+    }
+  }
+
+ private:
+  /// Runs the counters of value() over out's elements; valueAt(k, k mod modulus_, scale index, prod phase).
+  template <typename F>
+  void fillWith(int rank, std::vector<double>& out, F valueAt) const {
+    const auto r = static_cast<std::uint64_t>(rank);
+    std::uint64_t rotated = r % n_, k = rotated, kMod = k % modulus_, scale = 0, prodPhase = r % prodPeriod_;
+    // From element i to i+1, k grows by n + 1, or by 1 where the rotation wraps.
+    const std::uint64_t step = (n_ + 1) % modulus_, wrapStep = 1 % modulus_;
+    const auto scales = static_cast<std::uint64_t>(scales_);
+    for (double& v : out) {
+      v = valueAt(k, kMod, scale, prodPhase);
+      const bool wraps = ++rotated == n_;
+      if (wraps) rotated = 0;
+      k += wraps ? 1 : n_ + 1;
+      kMod += wraps ? wrapStep : step;
+      if (kMod >= modulus_) kMod -= modulus_;
+      if (++scale == scales) scale = 0;
+      if (++prodPhase == prodPeriod_) prodPhase = 0;
+    }
+  }
+
+  /// Sum: nonzero mantissas -M..-1, 1..M in a cycle of 2M positions (n consecutive ones distinct when n <= 2M),
+  /// so a missing or doubled addend always shows; scaled by a power of two that changes with every element.
+  double sumValue(std::uint64_t c, std::uint64_t scale) const {
+    const double m = c < maxMantissa_ ? static_cast<double>(c + 1) : -static_cast<double>(c - maxMantissa_ + 1);
+    return m * scale_[scale];
+  }
+  /// Prod: phase (rank + i) mod period picks the doubling (0) and halving (1, floats) ranks; the sign is hashed.
+  double prodValue(std::uint64_t k, std::uint64_t phase) const {
+    const double magnitude = phase == 0 ? 2.0 : (phase == 1 && isFloating(spec_.dtype)) ? 0.5 : 1.0;
+    return (mix(k) & 1u) ? -magnitude : magnitude;
+  }
+  double distinctValue(std::uint64_t d) const {
+    return distinct16_ ? (*distinct16_)[static_cast<std::size_t>(d)] : static_cast<double>(d);
+  }
+
+  enum class Kind { Sum, Prod, Distinct };
+  static constexpr int kMaxScales = 61;  // 2^-30 .. 2^30
+  CollectiveSpec spec_;
+  std::uint64_t n_;
+  Kind kind_ = Kind::Distinct;
+  std::uint64_t maxMantissa_ = 1;
+  int scales_ = 1;
+  double scale_[kMaxScales] = {1.0};  // 2^(lowest scale + j)
+  std::uint64_t prodPeriod_ = 3;
+  std::uint64_t modulus_ = 1;  // of position k: 2M (sum), the number of distinct values (min/max, movement)
+  const std::vector<double>* distinct16_ = nullptr;
+};
 
 }  // namespace
 
 double inputValue(const CollectiveSpec& spec, int rank, std::size_t index) {
-  const std::size_t unique = static_cast<std::size_t>(rank) * inputElems(spec) + index;
-  if (spec.op == ReduceOp::Prod && spec.reduces()) {
-    const auto e = static_cast<int>((static_cast<std::size_t>(rank) + index) % 3);
-    if (!isFloating(spec.dtype)) return e == 0 ? 2.0 : 1.0;
-    return std::ldexp(1.0, e - 1);
-  }
-  const double fold = std::max(1.0, std::floor(exactLimit(spec.dtype) / std::max(1, spec.nranks)));
-  return std::fmod(static_cast<double>(unique), fold);
+  return InputPattern(spec).value(rank, index);
 }
 
 double expectedValue(const CollectiveSpec& spec, int rank, std::size_t index) {
@@ -99,20 +259,48 @@ RankBufferSet::RankBufferSet(const CollectiveSpec& spec, bool inPlace) : spec_(s
 
 namespace {
 
-/// Input values of `rank` for elements [0, n) (inputValue() without re-deriving the fold per element).
+/// Input values of `rank` for elements [0, n).
 void rankInputs(const CollectiveSpec& spec, int rank, std::size_t n, std::vector<double>& out) {
-  out.resize(n);
-  const std::size_t unique0 = static_cast<std::size_t>(rank) * inputElems(spec);
-  if (spec.op == ReduceOp::Prod && spec.reduces()) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = inputValue(spec, rank, i);
-    return;
-  }
-  const auto fold = static_cast<std::size_t>(std::max(1.0, std::floor(exactLimit(spec.dtype) / std::max(1, spec.nranks))));
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<double>((unique0 + i) % fold);
+  InputPattern(spec).fill(rank, n, out);
 }
 
 void storeAll(DType t, void* base, const std::vector<double>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) storeFromDouble(t, base, i, v[i]);
+}
+
+/// v[i] = loadAsDouble(t, base, i) for i < n, a dtype at a time (16-bit floats through the SIMD conversions).
+void loadAll(DType t, const void* base, std::size_t n, std::vector<double>& v) {
+  v.resize(n);
+  auto widen = [&](const auto* p) { std::copy(p, p + n, v.begin()); };
+  switch (t) {
+    case DType::F32: return widen(static_cast<const float*>(base));
+    case DType::F64: return widen(static_cast<const double*>(base));
+    case DType::I32: return widen(static_cast<const std::int32_t*>(base));
+    case DType::I64: return widen(static_cast<const std::int64_t*>(base));
+    case DType::F16:
+    case DType::BF16: {
+      std::vector<float> f(n);
+      const auto* h = static_cast<const std::uint16_t*>(base);
+      t == DType::F16 ? halvesToFloats(h, f.data(), n) : bf16sToFloats(h, f.data(), n);
+      return widen(f.data());
+    }
+  }
+}
+
+/// Rounds every value to the nearest the dtype holds, as storeFromDouble() then loadAsDouble() would.
+void roundTo(DType t, std::vector<double>& v) {
+  if (t == DType::F64) return;
+  if (t == DType::F16 || t == DType::BF16) {
+    std::vector<float> f(v.begin(), v.end());
+    std::vector<std::uint16_t> h(v.size());
+    t == DType::F16 ? floatsToHalves(f.data(), h.data(), f.size()) : floatsToBf16s(f.data(), h.data(), f.size());
+    return loadAll(t, h.data(), h.size(), v);
+  }
+  for (double& x : v) {
+    if (t == DType::F32) x = static_cast<float>(x);
+    if (t == DType::I32) x = static_cast<std::int32_t>(x);
+    if (t == DType::I64) x = static_cast<double>(static_cast<std::int64_t>(x));
+  }
 }
 
 }  // namespace
@@ -164,18 +352,15 @@ std::size_t RankBufferSet::countWrong() const {
     }
   }
   // Round expectations to the dtype: that is the closest the dtype can hold.
-  std::vector<std::uint64_t> rounded(expect.size());
-  for (std::size_t i = 0; i < expect.size(); ++i) {
-    storeFromDouble(spec_.dtype, &rounded[i], 0, expect[i]);
-    expect[i] = loadAsDouble(spec_.dtype, &rounded[i], 0);
-  }
+  roundTo(spec_.dtype, expect);
   std::size_t wrong = 0;
+  std::vector<double> got;
   for (int r = 0; r < n; ++r) {
     if (spec_.kind == Collective::Reduce && r != spec_.root) continue;
     const std::size_t base = spec_.kind == Collective::ReduceScatter ? static_cast<std::size_t>(r) * spec_.count : 0;
-    const void* out = views_[static_cast<std::size_t>(r)].output;
+    loadAll(spec_.dtype, views_[static_cast<std::size_t>(r)].output, outElems, got);
     for (std::size_t i = 0; i < outElems; ++i) {
-      if (!matches(spec_, loadAsDouble(spec_.dtype, out, i), expect[base + i])) ++wrong;
+      if (!matches(spec_, got[i], expect[base + i])) ++wrong;
     }
   }
   return wrong;
@@ -183,7 +368,10 @@ std::size_t RankBufferSet::countWrong() const {
 
 void RankBufferSet::corruptOutput(int rank, std::size_t index) {
   void* out = views_[static_cast<std::size_t>(rank)].output;
-  storeFromDouble(spec_.dtype, out, index, loadAsDouble(spec_.dtype, out, index) + 1.0);
+  const double v = loadAsDouble(spec_.dtype, out, index);
+  // Doubling changes every nonzero float, whatever its magnitude (adding 1 would vanish in rounding above 2^mantissa).
+  const double changed = !isFloating(spec_.dtype) ? (v < 0 ? v + 1 : v - 1) : v == 0 ? 1.0 : 2 * v;
+  storeFromDouble(spec_.dtype, out, index, changed);
 }
 
 }  // namespace collbench

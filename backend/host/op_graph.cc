@@ -22,6 +22,12 @@ OpGraph::OpGraph(const std::vector<Op>& ops) {
 ReadyOps::ReadyOps(const OpGraph& g)
     : graph_(&g), remaining_(g.indegree_), ready_(g.roots_.rbegin(), g.roots_.rend()) {}
 
+void ReadyOps::reset() {
+  remaining_ = graph_->indegree_;
+  ready_.assign(graph_->roots_.rbegin(), graph_->roots_.rend());
+  done_ = 0;
+}
+
 void ReadyOps::complete(int i) {
   ++done_;
   for (int d : graph_->dependents(i)) {

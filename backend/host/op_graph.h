@@ -3,7 +3,7 @@
 /// fresh ReadyOps per execution hands out the ops whose deps are done.
 ///
 ///   OpGraph g(prog.ops);                 // once per schedule and rank
-///   ReadyOps ready(g);                   // once per execution
+///   ReadyOps ready(g);                   // once per execution (or ready.reset() to reuse one)
 ///   while (ready.any()) { int i = ready.pop(); ...run op i...; ready.complete(i); }
 ///
 /// complete(i) may also come later, out of order (an op that was posted and finishes after others): ops become
@@ -45,6 +45,8 @@ class OpGraph {
 class ReadyOps {
  public:
   explicit ReadyOps(const OpGraph& g);
+  /// Starts over (a new execution) without allocating.
+  void reset();
   bool any() const { return !ready_.empty(); }
   int pop() {
     const int i = ready_.back();

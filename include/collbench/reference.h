@@ -11,9 +11,16 @@
 
 namespace collbench {
 
-/// Input element `index` of `rank`. Sum/avg/min/max: (rank * inputElems + index), folded below the dtype's exact
-/// integer range divided by nranks (unique per element wherever the dtype can hold it); prod: a power of two in
-/// {1/2, 1, 2} for floats, {1, 2} for integers, so products stay exact.
+/// Input element `index` of `rank`: as distinct across elements and ranks as exactness allows, so that a block
+/// read from or written to the wrong place, or a rank's contribution dropped, doubled or swapped, changes the result.
+/// Each (rank, index) has its own position k = index * n + (rank + index) mod n (ranks rotate with the index).
+/// - min/max, and data movement (all-gather, broadcast): distinct values by k, no folding: integers k (modulo the
+///   dtype's exact range), and for f16/bf16 the k-th of all their finite values (modulo their count, ~64K).
+/// - sum/avg: m * 2^e with m a nonzero integer, |m| <= M = (2^(mantissa+1) - 1) / n so that every partial sum is
+///   exact in any order, cycling through -M..-1, 1..M with k; e changes with every element (floats: up to 61
+///   scales, all sums normal), so the pattern repeats only every lcm(scales, 2M) elements (bf16 at n=17: 1830).
+/// - prod: +-2^{-1,0,1} (integers +-{1,2}), signs from a hash of k (no period), at most ceil(n/3) doublings and as
+///   many halvings per element, so every partial product is an exact power of two.
 double inputValue(const CollectiveSpec& spec, int rank, std::size_t index);
 /// Expected value of output element `index` on `rank` (meaningless on non-root ranks of reduce).
 double expectedValue(const CollectiveSpec& spec, int rank, std::size_t index);

@@ -2,12 +2,15 @@
 // every dtype and op, out of place and in place, with unique per-element inputs (collbench/reference.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
+#include "collbench/reduce.h"
 #include "collbench/reference.h"
 #include "algo_params_for_tests.h"
 #include "host_backend.h"
@@ -97,6 +100,103 @@ TEST(HostBackend, PipelinedAndChanneledSchedules) {
       bufs.fill();
       backendFor(n).run(s, bufs.views(), {});
       EXPECT_EQ(bufs.countWrong(), 0u) << toString(a.collective) << " " << a.name << " n=" << n;
+    }
+  }
+}
+
+TEST(HostBackend, SmallMessagesStayRightOverManyIterations) {
+  // Messages this small go eagerly: a sender copies them into one of two buffers per send/recv pair and moves on, up
+  // to an epoch ahead of its receiver. Many back-to-back iterations exercise the buffer reuse; out of place, every
+  // iteration recomputes the same result, so the last one must still match the reference.
+  for (const char* name : {"ring", "recursive_doubling", "direct", "tree"}) {
+    for (int n : {2, 3, 5}) {
+      const CollectiveSpec spec{Collective::AllReduce, n, 7, DType::F32, ReduceOp::Sum};
+      const Schedule s = buildSchedule(spec, name, testing::paramsFor(name, n));
+      RankBufferSet bufs(spec, false);
+      bufs.fill();
+      backendFor(n).run(s, bufs.views(), RunOptions{300, 10, 30.0});
+      EXPECT_EQ(bufs.countWrong(), 0u) << name << " n=" << n;
+    }
+  }
+}
+
+TEST(HostBackend, BlockReadOneBlockOffShowsForEveryDtypeAndOp) {
+  // 17 ranks, 17 blocks of 60 elements. Rank 3's first ring send reads the block after the one it names, so that
+  // rank's contribution to block 3 comes from the wrong place. Inputs folded modulo 15 (what bf16 sums once used
+  // at n=17: 256 / 17) or a product pattern of period 3 would be identical one block (60 elements) away, and the
+  // bug would pass unseen.
+  constexpr int kRanks = 17, kBlock = 60, kRank = 3;
+  for (DType t : kAllDTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      const CollectiveSpec spec{Collective::AllReduce, kRanks, kRanks * kBlock, t, op};
+      Schedule s = buildSchedule(spec, "ring");
+      RankBufferSet bufs(spec, false);
+      bufs.fill();
+      backendFor(kRanks).run(s, bufs.views(), {});
+      ASSERT_EQ(bufs.countWrong(), 0u) << describe(spec);
+      auto& ops = s.ranks[kRank].ops;
+      const auto send = std::find_if(ops.begin(), ops.end(), [](const Op& o) { return o.kind == OpKind::Send; });
+      ASSERT_NE(send, ops.end());
+      ASSERT_EQ(send->src.buffer, BufferKind::Input);
+      ASSERT_EQ(send->bytes, kBlock * dtypeSize(t));
+      send->src.offset += send->bytes;  // block kRank + 1 instead of kRank; still inside the input
+      bufs.fill();
+      backendFor(kRanks).run(s, bufs.views(), {});
+      EXPECT_GT(bufs.countWrong(), 0u) << describe(spec);
+    }
+  }
+}
+
+TEST(HostBackend, InputsAreDistinctWhereExactnessAllows) {
+  constexpr int n = 17;
+  constexpr std::size_t count = 1000;
+  for (DType t : {DType::BF16, DType::F16}) {
+    // Min/max and data movement: every input of every rank distinct (17000 values, fewer than a 16-bit float has).
+    for (const CollectiveSpec spec : {CollectiveSpec{Collective::AllReduce, n, count, t, ReduceOp::Max},
+                                      CollectiveSpec{Collective::AllGather, n, count, t, ReduceOp::Sum}}) {
+      std::set<double> seen;
+      for (int r = 0; r < n; ++r) {
+        for (std::size_t i = 0; i < count; ++i) seen.insert(inputValue(spec, r, i));
+      }
+      EXPECT_EQ(seen.size(), n * count) << describe(spec);
+    }
+    // Sum: at each element the ranks' addends are distinct and nonzero (a dropped or doubled one changes the sum),
+    // and the expected sums repeat with no period shorter than 500 elements.
+    const CollectiveSpec sum{Collective::AllReduce, n, count, t, ReduceOp::Sum};
+    std::vector<double> expect(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::set<double> addends;
+      for (int r = 0; r < n; ++r) addends.insert(inputValue(sum, r, i));
+      EXPECT_EQ(addends.size(), static_cast<std::size_t>(n)) << toString(t) << " element " << i;
+      EXPECT_EQ(addends.count(0.0), 0u);
+      expect[i] = expectedValue(sum, 0, i);
+    }
+    for (std::size_t period = 1; period < 500; ++period) {
+      bool repeats = true;
+      for (std::size_t i = 0; i + period < count && repeats; ++i) repeats = expect[i] == expect[i + period];
+      EXPECT_FALSE(repeats) << toString(t) << " sums repeat every " << period << " elements";
+    }
+  }
+}
+
+TEST(HostBackend, BuffersHoldInputValue) {
+  // RankBufferSet computes the inputs with running counters; inputValue() (used by the process backends and the
+  // MPI driver) from scratch. They must agree, in every pattern.
+  for (DType t : {DType::BF16, DType::F32, DType::I32}) {
+    for (ReduceOp op : kAllReduceOps) {
+      for (Collective c : {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather}) {
+        const CollectiveSpec spec{c, 5, 777, t, op};
+        RankBufferSet bufs(spec, false);
+        bufs.fill();
+        const std::size_t elems = spec.inputBytes() / spec.elementSize();
+        for (int r = 0; r < spec.nranks; ++r) {
+          for (std::size_t i = 0; i < elems; ++i) {
+            const double want = inputValue(spec, r, i);
+            ASSERT_EQ(loadAsDouble(t, bufs.views()[static_cast<std::size_t>(r)].input, i), want)
+                << describe(spec) << " rank " << r << " element " << i;
+          }
+        }
+      }
     }
   }
 }
