@@ -232,9 +232,11 @@ struct CostModel::Impl {
   /// `reduceSteps` of which are received with a reduction (RecvReduce) before the data moves on, `rounds` rounds
   /// that share the connections (ring.cc: every round is a complete ring on the same channel, so round k+1 starts
   /// on a connection when round k's last transfer there ends). d[i]: transfer i -> i+1; g[i]: reduction at i.
-  /// Recurrence: t(i, s) = max(t(i-1, s-1) + g_i [if s-1 reduced], t(i, s-1)) + d_i.
+  /// Recurrence: t(i, s) = max(t(i-1, s-1) + g_i [if s-1 reduced], t(i, s-1), t(i+1, s-1) [if recvWaitsSend]) + d_i.
+  /// recvWaitsSend: a rank posts the receive of step s only once its own send of step s-1 is done (reduce-scatter's
+  /// scratch slot written at s was read by the send of s-1); it binds where the ring's links differ (several hosts).
   CostTerms ringRecurrence(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g, int steps, int reduceSteps,
-                           std::size_t rounds) const {
+                           std::size_t rounds, bool recvWaitsSend = false) const {
     const std::size_t m = d.size();
     if (m < 2 || steps == 0 || rounds == 0) return {};
     auto finalTime = [&](const std::vector<CostTerms>& cur, int lastStep) {
@@ -266,7 +268,9 @@ struct CostModel::Impl {
             ready = prev[(i + m - 1) % m];
             if (s - 1 < reduceSteps) ready += g[i];
           }
-          cur[i] = CostTerms::max(ready, prev[i]) + d[i];  // prev[i]: this connection's previous transfer
+          cur[i] = CostTerms::max(ready, prev[i]);  // prev[i]: this connection's previous transfer
+          if (recvWaitsSend && s > 0) cur[i] = CostTerms::max(cur[i], prev[(i + 1) % m]);
+          cur[i] += d[i];
         }
         std::swap(cur, prev);
       }
@@ -278,13 +282,15 @@ struct CostModel::Impl {
     return endOf[2] + perRound * static_cast<double>(rounds - 3);
   }
 
-  /// Delays of one ring step: transfer ring[i] -> ring[i+1] of `bytes` on `mult` channels, and the receiver's
-  /// reduction of all channels' bytes (concurrent reductions on a node share its rate).
-  void ringDelays(const std::vector<std::vector<int>>& rings, double bytes, int mult,
+  /// Delays of one ring step: transfer ring[i] -> ring[i+1] of `bytes` on `mult[r]` identical channels of ring r
+  /// (flows of every ring share the links), and the receiver's reduction of `reduceShare` x `bytes` (every channel's
+  /// ring passes through every rank and their reductions run at once, sharing the node's rate).
+  void ringDelays(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes, int reduceShare,
                   std::vector<std::vector<CostTerms>>& d, std::vector<std::vector<CostTerms>>& g) const {
     std::vector<Flow> flows;
-    for (const auto& ring : rings) {
-      for (std::size_t i = 0; i < ring.size(); ++i) flows.push_back({ring[i], ring[(i + 1) % ring.size()], bytes, mult});
+    for (std::size_t r = 0; r < rings.size(); ++r) {
+      const auto& ring = rings[r];
+      for (std::size_t i = 0; i < ring.size(); ++i) flows.push_back({ring[i], ring[(i + 1) % ring.size()], bytes, mult[r]});
     }
     const std::vector<CostTerms> cost = phase(flows);
     d.assign(rings.size(), {});
@@ -293,28 +299,52 @@ struct CostModel::Impl {
     for (std::size_t r = 0; r < rings.size(); ++r) {
       for (std::size_t i = 0; i < rings[r].size(); ++i) {
         d[r].push_back(cost[f++]);
-        g[r].push_back(gammaCost(bytes * mult, rings[r][i]));
+        g[r].push_back(gammaCost(bytes * reduceShare, rings[r][i]));
       }
     }
   }
 
   /// Rings run concurrently (their flows share links); the phase ends with the slowest.
-  CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, double bytes, int mult, int steps, int reduceSteps,
-                       std::size_t rounds) const {
+  CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes,
+                       int reduceShare, int steps, int reduceSteps, std::size_t rounds,
+                       bool recvWaitsSend = false) const {
     if (bytes <= 0) return {};
     std::vector<std::vector<CostTerms>> d, g;
-    ringDelays(rings, bytes, mult, d, g);
+    ringDelays(rings, mult, bytes, reduceShare, d, g);
     CostTerms worst;
     for (std::size_t r = 0; r < rings.size(); ++r) {
-      worst = CostTerms::max(worst, ringRecurrence(d[r], g[r], steps, reduceSteps, rounds));
+      worst = CostTerms::max(worst, ringRecurrence(d[r], g[r], steps, reduceSteps, rounds, recvWaitsSend));
     }
     return worst;
   }
 
-  std::vector<int> identityRing() const {
-    std::vector<int> ring(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) ring[static_cast<std::size_t>(r)] = r;
-    return ring;
+  /// Disjoint rings of one flow each (hierarchical's per-host and per-local-index rings).
+  CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, double bytes, int steps, int reduceSteps) const {
+    return ringsPhase(rings, std::vector<int>(rings.size(), 1), bytes, 1, steps, reduceSteps, 1);
+  }
+
+  /// The rings ring.cc builds: channel c runs on ringOrder(n, p, c) (with several hosts in p.rankHost consecutive
+  /// channels enter and leave hosts through different GPUs and NICs), and channels whose slice is empty are elided.
+  /// Channels on the same ring are one ring of `mult` parallel flows (one host: every channel is 0..n-1).
+  struct ChannelRings {
+    std::vector<std::vector<int>> rings;
+    std::vector<int> mult;
+    int channels = 1;  ///< channels that carry data: every rank reduces that many pieces at once
+  };
+  ChannelRings channelRings(const AlgoParams& p, std::size_t count) const {
+    ChannelRings cr;
+    cr.channels = static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(p.channels), count)));
+    for (int c = 0; c < cr.channels; ++c) {
+      std::vector<int> ring = ringOrder(n, p, c);
+      const auto it = std::find(cr.rings.begin(), cr.rings.end(), ring);
+      if (it == cr.rings.end()) {
+        cr.rings.push_back(std::move(ring));
+        cr.mult.push_back(1);
+      } else {
+        ++cr.mult[static_cast<std::size_t>(it - cr.rings.begin())];
+      }
+    }
+    return cr;
   }
 
   /// ring.cc's pieces: the largest channel slice, its round count and the largest piece (elements).
@@ -336,17 +366,17 @@ struct CostModel::Impl {
     if (n == 1) return gammaCost(static_cast<double>(s.count * es), 0);
     const RingPieces pc = ringPieces(s.count, es, p, static_cast<std::size_t>(n));
     const double block = static_cast<double>(ceilDiv(pc.pieceElems, static_cast<std::size_t>(n)) * es);
-    const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(p.channels), s.count));
-    return ringsPhase({identityRing()}, block, std::max(mult, 1), 2 * (n - 1), n - 1, pc.rounds);
+    const ChannelRings cr = channelRings(p, s.count);
+    return ringsPhase(cr.rings, cr.mult, block, cr.channels, 2 * (n - 1), n - 1, pc.rounds);
   }
 
   CostTerms ringReduceScatter(const CollectiveSpec& s, const AlgoParams& p) const {
     const std::size_t es = s.elementSize();
     if (n == 1) return gammaCost(static_cast<double>(s.count * es), 0);
     const RingPieces pc = ringPieces(s.count, es, p, 1);
-    const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(p.channels), s.count));
-    return ringsPhase({identityRing()}, static_cast<double>(pc.pieceElems * es), std::max(mult, 1), n - 1, n - 1,
-                      pc.rounds);
+    const ChannelRings cr = channelRings(p, s.count);
+    return ringsPhase(cr.rings, cr.mult, static_cast<double>(pc.pieceElems * es), cr.channels, n - 1, n - 1, pc.rounds,
+                      /*recvWaitsSend=*/true);
   }
 
   CostTerms ringAllGather(const CollectiveSpec& s, const AlgoParams& p) const {
@@ -354,10 +384,9 @@ struct CostModel::Impl {
     const CostTerms copy = gammaMax(static_cast<double>(s.count * es));  // own block in -> out, beside the ring
     if (n == 1) return copy;
     const RingPieces pc = ringPieces(s.count, es, p, 1);
-    const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(p.channels), s.count));
+    const ChannelRings cr = channelRings(p, s.count);
     return CostTerms::max(
-        ringsPhase({identityRing()}, static_cast<double>(pc.pieceElems * es), std::max(mult, 1), n - 1, 0, pc.rounds),
-        copy);
+        ringsPhase(cr.rings, cr.mult, static_cast<double>(pc.pieceElems * es), cr.channels, n - 1, 0, pc.rounds), copy);
   }
 
   // ---- Recursive doubling and Rabenseifner (recursive.cc's Fold) ----
@@ -611,7 +640,7 @@ struct CostModel::Impl {
     if (L == 1) {
       t = gammaMax(S);
     } else {  // ring reduce-scatter inside every host at once
-      t = ringsPhase(hosts, static_cast<double>(localElems * es), 1, static_cast<int>(L) - 1, static_cast<int>(L) - 1, 1);
+      t = ringsPhase(hosts, static_cast<double>(localElems * es), static_cast<int>(L) - 1, static_cast<int>(L) - 1);
     }
     if (H > 1) {  // one ring all-reduce across hosts per local index, all at once
       std::vector<std::vector<int>> rings(L);
@@ -619,9 +648,9 @@ struct CostModel::Impl {
         for (const auto& h : hosts) rings[i].push_back(h[i]);
       }
       const double block = static_cast<double>(ceilDiv(localElems, H) * es);
-      t += ringsPhase(rings, block, 1, 2 * static_cast<int>(H - 1), static_cast<int>(H) - 1, 1);
+      t += ringsPhase(rings, block, 2 * static_cast<int>(H - 1), static_cast<int>(H) - 1);
     }
-    if (L > 1) t += ringsPhase(hosts, static_cast<double>(localElems * es), 1, static_cast<int>(L) - 1, 0, 1);
+    if (L > 1) t += ringsPhase(hosts, static_cast<double>(localElems * es), static_cast<int>(L) - 1, 0);
     e.terms = t;
     return e;
   }
