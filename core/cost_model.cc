@@ -44,6 +44,7 @@ std::string_view toString(LinkClassKind k) { return k == LinkClassKind::Intra ? 
 
 CostTerms& CostTerms::operator+=(const CostTerms& o) {
   us += o.us;
+  calls += o.calls;
   for (int c = 0; c < kLinkClasses; ++c) {
     alphaCount[c] += o.alphaCount[c];
     betaBytes[c] += o.betaBytes[c];
@@ -61,6 +62,7 @@ CostTerms CostTerms::operator+(const CostTerms& o) const {
 CostTerms CostTerms::operator*(double k) const {
   CostTerms r = *this;
   r.us *= k;
+  r.calls *= k;
   for (int c = 0; c < kLinkClasses; ++c) {
     r.alphaCount[c] *= k;
     r.betaBytes[c] *= k;
@@ -81,6 +83,7 @@ struct CostModel::Impl {
 
   Topology topo;
   int n = 0;
+  double callOverheadUs = 0;
   std::unique_ptr<Router> router;  // points into `topo`; Impl never moves (held by unique_ptr)
   std::vector<int> node;           // node index per rank
   std::vector<int> host;
@@ -91,7 +94,10 @@ struct CostModel::Impl {
   mutable std::vector<double> load;
   mutable std::vector<int> touched;
 
-  Impl(Topology t, int nranks) : topo(std::move(t)) {
+  Impl(Topology t, int nranks, double overheadUs) : topo(std::move(t)), callOverheadUs(overheadUs) {
+    if (!(overheadUs >= 0) || !std::isfinite(overheadUs)) {
+      throw Error(Errc::InvalidArgument, fmt::format("call overhead must be a finite number >= 0 us, got {}", overheadUs));
+    }
     if (nranks <= 0) nranks = static_cast<int>(topo.ranks.size());
     if (nranks > static_cast<int>(topo.ranks.size())) {
       throw Error(Errc::InvalidArgument, fmt::format("topology '{}' has {} ranks, the cost model was asked for {}",
@@ -656,6 +662,16 @@ struct CostModel::Impl {
   }
 
   Estimate estimate(const CollectiveSpec& s, std::string_view algorithm, const AlgoParams& p) const {
+    Estimate e = estimateNetwork(s, algorithm, p);
+    if (e.supported && (s.count > 0 || s.kind == Collective::Barrier)) {
+      e.terms.calls += 1;
+      e.terms.us += callOverheadUs;
+    }
+    return e;
+  }
+
+  /// The estimate without the per-call overhead.
+  Estimate estimateNetwork(const CollectiveSpec& s, std::string_view algorithm, const AlgoParams& p) const {
     Estimate e;
     if (s.nranks != n) {
       throw Error(Errc::InvalidArgument, fmt::format("cost model of {} ranks asked about {}", n, describe(s)));
@@ -696,7 +712,8 @@ struct CostModel::Impl {
   }
 };
 
-CostModel::CostModel(Topology topology, int nranks) : impl_(std::make_unique<Impl>(std::move(topology), nranks)) {}
+CostModel::CostModel(Topology topology, int nranks, double callOverheadUs)
+    : impl_(std::make_unique<Impl>(std::move(topology), nranks, callOverheadUs)) {}
 CostModel::~CostModel() = default;
 CostModel::CostModel(CostModel&&) noexcept = default;
 CostModel& CostModel::operator=(CostModel&&) noexcept = default;
@@ -706,6 +723,7 @@ CostModel CostModel::defaultFlat(int nranks) {
 }
 
 int CostModel::nranks() const { return impl_->n; }
+double CostModel::callOverheadUs() const { return impl_->callOverheadUs; }
 const Topology& CostModel::topology() const { return impl_->topo; }
 const CostSummary& CostModel::summary() const { return impl_->summary; }
 const std::vector<int>& CostModel::rankHost() const { return impl_->host; }
@@ -951,9 +969,16 @@ std::size_t ncclChunkBytes(NcclProto p) {
 
 double ncclBaseLatencyUs(NcclAlgo a, NcclProto p) { return kNcclBaseLatUs[ai(a)][pi(p)]; }
 
-Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto, int channels) {
+Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto, int channels, int nranks) {
   if (channels < 1) throw Error(Errc::InvalidArgument, fmt::format("channels must be at least 1, got {}", channels));
+  if (nranks <= 0) nranks = static_cast<int>(t.ranks.size());
   const int a = ai(algo), p = pi(proto);
+  // NCCL tunes by node count (ncclTopoTuneModel's index2 and llMaxBw row) and ranks per node (ppn 1 exposes the
+  // tree's network latency).
+  const std::vector<int> hosts = rankHosts(t, nranks);
+  const int nnodes = hosts.empty() ? 1 : *std::max_element(hosts.begin(), hosts.end()) + 1;
+  const int idx = scaleIndex(nnodes);
+  const bool onePerNode = nnodes == nranks;
   Topology out = t;
   std::vector<bool> isRank(t.nodes.size(), false), hasNvlink(t.nodes.size(), false);
   std::map<std::string, int> index;
@@ -962,47 +987,55 @@ Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto,
   for (const TopoLink& l : t.links) {
     if (l.linkClass == "nvlink") hasNvlink[static_cast<std::size_t>(index.at(l.a))] = hasNvlink[static_cast<std::size_t>(index.at(l.b))] = true;
   }
-  // Bandwidth the protocol reaches on a rank's links: the model's efficiency factor, and NCCL's caps (per channel
-  // for Simple and LL128, in total for LL).
-  double efficiency = 1.0, perChannelCap = 0, totalCap = 0;
+  // Bandwidth the protocol reaches: the model's efficiency factor on every link, and NCCL's caps (per channel for
+  // Simple and LL128, in total for LL) on a rank's own links and on network links; the caps of inter-node
+  // communicators (per-channel rows N2/N4, the CPU's llMaxBw, the inter-node search speed) once ranks span hosts.
+  double efficiency = 1.0, perChannelCap = 0, perChannelNetCap = 0, totalCap = 0;
   if (algo == NcclAlgo::Ring) {
     if (proto == NcclProto::LL) {
       efficiency = kNcclRingLLFactor;
-      totalCap = kNcclLlMaxBwHopperN1;
+      totalCap = llMaxBw(nnodes);
     } else if (proto == NcclProto::LL128) {
       efficiency = kNcclRingLL128Factor;
-      perChannelCap = kNcclPerChRingLL128GBps[0];
+      perChannelCap = perChannelNetCap = kNcclPerChRingLL128GBps[idx];
     } else {
       perChannelCap = kNcclSm90MaxChannelIntraGBps;
+      perChannelNetCap = kNcclSm90MaxChannelInterGBps;
     }
   } else {
     efficiency = kNcclTreeFactor;
     if (proto == NcclProto::LL) {
       efficiency *= kNcclTreeLLFactor;
-      totalCap = kNcclLlMaxBwHopperN1;
+      totalCap = llMaxBw(nnodes);
     } else if (proto == NcclProto::LL128) {
-      efficiency *= kNcclTreeLL128FactorN1;
-      perChannelCap = kNcclPerChTreeLL128GBps[0];
+      efficiency *= nnodes == 1 ? kNcclTreeLL128FactorN1 : kNcclTreeLL128FactorNet;
+      perChannelCap = perChannelNetCap = kNcclPerChTreeLL128GBps[idx];
     } else {
-      perChannelCap = kNcclPerChTreeGBps[0];
+      perChannelCap = perChannelNetCap = kNcclPerChTreeGBps[idx];
     }
   }
+  // Per-step hardware latency, half on each end of a route: NVLink (or PCI) inside a node, at least the network
+  // post overhead once the communicator spans nodes (NCCL: intraLat = max(intraLat, netOverhead)); the network
+  // latency on NIC links, the tree's when every node holds one rank (ppn 1).
+  const double netOverhead =
+      nnodes > 1 ? kNcclNetOverheadUs * (proto == NcclProto::Simple ? kNcclNetOverheadSimpleFactor : 1.0) : 0.0;
+  const double netLat = onePerNode ? kNcclHwLatNetUs[kNcclTree][p] : kNcclHwLatNetUs[a][p];
   for (TopoLink& l : out.links) {
     const auto ia = static_cast<std::size_t>(index.at(l.a)), ib = static_cast<std::size_t>(index.at(l.b));
     const bool atRank = isRank[ia] || isRank[ib];
+    const bool network = l.linkClass == "nic" || (atRank && l.linkClass != "pcie" && l.linkClass != "nvlink");
     l.bandwidthGBps *= efficiency;
-    if (atRank && perChannelCap > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, channels * perChannelCap);
-    if (atRank && totalCap > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, totalCap);
-    // NCCL's per-step hardware latency, half on each end of a route: NVLink where the rank's link is NVLink, the
-    // network latency on NIC links, PCI where a rank without NVLink reaches its peers over PCIe.
+    // A network link carries at most every channel (an upper bound: rings spread channels over the NICs).
+    const double perChannel = network ? perChannelNetCap : perChannelCap;
+    if ((atRank || network) && perChannel > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, channels * perChannel);
+    if ((atRank || network) && totalCap > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, totalCap);
     double extra = 0;
-    if (l.linkClass == "nvlink" && atRank) extra = kNcclHwLatNvlinkUs[a][p] / 2;
-    else if (l.linkClass == "nic") extra = kNcclHwLatNetUs[a][p] / 2;
-    else if (l.linkClass == "pcie" && atRank && !(hasNvlink[ia] || hasNvlink[ib])) extra = kNcclHwLatPciUs[a][p] / 2;
-    else if (atRank && l.linkClass != "pcie" && l.linkClass != "nvlink") extra = kNcclHwLatNetUs[a][p] / 2;
+    if (network) extra = netLat / 2;
+    else if (l.linkClass == "nvlink" && atRank) extra = std::max(kNcclHwLatNvlinkUs[a][p], netOverhead) / 2;
+    else if (l.linkClass == "pcie" && atRank && !(hasNvlink[ia] || hasNvlink[ib])) extra = std::max(kNcclHwLatPciUs[a][p], netOverhead) / 2;
     l.latencyUs += extra;
   }
-  out.name = fmt::format("{}+nccl-{}-{}-c{}", t.name, toString(algo), toString(proto), channels);
+  out.name = fmt::format("{}+nccl-{}-{}-c{}-n{}", t.name, toString(algo), toString(proto), channels, nranks);
   return out;
 }
 
