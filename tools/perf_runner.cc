@@ -97,13 +97,11 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   std::optional<Topology> topo;
   if (!c.topology.empty()) topo = loadTopology(c.topology);
   if (topo) params.rankHost = rankHosts(*topo, n);
-  // --algo auto: the selector, with the tuning table of --tuning / COLLBENCH_TUNING_FILE when given.
-  const char* tuningEnv = std::getenv("COLLBENCH_TUNING_FILE");
-  const std::string tuningFile = !c.tuningFile.empty() ? c.tuningFile : tuningEnv ? tuningEnv : "";
-  std::optional<TuningTable> table;
-  if (!tuningFile.empty()) table = loadTuningTable(tuningFile);
-  const Selector selector(SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr, c.backend, "auto",
-                                          tuningFile});
+  // --algo auto: the selector, with the table of --tuning, COLLBENCH_TUNING_FILE or the topology's shipped one.
+  const FoundTuningTable found = c.algo == "auto" ? findTuningTable(c.tuningFile, topo ? &*topo : nullptr, c.backend)
+                                                  : FoundTuningTable{};
+  const Selector selector(SelectorOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, c.backend,
+                                          "auto", found.path});
   CollectiveSpec probe{c.collective, n, 0, dtype, op, c.root};
   checkSpec(probe, params);
   if (c.algo != "auto") findAlgorithm(c.collective, c.algo);  // reject unknown names before running anything
