@@ -21,15 +21,20 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kParams = 5;  // alpha_intra, alpha_inter, 1/beta_intra, 1/beta_inter, 1/gamma (u's order)
-constexpr const char* kParamNames[kParams] = {"alpha_intra", "alpha_inter", "beta_intra", "beta_inter", "gamma"};
-// identified[] order in CalibrationResult: alpha_intra, alpha_inter, beta_intra, beta_inter, gamma (same as u).
+constexpr int kParams = 6;  // alpha_intra, alpha_inter, 1/beta_intra, 1/beta_inter, 1/gamma, overhead (u's order)
+constexpr const char* kParamNames[kParams] = {"alpha_intra", "alpha_inter", "beta_intra",
+                                              "beta_inter",  "gamma",       "call_overhead"};
+// identified[] order in CalibrationResult: as u.
 /// Bytes per us per GB/s (topology bandwidths are 1e9 bytes/s).
 constexpr double kBytesPerUsPerGBps = 1e3;
 /// Convergence: the largest relative change of a parameter between two iterations.
 constexpr double kConvergedRelChange = 1e-7;
 /// IRLS for the L1 loss: relative residuals below this weigh as this (keeps weights finite at exact fits).
 constexpr double kL1Floor = 1e-3;
+/// Index of the per-call overhead in u.
+constexpr int kOverhead = 5;
+/// Relative remainder below which a column lies in the span of the others (columnRank).
+constexpr double kRankTolerance = 1e-6;
 /// Relative pivot below which the normal equations are singular (collinear columns).
 constexpr double kSingularPivot = 1e-12;
 
@@ -63,7 +68,8 @@ using Vec = std::array<double, kParams>;
 
 Vec toU(const CalibrationParams& p) {
   auto inv = [](double gbps) { return gbps > 0 ? 1.0 / (gbps * kBytesPerUsPerGBps) : 0.0; };
-  return {p.intra.alphaUs, p.inter.alphaUs, inv(p.intra.betaGBps), inv(p.inter.betaGBps), inv(p.gammaGBps)};
+  return {p.intra.alphaUs,    p.inter.alphaUs,    inv(p.intra.betaGBps),
+          inv(p.inter.betaGBps), inv(p.gammaGBps), p.callOverheadUs};
 }
 
 CalibrationParams fromU(const Vec& u) {
@@ -72,6 +78,7 @@ CalibrationParams fromU(const Vec& u) {
   p.intra = {true, u[0], bw(u[2])};
   p.inter = {true, u[1], bw(u[3])};
   p.gammaGBps = u[4] > 0 ? 1.0 / (u[4] * kBytesPerUsPerGBps) : 0.0;
+  p.callOverheadUs = u[5];
   return p;
 }
 
@@ -87,7 +94,7 @@ class Models {
       // Routes inside a host must stay there: the topology needs inter latency above intra (a fit may tie them).
       if (hosts > 1 && perHost > 1 && !(inter.alphaUs > p_.intra.alphaUs)) inter.alphaUs = p_.intra.alphaUs * (1 + 1e-6) + 1e-6;
       Topology t = classTopology("fit", hosts, perHost, p_.intra, inter, p_.gammaGBps, kind_);
-      it = models_.emplace(key, std::make_unique<CostModel>(std::move(t), hosts * perHost)).first;
+      it = models_.emplace(key, std::make_unique<CostModel>(std::move(t), hosts * perHost, p_.callOverheadUs)).first;
     }
     return *it->second;
   }
@@ -105,7 +112,7 @@ Estimate estimateOf(Models& models, const CalibrationSample& s) {
 }
 
 Vec coefficients(const CostTerms& t) {
-  return {t.alphaCount[0], t.alphaCount[1], t.betaBytes[0], t.betaBytes[1], t.gammaBytes};
+  return {t.alphaCount[0], t.alphaCount[1], t.betaBytes[0], t.betaBytes[1], t.gammaBytes, t.calls};
 }
 
 /// Solves the normal equations of min |A x - y| over the columns in `cols`; false when singular.
@@ -144,7 +151,36 @@ bool leastSquares(const std::vector<Vec>& A, const std::vector<double>& y, const
   return true;
 }
 
-/// Non-negative least squares over the `free` columns by trying every subset (at most 2^5): the feasible solution
+/// Rank of the columns `cols` of A (modified Gram-Schmidt on unit-norm columns; a column whose remainder is below
+/// kRankTolerance of its norm adds nothing).
+int columnRank(const std::vector<Vec>& A, const std::vector<int>& cols) {
+  std::vector<std::vector<double>> basis;
+  for (int c : cols) {
+    std::vector<double> v(A.size());
+    double norm = 0;
+    for (std::size_t i = 0; i < A.size(); ++i) {
+      v[i] = A[i][static_cast<std::size_t>(c)];
+      norm += v[i] * v[i];
+    }
+    norm = std::sqrt(norm);
+    if (!(norm > 0)) continue;
+    for (double& x : v) x /= norm;
+    for (const auto& b : basis) {
+      double dot = 0;
+      for (std::size_t i = 0; i < v.size(); ++i) dot += v[i] * b[i];
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] -= dot * b[i];
+    }
+    double rest = 0;
+    for (double x : v) rest += x * x;
+    rest = std::sqrt(rest);
+    if (rest < kRankTolerance) continue;
+    for (double& x : v) x /= rest;
+    basis.push_back(std::move(v));
+  }
+  return static_cast<int>(basis.size());
+}
+
+/// Non-negative least squares over the `free` columns by trying every subset (at most 2^6): the feasible solution
 /// with the smallest residual. `fixedPart` is subtracted from y first (the contribution of fixed columns).
 Vec nnls(const std::vector<Vec>& A, const std::vector<double>& y, const std::vector<int>& free) {
   Vec best{};
@@ -311,6 +347,10 @@ std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, 
 }
 
 CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const CalibrationOptions& opt) {
+  if (opt.holdOutEvery < 0) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("hold-out: every k-th size needs k >= 2, or 0 for none (got {})", opt.holdOutEvery));
+  }
   CalibrationResult res;
   std::vector<CalibrationSample> samples;
   for (const CalibrationSample& s : all) {
@@ -356,10 +396,22 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   Vec u = toU(opt.initial);
   {
     Models models(opt.initial, opt.rankKind);
+    std::vector<Vec> rows;
     for (std::size_t i : train) {
-      const Vec c = coefficients(estimateOf(models, samples[i]).terms);
+      Vec c = coefficients(estimateOf(models, samples[i]).terms);
       for (int j = 0; j < kParams; ++j) res.identified[j] = res.identified[j] || c[static_cast<std::size_t>(j)] > 0;
+      for (double& x : c) x /= samples[i].timeUs;
+      rows.push_back(c);
     }
+    // The per-call overhead is a constant per sample: with one algorithm at one rank count every latency term is
+    // constant too, and the split between them is arbitrary. Fit it only when it adds a direction of its own.
+    std::vector<int> others;
+    for (int j = 0; j < kOverhead; ++j) {
+      if (res.identified[j]) others.push_back(j);
+    }
+    std::vector<int> with = others;
+    with.push_back(kOverhead);
+    res.identified[kOverhead] = res.identified[kOverhead] && columnRank(rows, with) > columnRank(rows, others);
   }
   std::vector<int> free;
   for (int j = 0; j < kParams; ++j) {
@@ -462,8 +514,10 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   }
   res.topology = classTopology(opt.topologyName, hosts, perHost, written.intra, written.inter, written.gammaGBps,
                                opt.rankKind);
-  res.topology.description = fmt::format("calibrated by collbench from {} samples ({} held out): {}", samples.size(),
-                                         res.heldOutCount, res.topology.description);
+  res.topology.description = fmt::format(
+      "calibrated by collbench from {} samples ({} held out): {}; fitted call overhead {} us per call (not part of "
+      "the topology: add it to simulated times)",
+      samples.size(), res.heldOutCount, res.topology.description, res.params.callOverheadUs);
   return res;
 }
 

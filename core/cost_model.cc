@@ -44,6 +44,7 @@ std::string_view toString(LinkClassKind k) { return k == LinkClassKind::Intra ? 
 
 CostTerms& CostTerms::operator+=(const CostTerms& o) {
   us += o.us;
+  calls += o.calls;
   for (int c = 0; c < kLinkClasses; ++c) {
     alphaCount[c] += o.alphaCount[c];
     betaBytes[c] += o.betaBytes[c];
@@ -61,6 +62,7 @@ CostTerms CostTerms::operator+(const CostTerms& o) const {
 CostTerms CostTerms::operator*(double k) const {
   CostTerms r = *this;
   r.us *= k;
+  r.calls *= k;
   for (int c = 0; c < kLinkClasses; ++c) {
     r.alphaCount[c] *= k;
     r.betaBytes[c] *= k;
@@ -81,6 +83,7 @@ struct CostModel::Impl {
 
   Topology topo;
   int n = 0;
+  double callOverheadUs = 0;
   std::unique_ptr<Router> router;  // points into `topo`; Impl never moves (held by unique_ptr)
   std::vector<int> node;           // node index per rank
   std::vector<int> host;
@@ -91,7 +94,10 @@ struct CostModel::Impl {
   mutable std::vector<double> load;
   mutable std::vector<int> touched;
 
-  Impl(Topology t, int nranks) : topo(std::move(t)) {
+  Impl(Topology t, int nranks, double overheadUs) : topo(std::move(t)), callOverheadUs(overheadUs) {
+    if (!(overheadUs >= 0) || !std::isfinite(overheadUs)) {
+      throw Error(Errc::InvalidArgument, fmt::format("call overhead must be a finite number >= 0 us, got {}", overheadUs));
+    }
     if (nranks <= 0) nranks = static_cast<int>(topo.ranks.size());
     if (nranks > static_cast<int>(topo.ranks.size())) {
       throw Error(Errc::InvalidArgument, fmt::format("topology '{}' has {} ranks, the cost model was asked for {}",
@@ -232,9 +238,11 @@ struct CostModel::Impl {
   /// `reduceSteps` of which are received with a reduction (RecvReduce) before the data moves on, `rounds` rounds
   /// that share the connections (ring.cc: every round is a complete ring on the same channel, so round k+1 starts
   /// on a connection when round k's last transfer there ends). d[i]: transfer i -> i+1; g[i]: reduction at i.
-  /// Recurrence: t(i, s) = max(t(i-1, s-1) + g_i [if s-1 reduced], t(i, s-1)) + d_i.
+  /// Recurrence: t(i, s) = max(t(i-1, s-1) + g_i [if s-1 reduced], t(i, s-1), t(i+1, s-1) [if recvWaitsSend]) + d_i.
+  /// recvWaitsSend: a rank posts the receive of step s only once its own send of step s-1 is done (reduce-scatter's
+  /// scratch slot written at s was read by the send of s-1); it binds where the ring's links differ (several hosts).
   CostTerms ringRecurrence(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g, int steps, int reduceSteps,
-                           std::size_t rounds) const {
+                           std::size_t rounds, bool recvWaitsSend = false) const {
     const std::size_t m = d.size();
     if (m < 2 || steps == 0 || rounds == 0) return {};
     auto finalTime = [&](const std::vector<CostTerms>& cur, int lastStep) {
@@ -266,7 +274,9 @@ struct CostModel::Impl {
             ready = prev[(i + m - 1) % m];
             if (s - 1 < reduceSteps) ready += g[i];
           }
-          cur[i] = CostTerms::max(ready, prev[i]) + d[i];  // prev[i]: this connection's previous transfer
+          cur[i] = CostTerms::max(ready, prev[i]);  // prev[i]: this connection's previous transfer
+          if (recvWaitsSend && s > 0) cur[i] = CostTerms::max(cur[i], prev[(i + 1) % m]);
+          cur[i] += d[i];
         }
         std::swap(cur, prev);
       }
@@ -278,13 +288,15 @@ struct CostModel::Impl {
     return endOf[2] + perRound * static_cast<double>(rounds - 3);
   }
 
-  /// Delays of one ring step: transfer ring[i] -> ring[i+1] of `bytes` on `mult` channels, and the receiver's
-  /// reduction of all channels' bytes (concurrent reductions on a node share its rate).
-  void ringDelays(const std::vector<std::vector<int>>& rings, double bytes, int mult,
+  /// Delays of one ring step: transfer ring[i] -> ring[i+1] of `bytes` on `mult[r]` identical channels of ring r
+  /// (flows of every ring share the links), and the receiver's reduction of `reduceShare` x `bytes` (every channel's
+  /// ring passes through every rank and their reductions run at once, sharing the node's rate).
+  void ringDelays(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes, int reduceShare,
                   std::vector<std::vector<CostTerms>>& d, std::vector<std::vector<CostTerms>>& g) const {
     std::vector<Flow> flows;
-    for (const auto& ring : rings) {
-      for (std::size_t i = 0; i < ring.size(); ++i) flows.push_back({ring[i], ring[(i + 1) % ring.size()], bytes, mult});
+    for (std::size_t r = 0; r < rings.size(); ++r) {
+      const auto& ring = rings[r];
+      for (std::size_t i = 0; i < ring.size(); ++i) flows.push_back({ring[i], ring[(i + 1) % ring.size()], bytes, mult[r]});
     }
     const std::vector<CostTerms> cost = phase(flows);
     d.assign(rings.size(), {});
@@ -293,28 +305,52 @@ struct CostModel::Impl {
     for (std::size_t r = 0; r < rings.size(); ++r) {
       for (std::size_t i = 0; i < rings[r].size(); ++i) {
         d[r].push_back(cost[f++]);
-        g[r].push_back(gammaCost(bytes * mult, rings[r][i]));
+        g[r].push_back(gammaCost(bytes * reduceShare, rings[r][i]));
       }
     }
   }
 
   /// Rings run concurrently (their flows share links); the phase ends with the slowest.
-  CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, double bytes, int mult, int steps, int reduceSteps,
-                       std::size_t rounds) const {
+  CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes,
+                       int reduceShare, int steps, int reduceSteps, std::size_t rounds,
+                       bool recvWaitsSend = false) const {
     if (bytes <= 0) return {};
     std::vector<std::vector<CostTerms>> d, g;
-    ringDelays(rings, bytes, mult, d, g);
+    ringDelays(rings, mult, bytes, reduceShare, d, g);
     CostTerms worst;
     for (std::size_t r = 0; r < rings.size(); ++r) {
-      worst = CostTerms::max(worst, ringRecurrence(d[r], g[r], steps, reduceSteps, rounds));
+      worst = CostTerms::max(worst, ringRecurrence(d[r], g[r], steps, reduceSteps, rounds, recvWaitsSend));
     }
     return worst;
   }
 
-  std::vector<int> identityRing() const {
-    std::vector<int> ring(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) ring[static_cast<std::size_t>(r)] = r;
-    return ring;
+  /// Disjoint rings of one flow each (hierarchical's per-host and per-local-index rings).
+  CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, double bytes, int steps, int reduceSteps) const {
+    return ringsPhase(rings, std::vector<int>(rings.size(), 1), bytes, 1, steps, reduceSteps, 1);
+  }
+
+  /// The rings ring.cc builds: channel c runs on ringOrder(n, p, c) (with several hosts in p.rankHost consecutive
+  /// channels enter and leave hosts through different GPUs and NICs), and channels whose slice is empty are elided.
+  /// Channels on the same ring are one ring of `mult` parallel flows (one host: every channel is 0..n-1).
+  struct ChannelRings {
+    std::vector<std::vector<int>> rings;
+    std::vector<int> mult;
+    int channels = 1;  ///< channels that carry data: every rank reduces that many pieces at once
+  };
+  ChannelRings channelRings(const AlgoParams& p, std::size_t count) const {
+    ChannelRings cr;
+    cr.channels = static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(p.channels), count)));
+    for (int c = 0; c < cr.channels; ++c) {
+      std::vector<int> ring = ringOrder(n, p, c);
+      const auto it = std::find(cr.rings.begin(), cr.rings.end(), ring);
+      if (it == cr.rings.end()) {
+        cr.rings.push_back(std::move(ring));
+        cr.mult.push_back(1);
+      } else {
+        ++cr.mult[static_cast<std::size_t>(it - cr.rings.begin())];
+      }
+    }
+    return cr;
   }
 
   /// ring.cc's pieces: the largest channel slice, its round count and the largest piece (elements).
@@ -336,17 +372,17 @@ struct CostModel::Impl {
     if (n == 1) return gammaCost(static_cast<double>(s.count * es), 0);
     const RingPieces pc = ringPieces(s.count, es, p, static_cast<std::size_t>(n));
     const double block = static_cast<double>(ceilDiv(pc.pieceElems, static_cast<std::size_t>(n)) * es);
-    const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(p.channels), s.count));
-    return ringsPhase({identityRing()}, block, std::max(mult, 1), 2 * (n - 1), n - 1, pc.rounds);
+    const ChannelRings cr = channelRings(p, s.count);
+    return ringsPhase(cr.rings, cr.mult, block, cr.channels, 2 * (n - 1), n - 1, pc.rounds);
   }
 
   CostTerms ringReduceScatter(const CollectiveSpec& s, const AlgoParams& p) const {
     const std::size_t es = s.elementSize();
     if (n == 1) return gammaCost(static_cast<double>(s.count * es), 0);
     const RingPieces pc = ringPieces(s.count, es, p, 1);
-    const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(p.channels), s.count));
-    return ringsPhase({identityRing()}, static_cast<double>(pc.pieceElems * es), std::max(mult, 1), n - 1, n - 1,
-                      pc.rounds);
+    const ChannelRings cr = channelRings(p, s.count);
+    return ringsPhase(cr.rings, cr.mult, static_cast<double>(pc.pieceElems * es), cr.channels, n - 1, n - 1, pc.rounds,
+                      /*recvWaitsSend=*/true);
   }
 
   CostTerms ringAllGather(const CollectiveSpec& s, const AlgoParams& p) const {
@@ -354,10 +390,9 @@ struct CostModel::Impl {
     const CostTerms copy = gammaMax(static_cast<double>(s.count * es));  // own block in -> out, beside the ring
     if (n == 1) return copy;
     const RingPieces pc = ringPieces(s.count, es, p, 1);
-    const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(p.channels), s.count));
+    const ChannelRings cr = channelRings(p, s.count);
     return CostTerms::max(
-        ringsPhase({identityRing()}, static_cast<double>(pc.pieceElems * es), std::max(mult, 1), n - 1, 0, pc.rounds),
-        copy);
+        ringsPhase(cr.rings, cr.mult, static_cast<double>(pc.pieceElems * es), cr.channels, n - 1, 0, pc.rounds), copy);
   }
 
   // ---- Recursive doubling and Rabenseifner (recursive.cc's Fold) ----
@@ -611,7 +646,7 @@ struct CostModel::Impl {
     if (L == 1) {
       t = gammaMax(S);
     } else {  // ring reduce-scatter inside every host at once
-      t = ringsPhase(hosts, static_cast<double>(localElems * es), 1, static_cast<int>(L) - 1, static_cast<int>(L) - 1, 1);
+      t = ringsPhase(hosts, static_cast<double>(localElems * es), static_cast<int>(L) - 1, static_cast<int>(L) - 1);
     }
     if (H > 1) {  // one ring all-reduce across hosts per local index, all at once
       std::vector<std::vector<int>> rings(L);
@@ -619,14 +654,24 @@ struct CostModel::Impl {
         for (const auto& h : hosts) rings[i].push_back(h[i]);
       }
       const double block = static_cast<double>(ceilDiv(localElems, H) * es);
-      t += ringsPhase(rings, block, 1, 2 * static_cast<int>(H - 1), static_cast<int>(H) - 1, 1);
+      t += ringsPhase(rings, block, 2 * static_cast<int>(H - 1), static_cast<int>(H) - 1);
     }
-    if (L > 1) t += ringsPhase(hosts, static_cast<double>(localElems * es), 1, static_cast<int>(L) - 1, 0, 1);
+    if (L > 1) t += ringsPhase(hosts, static_cast<double>(localElems * es), static_cast<int>(L) - 1, 0);
     e.terms = t;
     return e;
   }
 
   Estimate estimate(const CollectiveSpec& s, std::string_view algorithm, const AlgoParams& p) const {
+    Estimate e = estimateNetwork(s, algorithm, p);
+    if (e.supported && (s.count > 0 || s.kind == Collective::Barrier)) {
+      e.terms.calls += 1;
+      e.terms.us += callOverheadUs;
+    }
+    return e;
+  }
+
+  /// The estimate without the per-call overhead.
+  Estimate estimateNetwork(const CollectiveSpec& s, std::string_view algorithm, const AlgoParams& p) const {
     Estimate e;
     if (s.nranks != n) {
       throw Error(Errc::InvalidArgument, fmt::format("cost model of {} ranks asked about {}", n, describe(s)));
@@ -667,7 +712,8 @@ struct CostModel::Impl {
   }
 };
 
-CostModel::CostModel(Topology topology, int nranks) : impl_(std::make_unique<Impl>(std::move(topology), nranks)) {}
+CostModel::CostModel(Topology topology, int nranks, double callOverheadUs)
+    : impl_(std::make_unique<Impl>(std::move(topology), nranks, callOverheadUs)) {}
 CostModel::~CostModel() = default;
 CostModel::CostModel(CostModel&&) noexcept = default;
 CostModel& CostModel::operator=(CostModel&&) noexcept = default;
@@ -677,6 +723,7 @@ CostModel CostModel::defaultFlat(int nranks) {
 }
 
 int CostModel::nranks() const { return impl_->n; }
+double CostModel::callOverheadUs() const { return impl_->callOverheadUs; }
 const Topology& CostModel::topology() const { return impl_->topo; }
 const CostSummary& CostModel::summary() const { return impl_->summary; }
 const std::vector<int>& CostModel::rankHost() const { return impl_->host; }
@@ -922,9 +969,16 @@ std::size_t ncclChunkBytes(NcclProto p) {
 
 double ncclBaseLatencyUs(NcclAlgo a, NcclProto p) { return kNcclBaseLatUs[ai(a)][pi(p)]; }
 
-Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto, int channels) {
+Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto, int channels, int nranks) {
   if (channels < 1) throw Error(Errc::InvalidArgument, fmt::format("channels must be at least 1, got {}", channels));
+  if (nranks <= 0) nranks = static_cast<int>(t.ranks.size());
   const int a = ai(algo), p = pi(proto);
+  // NCCL tunes by node count (ncclTopoTuneModel's index2 and llMaxBw row) and ranks per node (ppn 1 exposes the
+  // tree's network latency).
+  const std::vector<int> hosts = rankHosts(t, nranks);
+  const int nnodes = hosts.empty() ? 1 : *std::max_element(hosts.begin(), hosts.end()) + 1;
+  const int idx = scaleIndex(nnodes);
+  const bool onePerNode = nnodes == nranks;
   Topology out = t;
   std::vector<bool> isRank(t.nodes.size(), false), hasNvlink(t.nodes.size(), false);
   std::map<std::string, int> index;
@@ -933,47 +987,55 @@ Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto,
   for (const TopoLink& l : t.links) {
     if (l.linkClass == "nvlink") hasNvlink[static_cast<std::size_t>(index.at(l.a))] = hasNvlink[static_cast<std::size_t>(index.at(l.b))] = true;
   }
-  // Bandwidth the protocol reaches on a rank's links: the model's efficiency factor, and NCCL's caps (per channel
-  // for Simple and LL128, in total for LL).
-  double efficiency = 1.0, perChannelCap = 0, totalCap = 0;
+  // Bandwidth the protocol reaches: the model's efficiency factor on every link, and NCCL's caps (per channel for
+  // Simple and LL128, in total for LL) on a rank's own links and on network links; the caps of inter-node
+  // communicators (per-channel rows N2/N4, the CPU's llMaxBw, the inter-node search speed) once ranks span hosts.
+  double efficiency = 1.0, perChannelCap = 0, perChannelNetCap = 0, totalCap = 0;
   if (algo == NcclAlgo::Ring) {
     if (proto == NcclProto::LL) {
       efficiency = kNcclRingLLFactor;
-      totalCap = kNcclLlMaxBwHopperN1;
+      totalCap = llMaxBw(nnodes);
     } else if (proto == NcclProto::LL128) {
       efficiency = kNcclRingLL128Factor;
-      perChannelCap = kNcclPerChRingLL128GBps[0];
+      perChannelCap = perChannelNetCap = kNcclPerChRingLL128GBps[idx];
     } else {
       perChannelCap = kNcclSm90MaxChannelIntraGBps;
+      perChannelNetCap = kNcclSm90MaxChannelInterGBps;
     }
   } else {
     efficiency = kNcclTreeFactor;
     if (proto == NcclProto::LL) {
       efficiency *= kNcclTreeLLFactor;
-      totalCap = kNcclLlMaxBwHopperN1;
+      totalCap = llMaxBw(nnodes);
     } else if (proto == NcclProto::LL128) {
-      efficiency *= kNcclTreeLL128FactorN1;
-      perChannelCap = kNcclPerChTreeLL128GBps[0];
+      efficiency *= nnodes == 1 ? kNcclTreeLL128FactorN1 : kNcclTreeLL128FactorNet;
+      perChannelCap = perChannelNetCap = kNcclPerChTreeLL128GBps[idx];
     } else {
-      perChannelCap = kNcclPerChTreeGBps[0];
+      perChannelCap = perChannelNetCap = kNcclPerChTreeGBps[idx];
     }
   }
+  // Per-step hardware latency, half on each end of a route: NVLink (or PCI) inside a node, at least the network
+  // post overhead once the communicator spans nodes (NCCL: intraLat = max(intraLat, netOverhead)); the network
+  // latency on NIC links, the tree's when every node holds one rank (ppn 1).
+  const double netOverhead =
+      nnodes > 1 ? kNcclNetOverheadUs * (proto == NcclProto::Simple ? kNcclNetOverheadSimpleFactor : 1.0) : 0.0;
+  const double netLat = onePerNode ? kNcclHwLatNetUs[kNcclTree][p] : kNcclHwLatNetUs[a][p];
   for (TopoLink& l : out.links) {
     const auto ia = static_cast<std::size_t>(index.at(l.a)), ib = static_cast<std::size_t>(index.at(l.b));
     const bool atRank = isRank[ia] || isRank[ib];
+    const bool network = l.linkClass == "nic" || (atRank && l.linkClass != "pcie" && l.linkClass != "nvlink");
     l.bandwidthGBps *= efficiency;
-    if (atRank && perChannelCap > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, channels * perChannelCap);
-    if (atRank && totalCap > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, totalCap);
-    // NCCL's per-step hardware latency, half on each end of a route: NVLink where the rank's link is NVLink, the
-    // network latency on NIC links, PCI where a rank without NVLink reaches its peers over PCIe.
+    // A network link carries at most every channel (an upper bound: rings spread channels over the NICs).
+    const double perChannel = network ? perChannelNetCap : perChannelCap;
+    if ((atRank || network) && perChannel > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, channels * perChannel);
+    if ((atRank || network) && totalCap > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, totalCap);
     double extra = 0;
-    if (l.linkClass == "nvlink" && atRank) extra = kNcclHwLatNvlinkUs[a][p] / 2;
-    else if (l.linkClass == "nic") extra = kNcclHwLatNetUs[a][p] / 2;
-    else if (l.linkClass == "pcie" && atRank && !(hasNvlink[ia] || hasNvlink[ib])) extra = kNcclHwLatPciUs[a][p] / 2;
-    else if (atRank && l.linkClass != "pcie" && l.linkClass != "nvlink") extra = kNcclHwLatNetUs[a][p] / 2;
+    if (network) extra = netLat / 2;
+    else if (l.linkClass == "nvlink" && atRank) extra = std::max(kNcclHwLatNvlinkUs[a][p], netOverhead) / 2;
+    else if (l.linkClass == "pcie" && atRank && !(hasNvlink[ia] || hasNvlink[ib])) extra = std::max(kNcclHwLatPciUs[a][p], netOverhead) / 2;
     l.latencyUs += extra;
   }
-  out.name = fmt::format("{}+nccl-{}-{}-c{}", t.name, toString(algo), toString(proto), channels);
+  out.name = fmt::format("{}+nccl-{}-{}-c{}-n{}", t.name, toString(algo), toString(proto), channels, nranks);
   return out;
 }
 

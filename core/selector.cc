@@ -179,12 +179,16 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
       tableNote = fp.empty() ? "; the table has no section measured without a topology"
                              : fmt::format("; the table has no section for topology fingerprint {}", fp);
     } else {
-      std::vector<TablePrediction> preds = predictFromTable(*section, spec.kind, n, bytes, modelFn);
+      // With a topology, only table rows of the query's host count (no interpolation across a host boundary).
+      const int hosts = opt_.topology ? model(n).summary().hosts : 0;
+      std::vector<TablePrediction> preds = predictFromTable(*section, spec.kind, n, bytes, modelFn, hosts);
       preds.erase(std::remove_if(preds.begin(), preds.end(),
                                  [&](const TablePrediction& p) { return !isCandidate(p.candidate.algorithm); }),
                   preds.end());
       if (preds.empty()) {
-        tableNote = fmt::format("; {} has no {} entry for these algorithms", where, toString(spec.kind));
+        tableNote = hosts > 0 ? fmt::format("; {} has no {} entry on {} host(s) for these algorithms", where,
+                                            toString(spec.kind), hosts)
+                              : fmt::format("; {} has no {} entry for these algorithms", where, toString(spec.kind));
       } else {
         const TablePrediction& best = preds.front();
         Choice c{best.candidate.algorithm, ""};

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -10,11 +12,13 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
+#include "collbench/topology.h"
 #include "topology_internal.h"
 
 namespace collbench {
@@ -298,6 +302,70 @@ std::string toJson(const TuningTable& t) {
   return out;
 }
 
+std::string FoundTuningTable::describe() const {
+  if (table) return fmt::format("{} ({})", printable(path), how);
+  return fmt::format("none ({})", note);
+}
+
+FoundTuningTable findTuningTable(const std::string& explicitPath, const Topology* topology, std::string_view backend) {
+  FoundTuningTable f;
+  if (!explicitPath.empty()) {
+    f.table = loadTuningTable(explicitPath);
+    f.path = explicitPath;
+    f.how = "--tuning";
+    return f;
+  }
+  if (const char* env = std::getenv("COLLBENCH_TUNING_FILE"); env && *env) {
+    f.table = loadTuningTable(env);
+    f.path = env;
+    f.how = "COLLBENCH_TUNING_FILE";
+    return f;
+  }
+  if (!topology) {
+    f.note = "no --tuning, COLLBENCH_TUNING_FILE or topology";
+    return f;
+  }
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("COLLBENCH_TUNING_PATH")) {
+    std::stringstream ss(env);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      if (!dir.empty()) dirs.push_back(dir);
+    }
+  }
+  dirs.push_back((std::filesystem::path(COLLBENCH_SOURCE_DIR) / kShippedTuningDir).string());
+  std::vector<std::string> names;
+  if (!backend.empty() && backend != "sim") names.push_back(fmt::format("{}.{}.json", topology->name, backend));
+  names.push_back(topology->name + ".sim.json");
+  const std::string fp = fingerprint(*topology);
+  std::vector<std::string> stale;
+  for (const std::string& dir : dirs) {
+    for (const std::string& name : names) {
+      const std::filesystem::path p = std::filesystem::path(dir) / name;
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(p, ec)) continue;
+      TuningTable t;
+      try {
+        t = loadTuningTable(p.string());
+      } catch (const Error& e) {
+        stale.push_back(fmt::format("{} unreadable: {}", p.string(), e.what()));
+        continue;
+      }
+      if (!t.find(fp, kLibraryCollbench)) {
+        stale.push_back(fmt::format("{} has no section for fingerprint {} (stale: regenerate it)", p.string(), fp));
+        continue;
+      }
+      f.table = std::move(t);
+      f.path = p.string();
+      f.how = fmt::format("shipped table for {}", printable(topology->name));
+      return f;
+    }
+  }
+  f.note = stale.empty() ? fmt::format("no shipped table for topology {}", printable(topology->name))
+                         : fmt::format("{}", fmt::join(stale, "; "));
+  return f;
+}
+
 ParamSpace paramSpace(Collective c, std::string_view algorithm) {
   // Which generators read chunk_bytes and channels (core/algorithms/*.cc).
   if (c == Collective::Barrier) return {};
@@ -359,11 +427,17 @@ double logBytes(std::size_t b) { return std::log(static_cast<double>(std::max<st
 }  // namespace
 
 std::vector<TablePrediction> predictFromTable(const TuningSection& section, Collective collective, int nranks,
-                                              std::size_t bytes, const ModelTimeFn& model) {
-  // Rank counts and, per rank count, the sizes measured for this collective.
+                                              std::size_t bytes, const ModelTimeFn& model, int nnodes) {
+  // Rank counts and, per rank count, the sizes measured for this collective; only rank counts of the query's host
+  // layout: as many hosts, or one rank per host like the query. Times jump where a rank count first needs another
+  // host of several ranks (8 -> 9 ranks of 8-GPU hosts moves the ring's slowest hop from NVLink to a NIC), so nothing
+  // across that boundary is an interpolation; with one rank per host every rank count adds a host alike.
+  auto layout = [](int nr, int nn) { return nn == nr ? 0 : nn; };
   std::map<int, std::map<std::size_t, const TuningEntry*>> grid;
   for (const TuningEntry& e : section.entries) {
-    if (e.collective == collective) grid[e.nranks][e.bytes] = &e;
+    if (e.collective != collective) continue;
+    if (nnodes > 0 && layout(e.nranks, e.nnodes) != layout(nranks, nnodes)) continue;
+    grid[e.nranks][e.bytes] = &e;
   }
   if (grid.empty()) return {};
   std::vector<int> ranks;

@@ -29,7 +29,7 @@ namespace {
 
 struct CalibrateArgs {
   std::vector<std::string> inputs;
-  std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated", loss = "l1";
+  std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated", loss = "l2";
   int hosts = 1, holdOutEvery = 2;
   std::string minBytes = "0", maxBytes = "0";
   bool force = false, verifySim = false, keepAll = false;
@@ -51,6 +51,12 @@ double medianAbs(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
+double worstAbs(const std::vector<double>& v) {
+  double w = 0;
+  for (double x : v) w = std::max(w, std::abs(x));
+  return w;
+}
+
 std::string pct(double x) { return fmt::format("{:+.1f}%", 100 * x); }
 
 }  // namespace
@@ -67,7 +73,7 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
                   "collbench algorithm modelling nccl-tests runs (NCCL picks its own; record with NCCL_ALGO)")
       ->default_val("ring");
   cmd->add_option("--hosts", a->hosts, "hosts of perf runs without a topology (ranks split evenly)")->default_val(1);
-  cmd->add_option("--holdout-every", a->holdOutEvery, "hold out every k-th size of each series (0: none)")
+  cmd->add_option("--holdout-every", a->holdOutEvery, "hold out every k-th size of each series (k >= 2; 0: none)")
       ->default_val(2);
   cmd->add_option("--rank-kind", a->rankKind, "node kind of the ranks written: cpu (host, gloo) or gpu")
       ->default_val("cpu");
@@ -77,7 +83,8 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--max-bytes", a->maxBytes, "fit only sizes <= this (0: no limit); an alpha-beta network has no "
                   "cache levels, so host runs fit best below the last-level cache")
       ->default_val("0");
-  cmd->add_option("--loss", a->loss, "l1 (sum of |relative error|, robust) or l2 (sum of squares)")->default_val("l1");
+  cmd->add_option("--loss", a->loss, "l2 (least squares of relative errors) or l1 (sum of |relative error|, robust)")
+      ->default_val("l2");
   cmd->add_flag("--keep-all", a->keepAll,
                 "fit every repeated measurement of a point (default: keep the fastest of the runs given)");
   cmd->add_option("-J,--output_file", a->json, "write the fit and every sample as JSON");
@@ -87,6 +94,11 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
         throw Error(Errc::InvalidArgument,
                     fmt::format("output file '{}' exists; pass --force to overwrite it", printable(*out)));
       }
+    }
+    if (a->holdOutEvery < 0 || a->holdOutEvery == 1) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--holdout-every: {} is not a hold-out (k >= 2 holds out every k-th size, 0 none)",
+                              a->holdOutEvery));
     }
     const NodeKind kind = parseNodeKind(a->rankKind);
     if (kind != NodeKind::Cpu && kind != NodeKind::Gpu) {
@@ -161,7 +173,9 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
                             s.dtype};
         AlgoParams p{s.chunkBytes, s.channels, rankHosts(r.topology, s.nranks)};
         Buffers none(static_cast<std::size_t>(s.nranks));
-        simUs[i] = b->run(buildSchedule(spec, s.algorithm, p), none, RunOptions{}).seconds * 1e6;
+        // Topologies carry no per-call overhead: the calibrated simulator is simulated time + the fitted overhead.
+        simUs[i] = b->run(buildSchedule(spec, s.algorithm, p), none, RunOptions{}).seconds * 1e6 +
+                   r.params.callOverheadUs;
       }
     }
     const CalibrationParams& p = r.params;
@@ -171,10 +185,11 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
     };
     fmt::print("# collbench calibrate: {} samples from {} file(s), {} held out; {} iterations\n", r.fits.size(),
                a->inputs.size(), r.heldOutCount, r.iterations);
-    fmt::print("# intra: {}\n# inter: {}\n# gamma: {}\n", cls(p.intra, r.identified[0], r.identified[2]),
-               cls(p.inter, r.identified[1], r.identified[3]),
+    fmt::print("# intra: {}\n# inter: {}\n# gamma: {}\n# call overhead: {:.4g} us{}\n",
+               cls(p.intra, r.identified[0], r.identified[2]), cls(p.inter, r.identified[1], r.identified[3]),
                p.gammaGBps > 0 ? fmt::format("{:.4g} GB/s{}", p.gammaGBps, r.identified[4] ? "" : " (not identified)")
-                               : std::string("free (0)"));
+                               : std::string("free (0)"),
+               p.callOverheadUs, r.identified[5] ? "" : " (not identified)");
     for (const std::string& n : r.notes) fmt::print("# note: {}\n", n);
     fmt::print("# wrote {}\n", a->output);
     fmt::print("# {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12}  {:>12}  {:>8}{}  {}\n", "collective", "algorithm", "nranks",
@@ -195,16 +210,19 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
     }
     fmt::print("# model fit: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.fitMedian, 100 * r.fitWorst,
                r.fits.size() - static_cast<std::size_t>(r.heldOutCount));
-    fmt::print("# model held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.heldOutMedian,
-               100 * r.heldOutWorst, r.heldOutCount);
+    if (r.heldOutCount > 0) {
+      fmt::print("# model held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.heldOutMedian,
+                 100 * r.heldOutWorst, r.heldOutCount);
+    } else {
+      fmt::print("# model held-out: n/a (nothing held out)\n");
+    }
     if (a->verifySim) {
-      auto worst = [](std::vector<double> v) {
-        double w = 0;
-        for (double x : v) w = std::max(w, std::abs(x));
-        return w;
-      };
-      fmt::print("# calibrated simulator held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n",
-                 100 * medianAbs(simHeld), 100 * worst(simHeld), simHeld.size());
+      if (!simHeld.empty()) {
+        fmt::print("# calibrated simulator held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n",
+                   100 * medianAbs(simHeld), 100 * worstAbs(simHeld), simHeld.size());
+      } else {
+        fmt::print("# calibrated simulator held-out: n/a (nothing held out)\n");
+      }
     }
     if (!a->json.empty()) {
       nlohmann::json rows = nlohmann::json::array();
@@ -231,15 +249,25 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
           {"params",
            {{"intra", {{"alpha_us", p.intra.alphaUs}, {"beta_GBps", p.intra.betaGBps}}},
             {"inter", {{"alpha_us", p.inter.alphaUs}, {"beta_GBps", p.inter.betaGBps}}},
-            {"gamma_GBps", p.gammaGBps}}},
+            {"gamma_GBps", p.gammaGBps},
+            {"call_overhead_us", p.callOverheadUs}}},
           {"identified",
            {{"alpha_intra", r.identified[0]},
             {"alpha_inter", r.identified[1]},
             {"beta_intra", r.identified[2]},
             {"beta_inter", r.identified[3]},
-            {"gamma", r.identified[4]}}},
+            {"gamma", r.identified[4]},
+            {"call_overhead", r.identified[5]}}},
           {"fit", {{"median", r.fitMedian}, {"worst", r.fitWorst}}},
-          {"held_out", {{"median", r.heldOutMedian}, {"worst", r.heldOutWorst}, {"count", r.heldOutCount}}},
+          {"held_out", r.heldOutCount > 0 ? nlohmann::json{{"median", r.heldOutMedian},
+                                                            {"worst", r.heldOutWorst},
+                                                            {"count", r.heldOutCount}}
+                                          : nlohmann::json{{"median", nullptr}, {"worst", nullptr}, {"count", 0}}},
+          {"tool", std::string("collbench ") + COLLBENCH_VERSION},
+          {"sim_held_out", !simHeld.empty() ? nlohmann::json{{"median", medianAbs(simHeld)},
+                                                             {"worst", worstAbs(simHeld)},
+                                                             {"count", simHeld.size()}}
+                                           : nlohmann::json(nullptr)},
           {"notes", r.notes},
           {"samples", rows}};
       std::ofstream f(a->json);

@@ -1,5 +1,4 @@
 // `collbench plan`: builds a schedule, validates it and prints a summary or the whole op list.
-#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -34,7 +33,9 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--channels", a->channels, "parallel channels")->default_val(1);
   cmd->add_option("--chunk-bytes", a->chunk, "pipeline chunk (0 = default)")->default_val("0");
   cmd->add_option("--topology", a->topology, "topology (gives hierarchical its hosts)");
-  cmd->add_option("--tuning", a->tuning, "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE)");
+  cmd->add_option("--tuning", a->tuning,
+                  "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE, else the topology's shipped table in "
+                  "$COLLBENCH_TUNING_PATH or reports/tuning)");
   cmd->add_option("--backend", a->backend, "prefer the table section measured on this backend");
   cmd->add_flag("--dump", a->dump, "print every op of every rank");
   cmd->add_flag("--in-place", a->inPlace, "validate for in-place buffers");
@@ -51,14 +52,14 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     if (!a->topology.empty()) topo = loadTopology(a->topology);
     if (topo) params.rankHost = rankHosts(*topo, a->ranks);
     checkSpec(spec, params);
-    const char* tuningEnv = std::getenv("COLLBENCH_TUNING_FILE");
-    const std::string tuningFile = !a->tuning.empty() ? a->tuning : tuningEnv ? tuningEnv : "";
-    std::optional<TuningTable> table;
-    if (!tuningFile.empty()) table = loadTuningTable(tuningFile);
-    const Choice choice = a->algo == "auto"
-                              ? chooseAlgorithm(spec, SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr,
-                                                                      a->backend, "auto", tuningFile})
-                              : Choice{a->algo, "forced by --algo"};
+    // --tuning, else COLLBENCH_TUNING_FILE, else the topology's shipped table (findTuningTable).
+    const FoundTuningTable found =
+        a->algo == "auto" ? findTuningTable(a->tuning, topo ? &*topo : nullptr, a->backend.empty() ? "sim" : a->backend)
+                          : FoundTuningTable{};
+    const Choice choice = a->algo == "auto" ? chooseAlgorithm(spec, SelectorOptions{topo ? &*topo : nullptr,
+                                                                                     found.table ? &*found.table : nullptr,
+                                                                                     a->backend, "auto", found.path})
+                                            : Choice{a->algo, "forced by --algo"};
     if (a->algo == "auto" && params.chunkBytes == 0 && params.channels == 1) {  // the selector's unless given
       params.chunkBytes = choice.chunkBytes;
       params.channels = choice.channels;
@@ -73,6 +74,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     fmt::print("{}\nalgorithm: {} ({})\nops: {} total, at most {} per rank; bytes sent: {} total\nvalid: yes{}\n",
                describe(spec), s.algorithm, choice.reason, s.totalOps(), maxOps, sent,
                a->inPlace ? " (in place)" : "");
+    if (a->algo == "auto") fmt::print("tuning table: {}\n", found.describe());
     if (!choice.ranking.empty()) {  // --algo auto: what the choice rests on and what came next
       fmt::print("choice: {} ({}), chunk {} B, channels {}\n", choice.algorithm, choice.source, choice.chunkBytes,
                  choice.channels);

@@ -22,6 +22,7 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "commands.h"
+#include "config_timer.h"
 #include "environment.h"
 #include "perf_runner.h"
 
@@ -83,7 +84,8 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
   CLI::App* cmd = app.add_subcommand("regret", "chosen / best measured time on sizes and rank counts not in the table");
   cmd->add_option("--backend", a->backend, "sim, host, ...")->default_val("sim");
   cmd->add_option("--topology", a->topology, "topology (the table section is looked up by its fingerprint)");
-  cmd->add_option("--tuning", a->tuning, "tuning table (default $COLLBENCH_TUNING_FILE)");
+  cmd->add_option("--tuning", a->tuning,
+                  "tuning table (default $COLLBENCH_TUNING_FILE, else the topology's shipped table)");
   cmd->add_option("collective", a->collective, "collective")->default_val("all_reduce");
   cmd->add_option("-g,--ranks", a->ranks, "rank counts (default: those between the table's that it lacks)");
   cmd->add_option("-b,--minbytes", a->minBytes, "with -e and -f: explicit held-out sizes (default: table midpoints)");
@@ -96,25 +98,28 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
       ->default_val("1,2,4");
   cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(5);
   cmd->add_option("-w,--warmup_iters", a->warmup, "untimed iterations first")->default_val(1);
-  cmd->add_option("--repeats", a->repeats, "repetitions; the fastest is kept")->default_val(7);
+  cmd->add_option("--repeats", a->repeats,
+                  "repetitions, round-robin over a point's configurations; each one's fastest is kept")
+      ->default_val(7);
   cmd->add_option("-J,--output_file", a->json, "write rows and summary as JSON");
   cmd->add_flag("--force", a->force, "overwrite an existing -J file");
   cmd->add_option("--max-worst", a->maxWorst, "exit 1 when the worst regret exceeds this (0 = no check)");
   cmd->add_option("--max-geomean", a->maxGeomean, "exit 1 when the geometric-mean regret exceeds this");
   cmd->callback([a, &exitCode] {
-    if (a->tuning.empty()) {
-      if (const char* env = std::getenv("COLLBENCH_TUNING_FILE")) a->tuning = env;
-    }
-    if (a->tuning.empty()) throw Error(Errc::InvalidArgument, "regret needs a tuning table: --tuning FILE");
     if (!a->json.empty() && std::filesystem::exists(a->json) && !a->force) {
       throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it",
                                                      printable(a->json)));
     }
     const Collective coll = parseCollective(a->collective);
     const DType dtype = parseDType(a->dtype);
-    const TuningTable table = loadTuningTable(a->tuning);
     std::optional<Topology> topo;
     if (!a->topology.empty()) topo = loadTopology(a->topology);
+    FoundTuningTable found = findTuningTable(a->tuning, topo ? &*topo : nullptr, a->backend);
+    if (!found.table) {
+      throw Error(Errc::InvalidArgument, fmt::format("regret needs a tuning table: --tuning FILE ({})", found.note));
+    }
+    a->tuning = found.path;
+    const TuningTable table = std::move(*found.table);
     const std::string fp = topo ? fingerprint(*topo) : "";
     const TuningSection* section = table.find(fp, kLibraryCollbench, a->backend);
     if (!section) {
@@ -203,7 +208,7 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
     for (int n : ranks) {
       BackendOptions bo;
       if (!a->topology.empty()) bo["topology"] = a->topology;
-      auto backend = makeBackend(a->backend, n, bo);
+      ConfigTimer timer(a->backend, n, bo, mo);
       const std::vector<int> hosts = topo ? rankHosts(*topo, n) : std::vector<int>{};
       std::optional<CostModel> model;
       if (topo) model.emplace(*topo, n);
@@ -226,22 +231,24 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         configs[choice.algorithm].push_back({choice.chunkBytes, choice.channels});
         Row row{n, key, choice.algorithm, choice.source, choice.chunkBytes, choice.channels, -1, choice.predictedUs,
                 "", 0, 1, -1};
+        std::vector<TimedConfig> timed;
         for (auto& [alg, cfgs] : configs) {
           std::sort(cfgs.begin(), cfgs.end());
           cfgs.erase(std::unique(cfgs.begin(), cfgs.end()), cfgs.end());
-          for (const auto& [chunk, ch] : cfgs) {
-            if (tty) {
-              std::fprintf(stderr, "\r\033[Kregret: n=%d %s %s", n, formatBytes(key).c_str(),
-                           describeCfg(alg, chunk, ch).c_str());
-            }
-            const double us = measureUs(*backend, buildSchedule(spec, alg, AlgoParams{chunk, ch, hosts}), mo);
-            if (alg == choice.algorithm && chunk == choice.chunkBytes && ch == choice.channels) row.chosenUs = us;
-            if (row.oracleUs < 0 || us < row.oracleUs) {
-              row.oracle = alg;
-              row.oracleChunk = chunk;
-              row.oracleChannels = ch;
-              row.oracleUs = us;
-            }
+          for (const auto& [chunk, ch] : cfgs) timed.push_back({alg, AlgoParams{chunk, ch, hosts}});
+        }
+        if (tty) std::fprintf(stderr, "\r\033[Kregret: n=%d %s: %zu configurations", n, formatBytes(key).c_str(), timed.size());
+        const std::vector<double> us = timer.times(spec, timed);
+        for (std::size_t i = 0; i < timed.size(); ++i) {
+          const std::string& alg = timed[i].algorithm;
+          const std::size_t chunk = timed[i].params.chunkBytes;
+          const int ch = timed[i].params.channels;
+          if (alg == choice.algorithm && chunk == choice.chunkBytes && ch == choice.channels) row.chosenUs = us[i];
+          if (row.oracleUs < 0 || us[i] < row.oracleUs) {
+            row.oracle = alg;
+            row.oracleChunk = chunk;
+            row.oracleChannels = ch;
+            row.oracleUs = us[i];
           }
         }
         rows.push_back(row);

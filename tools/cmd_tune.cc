@@ -3,6 +3,8 @@
 // (on the hardware, or as the simulator / NCCL's own model sees them) and writes NCCL's tuner plugin CSV.
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -20,6 +22,7 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "commands.h"
+#include "config_timer.h"
 #include "environment.h"
 #include "perf_runner.h"
 #include "world_options.h"
@@ -112,6 +115,48 @@ class Progress {
   std::size_t total_, done_ = 0;
   bool tty_;
 };
+
+/// Host counts whose first and last rank counts `tune` adds by default: the first few, then powers of two (a
+/// 1024-host cluster keeps a short list).
+constexpr int kBoundaryHostCountsAll = 4;
+
+/// Default rank counts on a topology: powers of two up to its rank count, the full count, and where hosts hold
+/// several ranks, the first two and the last rank count of host counts 1..kBoundaryHostCountsAll and powers of two,
+/// e.g. 2,4,8,9,10,16,17,18,24,25,26,32 on 4 hosts of 8. Times jump where a rank count first needs another host, and
+/// the selector never interpolates across that boundary; the first two rank counts of a host count put one or two
+/// ranks on the new host, whose NICs then carry several channels' ring hops, where the cost model (which takes every
+/// flow on a link as concurrent) is up to 20% pessimistic (h100-4x8-rail, 1 MiB): they are measured, not modelled.
+std::vector<int> defaultRanks(const Topology& t) {
+  const int total = static_cast<int>(t.ranks.size());
+  std::vector<int> out;
+  for (int n = 2; n < total; n *= 2) out.push_back(n);
+  out.push_back(total);
+  const std::vector<int> hosts = rankHosts(t, total);  // a prefix of it is rankHosts(t, n)
+  std::vector<int> first, last;                        // per host count k (index k-1): first and last rank count
+  int seen = 0;
+  for (int n = 1; n <= total; ++n) {
+    const int h = hosts[static_cast<std::size_t>(n - 1)];
+    if (h + 1 > seen) {
+      seen = h + 1;
+      first.push_back(n);
+      last.push_back(n);
+    } else {
+      last.back() = n;
+    }
+  }
+  if (static_cast<int>(first.size()) < total) {  // some host holds several ranks
+    for (int k = 1; k <= static_cast<int>(first.size()); ++k) {
+      if (k > kBoundaryHostCountsAll && !std::has_single_bit(static_cast<unsigned>(k))) continue;
+      const int lo = first[static_cast<std::size_t>(k - 1)], hi = last[static_cast<std::size_t>(k - 1)];
+      for (int n : {lo, std::min(lo + 1, hi), hi}) {
+        if (n >= 2) out.push_back(n);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
 
 struct TuneArgs {
   std::string backend = "sim", topology, output, exportKind, exportFile, from, library;
@@ -215,8 +260,7 @@ class Tuner {
     if (!a.ranks.empty()) {
       ranks_ = intList(a.ranks, "--ranks", 1);
     } else if (topo_) {
-      for (int n = 2; n < topoRanks; n *= 2) ranks_.push_back(n);
-      ranks_.push_back(topoRanks);
+      ranks_ = defaultRanks(*topo_);
     } else {
       ranks_ = {2, 4};
     }
@@ -296,11 +340,11 @@ class Tuner {
     return out;
   }
 
-  std::unique_ptr<Backend> backendFor(int n, const std::string& topologyPath = "") const {
+  std::unique_ptr<ConfigTimer> timerFor(int n, const std::string& topologyPath = "") const {
     BackendOptions o = world_;
     const std::string t = topologyPath.empty() ? a_.topology : topologyPath;
     if (!t.empty()) o["topology"] = t;
-    return makeBackend(a_.backend, n, o);
+    return std::make_unique<ConfigTimer>(a_.backend, n, o, mo_);
   }
 
   /// collbench's algorithms on the backend (or the model).
@@ -315,12 +359,12 @@ class Tuner {
     Progress progress(total);
     for (int n : ranks_) {
       const std::vector<int> hosts = topo_ ? rankHosts(*topo_, n) : std::vector<int>{};
-      std::unique_ptr<Backend> backend;
+      std::unique_ptr<ConfigTimer> timer;
       std::optional<CostModel> model;
       if (a_.backend == kModelBackend) {
         model.emplace(topo_ ? CostModel(*topo_, n) : CostModel::defaultFlat(n));
       } else {
-        backend = backendFor(n);
+        timer = timerFor(n);
       }
       std::optional<CostModel> pruner;
       if (a_.prune > 0) pruner.emplace(topo_ ? CostModel(*topo_, n) : CostModel::defaultFlat(n));
@@ -336,10 +380,8 @@ class Tuner {
             }
           }
         }
+        std::vector<TimedConfig> configs;
         for (const std::string& a : algorithmsFor(p.collective, n)) {
-          std::size_t lastOps = 0;
-          int lastChannels = 0;
-          double lastUs = 0;
           for (const AlgoParams& params : sweepConfigs(p.collective, a, chunks_, channels_, hosts)) {
             progress.step(fmt::format("{} n={} {} {} chunk {} x{}", toString(p.collective), n, formatBytes(p.bytes), a,
                                       formatBytes(params.chunkBytes), params.channels));
@@ -347,23 +389,19 @@ class Tuner {
               const Estimate est = pruner->estimate(p.spec, a, params);
               if (est.supported && est.terms.us > a_.prune * bestModel) continue;
             }
-            double us = 0;
             if (model) {
               const Estimate est = model->estimate(p.spec, a, params);
-              if (!est.supported) continue;
-              us = est.terms.us;
+              if (est.supported) addCandidate(e, TuningCandidate{a, "", params.chunkBytes, params.channels, est.terms.us});
             } else {
-              const Schedule s = buildSchedule(p.spec, a, params);
-              // A chunk size at or above the data gives the schedule of the chunk before again: measure it once and
-              // record it under both configurations (every configuration is then present at every point).
-              if (s.totalOps() != lastOps || params.channels != lastChannels) {
-                lastOps = s.totalOps();
-                lastChannels = params.channels;
-                lastUs = measureUs(*backend, s, mo_);
-              }
-              us = lastUs;
+              configs.push_back({a, params});
             }
-            addCandidate(e, TuningCandidate{a, "", params.chunkBytes, params.channels, us});
+          }
+        }
+        if (timer) {  // every configuration of the point together (interleaved repetitions on real backends)
+          const std::vector<double> us = timer->times(p.spec, configs);
+          for (std::size_t i = 0; i < configs.size(); ++i) {
+            addCandidate(e, TuningCandidate{configs[i].algorithm, "", configs[i].params.chunkBytes,
+                                            configs[i].params.channels, us[i]});
           }
         }
         if (e.candidates.empty()) continue;
@@ -429,19 +467,19 @@ class Tuner {
       for (NcclAlgo algo : kNcclAlgos) {
         for (NcclProto proto : kNcclProtos) {
           for (int ch : ncclChannels_) {
-            std::unique_ptr<Backend> backend;
+            std::unique_ptr<ConfigTimer> timer;
             std::optional<ScopedEnv> env;
             if (sim) {
               const auto path = tmp / fmt::format("{}-{}-{}.json", toString(algo), toString(proto), ch);
-              writeFile(path.string(), toJson(ncclProtocolTopology(*topo_, algo, proto, ch)));
-              backend = backendFor(n, path.string());
+              writeFile(path.string(), toJson(ncclProtocolTopology(*topo_, algo, proto, ch, n)));
+              timer = timerFor(n, path.string());
             } else if (hw) {
               env.emplace();
               env->set("NCCL_ALGO", ncclAlgoEnv(algo));
               env->set("NCCL_PROTO", ncclProtoEnv(proto));
               env->set("NCCL_MIN_NCHANNELS", std::to_string(ch));
               env->set("NCCL_MAX_NCHANNELS", std::to_string(ch));
-              backend = backendFor(n);
+              timer = timerFor(n);
             }
             for (const Point& p : points) {
               if (algo == NcclAlgo::Tree && p.collective != Collective::AllReduce) continue;  // NCCL: tree is AR only
@@ -458,10 +496,9 @@ class Tuner {
                 us = *t;
               } else if (sim) {
                 const std::string a = algo == NcclAlgo::Tree ? "tree" : "ring";
-                const Schedule s = buildSchedule(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts});
-                us = measureUs(*backend, s, mo_) + ncclBaseLatencyUs(algo, proto);
+                us = timer->time(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts}) + ncclBaseLatencyUs(algo, proto);
               } else {
-                us = measureUs(*backend, buildSchedule(p.spec, "nccl"), mo_);
+                us = timer->time(p.spec, "nccl", {});
               }
               auto [it, fresh] = entries.try_emplace({p.collective, p.bytes},
                                                      TuningEntry{p.collective, n, nnodes, p.bytes, {}});
@@ -533,7 +570,9 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
   cmd->add_flag("--force", a->force, "overwrite existing output files");
   cmd->add_option("--collectives", a->collectives, "comma-separated collectives")->default_val("all_reduce");
   cmd->add_option("--algos", a->algos, "only these algorithms (comma-separated; default all)");
-  cmd->add_option("-g,--ranks", a->ranks, "rank counts (comma-separated; default powers of two up to the topology's)");
+  cmd->add_option("-g,--ranks", a->ranks,
+                  "rank counts (comma-separated; default powers of two up to the topology's, and the first and last "
+                  "rank count of each host count)");
   cmd->add_option("-b,--minbytes", a->minBytes, "smallest size (nccl-tests size)")->default_val("1K");
   cmd->add_option("-e,--maxbytes", a->maxBytes, "largest size")->default_val("1G");
   cmd->add_option("-f,--stepfactor", a->factor, "size factor between points (> 1)")->default_val(4);
@@ -542,7 +581,9 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("-d,--datatype", a->dtype, "element type")->default_val("float");
   cmd->add_option("-n,--iters", a->iters, "timed iterations per repetition (real backends)")->default_val(5);
   cmd->add_option("-w,--warmup_iters", a->warmup, "untimed iterations first")->default_val(1);
-  cmd->add_option("--repeats", a->repeats, "repetitions; the fastest is kept (real backends)")->default_val(7);
+  cmd->add_option("--repeats", a->repeats,
+                  "repetitions, round-robin over a point's configurations; each one's fastest is kept (real backends)")
+      ->default_val(7);
   cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")->default_val(kDefaultTimeoutSeconds);
   cmd->add_option("--prune", a->prune,
                   "skip configurations the cost model (NCCL's model for the NCCL sweep) puts more than this many times "

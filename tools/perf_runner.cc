@@ -285,14 +285,12 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   if (topo) params.rankHost = rankHosts(*topo, n);
   CollectiveSpec probe{c.collective, n, 0, dtype, op, c.root};
   checkSpec(probe, params);
-  // --algo auto: the selector, with the tuning table of --tuning / COLLBENCH_TUNING_FILE when given. Every row's
-  // choice is made before the header, which names them.
-  const char* tuningEnv = std::getenv("COLLBENCH_TUNING_FILE");
-  const std::string tuningFile = !c.tuningFile.empty() ? c.tuningFile : tuningEnv ? tuningEnv : "";
-  std::optional<TuningTable> table;
-  if (!tuningFile.empty()) table = loadTuningTable(tuningFile);
-  const Selector selector(
-      SelectorOptions{topo ? &*topo : nullptr, table ? &*table : nullptr, backendName, "auto", tuningFile});
+  // --algo auto: the selector, with the table of --tuning, COLLBENCH_TUNING_FILE or the topology's shipped one.
+  // Every row's choice is made before the header, which names them.
+  const FoundTuningTable found = c.algo == "auto" ? findTuningTable(c.tuningFile, topo ? &*topo : nullptr, backendName)
+                                                  : FoundTuningTable{};
+  const Selector selector(SelectorOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, backendName,
+                                          "auto", found.path});
   const std::size_t es = dtypeSize(dtype);
   std::vector<PlannedRow> plan;
   for (std::size_t bytes : sizeSequence(c)) {

@@ -1,14 +1,18 @@
 #pragma once
-/// `collbench calibrate`: fits the cost model's alpha and beta per link class (intra-host, inter-host) and gamma
-/// (reduction rate) to measured runs by least squares, and writes them as a topology (classTopology) that the
-/// simulator and the cost model read.
+/// `collbench calibrate`: fits the cost model's alpha and beta per link class (intra-host, inter-host), gamma
+/// (reduction rate) and a fixed per-call overhead to measured runs by least squares, and writes the network part as a
+/// topology (classTopology) that the simulator and the cost model read.
 ///
 /// The fit: for parameters p, every sample's model estimate is linear in u = (alpha_intra, alpha_inter,
-/// 1/beta_intra, 1/beta_inter, 1/gamma) with the coefficients of its critical path (CostTerms), and the critical
-/// path depends on p only through which flow or phase is slowest. So: evaluate the coefficients at p, solve the
-/// non-negative least squares problem min sum w ((A u - t) / t)^2 (relative errors, so that 1 KiB and 1 GiB weigh
-/// alike; for the default L1 loss w = 1/|relative residual| at p, iteratively reweighted), repeat from the new p until
-/// it stops changing (or kCalibrateMaxIterations), keeping the best fit seen.
+/// 1/beta_intra, 1/beta_inter, 1/gamma, overhead) with the coefficients of its critical path (CostTerms), and the
+/// critical path depends on p only through which flow or phase is slowest. So: evaluate the coefficients at p, solve
+/// the non-negative least squares problem min sum w ((A u - t) / t)^2 (relative errors, so that 1 KiB and 1 GiB weigh
+/// alike; w = 1 for the default L2 loss, the least squares; for L1, w = 1/|relative residual| at p,
+/// iteratively reweighted, which a few disturbed measurements pull less), repeat from the new p until it stops
+/// changing (or kCalibrateMaxIterations), keeping the best fit seen.
+/// The per-call overhead (CostModel's callOverheadUs, NCCL's baseLat analogue) dominates host runs at small sizes
+/// (waking the rank threads and seeing every rank finish). Topology files have no field for it: it is reported and
+/// written to the fit JSON, and the calibrated simulator's times are simulated time + overhead.
 /// Parameters no sample depends on (inter-host on one host, gamma without reductions) keep their initial values and
 /// are reported as not identified. Every `holdOutEvery`-th size of each series (collective, algorithm, ranks) is
 /// left out of the fit and only predicted, so the error reported on it is honest.
@@ -54,20 +58,21 @@ std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, 
 struct CalibrationParams {
   LinkClassCost intra{true, 1.0, 10.0};
   LinkClassCost inter{true, 5.0, 10.0};
-  double gammaGBps = 10.0;  ///< 0 = free reductions
+  double gammaGBps = 10.0;     ///< 0 = free reductions
+  double callOverheadUs = 0;   ///< fixed cost of one call (CostModel::callOverheadUs)
 };
 
 inline constexpr int kCalibrateMaxIterations = 30;
 /// Bandwidth written for a class whose fitted 1/beta is 0 (no measurable transfer cost): effectively infinite.
 inline constexpr double kCalibrateUnboundedGBps = 1e6;
 
-/// What the fit minimises: the sum of absolute relative errors (robust to a few disturbed measurements, and what
-/// the reported median measures) or of squared ones.
+/// What the fit minimises: the sum of squared relative errors (least squares, the default) or of absolute ones
+/// (robust to a few disturbed measurements).
 enum class CalibrationLoss { L1, L2 };
 
 struct CalibrationOptions {
-  CalibrationLoss loss = CalibrationLoss::L1;
-  int holdOutEvery = 2;  ///< 0 or 1: no hold-out (fit on everything)
+  CalibrationLoss loss = CalibrationLoss::L2;
+  int holdOutEvery = 2;  ///< 0 or 1: no hold-out (fit on everything); negative: Error{InvalidArgument}
   int maxIterations = kCalibrateMaxIterations;
   std::string topologyName = "calibrated";
   NodeKind rankKind = NodeKind::Cpu;
@@ -83,18 +88,19 @@ struct SampleFit {
 
 struct CalibrationResult {
   CalibrationParams params;
-  /// alpha_intra, alpha_inter, beta_intra, beta_inter, gamma: whether the samples determine it.
-  bool identified[5] = {false, false, false, false, false};
+  /// alpha_intra, alpha_inter, beta_intra, beta_inter, gamma, call overhead: whether the samples determine it.
+  bool identified[6] = {false, false, false, false, false, false};
   std::vector<SampleFit> fits;
   double fitMedian = 0, fitWorst = 0;  ///< |relative error| over the fitted samples
-  double heldOutMedian = 0, heldOutWorst = 0;
+  double heldOutMedian = 0, heldOutWorst = 0;  ///< 0 when heldOutCount is 0 (print n/a)
   int heldOutCount = 0;
   int iterations = 0;
   Topology topology;  ///< classTopology of the fit, big enough for every sample
   std::vector<std::string> notes;
 };
 
-/// Fits; throws Error{InvalidArgument} without usable samples (time > 0, bytes > 0, a schedule algorithm).
+/// Fits; throws Error{InvalidArgument} without usable samples (time > 0, bytes > 0, a schedule algorithm) or for a
+/// negative holdOutEvery.
 CalibrationResult calibrate(const std::vector<CalibrationSample>& samples, const CalibrationOptions& options = {});
 
 }  // namespace collbench

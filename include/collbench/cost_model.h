@@ -39,12 +39,14 @@ inline constexpr int kLinkClasses = 2;
 /// "intra", "inter".
 std::string_view toString(LinkClassKind k);
 
-/// A time and its critical path in model terms: us == sum_c alphaCount[c] * alpha_c + betaBytes[c] / beta_c (in
-/// bytes per us, i.e. GB/s * 1e3) + gammaBytes / gamma (likewise), where (alpha_c, beta_c) are the class's route
-/// latency and bottleneck bandwidth. On a topology whose routes of one class all have the same alpha and beta (flat,
-/// calibrated ones) the identity is exact; calibration fits the class parameters from it.
+/// A time and its critical path in model terms: us == calls * overhead + sum_c alphaCount[c] * alpha_c +
+/// betaBytes[c] / beta_c (in bytes per us, i.e. GB/s * 1e3) + gammaBytes / gamma (likewise), where (alpha_c, beta_c)
+/// are the class's route latency and bottleneck bandwidth and overhead the model's fixed cost per call
+/// (CostModel::callOverheadUs). On a topology whose routes of one class all have the same alpha and beta (flat,
+/// calibrated ones) the identity is exact; calibration fits the parameters from it.
 struct CostTerms {
   double us = 0;
+  double calls = 0;  ///< fixed per-call overheads on the critical path: 1 for one call of a collbench algorithm
   double alphaCount[kLinkClasses] = {0, 0};
   double betaBytes[kLinkClasses] = {0, 0};
   double gammaBytes = 0;
@@ -86,8 +88,10 @@ inline constexpr int kRingRecurrenceMaxRanks = 1024;
 class CostModel {
  public:
   /// Models ranks 0..nranks-1 of `topology` (nranks <= 0: all). Throws Error{InvalidArgument} when the topology has
-  /// fewer ranks.
-  CostModel(Topology topology, int nranks);
+  /// fewer ranks or callOverheadUs < 0. `callOverheadUs`: a fixed cost of every call of a collbench algorithm (NCCL's
+  /// baseLat analogue: starting the call on every rank and seeing it finish; on the host backends waking the rank
+  /// threads or processes), which topologies do not describe: 0 unless fitted (`collbench calibrate`).
+  CostModel(Topology topology, int nranks, double callOverheadUs = 0);
   ~CostModel();
   CostModel(CostModel&&) noexcept;
   CostModel& operator=(CostModel&&) noexcept;
@@ -97,6 +101,7 @@ class CostModel {
   static CostModel defaultFlat(int nranks);
 
   int nranks() const;
+  double callOverheadUs() const;
   const Topology& topology() const;
   const CostSummary& summary() const;
   /// Host index of each rank (AlgoParams::rankHost for hierarchical).
@@ -164,9 +169,14 @@ std::optional<double> ncclModelTimeUs(Collective collective, NcclAlgo algo, Nccl
 std::size_t ncclChunkBytes(NcclProto p);
 /// NCCL's fixed per-call latency baseLat[algo][proto], us.
 double ncclBaseLatencyUs(NcclAlgo a, NcclProto p);
-/// The topology NCCL's algorithm `a` with protocol `p` on `channels` channels effectively runs on, for simulating it
-/// with collbench's ring and tree schedules: every link's bandwidth x the protocol's efficiency and capped at
-/// channels x the per-channel limit, and the per-hop latency hwLat[hw][a][p] spread over the rank's two end links.
-Topology ncclProtocolTopology(const Topology& t, NcclAlgo a, NcclProto p, int channels);
+/// The topology NCCL's algorithm `a` with protocol `p` on `channels` channels effectively runs on for its first
+/// `nranks` ranks (<= 0: all), for simulating it with collbench's ring and tree schedules: every link's bandwidth x
+/// the protocol's efficiency; a rank's own links and network ("nic") links capped at channels x the per-channel
+/// limit (Simple rings: the search's top intra speed on NVLink/PCIe, the inter speed on the network) or at llMaxBw
+/// for LL, with the constants of the communicator's node count (one node: Hopper's; more: the N2/N4 rows and an
+/// Intel host's llMaxBw); the per-step latency hwLat[hw][a][p] half on each end of a route: NVLink or PCI inside a
+/// host (at least the network post overhead when ranks span hosts), NET on network links (the tree's at one rank per
+/// node).
+Topology ncclProtocolTopology(const Topology& t, NcclAlgo a, NcclProto p, int channels, int nranks = 0);
 
 }  // namespace collbench

@@ -34,6 +34,8 @@
 
 namespace collbench {
 
+struct Topology;
+
 struct TuningCandidate {
   std::string algorithm;
   std::string protocol;  ///< NCCL protocol for library "nccl"; empty for collbench algorithms
@@ -86,6 +88,27 @@ TuningTable loadTuningTable(const std::string& path);
 /// The JSON form (parses back to an equal table).
 std::string toJson(const TuningTable& t);
 
+/// Where `--algo auto` gets its table (tools call this once and hand the table to the Selector), first found wins:
+///   1. `explicitPath` (--tuning FILE);
+///   2. $COLLBENCH_TUNING_FILE;
+///   3. with a topology, the shipped table of that topology: "<name>.<backend>.json", then "<name>.sim.json", in each
+///      directory of the colon-separated $COLLBENCH_TUNING_PATH, then in reports/tuning/ of the source tree
+///      (kShippedTuningDir). A shipped table is used only when it holds a section for the topology's fingerprint: a
+///      table of another version of the file is stale and skipped, with a note saying so.
+/// Without a topology nothing is looked up (a host table describes one machine). Explicit files that cannot be read
+/// or parsed throw Error{InvalidArgument}; shipped ones are only looked at.
+struct FoundTuningTable {
+  std::optional<TuningTable> table;
+  std::string path;  ///< the file read, "" when none
+  std::string how;   ///< "--tuning", "COLLBENCH_TUNING_FILE" or "shipped table for <topology>"
+  std::string note;  ///< why no table was used (when `table` is empty), for `collbench plan`
+  /// "<path> (<how>)" or "none (<note>)".
+  std::string describe() const;
+};
+inline constexpr std::string_view kShippedTuningDir = "reports/tuning";
+FoundTuningTable findTuningTable(const std::string& explicitPath, const Topology* topology,
+                                 std::string_view backend = "sim");
+
 /// Which AlgoParams an algorithm reads: sweeping the others only repeats the same schedule.
 struct ParamSpace {
   bool chunk = false;
@@ -134,9 +157,11 @@ struct TablePrediction {
 /// interpolated quantity is log(measured / model) when `model` gives times at the corners and at the query, so the
 /// model supplies the shape and the table the scale; without a model, log(measured time). At a table point the
 /// prediction is the measured time, so the fastest prediction is the table's choice. Algorithms the model says
-/// cannot run at the query are left out. Empty when the section has no entry for the collective.
+/// cannot run at the query are left out. `nnodes` > 0 (the query's hosts): only entries of the same host layout are
+/// used, that many hosts (TuningEntry::nnodes), or one rank per host when the query has one rank per host, so no
+/// prediction crosses a host boundary. Empty when the section has no such entry for the collective.
 std::vector<TablePrediction> predictFromTable(const TuningSection& section, Collective collective, int nranks,
-                                              std::size_t bytes, const ModelTimeFn& model = {});
+                                              std::size_t bytes, const ModelTimeFn& model = {}, int nnodes = 0);
 
 // ---- NCCL example tuner plugin CSV (NCCL_TUNER_CONFIG_FILE) ----
 // Format of NVIDIA/nccl ext-tuner/example (plugins/tuner/example since 2.29), one config per line:

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,9 +13,11 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "collbench/topology.h"
 #include "collbench/tuning.h"
 
 namespace collbench {
@@ -152,12 +155,140 @@ TEST_F(TuneCli, PlanAutoExplainsTableRowModelAndRunnerUp) {
   ASSERT_EQ(mid.exitCode, 0) << mid.err;
   EXPECT_NE(mid.out.find("(interpolated)"), std::string::npos) << mid.out;
   EXPECT_NE(mid.out.find("n=2..4"), std::string::npos) << mid.out;
-  // No table: the cost model, with its estimate and runner-up.
-  const CliResult model = runCli("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1");
+  EXPECT_NE(at.out.find(fmt::format("tuning table: {} (--tuning)", table_.string())), std::string::npos) << at.out;
+  // No table (pcie-4gpu ships none): the cost model, with its estimate and runner-up.
+  const CliResult model = runCli("plan all_reduce -g 4 --bytes 8K --topology pcie-4gpu");
   ASSERT_EQ(model.exitCode, 0) << model.err;
   EXPECT_NE(model.out.find("(model)"), std::string::npos) << model.out;
-  EXPECT_NE(model.out.find("cost model on topology dgx-h100-8x1"), std::string::npos) << model.out;
+  EXPECT_NE(model.out.find("cost model on topology pcie-4gpu"), std::string::npos) << model.out;
   EXPECT_NE(model.out.find("runner-up:"), std::string::npos) << model.out;
+  EXPECT_NE(model.out.find("tuning table: none (no shipped table for topology pcie-4gpu)"), std::string::npos)
+      << model.out;
+}
+
+TEST_F(TuneCli, AutoFindsTheShippedTableUnlessItIsStale) {
+  const std::string shipped =
+      (std::filesystem::path(COLLBENCH_SOURCE_DIR) / "reports" / "tuning" / "dgx-h100-8x1.sim.json").string();
+  const CliResult found = runCli("plan all_reduce -g 8 --bytes 1M --topology dgx-h100-8x1");
+  ASSERT_EQ(found.exitCode, 0) << found.err;
+  EXPECT_NE(found.out.find(fmt::format("tuning table: {} (shipped table for dgx-h100-8x1)", shipped)),
+            std::string::npos)
+      << found.out;
+  EXPECT_NE(found.out.find("choice: "), std::string::npos);
+  EXPECT_NE(found.out.find(" (table)"), std::string::npos) << found.out;  // 8 ranks, 1 MiB: a table point
+  // COLLBENCH_TUNING_FILE comes before the shipped table.
+  ::setenv("COLLBENCH_TUNING_FILE", table_.c_str(), 1);
+  const CliResult env = runCli("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1");
+  ::unsetenv("COLLBENCH_TUNING_FILE");
+  EXPECT_NE(env.out.find(fmt::format("tuning table: {} (COLLBENCH_TUNING_FILE)", table_.string())), std::string::npos)
+      << env.out;
+  // A table on COLLBENCH_TUNING_PATH measured on another version of the topology (other fingerprint) is skipped.
+  const auto dir = temp("tuning_path");
+  std::filesystem::create_directories(dir);
+  {
+    TuningTable stale = loadTuningTable(table_.string());
+    for (TuningSection& sec : stale.sections) sec.fingerprint = "0000000000000000";
+    std::ofstream(dir / "dgx-h100-8x1.sim.json") << toJson(stale);
+  }
+  ::setenv("COLLBENCH_TUNING_PATH", dir.c_str(), 1);
+  const CliResult skipped = runCli("plan all_reduce -g 8 --bytes 1M --topology dgx-h100-8x1");
+  const CliResult none = runCli("plan all_reduce -g 4 --bytes 8K --topology pcie-4gpu");
+  ::unsetenv("COLLBENCH_TUNING_PATH");
+  EXPECT_NE(skipped.out.find(fmt::format("tuning table: {} (shipped", shipped)), std::string::npos) << skipped.out;
+  std::filesystem::copy_file(dir / "dgx-h100-8x1.sim.json", dir / "pcie-4gpu.sim.json");
+  ::setenv("COLLBENCH_TUNING_PATH", dir.c_str(), 1);
+  const CliResult staleOnly = runCli("plan all_reduce -g 4 --bytes 8K --topology pcie-4gpu");
+  ::unsetenv("COLLBENCH_TUNING_PATH");
+  EXPECT_NE(staleOnly.out.find("has no section for fingerprint"), std::string::npos) << staleOnly.out;
+  EXPECT_NE(staleOnly.out.find("(model)"), std::string::npos) << staleOnly.out;
+  std::filesystem::remove_all(dir);
+}
+
+/// The committed tables (reports/tuning/) describe the current topology files, simulator and algorithms: their
+/// fingerprints match the topologies, a few points re-simulated give the times they hold, and the NCCL tuner file is
+/// the export of its table. A failure means a table is stale: rerun the command line in its provenance.
+TEST(ShippedTuningTables, MatchTheCurrentTopologiesAndSimulator) {
+  const std::filesystem::path dir = std::filesystem::path(COLLBENCH_SOURCE_DIR) / "reports" / "tuning";
+  int checked = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    if (f.path().extension() != ".json" || f.path().filename().string().find("regret") != std::string::npos) continue;
+    const std::string name = f.path().filename().string();
+    const TuningTable t = loadTuningTable(f.path().string());
+    const std::string regenerate = "stale: regenerate with `" + t.provenance.commandLine + "`";
+    for (const TuningSection& sec : t.sections) {
+      if (sec.topology.empty()) continue;  // measured without a topology (host backends): nothing to compare
+      EXPECT_EQ(sec.fingerprint, fingerprint(loadTopology(sec.topology))) << name << " " << regenerate;
+      if (sec.backend != "sim" || sec.library != kLibraryCollbench) continue;
+      // Re-simulate, at the largest rank count and the first one spread over several hosts (if any), the sizes
+      // nearest 4 KiB and 64 MiB: every configuration's time must be the table's.
+      std::set<int> ranks;
+      int multiHost = 0, largest = 0;
+      for (const TuningEntry& e : sec.entries) {
+        largest = std::max(largest, e.nranks);
+        if (e.nnodes > 1 && e.nnodes < e.nranks && (multiHost == 0 || e.nranks < multiHost)) multiHost = e.nranks;
+      }
+      ranks.insert(largest);
+      if (multiHost) ranks.insert(multiHost);
+      for (int n : ranks) {
+        for (std::size_t want : {std::size_t{4096}, std::size_t{64} << 20}) {
+          const TuningEntry* e = nullptr;
+          for (const TuningEntry& x : sec.entries) {
+            if (x.nranks != n || x.collective != Collective::AllReduce) continue;
+            auto dist = [&](std::size_t b) { return std::abs(std::log(static_cast<double>(b) / want)); };
+            if (!e || dist(x.bytes) < dist(e->bytes)) e = &x;
+          }
+          ASSERT_NE(e, nullptr) << name << " n=" << n;
+          std::set<std::size_t> chunks;
+          std::set<int> channels;
+          for (const TuningCandidate& k : e->candidates) {
+            chunks.insert(k.chunkBytes);
+            channels.insert(k.channels);
+          }
+          const auto out = temp("resim.json");
+          std::filesystem::remove(out);
+          const CliResult r = runCli(fmt::format("tune --backend sim --topology {} -g {} -b {} -e {} --chunks {} "
+                                                 "--channels {} -o {}",
+                                                 sec.topology, n, e->bytes, e->bytes, fmt::join(chunks, ","),
+                                                 fmt::join(channels, ","), out.string()));
+          ASSERT_EQ(r.exitCode, 0) << r.err;
+          const TuningTable now = loadTuningTable(out.string());
+          std::filesystem::remove(out);
+          const TuningEntry* fresh = now.sections.at(0).find(Collective::AllReduce, n, e->bytes);
+          ASSERT_NE(fresh, nullptr);
+          for (const TuningCandidate& k : e->candidates) {
+            bool found = false;
+            for (const TuningCandidate& x : fresh->candidates) {
+              if (x.algorithm != k.algorithm || x.chunkBytes != k.chunkBytes || x.channels != k.channels) continue;
+              found = true;
+              EXPECT_NEAR(x.timeUs, k.timeUs, 1e-6 * k.timeUs)
+                  << name << " n=" << n << " " << e->bytes << " B " << k.algorithm << " chunk " << k.chunkBytes
+                  << " x" << k.channels << ": " << regenerate;
+            }
+            EXPECT_TRUE(found) << name << ": " << k.algorithm << " chunk " << k.chunkBytes << " x" << k.channels
+                               << " is no longer swept: " << regenerate;
+          }
+          ++checked;
+        }
+      }
+    }
+    // An NCCL tuner file next to a table with NCCL sections is that table's export.
+    if (t.find(t.provenance.topologyFingerprint, kLibraryNccl)) {
+      std::string conf = f.path().string();
+      conf.replace(conf.find(".nccl.sim.json"), std::string(".nccl.sim.json").size(), ".nccl-tuner.conf");
+      ASSERT_TRUE(std::filesystem::exists(conf)) << conf;
+      const std::vector<NcclTunerRule> shipped = parseNcclTunerCsv(slurp(conf), conf);
+      const std::vector<NcclTunerRule> derived = ncclTunerRules(t);
+      ASSERT_EQ(shipped.size(), derived.size()) << conf << " is not the export of " << name << ": " << regenerate;
+      for (std::size_t i = 0; i < shipped.size(); ++i) {
+        EXPECT_EQ(shipped[i].algorithm, derived[i].algorithm) << conf << " line " << i;
+        EXPECT_EQ(shipped[i].protocol, derived[i].protocol) << conf << " line " << i;
+        EXPECT_EQ(shipped[i].channels, derived[i].channels) << conf << " line " << i;
+        EXPECT_EQ(shipped[i].minBytes, derived[i].minBytes) << conf << " line " << i;
+        EXPECT_EQ(shipped[i].maxBytes, derived[i].maxBytes) << conf << " line " << i;
+      }
+    }
+  }
+  EXPECT_GE(checked, 6);  // dgx-h100-8x1 (n=8) and h100-4x8-rail (n=32, n=9) at two sizes each
 }
 
 TEST_F(TuneCli, ForcedByEnvironmentOrFlag) {

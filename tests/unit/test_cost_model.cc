@@ -177,5 +177,72 @@ TEST(NcclModel, FollowsNcclsTuningModel) {
   for (const TopoLink& l : p.links) EXPECT_LE(l.bandwidthGBps, 141.0);  // LL's llMaxBw on one Hopper node
 }
 
+// Hand-computed from ncclTopoTuneModel and ncclTopoGetAlgoTime (NCCL src/graph/tuning.cc), Hopper constants.
+TEST(NcclModel, TreeOnOneNodeByHand) {
+  const NcclMachine one{8, 1, 450, true, 50};
+  // Tree Simple, 2 channels, 1 MiB: per channel min(60, 450/2) = 60 GB/s; tree: min(120 x 0.92, 2 x perChMaxTreeBw
+  // 38.7) = 77.4, algorithm bandwidth x0.5 = 38.7, correction at log2(1 MiB >> 6) = 14: 0.5 -> 19.35 GB/s.
+  // Latency: baseLat 8.4 + 2 x ((8 - 1) x NVLink tree Simple 4.0 + log2(1) x net) = 64.4 us.
+  const auto t = ncclModelTimeUs(Collective::AllReduce, NcclAlgo::Tree, NcclProto::Simple, 2, 1u << 20, one);
+  ASSERT_TRUE(t);
+  EXPECT_NEAR(*t, 64.4 + 1048576.0 / (1e3 * 19.35), 1e-6);
+}
+
+TEST(NcclModel, MultiNodeByHand) {
+  // Ring Simple on 4 nodes x 8 (NVLink 450 GB/s, NIC 50 GB/s), 8 channels, 256 MiB: per channel min(48 (inter
+  // search speed), 50 / 8) = 6.25 -> bus 50 GB/s, algorithm 50 x 32 / 62. Latency: baseLat 8.4 + (62 - 6) x
+  // max(NVLink 3.4, net overhead 1 x 3) + 6 inter steps x NET 14.0 = 282.8 us, x1.4 (multi-node ring plateau).
+  const NcclMachine four{32, 4, 450, true, 50};
+  const std::size_t big = std::size_t{256} << 20;
+  const auto ring = ncclModelTimeUs(Collective::AllReduce, NcclAlgo::Ring, NcclProto::Simple, 8, big, four);
+  ASSERT_TRUE(ring);
+  EXPECT_NEAR(*ring, 282.8 * 1.4 + static_cast<double>(big) / (1e3 * 50 * 32 / 62), 1e-6);
+  // Tree LL128 on 2 nodes x 8, 4 channels, 64 KiB: per channel min(48, 50 / 4) = 12.5 -> 50; tree min(50 x 0.92,
+  // 4 x 41.4 (N2)) = 46; LL128 on more than one node min(46 x 120/128, 4 x 36.7) = 43.125; x0.5 and correction at
+  // log2(64 KiB >> 6) = 10: 0.6 -> 12.9375 GB/s. Latency 14.0 + 2 x (7 x NVLink 1.25 + 1 x NET tree LL128 8.5) = 48.5.
+  const NcclMachine two{16, 2, 450, true, 50};
+  const auto tree = ncclModelTimeUs(Collective::AllReduce, NcclAlgo::Tree, NcclProto::LL128, 4, 65536, two);
+  ASSERT_TRUE(tree);
+  EXPECT_NEAR(*tree, 48.5 + 65536.0 / (1e3 * 12.9375), 1e-6);
+  // One rank per node (ppn 1): the ring's inter-node steps take the tree's network latency (NET tree LL 5.0):
+  // 6.6 + (6 - 6) x intra + 2 x 3 x 5.0 = 36.6 us at zero bytes.
+  const NcclMachine flat{4, 4, 50, false, 50};
+  EXPECT_NEAR(*ncclModelTimeUs(Collective::AllReduce, NcclAlgo::Ring, NcclProto::LL, 2, 0, flat), 6.6 + 6 * 5.0, 1e-9);
+}
+
+TEST(NcclModel, ProtocolTopologyUsesInterNodeConstantsOnNics) {
+  const Topology rail = loadTopology("h100-4x8-rail");
+  auto find = [](const Topology& t, const std::string& cls) {
+    for (std::size_t i = 0; i < t.links.size(); ++i) {
+      if (t.links[i].linkClass == cls) return i;
+    }
+    return t.links.size();
+  };
+  const std::size_t nic = find(rail, "nic"), nvlink = find(rail, "nvlink");
+  ASSERT_LT(nic, rail.links.size());
+  ASSERT_LT(nvlink, rail.links.size());
+  // LL on 4 nodes: the Intel host's llMaxBw N4 (20.4 GB/s) caps every rank and NIC link, not Hopper's 141; on 2
+  // nodes N2 (39.0).
+  const Topology ll4 = ncclProtocolTopology(rail, NcclAlgo::Ring, NcclProto::LL, 8, 32);
+  EXPECT_NEAR(ll4.links[nic].bandwidthGBps, 20.4, 1e-9);
+  EXPECT_NEAR(ll4.links[nvlink].bandwidthGBps, 20.4, 1e-9);
+  EXPECT_NEAR(ncclProtocolTopology(rail, NcclAlgo::Ring, NcclProto::LL, 8, 16).links[nic].bandwidthGBps, 25.0, 1e-9);
+  EXPECT_NEAR(ncclProtocolTopology(rail, NcclAlgo::Ring, NcclProto::LL, 8, 16).links[nvlink].bandwidthGBps, 39.0, 1e-9);
+  // Latency: NET ring LL 2.7 us split over the two NIC links of a route; NVLink ring LL 0.6 raised to the network
+  // post overhead 1.0 once ranks span nodes, split over the two NVLink ends.
+  EXPECT_NEAR(ll4.links[nic].latencyUs - rail.links[nic].latencyUs, 2.7 / 2, 1e-9);
+  EXPECT_NEAR(ll4.links[nvlink].latencyUs - rail.links[nvlink].latencyUs, 1.0 / 2, 1e-9);
+  const Topology ll1 = ncclProtocolTopology(rail, NcclAlgo::Ring, NcclProto::LL, 8, 8);  // one node: Hopper's row
+  EXPECT_NEAR(ll1.links[nvlink].bandwidthGBps, 141.0, 1e-9);
+  EXPECT_NEAR(ll1.links[nvlink].latencyUs - rail.links[nvlink].latencyUs, 0.6 / 2, 1e-9);
+  // Simple ring on one channel: the inter-node search speed (48 GB/s) on the NIC, the intra one (60) on NVLink.
+  const Topology simple = ncclProtocolTopology(rail, NcclAlgo::Ring, NcclProto::Simple, 1, 32);
+  EXPECT_NEAR(simple.links[nic].bandwidthGBps, 48.0, 1e-9);
+  EXPECT_NEAR(simple.links[nvlink].bandwidthGBps, 60.0, 1e-9);
+  // Tree Simple on 4 nodes: perChMaxTreeBw N4 36.0 per channel after the 0.92 efficiency (50 x 0.92 = 46 > 36).
+  const Topology tree = ncclProtocolTopology(rail, NcclAlgo::Tree, NcclProto::Simple, 1, 32);
+  EXPECT_NEAR(tree.links[nic].bandwidthGBps, 36.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace collbench

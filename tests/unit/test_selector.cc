@@ -55,7 +55,7 @@ TuningTable modelTable(const Topology& t, const std::function<double(const std::
   for (int n : kTableRanks) {
     const CostModel m(t, n);
     for (std::size_t b : kTableBytes) {
-      TuningEntry e{Collective::AllReduce, n, 1, b, {}};
+      TuningEntry e{Collective::AllReduce, n, m.summary().hosts, b, {}};  // as tune writes nnodes
       const CollectiveSpec spec{Collective::AllReduce, n, b / 4, DType::F32};
       for (const auto& a : algorithms()) {
         if (a.collective != Collective::AllReduce || a.native) continue;

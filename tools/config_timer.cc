@@ -1,0 +1,78 @@
+// ConfigTimer: the simulator's data-free paths for `tune` and `regret` on "sim", interleaved repetitions elsewhere.
+#include "config_timer.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "collbench/reference.h"
+
+#ifdef COLLBENCH_HAVE_SIM
+#include "sim_backend.h"
+#endif
+
+namespace collbench::cli {
+
+ConfigTimer::ConfigTimer(const std::string& backend, int nranks, const BackendOptions& options,
+                         const MeasureOptions& measure)
+    : measure_(measure) {
+#ifdef COLLBENCH_HAVE_SIM
+  const bool topologyOnly = options.empty() || (options.size() == 1 && options.count("topology"));
+  if (backend == "sim" && topologyOnly) {
+    const auto it = options.find("topology");
+    const std::string topology = it == options.end() || it->second.empty() ? sim::kDefaultTopology : it->second;
+    sim_ = std::make_unique<sim::Simulator>(loadTopology(topology), nranks);
+    return;
+  }
+#endif
+  backend_ = makeBackend(backend, nranks, options);
+}
+
+ConfigTimer::~ConfigTimer() = default;
+
+std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs) {
+  std::vector<double> out(configs.size(), 0);
+#ifdef COLLBENCH_HAVE_SIM
+  if (sim_) {
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      out[i] = sim_->runAlgorithm(spec, configs[i].algorithm, configs[i].params).seconds * 1e6;
+    }
+    return out;
+  }
+#endif
+  if (!backend_->movesData()) {
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      out[i] = measureUs(*backend_, buildSchedule(spec, configs[i].algorithm, configs[i].params), measure_);
+    }
+    return out;
+  }
+  // Distinct schedules, and which one each configuration runs.
+  std::vector<Schedule> schedules;
+  std::vector<std::size_t> scheduleOf;
+  std::map<std::tuple<std::string, std::size_t, int>, std::size_t> seen;
+  for (const TimedConfig& c : configs) {
+    Schedule s = buildSchedule(spec, c.algorithm, c.params);
+    const auto key = std::make_tuple(c.algorithm, s.totalOps(), c.params.channels);
+    const auto [it, fresh] = seen.emplace(key, schedules.size());
+    if (fresh) schedules.push_back(std::move(s));
+    scheduleOf.push_back(it->second);
+  }
+  RankBufferSet bufs(spec, /*inPlace=*/false);
+  bufs.fill();
+  std::vector<double> best(schedules.size(), std::numeric_limits<double>::infinity());
+  for (int k = 0; k < std::max(measure_.repeats, 1); ++k) {
+    for (std::size_t j = 0; j < schedules.size(); ++j) {
+      const RunOptions ro{std::max(measure_.iterations, 1), k == 0 ? measure_.warmup : 0, measure_.timeoutSeconds};
+      best[j] = std::min(best[j], backend_->run(schedules[j], bufs.views(), ro).seconds * 1e6);
+    }
+  }
+  for (std::size_t i = 0; i < configs.size(); ++i) out[i] = best[scheduleOf[i]];
+  return out;
+}
+
+double ConfigTimer::time(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params) {
+  return times(spec, {TimedConfig{std::string(algorithm), params}}).front();
+}
+
+}  // namespace collbench::cli

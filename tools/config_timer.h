@@ -1,0 +1,47 @@
+#pragma once
+/// Timing the configurations (algorithm, chunk, channels) of one point for `collbench tune` and `collbench regret`.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collbench/algorithms.h"
+#include "collbench/backend.h"
+#include "collbench/tuning.h"
+
+namespace collbench::sim {
+class Simulator;
+}
+
+namespace collbench::cli {
+
+struct TimedConfig {
+  std::string algorithm;
+  AlgoParams params;
+};
+
+/// On the simulator (backend "sim" with at most a "topology" option) each configuration is simulated once with
+/// Simulator::runAlgorithm, as `collbench sim` does: schedules too large to build (rings in small chunks, long
+/// pipelines) go through the data-free ring model and the pipeline extrapolation instead of millions of ops built and
+/// simulated one by one (a 2.8 GiB all-reduce over 31 ranks: regret's 22 configurations of that point took 218 s,
+/// 10 s this way).
+/// Real backends: every distinct schedule is built once (a chunk at or above the data repeats the schedule of the
+/// chunk before: same algorithm, ops and channels), and the repetitions go round-robin over the schedules, keeping
+/// each one's fastest (MeasureOptions::repeats of `iterations` calls each; warm-up before the first). Other work on
+/// the machine only adds time, and in rounds a burst of it slows one repetition of every configuration rather than
+/// every repetition of one, so the comparison between configurations survives a loaded machine.
+class ConfigTimer {
+ public:
+  ConfigTimer(const std::string& backend, int nranks, const BackendOptions& options, const MeasureOptions& measure);
+  ~ConfigTimer();
+  /// Microseconds of one call of each configuration of `spec`, in order.
+  std::vector<double> times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs);
+  double time(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params);
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<sim::Simulator> sim_;
+  MeasureOptions measure_;
+};
+
+}  // namespace collbench::cli
