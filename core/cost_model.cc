@@ -207,7 +207,7 @@ struct CostModel::Impl {
         const auto li = static_cast<std::size_t>(h.link);
         lat += topo.links[li].latencyUs;
         const double cap = capBytesPerUs[li];
-        rate = std::min(rate, cap / load[static_cast<std::size_t>(h.link * 2 + (h.forward ? 0 : 1))]);
+        rate = std::min(rate, cap / load[li * 2 + (h.forward ? 0 : 1)]);
         alone = std::min(alone, cap);
       }
       const int c = classOf(f.src, f.dst);
@@ -898,7 +898,8 @@ std::optional<double> ncclModelTimeUs(Collective coll, NcclAlgo algo, NcclProto 
       lat += (nsteps - interSteps) * intraLat + interSteps * interLat;
     }
   } else {
-    lat += 2 * ((n / nn - 1) * intraLatBase + log2i(static_cast<std::size_t>(nn)) * interLat);
+    const int ranksPerNode = n / nn;  // whole ranks, as NCCL's nRanks/nNodes
+    lat += 2 * ((ranksPerNode - 1) * intraLatBase + log2i(static_cast<std::size_t>(nn)) * interLat);
   }
   double bw = busBw;
   const int logSize = log2i(bytes >> 6);
@@ -966,11 +967,13 @@ Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto,
     if (atRank && totalCap > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, totalCap);
     // NCCL's per-step hardware latency, half on each end of a route: NVLink where the rank's link is NVLink, the
     // network latency on NIC links, PCI where a rank without NVLink reaches its peers over PCIe.
+    const bool network = l.linkClass == "nic" || (atRank && l.linkClass != "pcie" && l.linkClass != "nvlink");
     double extra = 0;
     if (l.linkClass == "nvlink" && atRank) extra = kNcclHwLatNvlinkUs[a][p] / 2;
-    else if (l.linkClass == "nic") extra = kNcclHwLatNetUs[a][p] / 2;
-    else if (l.linkClass == "pcie" && atRank && !(hasNvlink[ia] || hasNvlink[ib])) extra = kNcclHwLatPciUs[a][p] / 2;
-    else if (atRank && l.linkClass != "pcie" && l.linkClass != "nvlink") extra = kNcclHwLatNetUs[a][p] / 2;
+    else if (network)
+      extra = kNcclHwLatNetUs[a][p] / 2;
+    else if (l.linkClass == "pcie" && atRank && !(hasNvlink[ia] || hasNvlink[ib]))
+      extra = kNcclHwLatPciUs[a][p] / 2;
     l.latencyUs += extra;
   }
   out.name = fmt::format("{}+nccl-{}-{}-c{}", t.name, toString(algo), toString(proto), channels);

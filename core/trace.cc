@@ -26,7 +26,7 @@ std::string echo(const json& v) {
 /// Field access with messages "source: where.field: problem".
 class Reader {
  public:
-  Reader(std::string_view source, std::string where, const json& obj, std::set<std::string> allowed)
+  Reader(std::string_view source, std::string where, const json& obj, const std::set<std::string>& allowed)
       : source_(source), where_(std::move(where)), obj_(obj) {
     if (!obj_.is_object()) fail("", fmt::format("must be an object, got {} {}", obj_.type_name(), echo(obj_)));
     for (const auto& [key, value] : obj_.items()) {

@@ -198,7 +198,7 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
     fmt::print("# model held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.heldOutMedian,
                100 * r.heldOutWorst, r.heldOutCount);
     if (a->verifySim) {
-      auto worst = [](std::vector<double> v) {
+      auto worst = [](const std::vector<double>& v) {
         double w = 0;
         for (double x : v) w = std::max(w, std::abs(x));
         return w;

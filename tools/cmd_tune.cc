@@ -167,6 +167,8 @@ std::string ncclProtoEnv(NcclProto p) {
   return "Simple";
 }
 
+// NOLINTBEGIN(concurrency-mt-unsafe): setenv races with any thread reading the environment, so a scope begins
+// before and ends after the backend that uses the variables (hence NCCL's threads) exists.
 /// Sets environment variables for one scope and restores them (NCCL reads NCCL_ALGO and friends at comm init).
 class ScopedEnv {
  public:
@@ -187,6 +189,7 @@ class ScopedEnv {
  private:
   std::map<std::string, std::optional<std::string>> saved_;
 };
+// NOLINTEND(concurrency-mt-unsafe)
 
 class Tuner {
  public:
@@ -429,8 +432,9 @@ class Tuner {
       for (NcclAlgo algo : kNcclAlgos) {
         for (NcclProto proto : kNcclProtos) {
           for (int ch : ncclChannels_) {
-            std::unique_ptr<Backend> backend;
+            // Declared before the backend, so that it is restored after the backend (and NCCL's threads) are gone.
             std::optional<ScopedEnv> env;
+            std::unique_ptr<Backend> backend;
             if (sim) {
               const auto path = tmp / fmt::format("{}-{}-{}.json", toString(algo), toString(proto), ch);
               writeFile(path.string(), toJson(ncclProtocolTopology(*topo_, algo, proto, ch)));

@@ -16,7 +16,8 @@ constexpr int kExitBadInput = 2;
 constexpr int kExitInternal = 3;
 }  // namespace
 
-int main(int argc, char** argv) {
+// A function try block: setting up the commands (CLI11 throws on a clash) and help output may throw too.
+int main(int argc, char** argv) try {
   using namespace collbench;
   cli::registerLinkedBackends();
   for (int i = 0; i < argc; ++i) cli::gCommandLine += (i ? " " : "") + std::string(argv[i]);
@@ -59,4 +60,10 @@ int main(int argc, char** argv) {
     return kExitInternal;
   }
   return exitCode;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "collbench: internal error: %s\n", e.what());
+  return kExitInternal;
+} catch (...) {
+  std::fprintf(stderr, "collbench: internal error: unknown exception\n");
+  return kExitInternal;
 }

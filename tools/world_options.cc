@@ -196,6 +196,7 @@ int runMpiPerf(const PerfConfig& c, std::FILE* out) {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): the forked child is single-threaded until it exits.
     std::fprintf(stderr, "collbench: --algo mpi: cannot run mpirun: %s\n", std::strerror(errno));
     std::_Exit(127);
   }
