@@ -213,7 +213,7 @@ struct CostModel::Impl {
         const auto li = static_cast<std::size_t>(h.link);
         lat += topo.links[li].latencyUs;
         const double cap = capBytesPerUs[li];
-        rate = std::min(rate, cap / load[static_cast<std::size_t>(h.link * 2 + (h.forward ? 0 : 1))]);
+        rate = std::min(rate, cap / load[li * 2 + (h.forward ? 0 : 1)]);
         alone = std::min(alone, cap);
       }
       const int c = classOf(f.src, f.dst);
@@ -945,7 +945,8 @@ std::optional<double> ncclModelTimeUs(Collective coll, NcclAlgo algo, NcclProto 
       lat += (nsteps - interSteps) * intraLat + interSteps * interLat;
     }
   } else {
-    lat += 2 * ((n / nn - 1) * intraLatBase + log2i(static_cast<std::size_t>(nn)) * interLat);
+    const int ranksPerNode = n / nn;  // whole ranks, as NCCL's nRanks/nNodes
+    lat += 2 * ((ranksPerNode - 1) * intraLatBase + log2i(static_cast<std::size_t>(nn)) * interLat);
   }
   double bw = busBw;
   const int logSize = log2i(bytes >> 6);

@@ -50,7 +50,9 @@ class JsonReader {
     if (!v.is_string()) fail(field, fmt::format("expected a string, got {} {}", v.type_name(), echoJson(v)));
     return v.get<std::string>();
   }
-  std::string stringOr(const char* field, std::string fallback) const { return has(field) ? string(field) : fallback; }
+  std::string stringOr(const char* field, const std::string& fallback) const {
+    return has(field) ? string(field) : fallback;
+  }
   std::int64_t integer(const char* field, std::int64_t min, std::int64_t max = INT64_MAX) const {
     const nlohmann::json& v = need(field);
     if (!v.is_number_integer()) fail(field, fmt::format("expected an integer, got {} {}", v.type_name(), echoJson(v)));

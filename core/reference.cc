@@ -235,7 +235,7 @@ bool matches(const CollectiveSpec& spec, double got, double want) {
   return std::fabs(got - want) <= std::ldexp(1.0, exp - 1 - mantissaBits);
 }
 
-RankBufferSet::RankBufferSet(const CollectiveSpec& spec, bool inPlace) : spec_(spec), inPlace_(inPlace) {
+RankBufferSet::RankBufferSet(const CollectiveSpec& spec, bool inPlace) : spec_(spec) {
   const auto n = static_cast<std::size_t>(spec.nranks);
   const std::size_t inB = spec.inputBytes(), outB = spec.outputBytes();
   views_.resize(n);

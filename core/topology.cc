@@ -14,6 +14,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <unordered_set>
 
 #include "collbench/error.h"
@@ -435,7 +436,8 @@ std::vector<std::string> searchDirs() {
 
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::InvalidTopology, fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  if (!in)
+    throw Error(Errc::InvalidTopology, fmt::format("{}: cannot open: {}", path, std::system_category().message(errno)));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw Error(Errc::InvalidTopology, fmt::format("{}: read error", path));
@@ -540,7 +542,7 @@ std::string resolveTopologyPath(const std::string& pathOrName) {
   }
   const std::vector<std::string> dirs = searchDirs();
   for (const auto& dir : dirs) {
-    const std::string candidate = dir + "/" + pathOrName + ".json";
+    std::string candidate = fmt::format("{}/{}.json", dir, pathOrName);
     if (fs::is_regular_file(candidate, ec)) return candidate;
   }
   throw Error(Errc::InvalidTopology, fmt::format("{}: no such file, and no {}.json in {} (available: {})", pathOrName,

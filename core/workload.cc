@@ -162,7 +162,7 @@ Model bertLarge(int seq) {
   // The pooler and the next-sentence head see only the [CLS] token.
   m.layers.push_back(ModelLayer{
       "pooler", matmulFlops(1, d, d), {tensor("pooler.dense.weight", {d, d}), tensor("pooler.dense.bias", {d})}});
-  const auto masked = static_cast<std::size_t>(static_cast<double>(S) * kBertMaskedFraction + 0.5);
+  const auto masked = static_cast<std::size_t>(std::lround(static_cast<double>(S) * kBertMaskedFraction));
   // MLM head: transform (dense + LayerNorm) and the decoder, whose weight is the word embedding (tied: its gradient
   // accumulates into embeddings.word_embeddings.weight) and whose bias is its own.
   m.layers.push_back(ModelLayer{

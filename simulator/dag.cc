@@ -88,8 +88,8 @@ Dag::Dag(const Schedule& s, const Matching& m, World& w) : s_(s), m_(m), world_(
   for (std::size_t c = 0; c < connCount.size(); ++c) connStart_[c + 1] = connStart_[c] + connCount[c];
   connMatches_.resize(xf_.size());
   for (std::size_t k = 0; k < xf_.size(); ++k) {
-    connMatches_[static_cast<std::size_t>(connStart_[static_cast<std::size_t>(xf_[k].conn)] + xf_[k].seq)] =
-        static_cast<int>(k);
+    const int at = connStart_[static_cast<std::size_t>(xf_[k].conn)] + xf_[k].seq;
+    connMatches_[static_cast<std::size_t>(at)] = static_cast<int>(k);
   }
   connNext_.assign(connCount.size(), 0);
   connFree_.assign(connCount.size(), 0);
@@ -142,8 +142,8 @@ void Dag::handle(std::uint64_t tag, double t) {
       } else {
         opDone(x.recvOp, t);
       }
-      if (connStart_[c] + next < connStart_[c + 1])
-        tryStart(connMatches_[static_cast<std::size_t>(connStart_[c] + next)]);
+      if (const int at = connStart_[c] + next; at < connStart_[c + 1])
+        tryStart(connMatches_[static_cast<std::size_t>(at)]);
       break;
     }
     case kReduce:

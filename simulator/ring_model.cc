@@ -73,10 +73,12 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   int maxRounds = 0;
   for (const Piece& p : pieces) maxRounds = std::max(maxRounds, p.round + 1);
   // Piece of (channel, round), -1 when that channel has fewer rounds.
-  std::vector<int> pieceAt(static_cast<std::size_t>(channels * maxRounds), -1);
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    pieceAt[static_cast<std::size_t>(pieces[i].channel * maxRounds + pieces[i].round)] = static_cast<int>(i);
-  }
+  const auto rounds = static_cast<std::size_t>(maxRounds);
+  const auto at = [rounds](int channel, int round) {
+    return static_cast<std::size_t>(channel) * rounds + static_cast<std::size_t>(round);
+  };
+  std::vector<int> pieceAt(static_cast<std::size_t>(channels) * rounds, -1);
+  for (std::size_t i = 0; i < pieces.size(); ++i) pieceAt[at(pieces[i].channel, pieces[i].round)] = static_cast<int>(i);
 
   // Per channel and ring position r: end of the last transfer on connection r -> r+1, and when the last receive
   // completed at position r (reduction included).
@@ -131,7 +133,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   for (int k = 0; k < maxRounds; ++k) {
     active.clear();
     for (int c = 0; c < channels; ++c) {
-      if (pieceAt[static_cast<std::size_t>(c * maxRounds + k)] >= 0) active.push_back(c);
+      if (pieceAt[at(c, k)] >= 0) active.push_back(c);
     }
     if (active != prevChannels) {
       sameStructure = false;
@@ -164,7 +166,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       const bool rs = s < n - 1;
       bytes.clear();
       for (int c : active) {
-        const Piece& p = pieces[static_cast<std::size_t>(pieceAt[static_cast<std::size_t>(c * maxRounds + k)])];
+        const Piece& p = pieces[static_cast<std::size_t>(pieceAt[at(c, k)])];
         for (int r = 0; r < n; ++r) {
           const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
           bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);

@@ -133,13 +133,13 @@ SimResult inChild(const std::function<SimResult()>& body) {
   }
   int fds[2];
   if (::pipe(fds) != 0)
-    throw Error(Errc::BackendError, fmt::format("simulator: pipe failed: {}", std::strerror(errno)));
+    throw Error(Errc::BackendError, fmt::format("simulator: pipe failed: {}", std::system_category().message(errno)));
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
-    throw Error(Errc::BackendError, fmt::format("simulator: fork failed: {}", std::strerror(errno)));
+    throw Error(Errc::BackendError, fmt::format("simulator: fork failed: {}", std::system_category().message(errno)));
   }
   if (pid == 0) {
     ::close(fds[0]);
@@ -182,9 +182,11 @@ SimResult inChild(const std::function<SimResult()>& body) {
   }
   if (data.empty()) {
     if (WIFSIGNALED(status)) {
-      throw Error(Errc::BackendError,
-                  fmt::format("simulator process died with signal {} ({}){}", WTERMSIG(status),
-                              strsignal(WTERMSIG(status)), WTERMSIG(status) == SIGKILL ? ": out of memory?" : ""));
+      // strsignal is in glibc's MT-Unsafe list for unknown signals only, which glibc >= 2.32 (Debian 12: 2.36)
+      // formats in a per-thread buffer.
+      const char* signalName = strsignal(WTERMSIG(status));  // NOLINT(concurrency-mt-unsafe)
+      throw Error(Errc::BackendError, fmt::format("simulator process died with signal {} ({}){}", WTERMSIG(status),
+                                                  signalName, WTERMSIG(status) == SIGKILL ? ": out of memory?" : ""));
     }
     throw Error(Errc::BackendError, fmt::format("simulator process exited with status {} and no result",
                                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1));

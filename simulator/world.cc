@@ -149,7 +149,8 @@ void World::startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag) 
   sg4::CommPtr c = sg4::Comm::sendto_init(hosts_[static_cast<std::size_t>(hostIndex(src))],
                                           hosts_[static_cast<std::size_t>(hostIndex(dst))]);
   c->set_payload_size(bytes);
-  c->set_data(reinterpret_cast<void*>(slot + 1));
+  // SimGrid's user data is a void*: it carries the slot number + 1 (0: none), never dereferenced.
+  c->set_data(reinterpret_cast<void*>(slot + 1));  // NOLINT(performance-no-int-to-ptr)
   liveTag_[slot] = tag;
   live_[slot] = c;
   ++activities_;
@@ -169,7 +170,7 @@ void World::startExec(int rank, double bytes, std::uint64_t tag) {
   sg4::ExecPtr e = sg4::Exec::init();
   e->set_flops_amount(bytes);
   e->set_host(hosts_[static_cast<std::size_t>(hostIndex(rank))]);
-  e->set_data(reinterpret_cast<void*>(slot + 1));
+  e->set_data(reinterpret_cast<void*>(slot + 1));  // NOLINT(performance-no-int-to-ptr): a slot number, as above
   liveTag_[slot] = tag;
   live_[slot] = e;
   ++activities_;

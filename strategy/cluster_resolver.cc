@@ -363,7 +363,7 @@ EnvLookup environmentFromMap(std::map<std::string, std::string> vars) {
 // TFConfigClusterResolver
 
 TFConfigClusterResolver::TFConfigClusterResolver(std::string_view tfConfigJson) {
-  constexpr std::string_view src = kEnvVar;
+  const std::string_view src = kEnvVar;
   if (trimSpace(tfConfigJson).empty()) {
     // TensorFlow's json.loads("") fails too; say what to do instead.
     fail("{} is set but empty ({}); unset it or set it to {{}} for single-worker mode", src, quote(tfConfigJson));

@@ -125,7 +125,13 @@ std::optional<PerReplicaValues<Element>> DistributedIterator::Impl::next() {
   }
   std::vector<Element> values;
   values.reserve(got.size());
-  for (auto& g : got) values.push_back(g ? std::move(*g) : empty);
+  for (auto& g : got) {
+    if (g) {
+      values.push_back(std::move(*g));
+    } else {
+      values.push_back(empty);
+    }
+  }
   return PerReplicaValues<Element>(std::move(values), ds.replicaIds);
 }
 

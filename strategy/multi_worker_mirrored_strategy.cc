@@ -88,8 +88,8 @@ CommunicationOptions legacyCommunicationOptions(CollectiveCommunication communic
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions communicationOptions,
                                                          std::shared_ptr<const ClusterResolver> clusterResolver,
                                                          StrategyOptions options)
-    : MultiWorkerMirroredStrategy(communicationOptions, orDefaultResolver(std::move(clusterResolver)), options,
-                                  ResolvedTag{}) {}
+    : MultiWorkerMirroredStrategy(communicationOptions, orDefaultResolver(std::move(clusterResolver)),
+                                  std::move(options), ResolvedTag{}) {}
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions communication,
                                                          std::shared_ptr<const ClusterResolver> resolver,

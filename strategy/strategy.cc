@@ -230,7 +230,7 @@ class Rendezvous {
   static constexpr std::uint64_t kNoGeneration = ~std::uint64_t{0};
 
   /// Everyone else sees `error`; run() rethrows `root` (default: `error`).
-  void abortWith(std::exception_ptr error, std::exception_ptr root) {
+  void abortWith(const std::exception_ptr& error, const std::exception_ptr& root) {
     aborted_ = true;
     abortError_ = error;
     root_ = root ? root : error;

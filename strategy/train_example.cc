@@ -140,7 +140,7 @@ TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
   {
     StrategyScope scope = strategy.scope();
     // Each worker draws its own initial weights; a mirrored variable takes the chief's (broadcast).
-    auto init = [&](Shape shape, float limit, std::uint64_t stream) {
+    auto init = [&](const Shape& shape, float limit, std::uint64_t stream) {
       return [=, seed = config.seed](int worker) {
         return limit == 0 ? Tensor(DType::F32, shape)
                           : uniformTensor(shape, limit,

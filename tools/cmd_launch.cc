@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "collbench/error.h"
@@ -178,7 +179,10 @@ bool pump(Stream& s, int rank) {
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return fmt::format("status {}", WEXITSTATUS(status));
   const int sig = WTERMSIG(status);
-  return fmt::format("status {} (killed by signal {}: {})", 128 + sig, sig, ::strsignal(sig));
+  // strsignal is in glibc's MT-Unsafe list for unknown signals only, which glibc >= 2.32 (Debian 12: 2.36)
+  // formats in a per-thread buffer.
+  const char* signalName = ::strsignal(sig);  // NOLINT(concurrency-mt-unsafe)
+  return fmt::format("status {} (killed by signal {}: {})", 128 + sig, sig, signalName);
 }
 
 int exitCodeOf(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
@@ -225,7 +229,8 @@ int launch(const Args& a) {
     std::fflush(stdout);
     std::fflush(stderr);
     const pid_t pid = ::fork();
-    if (pid < 0) throw Error(Errc::BackendError, fmt::format("launch: fork failed: {}", std::strerror(errno)));
+    if (pid < 0)
+      throw Error(Errc::BackendError, fmt::format("launch: fork failed: {}", std::system_category().message(errno)));
     if (pid == 0) {
       // Die with the launcher, so that a killed launcher leaves no orphans holding ports.
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -233,6 +238,8 @@ int launch(const Args& a) {
       for (int sig : {SIGINT, SIGTERM, SIGCHLD}) ::signal(sig, SIG_DFL);
       ::dup2(outPipe[1], STDOUT_FILENO);
       ::dup2(errPipe[1], STDERR_FILENO);
+      // The forked child is single-threaded until execvp: setenv and strerror cannot race here.
+      // NOLINTBEGIN(concurrency-mt-unsafe)
       ::setenv("TF_CONFIG", tf.c_str(), 1);
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(a.nprocs).c_str(), 1);
@@ -248,6 +255,7 @@ int launch(const Args& a) {
       argv.push_back(nullptr);
       ::execvp(argv[0], argv.data());
       std::fprintf(stderr, "collbench launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+      // NOLINTEND(concurrency-mt-unsafe)
       std::_Exit(127);
     }
     ::close(outPipe[1]);

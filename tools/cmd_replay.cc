@@ -487,8 +487,8 @@ class Replayer {
     // All-gather inputs are per-replica values, which shrink with the per-replica batch under strong scaling; the
     // other kinds carry model-sized buffers (gradients, variables) that do not depend on the replica count.
     if (e.kind == Collective::AllGather && scaling_ == Scaling::Strong) {
-      const std::size_t es = dtypeSize(e.dtype);
-      r.bytes = static_cast<std::size_t>(std::llround(static_cast<double>(e.bytes / es) * computeScale_)) * es;
+      const std::size_t es = dtypeSize(e.dtype), elements = e.bytes / es;
+      r.bytes = static_cast<std::size_t>(std::llround(static_cast<double>(elements) * computeScale_)) * es;
     }
     r.spec = CollectiveSpec{e.kind,  n,    countFor(e.kind, r.bytes, e.dtype, n),
                             e.dtype, e.op, rooted(e.kind) ? std::min(e.root, n - 1) : 0};

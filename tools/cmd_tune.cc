@@ -212,6 +212,8 @@ std::string ncclProtoEnv(NcclProto p) {
   return "Simple";
 }
 
+// NOLINTBEGIN(concurrency-mt-unsafe): setenv races with any thread reading the environment, so a scope begins
+// before and ends after the backend that uses the variables (hence NCCL's threads) exists.
 /// Sets environment variables for one scope and restores them (NCCL reads NCCL_ALGO and friends at comm init).
 class ScopedEnv {
  public:
@@ -232,6 +234,7 @@ class ScopedEnv {
  private:
   std::map<std::string, std::optional<std::string>> saved_;
 };
+// NOLINTEND(concurrency-mt-unsafe)
 
 class Tuner {
  public:
@@ -469,6 +472,7 @@ class Tuner {
           for (int ch : ncclChannels_) {
             std::unique_ptr<ConfigTimer> timer;
             std::optional<ScopedEnv> env;
+            std::unique_ptr<Backend> backend;
             if (sim) {
               const auto path = tmp / fmt::format("{}-{}-{}.json", toString(algo), toString(proto), ch);
               writeFile(path.string(), toJson(ncclProtocolTopology(*topo_, algo, proto, ch, n)));

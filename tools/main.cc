@@ -40,7 +40,8 @@ bool installStderrLogger() {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+// A function try block: setting up the commands (CLI11 throws on a clash) and help output may throw too.
+int main(int argc, char** argv) try {
   using namespace collbench;
   if (!installStderrLogger()) return kExitBadInput;
   cli::registerLinkedBackends();
@@ -84,4 +85,10 @@ int main(int argc, char** argv) {
     return kExitInternal;
   }
   return exitCode;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "collbench: internal error: %s\n", e.what());
+  return kExitInternal;
+} catch (...) {
+  std::fprintf(stderr, "collbench: internal error: unknown exception\n");
+  return kExitInternal;
 }

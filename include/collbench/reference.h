@@ -43,7 +43,6 @@ class RankBufferSet {
 
  private:
   CollectiveSpec spec_;
-  bool inPlace_;
   std::vector<std::unique_ptr<std::byte[]>> storage_;
   std::vector<std::size_t> storageBytes_;
   Buffers views_;

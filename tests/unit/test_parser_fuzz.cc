@@ -21,7 +21,7 @@ namespace collbench {
 namespace {
 
 std::string readFile(const std::filesystem::path& p) {
-  std::ifstream f(p);
+  std::ifstream f(p, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
@@ -42,7 +42,9 @@ TEST(ParserFuzz, TopologyJson) {
     const std::string input = m.mutate(seeds[static_cast<std::size_t>(i) % seeds.size()]);
     parsed += survives([](const std::string& s) { parseTopology(s, "fuzz.json"); }, input, i);
   }
-  // Most mutations must be rejected (they break the format), but some stay valid: the mutator is not vacuous.
+  // Most mutations must be rejected (they break the format), but some stay valid (a changed description, a swapped
+  // latency): the fuzzer reaches past the JSON syntax into the topology checks, and it is not only garbage.
+  EXPECT_GT(parsed, 0);
   EXPECT_LT(parsed, cases);
 }
 
@@ -59,18 +61,6 @@ TEST(ParserFuzz, SizeStrings) {
   EXPECT_LT(parsed, cases);
 }
 
-TEST(ParserFuzz, SizeStringRegressions) {
-  // Found by the fuzzer: a newline echoed into the message made it two lines.
-  for (const std::string& input : std::vector<std::string>{"Nc\n0", std::string("1\0K", 3), "\xff\xfeM"}) {
-    try {
-      parseBytes(input, "-b");
-      ADD_FAILURE() << "accepted " << input;
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    }
-  }
-}
-
 // Each file in fuzz_regressions/ once broke the parser its name starts with; every one must now be rejected with a
 // one-line collbench::Error (survives() checks the kind and the line), and none may be accepted.
 TEST(ParserFuzz, RegressionFiles) {
@@ -81,6 +71,7 @@ TEST(ParserFuzz, RegressionFiles) {
       {"perf-", [](const std::string& s) { samplesFromPerfJson(s, "regression.json", 1); }},
       {"gate-", [](const std::string& s) { parsePerfRun(s, "regression.json"); }},
       {"tuning-", [](const std::string& s) { parseTuningTable(s, "regression.json"); }},
+      {"size-", [](const std::string& s) { parseBytes(s, "-b"); }},
   };
   int checked = 0;
   for (const auto& f : std::filesystem::directory_iterator(dir)) {
@@ -90,7 +81,7 @@ TEST(ParserFuzz, RegressionFiles) {
     EXPECT_FALSE(survives(p->second, readFile(f.path()), 0)) << name << " was accepted";
     ++checked;
   }
-  EXPECT_GE(checked, 7);
+  EXPECT_GE(checked, 10);
 }
 
 }  // namespace

@@ -184,7 +184,8 @@ int run(const Config& c) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// A function try block: setting up the options (CLI11 throws on a clash) may throw before the inner try.
+int main(int argc, char** argv) try {
   MPI_Init(&argc, &argv);
   Config c;
   CLI::App app{"MPI_Allreduce baseline with nccl-tests flags and table (run under mpirun)", "collbench-mpi-allreduce"};
@@ -210,4 +211,8 @@ int main(int argc, char** argv) {
   }
   MPI_Finalize();
   return rc;
+} catch (...) {
+  std::fprintf(stderr, "collbench-mpi-allreduce: internal error while setting up\n");
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  return 3;
 }
