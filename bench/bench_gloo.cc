@@ -61,9 +61,7 @@ void runCollective(benchmark::State& state, const AlgorithmInfo* algo) {
   // This process's rank only, laid out as every backend expects (input, output), unique values per element.
   std::vector<std::byte> in(std::max<std::size_t>(spec.inputBytes(), 1)),
       out(std::max<std::size_t>(spec.outputBytes(), 1));
-  for (std::size_t i = 0; i < spec.inputBytes() / sizeof(float); ++i) {
-    storeFromDouble(DType::F32, in.data(), i, inputValue(spec, gRank, i));
-  }
+  fillRankInput(spec, gRank, in.data());
   const Buffers bufs{RankBuffers{in.data(), out.data()}};
   try {
     const Schedule schedule = algo->build(spec, {});

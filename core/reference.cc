@@ -130,16 +130,18 @@ class InputPattern {
 
   /// value(rank, i) for i in [0, count), with value()'s divisions replaced by running counters (the checks of a
   /// large sweep spend most of their time here).
-  void fill(int rank, std::size_t count, std::vector<double>& out) const {
+  void fill(int rank, std::size_t count, std::vector<double>& out) const { fill(rank, 0, count, out); }
+  /// value(rank, i) for i in [first, first + count).
+  void fill(int rank, std::size_t first, std::size_t count, std::vector<double>& out) const {
     out.resize(count);
     switch (kind_) {
-      case Kind::Sum: return fillWith(rank, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t scale, std::uint64_t) {
+      case Kind::Sum: return fillWith(rank, first, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t scale, std::uint64_t) {
         return sumValue(kMod, scale);
       });
-      case Kind::Prod: return fillWith(rank, out, [&](std::uint64_t k, std::uint64_t, std::uint64_t, std::uint64_t phase) {
+      case Kind::Prod: return fillWith(rank, first, out, [&](std::uint64_t k, std::uint64_t, std::uint64_t, std::uint64_t phase) {
         return prodValue(k, phase);
       });
-      case Kind::Distinct: return fillWith(rank, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t, std::uint64_t) {
+      case Kind::Distinct: return fillWith(rank, first, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t, std::uint64_t) {
         return distinctValue(kMod);
       });
     }
@@ -148,9 +150,12 @@ class InputPattern {
  private:
   /// Runs the counters of value() over out's elements; valueAt(k, k mod modulus_, scale index, prod phase).
   template <typename F>
-  void fillWith(int rank, std::vector<double>& out, F valueAt) const {
+  void fillWith(int rank, std::size_t first, std::vector<double>& out, F valueAt) const {
     const auto r = static_cast<std::uint64_t>(rank);
-    std::uint64_t rotated = r % n_, k = rotated, kMod = k % modulus_, scale = 0, prodPhase = r % prodPeriod_;
+    const std::uint64_t i0 = first;
+    // The counters at element `first`, as value() computes them there.
+    std::uint64_t rotated = (r + i0) % n_, k = i0 * n_ + rotated, kMod = k % modulus_;
+    std::uint64_t scale = i0 % static_cast<std::uint64_t>(scales_), prodPhase = (r + i0) % prodPeriod_;
     // From element i to i+1, k grows by n + 1, or by 1 where the rotation wraps.
     const std::uint64_t step = (n_ + 1) % modulus_, wrapStep = 1 % modulus_;
     const auto scales = static_cast<std::uint64_t>(scales_);
@@ -259,6 +264,18 @@ RankBufferSet::RankBufferSet(const CollectiveSpec& spec, bool inPlace) : spec_(s
 
 namespace {
 
+/// The reference's reduction of two values (exact for the inputs above).
+double combine(ReduceOp op, double acc, double v) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return acc + v;
+    case ReduceOp::Prod: return acc * v;
+    case ReduceOp::Min: return std::min(acc, v);
+    case ReduceOp::Max: return std::max(acc, v);
+  }
+  return acc;
+}
+
 /// Input values of `rank` for elements [0, n).
 void rankInputs(const CollectiveSpec& spec, int rank, std::size_t n, std::vector<double>& out) {
   InputPattern(spec).fill(rank, n, out);
@@ -336,15 +353,7 @@ std::size_t RankBufferSet::countWrong() const {
     for (int r = 1; r < n; ++r) {
       rankInputs(spec_, r, inElems, vals);
       for (std::size_t i = 0; i < inElems; ++i) {
-        double& acc = expect[i];
-        const double v = vals[i];
-        switch (spec_.op) {
-          case ReduceOp::Sum:
-          case ReduceOp::Avg: acc += v; break;
-          case ReduceOp::Prod: acc *= v; break;
-          case ReduceOp::Min: acc = std::min(acc, v); break;
-          case ReduceOp::Max: acc = std::max(acc, v); break;
-        }
+        expect[i] = combine(spec_.op, expect[i], vals[i]);
       }
     }
     if (spec_.op == ReduceOp::Avg) {
@@ -361,6 +370,67 @@ std::size_t RankBufferSet::countWrong() const {
     loadAll(spec_.dtype, views_[static_cast<std::size_t>(r)].output, outElems, got);
     for (std::size_t i = 0; i < outElems; ++i) {
       if (!matches(spec_, got[i], expect[base + i])) ++wrong;
+    }
+  }
+  return wrong;
+}
+
+namespace {
+/// Elements per block of the one-rank functions: their scratch stays a few MiB whatever the buffer size (a process
+/// rank's buffers are all its memory should hold).
+constexpr std::size_t kBlockElements = std::size_t{1} << 18;
+}  // namespace
+
+void fillRankInput(const CollectiveSpec& spec, int rank, void* input) {
+  if (spec.kind == Collective::Barrier) return;
+  const InputPattern pattern(spec);
+  const std::size_t elems = spec.inputBytes() / spec.elementSize();
+  std::vector<double> vals;
+  for (std::size_t first = 0; first < elems; first += kBlockElements) {
+    pattern.fill(rank, first, std::min(kBlockElements, elems - first), vals);
+    for (std::size_t i = 0; i < vals.size(); ++i) storeFromDouble(spec.dtype, input, first + i, vals[i]);
+  }
+}
+
+std::size_t countWrongOnRank(const CollectiveSpec& spec, int rank, const void* output) {
+  if (spec.kind == Collective::Barrier || (spec.kind == Collective::Reduce && rank != spec.root)) return 0;
+  const InputPattern pattern(spec);
+  const int n = spec.nranks;
+  const std::size_t outElems = spec.outputBytes() / spec.elementSize();
+  const std::size_t esize = spec.elementSize();
+  std::vector<double> expect, vals, got;
+  std::size_t wrong = 0;
+  for (std::size_t first = 0; first < outElems; first += kBlockElements) {
+    const std::size_t len = std::min(kBlockElements, outElems - first);
+    if (spec.kind == Collective::AllGather) {
+      // Output element i is input element i mod count of rank i / count; a block may span ranks.
+      expect.resize(len);
+      for (std::size_t done = 0; done < len;) {
+        const std::size_t i = first + done;
+        const auto src = static_cast<int>(i / spec.count);
+        const std::size_t at = i % spec.count, take = std::min(len - done, spec.count - at);
+        pattern.fill(src, at, take, vals);
+        std::copy(vals.begin(), vals.end(), expect.begin() + static_cast<std::ptrdiff_t>(done));
+        done += take;
+      }
+    } else if (spec.kind == Collective::Broadcast) {
+      pattern.fill(spec.root, first, len, expect);
+    } else {
+      const std::size_t at = (spec.kind == Collective::ReduceScatter ? static_cast<std::size_t>(rank) * spec.count : 0) +
+                             first;
+      pattern.fill(0, at, len, expect);
+      for (int r = 1; r < n; ++r) {
+        pattern.fill(r, at, len, vals);
+        for (std::size_t i = 0; i < len; ++i) expect[i] = combine(spec.op, expect[i], vals[i]);
+      }
+      if (spec.op == ReduceOp::Avg) {
+        for (double& v : expect) v = isFloating(spec.dtype) ? v / n : std::trunc(v / n);
+      }
+    }
+    roundTo(spec.dtype, expect);
+    loadAll(spec.dtype, static_cast<const std::byte*>(output) + first * esize, len, got);
+    for (std::size_t i = 0; i < len; ++i) {
+      if (!matches(spec, got[i], expect[i])) ++wrong;
     }
   }
   return wrong;

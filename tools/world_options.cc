@@ -135,24 +135,12 @@ void PerfBuffers::fill() {
   if (in_) std::memset(in_.get(), 0, inBytes_);
   std::memset(out_.get(), 0, allocBytes_);
   if (spec_.kind == Collective::Barrier) return;
-  void* in = const_cast<void*>(localViews_[0].input);
-  const std::size_t elems = inBytes_ / spec_.elementSize();
-  for (std::size_t i = 0; i < elems; ++i) storeFromDouble(spec_.dtype, in, i, inputValue(spec_, rank_, i));
+  fillRankInput(spec_, rank_, const_cast<void*>(localViews_[0].input));
 }
 
 std::size_t PerfBuffers::countWrong() const {
   if (all_) return all_->countWrong();
-  if (spec_.kind == Collective::Barrier || (spec_.kind == Collective::Reduce && rank_ != spec_.root)) return 0;
-  const void* out = localViews_[0].output;
-  const std::size_t elems = outBytes_ / spec_.elementSize();
-  std::size_t wrong = 0;
-  std::uint64_t rounded = 0;
-  for (std::size_t i = 0; i < elems; ++i) {
-    // Round the expectation to the dtype, as RankBufferSet does: that is the closest the dtype can hold.
-    storeFromDouble(spec_.dtype, &rounded, 0, expectedValue(spec_, rank_, i));
-    if (!matches(spec_, loadAsDouble(spec_.dtype, out, i), loadAsDouble(spec_.dtype, &rounded, 0))) ++wrong;
-  }
-  return wrong;
+  return countWrongOnRank(spec_, rank_, localViews_[0].output);
 }
 
 long long sumOverProcesses(Backend& backend, long long value, bool processMode, double timeoutSeconds) {

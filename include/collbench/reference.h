@@ -28,6 +28,12 @@ double expectedValue(const CollectiveSpec& spec, int rank, std::size_t index);
 /// exact), within one unit in the last place for float avg (its division rounds).
 bool matches(const CollectiveSpec& spec, double got, double want);
 
+/// One rank's side of the above, for a process that holds only its own buffers, a block at a time (scratch of a few
+/// MiB): writes inputValue(spec, rank, i) into every input element, and counts the output elements that differ from
+/// expectedValue() (0 for barrier and on non-root ranks of reduce).
+void fillRankInput(const CollectiveSpec& spec, int rank, void* input);
+std::size_t countWrongOnRank(const CollectiveSpec& spec, int rank, const void* output);
+
 /// Owned per-rank buffers laid out as NCCL and nccl-tests do (in place: output and input share one allocation at
 /// CollectiveSpec::inPlace*Offset).
 class RankBufferSet {

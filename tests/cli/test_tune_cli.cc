@@ -234,7 +234,7 @@ TEST(ShippedTuningTables, MatchTheCurrentTopologiesAndSimulator) {
           const TuningEntry* e = nullptr;
           for (const TuningEntry& x : sec.entries) {
             if (x.nranks != n || x.collective != Collective::AllReduce) continue;
-            auto dist = [&](std::size_t b) { return std::abs(std::log(static_cast<double>(b) / want)); };
+            auto dist = [&](std::size_t b) { return std::abs(std::log(static_cast<double>(b) / static_cast<double>(want))); };
             if (!e || dist(x.bytes) < dist(e->bytes)) e = &x;
           }
           ASSERT_NE(e, nullptr) << name << " n=" << n;

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
+#include <vector>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
@@ -196,6 +198,40 @@ TEST(HostBackend, BuffersHoldInputValue) {
                 << describe(spec) << " rank " << r << " element " << i;
           }
         }
+      }
+    }
+  }
+}
+
+TEST(HostBackend, OneRankReferenceAgreesWithTheWholeSet) {
+  // fillRankInput() and countWrongOnRank() (process backends, the MPI driver) work a block of 2^18 elements at a
+  // time: counts past a block, all-gather outputs spanning ranks inside a block, and a corrupted element in the
+  // second block must give what RankBufferSet gives.
+  constexpr std::size_t kCount = (std::size_t{1} << 18) + 1001;
+  for (DType t : {DType::BF16, DType::F32, DType::I32}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Avg}) {
+      for (Collective c : {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather,
+                           Collective::Broadcast, Collective::Reduce}) {
+        const CollectiveSpec spec{c, 3, kCount, t, op, 1};
+        RankBufferSet bufs(spec, false);
+        bufs.fill();
+        for (int r = 0; r < spec.nranks; ++r) {
+          std::vector<std::byte> mine(spec.inputBytes());
+          fillRankInput(spec, r, mine.data());
+          ASSERT_EQ(std::memcmp(mine.data(), bufs.views()[static_cast<std::size_t>(r)].input, mine.size()), 0)
+              << describe(spec) << " rank " << r;
+        }
+        backendFor(3).run(buildSchedule(spec, algorithmNames(c).front()), bufs.views(), {});
+        ASSERT_EQ(bufs.countWrong(), 0u) << describe(spec);
+        for (int r = 0; r < spec.nranks; ++r) {
+          EXPECT_EQ(countWrongOnRank(spec, r, bufs.views()[static_cast<std::size_t>(r)].output), 0u)
+              << describe(spec) << " rank " << r;
+        }
+        const int holder = c == Collective::Reduce ? spec.root : 2;
+        bufs.corruptOutput(holder, (std::size_t{1} << 18) + 7);
+        EXPECT_EQ(countWrongOnRank(spec, holder, bufs.views()[static_cast<std::size_t>(holder)].output), 1u)
+            << describe(spec);
+        EXPECT_EQ(bufs.countWrong(), 1u) << describe(spec);
       }
     }
   }

@@ -56,7 +56,7 @@ TEST(Packing, BatchAllReducePacksAndRestoresOrder) {
     std::vector<Tensor> grads;
     for (int k = 1; k <= 5; ++k) {
       std::vector<float> g(static_cast<std::size_t>(4 * k));
-      for (std::size_t i = 0; i < g.size(); ++i) g[i] = 1000.0f * k + static_cast<float>(i) + id;
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = 1000.0f * static_cast<float>(k) + static_cast<float>(i) + id;
       grads.push_back(Tensor::fromVector(g));
     }
     return getReplicaContext()->allReduce(ReduceOp::Mean, grads);

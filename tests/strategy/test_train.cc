@@ -480,10 +480,10 @@ TEST(TrainCli, SimulatedWhatIfRunTimesOnTheSimulator) {
     GTEST_SKIP() << "this collbench has no simulator backend (COLLBENCH_WITH_SIMGRID=OFF)";
   ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("(simulated timing)"), std::string::npos) << r.out;
-  // 4 of the topology's 8 GPUs: said, not silent.
-  EXPECT_NE(r.out.find("simulate: 4 replicas in sync use ranks 0..3 of topology 'dgx-h100-8x1', which has 8 ranks"),
+  // 4 of the topology's 8 GPUs: said (a warning, on stderr), not silent.
+  EXPECT_NE(r.err.find("simulate: 4 replicas in sync use ranks 0..3 of topology 'dgx-h100-8x1', which has 8 ranks"),
             std::string::npos)
-      << r.out;
+      << r.err;
   // Microseconds of simulated time are printed with their digits (it used to say "0.000 s"), and what AUTO chose.
   const std::size_t at = r.out.find(" s in collectives (simulated time)");
   ASSERT_NE(at, std::string::npos) << r.out;

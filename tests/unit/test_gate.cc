@@ -20,8 +20,8 @@ json perfDoc(const std::string& backend, const std::string& algorithm, const std
   for (std::size_t s : sizes) {
     const double t = timeUs(s);
     const json half = {{"time_us", t},
-                       {"algbw_GBps", s / t / 1e3},
-                       {"busbw_GBps", s / t / 1e3 * 1.75},
+                       {"algbw_GBps", static_cast<double>(s) / t / 1e3},
+                       {"busbw_GBps", static_cast<double>(s) / t / 1e3 * 1.75},
                        {"wrong", backend == "sim" ? json(nullptr) : json(0)}};
     rows.push_back({{"size", s},
                     {"count", s / 4},

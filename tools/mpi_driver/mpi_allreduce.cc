@@ -118,10 +118,7 @@ int run(const Config& c) {
     const collbench::CollectiveSpec spec{collbench::Collective::AllReduce, n, count, dtype, op, 0};
     const std::size_t rowBytes = count * es;
     std::vector<std::byte> in(std::max<std::size_t>(rowBytes, 1)), outBuf(std::max<std::size_t>(rowBytes, 1));
-    auto fill = [&](std::byte* p) {
-      for (std::size_t i = 0; i < count; ++i)
-        collbench::storeFromDouble(dtype, p, i, collbench::inputValue(spec, rank, i));
-    };
+    auto fill = [&](std::byte* p) { collbench::fillRankInput(spec, rank, p); };
     std::string row =
         fmt::format("  {:10d}  {:12d}  {:>8}  {:>6}  {:6d}", rowBytes, count, toString(dtype), toString(op), -1);
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
@@ -151,15 +148,7 @@ int run(const Config& c) {
       if (c.check) {
         fill(in.data());
         once();
-        long long mine = 0;
-        for (std::size_t i = 0; i < count; ++i) {
-          std::uint64_t rounded = 0;
-          collbench::storeFromDouble(dtype, &rounded, 0, collbench::expectedValue(spec, rank, i));
-          if (!collbench::matches(spec, collbench::loadAsDouble(dtype, dst, i),
-                                  collbench::loadAsDouble(dtype, &rounded, 0))) {
-            ++mine;
-          }
-        }
+        long long mine = static_cast<long long>(collbench::countWrongOnRank(spec, rank, dst));
         MPI_Allreduce(&mine, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         wrongTotal += wrong;
       }
