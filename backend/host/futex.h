@@ -3,6 +3,7 @@
 // instead of burning a core, which matters when ranks outnumber cores.
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <cstdint>
 
 namespace collbench::host {
@@ -35,13 +36,21 @@ class WakeWord {
 /// well under a microsecond); sleeping after it hands the core over when the peer is not running, which, with more
 /// runnable threads than cores, is what lets the peer run at all.
 template <class Done>
-void spinThenWait(WakeWord& word, std::chrono::nanoseconds spin, std::chrono::nanoseconds slice, Done done) {
+void spinThenWait(WakeWord& word, std::chrono::nanoseconds spin, std::chrono::nanoseconds yieldSpin,
+                  std::chrono::nanoseconds slice, Done done) {
   constexpr int kPausesPerPoll = 16;
   if (done()) return;
   if (spin.count() > 0) {
     const auto until = std::chrono::steady_clock::now() + spin;
     do {
       for (int i = 0; i < kPausesPerPoll; ++i) cpuRelax();
+      if (done()) return;
+    } while (std::chrono::steady_clock::now() < until);
+  }
+  if (yieldSpin.count() > 0) {
+    const auto until = std::chrono::steady_clock::now() + yieldSpin;
+    do {
+      std::this_thread::yield();
       if (done()) return;
     } while (std::chrono::steady_clock::now() < until);
   }
