@@ -35,11 +35,13 @@ using Clock = std::chrono::steady_clock;
 /// free.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2);
 /// After the spin, how long a waiting rank keeps polling with sched_yield() between polls before it sleeps. On this
-/// VM a futex wake of an idle vCPU costs tens of microseconds, which a 2 us spin alone pays on almost every handoff;
-/// yielding keeps the waiter awake without taking the core from a runnable peer. Measured (8-byte all-reduce, 2
-/// ranks, 2 cores, `perf -g 2 -b 8 -e 8 -n 20000 -w 2000 -c 0`): 1.4-70 us without it, 0.3-1.1 us with 20 us;
-/// with two busy loops on the cores, 12-36 us without it, 0.4-4 us with it.
-constexpr auto kYieldBeforeSleep = std::chrono::microseconds(20);
+/// VM a futex wake of an idle vCPU costs tens to hundreds of microseconds, which a 2 us spin alone pays on most
+/// handoffs; yielding keeps the waiter awake without taking the core from a runnable peer (when ranks outnumber cores
+/// nobody spins or yields). Measured on 2 quiet cores, `perf -g 2 -b 8 -e 1M -f 8 -n 200 -w 20 -c 0`: without it
+/// 8 B took 1.4-70 us; with 20 us, 8 B 0.3-1.9 us but 16-256 KiB 120-570 us; with 200 us, 8 B 0.4-5 us and 256 KiB
+/// 27-43 us. Under two busy loops on the cores rendezvous sizes take milliseconds whatever this is (the peer waits
+/// for a time slice), so it only matters on a quiet machine.
+constexpr auto kYieldBeforeSleep = std::chrono::microseconds(200);
 /// Sleep granularity: how often a sleeping rank re-checks the abort flag and its deadline.
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 /// Idle polling: pause instructions between polls of the pending ops (~0.1 us), and polls between reads of the clock.
