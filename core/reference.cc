@@ -32,12 +32,17 @@ struct FloatRange {
 };
 FloatRange floatRange(DType t) {
   switch (t) {
-    case DType::F16: return {-14, 15, 10};
-    case DType::BF16: return {-126, 127, 7};
-    case DType::F32: return {-126, 127, 23};
-    case DType::F64: return {-1022, 1023, 52};
+    case DType::F16:
+      return {-14, 15, 10};
+    case DType::BF16:
+      return {-126, 127, 7};
+    case DType::F32:
+      return {-126, 127, 23};
+    case DType::F64:
+      return {-1022, 1023, 52};
     case DType::I32:
-    case DType::I64: break;
+    case DType::I64:
+      break;
   }
   return {0, 0, 0};
 }
@@ -74,7 +79,8 @@ const std::vector<double>& finiteValues(DType t) {
 /// The inputs of one spec (see inputValue() in reference.h for the why). Cheap to build: no allocation.
 class InputPattern {
  public:
-  explicit InputPattern(const CollectiveSpec& spec) : spec_(spec), n_(static_cast<std::uint64_t>(std::max(1, spec.nranks))) {
+  explicit InputPattern(const CollectiveSpec& spec)
+      : spec_(spec), n_(static_cast<std::uint64_t>(std::max(1, spec.nranks))) {
     const double limit = exactLimit(spec.dtype);
     if (spec.reduces() && (spec.op == ReduceOp::Sum || spec.op == ReduceOp::Avg)) {
       kind_ = Kind::Sum;
@@ -103,7 +109,8 @@ class InputPattern {
         const FloatRange r = floatRange(spec.dtype);
         room = std::min(r.maxExp - 1, -r.minNormalExp);
       }
-      prodPeriod_ = std::max<std::uint64_t>(3, (n_ + static_cast<std::uint64_t>(room) - 1) / static_cast<std::uint64_t>(room));
+      prodPeriod_ =
+          std::max<std::uint64_t>(3, (n_ + static_cast<std::uint64_t>(room) - 1) / static_cast<std::uint64_t>(room));
     } else {
       kind_ = Kind::Distinct;
       modulus_ = static_cast<std::uint64_t>(limit);
@@ -121,9 +128,12 @@ class InputPattern {
     // largest addend) from rank to rank, so a result that always came from one rank would not pass.
     const std::uint64_t k = i * n_ + (r + i) % n_;
     switch (kind_) {
-      case Kind::Sum: return sumValue(k % modulus_, i % static_cast<std::uint64_t>(scales_));
-      case Kind::Prod: return prodValue(k, (r + i) % prodPeriod_);
-      case Kind::Distinct: return distinctValue(k % modulus_);
+      case Kind::Sum:
+        return sumValue(k % modulus_, i % static_cast<std::uint64_t>(scales_));
+      case Kind::Prod:
+        return prodValue(k, (r + i) % prodPeriod_);
+      case Kind::Distinct:
+        return distinctValue(k % modulus_);
     }
     return 0;
   }
@@ -135,15 +145,18 @@ class InputPattern {
   void fill(int rank, std::size_t first, std::size_t count, std::vector<double>& out) const {
     out.resize(count);
     switch (kind_) {
-      case Kind::Sum: return fillWith(rank, first, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t scale, std::uint64_t) {
-        return sumValue(kMod, scale);
-      });
-      case Kind::Prod: return fillWith(rank, first, out, [&](std::uint64_t k, std::uint64_t, std::uint64_t, std::uint64_t phase) {
-        return prodValue(k, phase);
-      });
-      case Kind::Distinct: return fillWith(rank, first, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t, std::uint64_t) {
-        return distinctValue(kMod);
-      });
+      case Kind::Sum:
+        return fillWith(rank, first, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t scale, std::uint64_t) {
+          return sumValue(kMod, scale);
+        });
+      case Kind::Prod:
+        return fillWith(rank, first, out, [&](std::uint64_t k, std::uint64_t, std::uint64_t, std::uint64_t phase) {
+          return prodValue(k, phase);
+        });
+      case Kind::Distinct:
+        return fillWith(rank, first, out, [&](std::uint64_t, std::uint64_t kMod, std::uint64_t, std::uint64_t) {
+          return distinctValue(kMod);
+        });
     }
   }
 
@@ -268,10 +281,14 @@ namespace {
 double combine(ReduceOp op, double acc, double v) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return acc + v;
-    case ReduceOp::Prod: return acc * v;
-    case ReduceOp::Min: return std::min(acc, v);
-    case ReduceOp::Max: return std::max(acc, v);
+    case ReduceOp::Avg:
+      return acc + v;
+    case ReduceOp::Prod:
+      return acc * v;
+    case ReduceOp::Min:
+      return std::min(acc, v);
+    case ReduceOp::Max:
+      return std::max(acc, v);
   }
   return acc;
 }
@@ -290,10 +307,14 @@ void loadAll(DType t, const void* base, std::size_t n, std::vector<double>& v) {
   v.resize(n);
   auto widen = [&](const auto* p) { std::copy(p, p + n, v.begin()); };
   switch (t) {
-    case DType::F32: return widen(static_cast<const float*>(base));
-    case DType::F64: return widen(static_cast<const double*>(base));
-    case DType::I32: return widen(static_cast<const std::int32_t*>(base));
-    case DType::I64: return widen(static_cast<const std::int64_t*>(base));
+    case DType::F32:
+      return widen(static_cast<const float*>(base));
+    case DType::F64:
+      return widen(static_cast<const double*>(base));
+    case DType::I32:
+      return widen(static_cast<const std::int32_t*>(base));
+    case DType::I64:
+      return widen(static_cast<const std::int64_t*>(base));
     case DType::F16:
     case DType::BF16: {
       std::vector<float> f(n);
@@ -416,8 +437,8 @@ std::size_t countWrongOnRank(const CollectiveSpec& spec, int rank, const void* o
     } else if (spec.kind == Collective::Broadcast) {
       pattern.fill(spec.root, first, len, expect);
     } else {
-      const std::size_t at = (spec.kind == Collective::ReduceScatter ? static_cast<std::size_t>(rank) * spec.count : 0) +
-                             first;
+      const std::size_t at =
+          (spec.kind == Collective::ReduceScatter ? static_cast<std::size_t>(rank) * spec.count : 0) + first;
       pattern.fill(0, at, len, expect);
       for (int r = 1; r < n; ++r) {
         pattern.fill(r, at, len, vals);

@@ -3,8 +3,8 @@
 // instead of burning a core, which matters when ranks outnumber cores.
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cstdint>
+#include <thread>
 
 namespace collbench::host {
 

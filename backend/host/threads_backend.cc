@@ -157,7 +157,8 @@ class ThreadsBackend final : public Backend {
     };
     std::size_t arenaBytes = 0;
     for (const Match& mt : m.matches) {
-      if (messageBytes(mt) <= kEagerBytes) arenaBytes += 2 * ((messageBytes(mt) + kCacheLine - 1) / kCacheLine * kCacheLine);
+      if (messageBytes(mt) <= kEagerBytes)
+        arenaBytes += 2 * ((messageBytes(mt) + kCacheLine - 1) / kCacheLine * kCacheLine);
     }
     job.eagerArena.resize(arenaBytes);
     std::size_t arenaAt = 0;
@@ -236,9 +237,8 @@ class ThreadsBackend final : public Backend {
       if (job.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == job.arrivalTarget) {
         job.allArrived.notify();
       } else {
-        spinThenWait(job.allArrived, spin_, yieldSpin_, kSleepSlice, [&] {
-          return job.arrived.load(std::memory_order_acquire) >= job.arrivalTarget || abort_.load();
-        });
+        spinThenWait(job.allArrived, spin_, yieldSpin_, kSleepSlice,
+                     [&] { return job.arrived.load(std::memory_order_acquire) >= job.arrivalTarget || abort_.load(); });
       }
       const auto t0 = Clock::now();
       for (int it = 0; it < job.iterations && !abort_.load(std::memory_order_relaxed); ++it) {
@@ -328,7 +328,8 @@ class ThreadsBackend final : public Backend {
         if (op.kind == OpKind::Send) {
           finished = sl.eager ? postEager(sl, p, op, epoch) : sl.consumed.load(std::memory_order_acquire) >= epoch;
         } else if (sl.posted.load(std::memory_order_acquire) >= epoch) {
-          const std::byte* incoming = sl.eager ? sl.eager + (epoch % 2) * op.bytes : sl.ptr.load(std::memory_order_relaxed);
+          const std::byte* incoming =
+              sl.eager ? sl.eager + (epoch % 2) * op.bytes : sl.ptr.load(std::memory_order_relaxed);
           std::byte* dst = resolve(p, op.dst);
           if (op.kind == OpKind::Recv) {
             std::memcpy(dst, incoming, op.bytes);

@@ -195,7 +195,9 @@ TEST(ReplayCli, RescalingWeakAndStrong) {
       EXPECT_EQ(b["nranks"], group == "replicas" ? 8 : group == "workers" ? 4 : 2) << i;
       EXPECT_NEAR(b["compute_gap_s"].get<double>(), a["compute_gap_s"].get<double>() * scale, 1e-12) << i;
       const std::size_t bytes = a["bytes"];
-      EXPECT_EQ(b["bytes"], a["kind"] == "all_gather" ? static_cast<std::size_t>(static_cast<double>(bytes) * scale) : bytes) << i;
+      EXPECT_EQ(b["bytes"],
+                a["kind"] == "all_gather" ? static_cast<std::size_t>(static_cast<double>(bytes) * scale) : bytes)
+          << i;
     }
     const double eff = rep["summary"]["scaling_efficiency"];
     EXPECT_GT(eff, 0);

@@ -2,6 +2,8 @@
 // parses back to the table's choices), `plan --algo auto` explaining the choice, `perf --algo auto` following the
 // table, COLLBENCH_ALGO forcing, `regret` on a held-out grid and `calibrate` recovering a known network from perf
 // JSON. Small simulator sweeps only: the whole suite runs in seconds.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,12 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
 #include "collbench/topology.h"
@@ -234,7 +233,9 @@ TEST(ShippedTuningTables, MatchTheCurrentTopologiesAndSimulator) {
           const TuningEntry* e = nullptr;
           for (const TuningEntry& x : sec.entries) {
             if (x.nranks != n || x.collective != Collective::AllReduce) continue;
-            auto dist = [&](std::size_t b) { return std::abs(std::log(static_cast<double>(b) / static_cast<double>(want))); };
+            auto dist = [&](std::size_t b) {
+              return std::abs(std::log(static_cast<double>(b) / static_cast<double>(want)));
+            };
             if (!e || dist(x.bytes) < dist(e->bytes)) e = &x;
           }
           ASSERT_NE(e, nullptr) << name << " n=" << n;
@@ -246,10 +247,10 @@ TEST(ShippedTuningTables, MatchTheCurrentTopologiesAndSimulator) {
           }
           const auto out = temp("resim.json");
           std::filesystem::remove(out);
-          const CliResult r = runCli(fmt::format("tune --backend sim --topology {} -g {} -b {} -e {} --chunks {} "
-                                                 "--channels {} -o {}",
-                                                 sec.topology, n, e->bytes, e->bytes, fmt::join(chunks, ","),
-                                                 fmt::join(channels, ","), out.string()));
+          const CliResult r = runCli(fmt::format(
+              "tune --backend sim --topology {} -g {} -b {} -e {} --chunks {} "
+              "--channels {} -o {}",
+              sec.topology, n, e->bytes, e->bytes, fmt::join(chunks, ","), fmt::join(channels, ","), out.string()));
           ASSERT_EQ(r.exitCode, 0) << r.err;
           const TuningTable now = loadTuningTable(out.string());
           std::filesystem::remove(out);
@@ -261,8 +262,8 @@ TEST(ShippedTuningTables, MatchTheCurrentTopologiesAndSimulator) {
               if (x.algorithm != k.algorithm || x.chunkBytes != k.chunkBytes || x.channels != k.channels) continue;
               found = true;
               EXPECT_NEAR(x.timeUs, k.timeUs, 1e-6 * k.timeUs)
-                  << name << " n=" << n << " " << e->bytes << " B " << k.algorithm << " chunk " << k.chunkBytes
-                  << " x" << k.channels << ": " << regenerate;
+                  << name << " n=" << n << " " << e->bytes << " B " << k.algorithm << " chunk " << k.chunkBytes << " x"
+                  << k.channels << ": " << regenerate;
             }
             EXPECT_TRUE(found) << name << ": " << k.algorithm << " chunk " << k.chunkBytes << " x" << k.channels
                                << " is no longer swept: " << regenerate;

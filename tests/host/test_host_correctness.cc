@@ -10,11 +10,11 @@
 #include <set>
 #include <vector>
 
+#include "algo_params_for_tests.h"
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
-#include "algo_params_for_tests.h"
 #include "host_backend.h"
 
 namespace collbench {

@@ -332,7 +332,8 @@ TEST_P(AllReduceLayouts, SumMeanAndLists) {
   });
   for (int h = 0; h < n; ++h) {
     EXPECT_EQ(sum[h].toVector<float>(), (std::vector<float>{total, 10 * total})) << "replica " << h;
-    EXPECT_EQ(mean[h].toVector<float>(), (std::vector<float>{total / static_cast<float>(n), 10 * total / static_cast<float>(n)}));
+    EXPECT_EQ(mean[h].toVector<float>(),
+              (std::vector<float>{total / static_cast<float>(n), 10 * total / static_cast<float>(n)}));
     const float ids = static_cast<float>(n * (n - 1) / 2);
     ASSERT_EQ(lists[h].size(), 3u);
     EXPECT_EQ(lists[h][0].toVector<float>(), (std::vector<float>{ids}));

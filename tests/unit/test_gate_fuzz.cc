@@ -52,7 +52,8 @@ nlohmann::json perfSeed(const std::string& backend) {
   using nlohmann::json;
   json rows = json::array();
   for (std::size_t s : {1024, 1 << 20}) {
-    const json half = {{"time_us", 10.0 + static_cast<double>(s) / 1e5}, {"algbw_GBps", 1.5}, {"busbw_GBps", 2.5}, {"wrong", 0}};
+    const json half = {
+        {"time_us", 10.0 + static_cast<double>(s) / 1e5}, {"algbw_GBps", 1.5}, {"busbw_GBps", 2.5}, {"wrong", 0}};
     rows.push_back({{"size", s},
                     {"count", s / 4},
                     {"type", "float"},
