@@ -2,13 +2,10 @@
 // rank stopping the others with its status named, bad invocations; and `collbench perf --backend gloo` under it:
 // correct results for every all-reduce algorithm, only rank 0 printing, and kill -9 of one process during a
 // 256 MiB all-reduce, after which the survivors exit naming the dead rank within timeout + 5 s.
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +21,7 @@
 #include <vector>
 
 #include "cli_runner.h"
+#include "loopback_ports.h"
 #include "collbench/algorithms.h"
 
 namespace collbench {
@@ -196,22 +194,10 @@ TEST(LaunchCli, RanksOnTwoLoopbackAddresses) {
   expectCorrectTable(r, 1);
 }
 
-/// A loopback port free right now.
-int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST(LaunchCli, PerfTimeoutBoundsRendezvous) {
   // Worker 1 never starts: -T (COLLBENCH_TIMEOUT_SECONDS unset) bounds the wait for it, and the error names it.
-  const int p0 = freePort(), p1 = freePort();
+  const std::vector<int> ports = collbench::testing::freeLoopbackPorts(2);
+  const int p0 = ports[0], p1 = ports[1];
   const std::string tf = fmt::format(
       R"(TF_CONFIG={{"cluster":{{"worker":["127.0.0.1:{}","127.0.0.1:{}"]}},"task":{{"type":"worker","index":0}}}})",
       p0, p1);

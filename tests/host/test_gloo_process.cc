@@ -4,13 +4,10 @@
 // mismatched calls; a stalled peer; a stopped (SIGSTOP) peer; and kill -9 of a process in the middle of a 256 MiB
 // all-reduce, after which every survivor must name the dead rank within timeout + 5 s.
 #ifdef COLLBENCH_HAVE_GLOO
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +27,7 @@
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
 #include "gloo_backend.h"
+#include "loopback_ports.h"
 
 namespace collbench::host {
 namespace {
@@ -49,20 +47,8 @@ long long nowNs() {
 
 /// Loopback addresses on ports free right now (held until all are chosen so that none repeats).
 std::vector<std::string> freeAddresses(int n) {
-  std::vector<int> fds;
   std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    out.push_back(fmt::format("127.0.0.1:{}", ntohs(a.sin_port)));
-    fds.push_back(fd);
-  }
-  for (int fd : fds) ::close(fd);
+  for (int port : collbench::testing::freeLoopbackPorts(n)) out.push_back(fmt::format("127.0.0.1:{}", port));
   return out;
 }
 
@@ -169,7 +155,7 @@ std::vector<ChildResult> runWorld(const std::vector<std::string>& addresses, con
   return results;
 }
 
-/// This rank's buffers laid out as RankBufferSet lays them out, filled with inputValue().
+/// This rank's buffers laid out as RankBufferSet lays them out, filled with inputValue() (a block at a time).
 struct LocalBuffers {
   LocalBuffers(const CollectiveSpec& spec, int rank, bool inPlace) : spec_(spec), rank_(rank) {
     const std::size_t inB = spec.inputBytes(), outB = spec.outputBytes();
@@ -181,21 +167,9 @@ struct LocalBuffers {
       out_.assign(std::max<std::size_t>(outB, 1), std::byte{0});
       view = {in_.data(), out_.data()};
     }
-    if (spec.kind == Collective::Barrier) return;
-    for (std::size_t i = 0; i < inB / spec.elementSize(); ++i) {
-      storeFromDouble(spec.dtype, const_cast<void*>(view.input), i, inputValue(spec, rank, i));
-    }
+    fillRankInput(spec, rank, const_cast<void*>(view.input));
   }
-  std::size_t wrong() const {
-    if (spec_.kind == Collective::Barrier || (spec_.kind == Collective::Reduce && rank_ != spec_.root)) return 0;
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < spec_.outputBytes() / spec_.elementSize(); ++i) {
-      std::uint64_t rounded = 0;
-      storeFromDouble(spec_.dtype, &rounded, 0, expectedValue(spec_, rank_, i));
-      if (!matches(spec_, loadAsDouble(spec_.dtype, view.output, i), loadAsDouble(spec_.dtype, &rounded, 0))) ++bad;
-    }
-    return bad;
-  }
+  std::size_t wrong() const { return countWrongOnRank(spec_, rank_, view.output); }
   CollectiveSpec spec_;
   int rank_;
   std::vector<std::byte> in_, out_;
