@@ -31,10 +31,12 @@ class WakeWord {
   std::atomic<std::uint32_t> sleepers_{0};
 };
 
-/// Waits until done(): polls it for `spin`, then sleeps on `word` in slices of `slice` (whoever makes done() true
-/// must notify `word` afterwards). A short spin catches a peer that is running on another core (a handoff takes
-/// well under a microsecond); sleeping after it hands the core over when the peer is not running, which, with more
-/// runnable threads than cores, is what lets the peer run at all.
+/// Waits until done(): polls it for `spin`, then polls it with a sched_yield() between polls for `yieldSpin`, then
+/// sleeps on `word` in slices of `slice` (whoever makes done() true must notify `word` afterwards). A short spin
+/// catches a peer that is running on another core (a handoff takes well under a microsecond); yielding stays awake
+/// for a slower peer without keeping a runnable thread off the core (waking from a futex costs far more than a
+/// handoff on a VM); sleeping after it hands the core over when the peer is not running, which, with more runnable
+/// threads than cores, is what lets the peer run at all.
 template <class Done>
 void spinThenWait(WakeWord& word, std::chrono::nanoseconds spin, std::chrono::nanoseconds yieldSpin,
                   std::chrono::nanoseconds slice, Done done) {
