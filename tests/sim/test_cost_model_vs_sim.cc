@@ -77,19 +77,30 @@ std::vector<Case> cases() {
 
 class CostModelVsSim : public ::testing::TestWithParam<Case> {};
 
+/// The cost model's and the simulator's time (us) of one f32 collective of `bytes` (per rank for reduce-scatter and
+/// all-gather) on `t`.
+struct ModelAndSim {
+  Estimate model;
+  double simUs = 0;
+};
+ModelAndSim modelAndSim(const Topology& t, const CostModel& model, Collective coll, int n, std::size_t bytes,
+                        const std::string& algo, const AlgoParams& p) {
+  const std::size_t es = 4;
+  const bool perRank = coll == Collective::ReduceScatter || coll == Collective::AllGather;
+  const CollectiveSpec spec{coll, n, perRank ? bytes / es / static_cast<std::size_t>(n) : bytes / es, DType::F32};
+  ModelAndSim r{model.estimate(spec, algo, p), 0};
+  if (r.model.supported) r.simUs = sim::Simulator(t, n).run(buildSchedule(spec, algo, p)).seconds * 1e6;
+  return r;
+}
+
 TEST_P(CostModelVsSim, FlatTopology) {
   const Case& k = GetParam();
   const Topology t = flatWithReduce(k.n, k.hostsOf);
   const CostModel model(t, k.n);
   AlgoParams p = k.params;
   p.rankHost = model.rankHost();
-  const std::size_t es = 4;
-  const bool perRank = k.coll == Collective::ReduceScatter || k.coll == Collective::AllGather;
-  const CollectiveSpec spec{k.coll, k.n, perRank ? k.bytes / es / k.n : k.bytes / es, DType::F32};
-  const Estimate e = model.estimate(spec, k.algo, p);
+  const auto [e, simUs] = modelAndSim(t, model, k.coll, k.n, k.bytes, k.algo, p);
   ASSERT_TRUE(e.supported) << e.note;
-  const sim::Simulator s(t, k.n);
-  const double simUs = s.run(buildSchedule(spec, k.algo, p)).seconds * 1e6;
   const double tol = k.algo == "tree" ? kPipelinedTol : kExactTol;
   EXPECT_NEAR(e.terms.us, simUs, tol * simUs) << "model " << e.terms.us << " us, simulated " << simUs << " us";
 }
@@ -129,13 +140,8 @@ TEST_P(CostModelVsSimRail, MultiHost) {
   const CostModel model(t, k.n);
   AlgoParams p = k.params;
   p.rankHost = rankHosts(t, k.n);  // rings spread over the hosts' GPUs and NICs, as every tool builds them
-  const std::size_t es = 4;
-  const bool perRank = k.coll == Collective::ReduceScatter || k.coll == Collective::AllGather;
-  const CollectiveSpec spec{k.coll, k.n, perRank ? k.bytes / es / k.n : k.bytes / es, DType::F32};
-  const Estimate e = model.estimate(spec, k.algo, p);
+  const auto [e, simUs] = modelAndSim(t, model, k.coll, k.n, k.bytes, k.algo, p);
   ASSERT_TRUE(e.supported) << e.note;
-  const sim::Simulator s(t, k.n);
-  const double simUs = s.run(buildSchedule(spec, k.algo, p)).seconds * 1e6;
   const double tol = k.algo == "tree"       ? kMultiHostPipelinedTol
                      : k.algo == "direct"   ? kMultiHostDirectTol
                      : p.channels > 1       ? kMultiHostChannelsTol
