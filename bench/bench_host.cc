@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <vector>
 #include <memory>
+#include <vector>
 
 #include "collbench/algorithms.h"
 #include "collbench/reduce.h"
@@ -42,8 +42,8 @@ void runCollective(benchmark::State& state, const AlgorithmInfo* algo) {
   }
   const double moved = static_cast<double>(std::max(spec.inputBytes(), spec.outputBytes()));
   state.counters["algbw"] = benchmark::Counter(moved, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw"] =
-      benchmark::Counter(moved * busBandwidthFactor(algo->collective, n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw"] = benchmark::Counter(moved * busBandwidthFactor(algo->collective, n),
+                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
 /// dst = dst (op) src over `bytes` of each operand, as a RecvReduce into the output does.
@@ -61,8 +61,8 @@ void runKernel(benchmark::State& state, DType dtype, ReduceOp op) {
     reduceElements(dtype, op, dst.data(), dst.data(), src.data(), count);
     benchmark::ClobberMemory();
   }
-  state.counters["GBps"] = benchmark::Counter(3.0 * static_cast<double>(bytes),
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GBps"] =
+      benchmark::Counter(3.0 * static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 const bool kRegistered = [] {

@@ -1,16 +1,16 @@
 // Least-squares calibration of the cost model's per-class alpha, beta and gamma (calibrate.h).
 #include "collbench/calibrate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
@@ -68,7 +68,7 @@ using Vec = std::array<double, kParams>;
 
 Vec toU(const CalibrationParams& p) {
   auto inv = [](double gbps) { return gbps > 0 ? 1.0 / (gbps * kBytesPerUsPerGBps) : 0.0; };
-  return {p.intra.alphaUs,    p.inter.alphaUs,    inv(p.intra.betaGBps),
+  return {p.intra.alphaUs,       p.inter.alphaUs,  inv(p.intra.betaGBps),
           inv(p.inter.betaGBps), inv(p.gammaGBps), p.callOverheadUs};
 }
 
@@ -92,7 +92,8 @@ class Models {
     if (it == models_.end()) {
       LinkClassCost inter = p_.inter;
       // Routes inside a host must stay there: the topology needs inter latency above intra (a fit may tie them).
-      if (hosts > 1 && perHost > 1 && !(inter.alphaUs > p_.intra.alphaUs)) inter.alphaUs = p_.intra.alphaUs * (1 + 1e-6) + 1e-6;
+      if (hosts > 1 && perHost > 1 && !(inter.alphaUs > p_.intra.alphaUs))
+        inter.alphaUs = p_.intra.alphaUs * (1 + 1e-6) + 1e-6;
       Topology t = classTopology("fit", hosts, perHost, p_.intra, inter, p_.gammaGBps, kind_);
       it = models_.emplace(key, std::make_unique<CostModel>(std::move(t), hosts * perHost, p_.callOverheadUs)).first;
     }
@@ -232,7 +233,8 @@ std::vector<CalibrationSample> samplesFromPerfJson(const std::string& text, cons
     return it->get<std::string>();
   };
   if (str(doc, "format", "") != "collbench-perf") fail(source, "format", "must be \"collbench-perf\"", &doc["format"]);
-  if (!doc.contains("version") || doc["version"] != 1) fail(source, "version", "unsupported (this build reads 1)", doc.contains("version") ? &doc["version"] : nullptr);
+  if (!doc.contains("version") || doc["version"] != 1)
+    fail(source, "version", "unsupported (this build reads 1)", doc.contains("version") ? &doc["version"] : nullptr);
   Collective coll = Collective::AllReduce;
   try {
     coll = parseCollective(str(doc, "collective", ""));
@@ -270,11 +272,12 @@ std::vector<CalibrationSample> samplesFromPerfJson(const std::string& text, cons
     }
   }
   if (hosts < 1 || nranks % hosts != 0) {
-    throw Error(Errc::InvalidArgument, fmt::format("{}: {} ranks do not split evenly over {} hosts", printable(source),
-                                                   nranks, hosts));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: {} ranks do not split evenly over {} hosts", printable(source), nranks, hosts));
   }
   auto rit = doc.find("results");
-  if (rit == doc.end() || !rit->is_array()) fail(source, "results", "must be an array", rit == doc.end() ? nullptr : &*rit);
+  if (rit == doc.end() || !rit->is_array())
+    fail(source, "results", "must be an array", rit == doc.end() ? nullptr : &*rit);
   std::vector<CalibrationSample> out;
   for (std::size_t i = 0; i < rit->size(); ++i) {
     const json& r = (*rit)[i];
@@ -322,8 +325,8 @@ std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, 
   findAlgorithm(*c, algo);
   const int n = std::max(log.nranks, 1), hosts = log.nnodes();
   if (n % hosts != 0) {
-    throw Error(Errc::InvalidArgument, fmt::format("{}: {} ranks do not split evenly over the log's {} hosts",
-                                                   printable(source), n, hosts));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: {} ranks do not split evenly over the log's {} hosts", printable(source), n, hosts));
   }
   std::vector<CalibrationSample> out;
   for (const NcclTestsRow& r : log.rows) {
@@ -382,8 +385,7 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
     for (std::size_t i = 0; i < samples.size(); ++i) {
       const auto& set = sizes[key(samples[i])];
       const auto idx = static_cast<std::size_t>(std::distance(set.begin(), set.find(samples[i].bytes)));
-      held[i] = idx % static_cast<std::size_t>(opt.holdOutEvery) ==
-                    static_cast<std::size_t>(opt.holdOutEvery - 1) &&
+      held[i] = idx % static_cast<std::size_t>(opt.holdOutEvery) == static_cast<std::size_t>(opt.holdOutEvery - 1) &&
                 idx + 1 < set.size();
     }
   }
@@ -447,8 +449,10 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
       Vec row{};
       for (int j = 0; j < kParams; ++j) {
         const auto jj = static_cast<std::size_t>(j);
-        if (res.identified[j]) row[jj] = c[jj] * w;
-        else fixedPart += c[jj] * u[jj];
+        if (res.identified[j])
+          row[jj] = c[jj] * w;
+        else
+          fixedPart += c[jj] * u[jj];
       }
       A.push_back(row);
       y.push_back((samples[i].timeUs - fixedPart) * w);
@@ -475,11 +479,12 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   res.params = fromU(bestU);
   for (int j = 0; j < kParams; ++j) {
     if (!res.identified[j]) {
-      res.notes.push_back(fmt::format("{} is not identified by these samples: kept at its initial value", kParamNames[j]));
+      res.notes.push_back(
+          fmt::format("{} is not identified by these samples: kept at its initial value", kParamNames[j]));
     } else if (bestU[static_cast<std::size_t>(j)] == 0) {
-      res.notes.push_back(fmt::format("{} fitted to 0 (no measurable cost{})", kParamNames[j],
-                                      j == 2 || j == 3 ? fmt::format(": written as {} GB/s", kCalibrateUnboundedGBps)
-                                                       : ""));
+      res.notes.push_back(
+          fmt::format("{} fitted to 0 (no measurable cost{})", kParamNames[j],
+                      j == 2 || j == 3 ? fmt::format(": written as {} GB/s", kCalibrateUnboundedGBps) : ""));
     }
   }
 
@@ -509,11 +514,12 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   CalibrationParams written = res.params;
   if (hosts > 1 && perHost > 1 && !(written.inter.alphaUs > written.intra.alphaUs)) {
     written.inter.alphaUs = written.intra.alphaUs * (1 + 1e-6) + 1e-6;
-    res.notes.push_back("inter latency fitted at or below intra latency: written just above it so that routes inside "
-                        "a host stay there");
+    res.notes.push_back(
+        "inter latency fitted at or below intra latency: written just above it so that routes inside "
+        "a host stay there");
   }
-  res.topology = classTopology(opt.topologyName, hosts, perHost, written.intra, written.inter, written.gammaGBps,
-                               opt.rankKind);
+  res.topology =
+      classTopology(opt.topologyName, hosts, perHost, written.intra, written.inter, written.gammaGBps, opt.rankKind);
   res.topology.description = fmt::format(
       "calibrated by collbench from {} samples ({} held out): {}; fitted call overhead {} us per call (not part of "
       "the topology: add it to simulated times)",

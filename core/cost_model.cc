@@ -2,6 +2,8 @@
 // read off its generator in core/algorithms/; comments name the generator behaviour each formula relies on.
 #include "collbench/cost_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -9,8 +11,6 @@
 #include <functional>
 #include <limits>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "algorithms/builder.h"
 #include "algorithms/generators.h"
@@ -96,7 +96,8 @@ struct CostModel::Impl {
 
   Impl(Topology t, int nranks, double overheadUs) : topo(std::move(t)), callOverheadUs(overheadUs) {
     if (!(overheadUs >= 0) || !std::isfinite(overheadUs)) {
-      throw Error(Errc::InvalidArgument, fmt::format("call overhead must be a finite number >= 0 us, got {}", overheadUs));
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("call overhead must be a finite number >= 0 us, got {}", overheadUs));
     }
     if (nranks <= 0) nranks = static_cast<int>(topo.ranks.size());
     if (nranks > static_cast<int>(topo.ranks.size())) {
@@ -162,8 +163,9 @@ struct CostModel::Impl {
   }
 
   int classOf(int a, int b) const {
-    return host[static_cast<std::size_t>(a)] == host[static_cast<std::size_t>(b)] ? static_cast<int>(LinkClassKind::Intra)
-                                                                                  : static_cast<int>(LinkClassKind::Inter);
+    return host[static_cast<std::size_t>(a)] == host[static_cast<std::size_t>(b)]
+               ? static_cast<int>(LinkClassKind::Intra)
+               : static_cast<int>(LinkClassKind::Inter);
   }
 
   CostTerms gammaCost(double bytes, int rank) const {
@@ -291,12 +293,14 @@ struct CostModel::Impl {
   /// Delays of one ring step: transfer ring[i] -> ring[i+1] of `bytes` on `mult[r]` identical channels of ring r
   /// (flows of every ring share the links), and the receiver's reduction of `reduceShare` x `bytes` (every channel's
   /// ring passes through every rank and their reductions run at once, sharing the node's rate).
-  void ringDelays(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes, int reduceShare,
-                  std::vector<std::vector<CostTerms>>& d, std::vector<std::vector<CostTerms>>& g) const {
+  void ringDelays(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes,
+                  int reduceShare, std::vector<std::vector<CostTerms>>& d,
+                  std::vector<std::vector<CostTerms>>& g) const {
     std::vector<Flow> flows;
     for (std::size_t r = 0; r < rings.size(); ++r) {
       const auto& ring = rings[r];
-      for (std::size_t i = 0; i < ring.size(); ++i) flows.push_back({ring[i], ring[(i + 1) % ring.size()], bytes, mult[r]});
+      for (std::size_t i = 0; i < ring.size(); ++i)
+        flows.push_back({ring[i], ring[(i + 1) % ring.size()], bytes, mult[r]});
     }
     const std::vector<CostTerms> cost = phase(flows);
     d.assign(rings.size(), {});
@@ -339,7 +343,8 @@ struct CostModel::Impl {
   };
   ChannelRings channelRings(const AlgoParams& p, std::size_t count) const {
     ChannelRings cr;
-    cr.channels = static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(p.channels), count)));
+    cr.channels =
+        static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(p.channels), count)));
     for (int c = 0; c < cr.channels; ++c) {
       std::vector<int> ring = ringOrder(n, p, c);
       const auto it = std::find(cr.rings.begin(), cr.rings.end(), ring);
@@ -522,8 +527,10 @@ struct CostModel::Impl {
       for (int r = 0; r < n; ++r) {
         const int up = algo::dtreeParent(n, r, t);
         parent[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)] = up;
-        if (up < 0) root = r;
-        else children[t][static_cast<std::size_t>(up)].push_back(r);
+        if (up < 0)
+          root = r;
+        else
+          children[t][static_cast<std::size_t>(up)].push_back(r);
       }
       const std::size_t slice = ceilDiv(byTree.size(static_cast<std::size_t>(t)), static_cast<std::size_t>(c));
       if (slice == 0) continue;
@@ -531,7 +538,8 @@ struct CostModel::Impl {
       chunks = std::max(chunks, k);
       const double C = static_cast<double>(ceilDiv(slice, k) * es);
       chunkBytes[t] = C;
-      const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(c), byTree.size(static_cast<std::size_t>(t))));
+      const int mult = static_cast<int>(
+          std::min<std::size_t>(static_cast<std::size_t>(c), byTree.size(static_cast<std::size_t>(t))));
       // Fill: one chunk up (a node folds its children one after the other, then sends up) and down (a node sends
       // to all its children at once, sharing its links).
       const auto& kids = children[t];
@@ -576,7 +584,8 @@ struct CostModel::Impl {
     for (const CostTerms& x : phase(steady)) period = CostTerms::max(period, x);
     for (int r = 0; r < n; ++r) {
       double bytes = 0;
-      for (int t = 0; t < 2; ++t) bytes += static_cast<double>(children[t][static_cast<std::size_t>(r)].size()) * chunkBytes[t] * c;
+      for (int t = 0; t < 2; ++t)
+        bytes += static_cast<double>(children[t][static_cast<std::size_t>(r)].size()) * chunkBytes[t] * c;
       period = CostTerms::max(period, gammaCost(bytes, r));
     }
     return fill + period * static_cast<double>(chunks - 1);
@@ -695,18 +704,34 @@ struct CostModel::Impl {
     if (s.count == 0 && s.kind != Collective::Barrier) return e;
     switch (s.kind) {
       case Collective::AllReduce:
-        if (algorithm == "ring") e.terms = ringAllReduce(s, p);
-        else if (algorithm == "tree") e.terms = tree(s, p);
-        else if (algorithm == "recursive_doubling") e.terms = recursiveDoubling(s);
-        else if (algorithm == "rabenseifner") e.terms = rabenseifner(s);
-        else if (algorithm == "direct") e.terms = direct(s);
-        else if (algorithm == "hierarchical") return hierarchical(s);
+        if (algorithm == "ring")
+          e.terms = ringAllReduce(s, p);
+        else if (algorithm == "tree")
+          e.terms = tree(s, p);
+        else if (algorithm == "recursive_doubling")
+          e.terms = recursiveDoubling(s);
+        else if (algorithm == "rabenseifner")
+          e.terms = rabenseifner(s);
+        else if (algorithm == "direct")
+          e.terms = direct(s);
+        else if (algorithm == "hierarchical")
+          return hierarchical(s);
         break;
-      case Collective::ReduceScatter: e.terms = ringReduceScatter(s, p); break;
-      case Collective::AllGather: e.terms = ringAllGather(s, p); break;
-      case Collective::Broadcast: e.terms = chain(s, p, false); break;
-      case Collective::Reduce: e.terms = chain(s, p, true); break;
-      case Collective::Barrier: e.terms = barrier(); break;
+      case Collective::ReduceScatter:
+        e.terms = ringReduceScatter(s, p);
+        break;
+      case Collective::AllGather:
+        e.terms = ringAllGather(s, p);
+        break;
+      case Collective::Broadcast:
+        e.terms = chain(s, p, false);
+        break;
+      case Collective::Reduce:
+        e.terms = chain(s, p, true);
+        break;
+      case Collective::Barrier:
+        e.terms = barrier();
+        break;
     }
     return e;
   }
@@ -737,30 +762,33 @@ Estimate CostModel::estimate(const CollectiveSpec& spec, std::string_view algori
 Topology classTopology(const std::string& name, int hosts, int ranksPerHost, const LinkClassCost& intra,
                        const LinkClassCost& inter, double gammaGBps, NodeKind kind) {
   if (hosts < 1 || ranksPerHost < 1) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("class topology needs at least one host and one rank per host, got {} x {}", hosts,
-                            ranksPerHost));
+    throw Error(
+        Errc::InvalidArgument,
+        fmt::format("class topology needs at least one host and one rank per host, got {} x {}", hosts, ranksPerHost));
   }
   const bool needIntra = ranksPerHost > 1, needInter = hosts > 1;
   if (needIntra && !(intra.betaGBps > 0 && std::isfinite(intra.betaGBps) && intra.alphaUs >= 0)) {
-    throw Error(Errc::InvalidArgument, fmt::format("intra class needs bandwidth > 0 and latency >= 0 (got {} GB/s, {} us)",
-                                                   intra.betaGBps, intra.alphaUs));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("intra class needs bandwidth > 0 and latency >= 0 (got {} GB/s, {} us)", intra.betaGBps,
+                            intra.alphaUs));
   }
   if (needInter && !(inter.betaGBps > 0 && std::isfinite(inter.betaGBps) && inter.alphaUs >= 0)) {
-    throw Error(Errc::InvalidArgument, fmt::format("inter class needs bandwidth > 0 and latency >= 0 (got {} GB/s, {} us)",
-                                                   inter.betaGBps, inter.alphaUs));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("inter class needs bandwidth > 0 and latency >= 0 (got {} GB/s, {} us)", inter.betaGBps,
+                            inter.alphaUs));
   }
   if (needIntra && needInter && !(inter.alphaUs > intra.alphaUs)) {
     // Routes tie on hop count (two links either way); the lower latency must be the host's own switch.
-    throw Error(Errc::InvalidArgument,
-                fmt::format("inter latency {} us must exceed intra latency {} us so that routes inside a host stay there",
-                            inter.alphaUs, intra.alphaUs));
+    throw Error(
+        Errc::InvalidArgument,
+        fmt::format("inter latency {} us must exceed intra latency {} us so that routes inside a host stay there",
+                    inter.alphaUs, intra.alphaUs));
   }
   Topology t;
   t.name = name;
-  t.description = fmt::format("{} host(s) x {} rank(s): intra {} us / {} GB/s, inter {} us / {} GB/s, reduce {} GB/s",
-                              hosts, ranksPerHost, intra.alphaUs, intra.betaGBps, inter.alphaUs, inter.betaGBps,
-                              gammaGBps);
+  t.description =
+      fmt::format("{} host(s) x {} rank(s): intra {} us / {} GB/s, inter {} us / {} GB/s, reduce {} GB/s", hosts,
+                  ranksPerHost, intra.alphaUs, intra.betaGBps, inter.alphaUs, inter.betaGBps, gammaGBps);
   if (needInter) t.nodes.push_back({"fabric", NodeKind::Switch, "", 0, 0});
   for (int h = 0; h < hosts; ++h) {
     const std::string hostId = fmt::format("h{}", h);
@@ -776,8 +804,8 @@ Topology classTopology(const std::string& name, int hosts, int ranksPerHost, con
   }
   if (!needIntra && !needInter) {  // one rank: a lone node is still a valid topology
     t.nodes.push_back({"sw0", NodeKind::Switch, "", 0, 0});
-    t.links.push_back({t.ranks.front(), "sw0", intra.betaGBps > 0 ? intra.betaGBps : kDefaultFlatGBps,
-                       intra.alphaUs / 2, "intra"});
+    t.links.push_back(
+        {t.ranks.front(), "sw0", intra.betaGBps > 0 ? intra.betaGBps : kDefaultFlatGBps, intra.alphaUs / 2, "intra"});
   }
   validateTopology(t, name);
   return t;
@@ -853,9 +881,12 @@ std::string_view toString(NcclAlgo a) { return a == NcclAlgo::Tree ? "tree" : "r
 
 std::string_view toString(NcclProto p) {
   switch (p) {
-    case NcclProto::LL: return "ll";
-    case NcclProto::LL128: return "ll128";
-    case NcclProto::Simple: return "simple";
+    case NcclProto::LL:
+      return "ll";
+    case NcclProto::LL128:
+      return "ll128";
+    case NcclProto::Simple:
+      return "simple";
   }
   return "?";
 }
@@ -892,25 +923,27 @@ NcclMachine ncclMachine(const Topology& t, int nranks) {
     int peer = 1;
     while (peer < s.ranks && model.rankHost()[static_cast<std::size_t>(peer)] != model.rankHost()[0]) ++peer;
     if (peer < s.ranks) {
-      for (const Hop& h : r.route(0, peer)) m.nvlink = m.nvlink || t.links[static_cast<std::size_t>(h.link)].linkClass == "nvlink";
+      for (const Hop& h : r.route(0, peer))
+        m.nvlink = m.nvlink || t.links[static_cast<std::size_t>(h.link)].linkClass == "nvlink";
     }
   }
   return m;
 }
 
-std::optional<double> ncclModelTimeUs(Collective coll, NcclAlgo algo, NcclProto proto, int channels,
-                                      std::size_t bytes, const NcclMachine& m) {
+std::optional<double> ncclModelTimeUs(Collective coll, NcclAlgo algo, NcclProto proto, int channels, std::size_t bytes,
+                                      const NcclMachine& m) {
   if (coll == Collective::Barrier) return std::nullopt;
   if (algo == NcclAlgo::Tree && coll != Collective::AllReduce) return std::nullopt;  // tree is all-reduce only
   if (channels < 1 || m.nranks < 1 || m.nnodes < 1) return std::nullopt;
   const int n = m.nranks, nn = m.nnodes, a = ai(algo), p = pi(proto), idx = scaleIndex(nn);
   if (n == 1) return kNcclBaseLatUs[a][p];
-  const int nsteps = coll == Collective::AllReduce ? 2 * (n - 1)
+  const int nsteps = coll == Collective::AllReduce                                          ? 2 * (n - 1)
                      : (coll == Collective::ReduceScatter || coll == Collective::AllGather) ? n - 1
                                                                                             : n;
   // Graph bandwidth per channel: the per-GPU link shared by the channels, at most the search's top speed.
-  const double perChannel = nn == 1 ? std::min(kNcclSm90MaxChannelIntraGBps, m.intraGBps / channels)
-                                    : std::min(kNcclSm90MaxChannelInterGBps, std::min(m.intraGBps, m.interGBps) / channels);
+  const double perChannel = nn == 1
+                                ? std::min(kNcclSm90MaxChannelIntraGBps, m.intraGBps / channels)
+                                : std::min(kNcclSm90MaxChannelInterGBps, std::min(m.intraGBps, m.interGBps) / channels);
   double busBw = channels * perChannel;
   if (algo == NcclAlgo::Ring && proto == NcclProto::LL) busBw = std::min(llMaxBw(nn), busBw * kNcclRingLLFactor);
   if (algo == NcclAlgo::Ring && proto == NcclProto::LL128) {
@@ -961,9 +994,12 @@ std::optional<double> ncclModelTimeUs(Collective coll, NcclAlgo algo, NcclProto 
 
 std::size_t ncclChunkBytes(NcclProto p) {
   switch (p) {
-    case NcclProto::LL: return kNcclLlBuffBytes / kNcclSteps / 2;
-    case NcclProto::LL128: return kNcclLl128BuffBytes / kNcclSteps / 128 * 120;
-    case NcclProto::Simple: return kNcclSimpleBuffBytes / kNcclSteps;
+    case NcclProto::LL:
+      return kNcclLlBuffBytes / kNcclSteps / 2;
+    case NcclProto::LL128:
+      return kNcclLl128BuffBytes / kNcclSteps / 128 * 120;
+    case NcclProto::Simple:
+      return kNcclSimpleBuffBytes / kNcclSteps;
   }
   return kNcclSimpleBuffBytes / kNcclSteps;
 }
@@ -986,7 +1022,8 @@ Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto,
   for (std::size_t i = 0; i < t.nodes.size(); ++i) index[t.nodes[i].id] = static_cast<int>(i);
   for (const std::string& r : t.ranks) isRank[static_cast<std::size_t>(index.at(r))] = true;
   for (const TopoLink& l : t.links) {
-    if (l.linkClass == "nvlink") hasNvlink[static_cast<std::size_t>(index.at(l.a))] = hasNvlink[static_cast<std::size_t>(index.at(l.b))] = true;
+    if (l.linkClass == "nvlink")
+      hasNvlink[static_cast<std::size_t>(index.at(l.a))] = hasNvlink[static_cast<std::size_t>(index.at(l.b))] = true;
   }
   // Bandwidth the protocol reaches: the model's efficiency factor on every link, and NCCL's caps (per channel for
   // Simple and LL128, in total for LL) on a rank's own links and on network links; the caps of inter-node
@@ -1031,9 +1068,12 @@ Topology ncclProtocolTopology(const Topology& t, NcclAlgo algo, NcclProto proto,
     if ((atRank || network) && perChannel > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, channels * perChannel);
     if ((atRank || network) && totalCap > 0) l.bandwidthGBps = std::min(l.bandwidthGBps, totalCap);
     double extra = 0;
-    if (network) extra = netLat / 2;
-    else if (l.linkClass == "nvlink" && atRank) extra = std::max(kNcclHwLatNvlinkUs[a][p], netOverhead) / 2;
-    else if (l.linkClass == "pcie" && atRank && !(hasNvlink[ia] || hasNvlink[ib])) extra = std::max(kNcclHwLatPciUs[a][p], netOverhead) / 2;
+    if (network)
+      extra = netLat / 2;
+    else if (l.linkClass == "nvlink" && atRank)
+      extra = std::max(kNcclHwLatNvlinkUs[a][p], netOverhead) / 2;
+    else if (l.linkClass == "pcie" && atRank && !(hasNvlink[ia] || hasNvlink[ib]))
+      extra = std::max(kNcclHwLatPciUs[a][p], netOverhead) / 2;
     l.latencyUs += extra;
   }
   out.name = fmt::format("{}+nccl-{}-{}-c{}-n{}", t.name, toString(algo), toString(proto), channels, nranks);

@@ -1,19 +1,30 @@
 #include "collbench/error.h"
 
+#include <system_error>
+
 namespace collbench {
 
 std::string_view toString(Errc e) {
   switch (e) {
-    case Errc::InvalidArgument: return "invalid argument";
-    case Errc::InvalidTopology: return "invalid topology";
-    case Errc::InvalidSchedule: return "invalid schedule";
-    case Errc::Timeout: return "timeout";
-    case Errc::PeerFailure: return "peer failure";
-    case Errc::Unsupported: return "unsupported";
-    case Errc::BackendError: return "backend error";
+    case Errc::InvalidArgument:
+      return "invalid argument";
+    case Errc::InvalidTopology:
+      return "invalid topology";
+    case Errc::InvalidSchedule:
+      return "invalid schedule";
+    case Errc::Timeout:
+      return "timeout";
+    case Errc::PeerFailure:
+      return "peer failure";
+    case Errc::Unsupported:
+      return "unsupported";
+    case Errc::BackendError:
+      return "backend error";
   }
   return "?";
 }
+
+std::string errnoText(int e) { return std::system_category().message(e); }
 
 std::string printable(std::string_view text) {
   constexpr std::size_t kMaxEcho = 200;
@@ -33,9 +44,8 @@ std::string printable(std::string_view text) {
 }
 
 void failCheck(const char* expr, const char* file, int line, const std::string& detail) {
-  throw Error(Errc::BackendError,
-              fmt::format("internal check failed: {} at {}:{}{}{}", expr, file, line, detail.empty() ? "" : ": ",
-                          detail));
+  throw Error(Errc::BackendError, fmt::format("internal check failed: {} at {}:{}{}{}", expr, file, line,
+                                              detail.empty() ? "" : ": ", detail));
 }
 
 }  // namespace collbench

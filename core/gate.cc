@@ -16,7 +16,6 @@
 
 namespace collbench {
 
-
 namespace {
 
 using detail::JsonReader;

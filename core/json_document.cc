@@ -66,8 +66,12 @@ json parseJsonDocument(std::string_view text, std::string_view source, Errc code
       if (static_cast<int>(stack.size()) > kMaxJsonDepth) throw TooDeep{pathTo("")};
     };
     switch (ev) {
-      case E::object_start: open(true); break;
-      case E::array_start: open(false); break;
+      case E::object_start:
+        open(true);
+        break;
+      case E::array_start:
+        open(false);
+        break;
       case E::object_end:
       case E::array_end:
         if (!stack.empty()) stack.pop_back();
@@ -78,7 +82,9 @@ json parseJsonDocument(std::string_view text, std::string_view source, Errc code
         if (!f.keys.insert(f.key).second) throw DuplicateKey{pathTo(f.key)};
         break;
       }
-      case E::value: countElement(); break;
+      case E::value:
+        countElement();
+        break;
     }
     return true;
   };

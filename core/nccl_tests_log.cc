@@ -2,13 +2,13 @@
 // (writeResultHeader, writeBenchmarkLinePreamble, writeBenchmarkLineBody), versions 2.13 to 2.19.
 #include "collbench/nccl_tests_log.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "collbench/error.h"
 
@@ -142,7 +142,8 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
           if (t[i] == "warmup" && t[i + 1] == "iters:") parseInt(t[i + 2], log.warmupIters);
         }
         for (std::size_t i = 0; i + 1 < t.size(); ++i) {
-          if (t[i] == "iters:" && (i == 0 || (t[i - 1] != "warmup" && t[i - 1] != "agg"))) parseInt(t[i + 1], log.iters);
+          if (t[i] == "iters:" && (i == 0 || (t[i - 1] != "warmup" && t[i - 1] != "agg")))
+            parseInt(t[i + 1], log.iters);
         }
       } else if (t[0] == "Rank" && t.size() >= 8) {
         ++log.nranks;
@@ -194,10 +195,11 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
     log.rows.push_back(std::move(row));
   }
   if (!sawHeader) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("{}: no nccl-tests result table (expected a '#  size  count  type  redop  root  time  algbw  "
-                            "busbw  #wrong ...' header line)",
-                            printable(source)));
+    throw Error(
+        Errc::InvalidArgument,
+        fmt::format("{}: no nccl-tests result table (expected a '#  size  count  type  redop  root  time  algbw  "
+                    "busbw  #wrong ...' header line)",
+                    printable(source)));
   }
   if (log.rows.empty()) {
     throw Error(Errc::InvalidArgument, fmt::format("{}: the nccl-tests table has no result rows", printable(source)));

@@ -8,7 +8,9 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "reduce.cc"  // this file, found through core/ on the include path
-#include <hwy/foreach_target.h>         // IWYU pragma: keep
+#include "collbench/reduce.h"
+
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <bit>
@@ -18,8 +20,10 @@
 #include <vector>
 
 #include "collbench/error.h"
-#include "collbench/reduce.h"
 
+// Highway's per-target code names its functions in CamelCase (HWY_EXPORT and HWY_DYNAMIC_DISPATCH build the table
+// and dispatcher names from them, and its ops are Load/Store...): this block follows that convention, not ours.
+// NOLINTBEGIN(readability-identifier-naming)
 HWY_BEFORE_NAMESPACE();
 namespace collbench::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -38,8 +42,8 @@ hn::Vec<DF> HalfToFloat(DF df, VU16 bits) {
     const auto h = hn::PromoteTo(du, bits);
     const auto expMant = hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x7FFFu)));
     const auto exp = hn::And(expMant, hn::Set(du, 0x7C00u << 13));
-    const auto normal = hn::Add(expMant, hn::Set(du, 112u << 23));     // rebias 15 -> 127
-    const auto infNan = hn::Add(normal, hn::Set(du, 112u << 23));      // exponent 31 -> 255
+    const auto normal = hn::Add(expMant, hn::Set(du, 112u << 23));  // rebias 15 -> 127
+    const auto infNan = hn::Add(normal, hn::Set(du, 112u << 23));   // exponent 31 -> 255
     // Zero and subnormals: 2^-14 * (1 + mant/1024) - 2^-14 = mant * 2^-24, exact in f32.
     const auto sub = hn::BitCast(
         du, hn::Sub(hn::BitCast(df, hn::Add(normal, hn::Set(du, 1u << 23))), hn::Set(df, 6.103515625e-05f)));
@@ -63,10 +67,11 @@ auto FloatToHalf(DF df, VF v) {
     const auto sign = hn::And(bits, hn::Set(du, 0x80000000u));
     const auto mag = hn::Xor(bits, sign);
     const auto magI = hn::BitCast(di, mag);  // < 2^31, so signed compares order it
-    const auto big = hn::IfThenElse(hn::RebindMask(du, hn::Gt(magI, hn::Set(di, 0x7F800000))),
-                                    hn::Set(du, 0x7E00u), hn::Set(du, 0x7C00u));
-    const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, mag), hn::Set(df, std::bit_cast<float>(kDenormMagic)))),
-                             hn::Set(du, kDenormMagic));
+    const auto big = hn::IfThenElse(hn::RebindMask(du, hn::Gt(magI, hn::Set(di, 0x7F800000))), hn::Set(du, 0x7E00u),
+                                    hn::Set(du, 0x7C00u));
+    const auto sub =
+        hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, mag), hn::Set(df, std::bit_cast<float>(kDenormMagic)))),
+                hn::Set(du, kDenormMagic));
     const auto mantOdd = hn::And(hn::ShiftRight<13>(mag), hn::Set(du, 1u));
     const auto normal = hn::ShiftRight<13>(
         hn::Add(hn::Add(mag, hn::Set(du, (static_cast<std::uint32_t>(15 - 127) << 23) + 0xFFFu)), mantOdd));
@@ -103,33 +108,65 @@ struct Native {
   using Storage = T;
   using Compute = T;
   template <class D>
-  static hn::Vec<D> Load(D d, const T* p) { return hn::LoadU(d, p); }
+  static hn::Vec<D> Load(D d, const T* p) {
+    return hn::LoadU(d, p);
+  }
   template <class D, class V>
-  static void Store(D d, V v, T* p) { hn::StoreU(v, d, p); }
+  static void Store(D d, V v, T* p) {
+    hn::StoreU(v, d, p);
+  }
 };
 struct Half {
   using Storage = std::uint16_t;
   using Compute = float;
   template <class D>
-  static hn::Vec<D> Load(D d, const std::uint16_t* p) { return HalfToFloat(d, hn::LoadU(hn::Rebind<std::uint16_t, D>(), p)); }
+  static hn::Vec<D> Load(D d, const std::uint16_t* p) {
+    return HalfToFloat(d, hn::LoadU(hn::Rebind<std::uint16_t, D>(), p));
+  }
   template <class D, class V>
-  static void Store(D d, V v, std::uint16_t* p) { hn::StoreU(FloatToHalf(d, v), hn::Rebind<std::uint16_t, D>(), p); }
+  static void Store(D d, V v, std::uint16_t* p) {
+    hn::StoreU(FloatToHalf(d, v), hn::Rebind<std::uint16_t, D>(), p);
+  }
 };
 struct Bf16 {
   using Storage = std::uint16_t;
   using Compute = float;
   template <class D>
-  static hn::Vec<D> Load(D d, const std::uint16_t* p) { return Bf16ToFloat(d, hn::LoadU(hn::Rebind<std::uint16_t, D>(), p)); }
+  static hn::Vec<D> Load(D d, const std::uint16_t* p) {
+    return Bf16ToFloat(d, hn::LoadU(hn::Rebind<std::uint16_t, D>(), p));
+  }
   template <class D, class V>
-  static void Store(D d, V v, std::uint16_t* p) { hn::StoreU(FloatToBf16(d, v), hn::Rebind<std::uint16_t, D>(), p); }
+  static void Store(D d, V v, std::uint16_t* p) {
+    hn::StoreU(FloatToBf16(d, v), hn::Rebind<std::uint16_t, D>(), p);
+  }
 };
 
 // Integer Add/Mul wrap (two's complement lanes). Min/Max are spelled as compare-and-select rather than hn::Min/Max,
 // whose NaN and signed-zero results differ between targets: here every target gives a unless b is smaller (larger).
-struct SumOp { template <class V> static V Apply(V a, V b) { return hn::Add(a, b); } };
-struct ProdOp { template <class V> static V Apply(V a, V b) { return hn::Mul(a, b); } };
-struct MinOp { template <class V> static V Apply(V a, V b) { return hn::IfThenElse(hn::Lt(b, a), b, a); } };
-struct MaxOp { template <class V> static V Apply(V a, V b) { return hn::IfThenElse(hn::Lt(a, b), b, a); } };
+struct SumOp {
+  template <class V>
+  static V Apply(V a, V b) {
+    return hn::Add(a, b);
+  }
+};
+struct ProdOp {
+  template <class V>
+  static V Apply(V a, V b) {
+    return hn::Mul(a, b);
+  }
+};
+struct MinOp {
+  template <class V>
+  static V Apply(V a, V b) {
+    return hn::IfThenElse(hn::Lt(b, a), b, a);
+  }
+};
+struct MaxOp {
+  template <class V>
+  static V Apply(V a, V b) {
+    return hn::IfThenElse(hn::Lt(a, b), b, a);
+  }
+};
 
 /// d = a (op) b. d may alias a or b exactly: each step loads its operands before storing. The tail runs on
 /// one-lane vectors so it rounds exactly as the body does.
@@ -164,26 +201,35 @@ void ByOp(ReduceOp op, void* d, const void* a, const void* b, std::size_t n) {
   const auto* bb = static_cast<const S*>(b);
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return Combine<K, SumOp>(dd, aa, bb, n);
+    case ReduceOp::Avg:
+      return Combine<K, SumOp>(dd, aa, bb, n);
     case ReduceOp::Prod:
       if constexpr (std::is_same_v<S, std::int64_t>) {
         return ProdI64(dd, aa, bb, n);
       } else {
         return Combine<K, ProdOp>(dd, aa, bb, n);
       }
-    case ReduceOp::Min: return Combine<K, MinOp>(dd, aa, bb, n);
-    case ReduceOp::Max: return Combine<K, MaxOp>(dd, aa, bb, n);
+    case ReduceOp::Min:
+      return Combine<K, MinOp>(dd, aa, bb, n);
+    case ReduceOp::Max:
+      return Combine<K, MaxOp>(dd, aa, bb, n);
   }
 }
 
 void Reduce(DType t, ReduceOp op, void* d, const void* a, const void* b, std::size_t n) {
   switch (t) {
-    case DType::F32: return ByOp<Native<float>>(op, d, a, b, n);
-    case DType::F64: return ByOp<Native<double>>(op, d, a, b, n);
-    case DType::F16: return ByOp<Half>(op, d, a, b, n);
-    case DType::BF16: return ByOp<Bf16>(op, d, a, b, n);
-    case DType::I32: return ByOp<Native<std::int32_t>>(op, d, a, b, n);
-    case DType::I64: return ByOp<Native<std::int64_t>>(op, d, a, b, n);
+    case DType::F32:
+      return ByOp<Native<float>>(op, d, a, b, n);
+    case DType::F64:
+      return ByOp<Native<double>>(op, d, a, b, n);
+    case DType::F16:
+      return ByOp<Half>(op, d, a, b, n);
+    case DType::BF16:
+      return ByOp<Bf16>(op, d, a, b, n);
+    case DType::I32:
+      return ByOp<Native<std::int32_t>>(op, d, a, b, n);
+    case DType::I64:
+      return ByOp<Native<std::int64_t>>(op, d, a, b, n);
   }
 }
 
@@ -210,12 +256,18 @@ void DivideInt(void* d, std::size_t n, int divisor) {
 
 void Divide(DType t, void* d, std::size_t n, int divisor) {
   switch (t) {
-    case DType::F32: return DivideFloat<Native<float>>(d, n, divisor);
-    case DType::F64: return DivideFloat<Native<double>>(d, n, divisor);
-    case DType::F16: return DivideFloat<Half>(d, n, divisor);
-    case DType::BF16: return DivideFloat<Bf16>(d, n, divisor);
-    case DType::I32: return DivideInt<std::int32_t>(d, n, divisor);
-    case DType::I64: return DivideInt<std::int64_t>(d, n, divisor);
+    case DType::F32:
+      return DivideFloat<Native<float>>(d, n, divisor);
+    case DType::F64:
+      return DivideFloat<Native<double>>(d, n, divisor);
+    case DType::F16:
+      return DivideFloat<Half>(d, n, divisor);
+    case DType::BF16:
+      return DivideFloat<Bf16>(d, n, divisor);
+    case DType::I32:
+      return DivideInt<std::int32_t>(d, n, divisor);
+    case DType::I64:
+      return DivideInt<std::int64_t>(d, n, divisor);
   }
 }
 
@@ -256,6 +308,7 @@ HWY_EXPORT(ConvertHalf);
 HWY_EXPORT(ConvertBf16);
 HWY_EXPORT(Target);
 }  // namespace kernels
+// NOLINTEND(readability-identifier-naming)
 
 float halfToFloat(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
@@ -354,24 +407,42 @@ std::string reduceTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(kernels
 
 double loadAsDouble(DType t, const void* base, std::size_t i) {
   switch (t) {
-    case DType::F32: return static_cast<const float*>(base)[i];
-    case DType::F64: return static_cast<const double*>(base)[i];
-    case DType::F16: return halfToFloat(static_cast<const std::uint16_t*>(base)[i]);
-    case DType::BF16: return bf16ToFloat(static_cast<const std::uint16_t*>(base)[i]);
-    case DType::I32: return static_cast<const std::int32_t*>(base)[i];
-    case DType::I64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
+    case DType::F32:
+      return static_cast<const float*>(base)[i];
+    case DType::F64:
+      return static_cast<const double*>(base)[i];
+    case DType::F16:
+      return halfToFloat(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::BF16:
+      return bf16ToFloat(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::I32:
+      return static_cast<const std::int32_t*>(base)[i];
+    case DType::I64:
+      return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
   }
   return 0;
 }
 
 void storeFromDouble(DType t, void* base, std::size_t i, double v) {
   switch (t) {
-    case DType::F32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
-    case DType::F64: static_cast<double*>(base)[i] = v; return;
-    case DType::F16: static_cast<std::uint16_t*>(base)[i] = floatToHalf(static_cast<float>(v)); return;
-    case DType::BF16: static_cast<std::uint16_t*>(base)[i] = floatToBf16(static_cast<float>(v)); return;
-    case DType::I32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); return;
-    case DType::I64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); return;
+    case DType::F32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      return;
+    case DType::F64:
+      static_cast<double*>(base)[i] = v;
+      return;
+    case DType::F16:
+      static_cast<std::uint16_t*>(base)[i] = floatToHalf(static_cast<float>(v));
+      return;
+    case DType::BF16:
+      static_cast<std::uint16_t*>(base)[i] = floatToBf16(static_cast<float>(v));
+      return;
+    case DType::I32:
+      static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v);
+      return;
+    case DType::I64:
+      static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v);
+      return;
   }
 }
 

@@ -15,12 +15,18 @@ namespace {
 /// Largest integer magnitude below which every integer is exact: 2^(mantissa bits + 1).
 double exactLimit(DType t) {
   switch (t) {
-    case DType::F32: return 16777216.0;           // 2^24
-    case DType::F64: return 9007199254740992.0;   // 2^53
-    case DType::F16: return 2048.0;               // 2^11
-    case DType::BF16: return 256.0;               // 2^8
-    case DType::I32: return 2147483648.0;         // 2^31
-    case DType::I64: return 9007199254740992.0;   // kept within double's exact range for the reference
+    case DType::F32:
+      return 16777216.0;  // 2^24
+    case DType::F64:
+      return 9007199254740992.0;  // 2^53
+    case DType::F16:
+      return 2048.0;  // 2^11
+    case DType::BF16:
+      return 256.0;  // 2^8
+    case DType::I32:
+      return 2147483648.0;  // 2^31
+    case DType::I64:
+      return 9007199254740992.0;  // kept within double's exact range for the reference
   }
   return 1;
 }
@@ -221,22 +227,34 @@ double inputValue(const CollectiveSpec& spec, int rank, std::size_t index) {
 double expectedValue(const CollectiveSpec& spec, int rank, std::size_t index) {
   const int n = spec.nranks;
   switch (spec.kind) {
-    case Collective::AllGather: return inputValue(spec, static_cast<int>(index / spec.count), index % spec.count);
-    case Collective::Broadcast: return inputValue(spec, spec.root, index);
-    case Collective::Barrier: return 0;
-    default: break;
+    case Collective::AllGather:
+      return inputValue(spec, static_cast<int>(index / spec.count), index % spec.count);
+    case Collective::Broadcast:
+      return inputValue(spec, spec.root, index);
+    case Collective::Barrier:
+      return 0;
+    default:
+      break;
   }
-  const std::size_t at = spec.kind == Collective::ReduceScatter ? static_cast<std::size_t>(rank) * spec.count + index
-                                                                : index;
+  const std::size_t at =
+      spec.kind == Collective::ReduceScatter ? static_cast<std::size_t>(rank) * spec.count + index : index;
   double acc = inputValue(spec, 0, at);
   for (int r = 1; r < n; ++r) {
     const double v = inputValue(spec, r, at);
     switch (spec.op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg: acc += v; break;
-      case ReduceOp::Prod: acc *= v; break;
-      case ReduceOp::Min: acc = std::min(acc, v); break;
-      case ReduceOp::Max: acc = std::max(acc, v); break;
+      case ReduceOp::Avg:
+        acc += v;
+        break;
+      case ReduceOp::Prod:
+        acc *= v;
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (spec.op == ReduceOp::Avg) acc = isFloating(spec.dtype) ? acc / n : std::trunc(acc / n);
@@ -249,7 +267,10 @@ bool matches(const CollectiveSpec& spec, double got, double want) {
   // One ulp of the dtype at `want`.
   int exp = 0;
   std::frexp(want, &exp);
-  const int mantissaBits = spec.dtype == DType::F64 ? 52 : spec.dtype == DType::F32 ? 23 : spec.dtype == DType::F16 ? 10 : 7;
+  const int mantissaBits = spec.dtype == DType::F64   ? 52
+                           : spec.dtype == DType::F32 ? 23
+                           : spec.dtype == DType::F16 ? 10
+                                                      : 7;
   return std::fabs(got - want) <= std::ldexp(1.0, exp - 1 - mantissaBits);
 }
 
@@ -365,7 +386,8 @@ std::size_t RankBufferSet::countWrong() const {
     expect.resize(outElems);
     for (int r = 0; r < n; ++r) {
       rankInputs(spec_, r, spec_.count, vals);
-      std::copy(vals.begin(), vals.end(), expect.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * spec_.count));
+      std::copy(vals.begin(), vals.end(),
+                expect.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * spec_.count));
     }
   } else if (spec_.kind == Collective::Broadcast) {
     rankInputs(spec_, spec_.root, inElems, expect);

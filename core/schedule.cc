@@ -1,9 +1,9 @@
 #include "collbench/schedule.h"
 
+#include <fmt/ranges.h>
+
 #include <map>
 #include <tuple>
-
-#include <fmt/ranges.h>
 
 #include "collbench/error.h"
 
@@ -11,20 +11,28 @@ namespace collbench {
 
 std::string_view toString(OpKind k) {
   switch (k) {
-    case OpKind::Send: return "send";
-    case OpKind::Recv: return "recv";
-    case OpKind::RecvReduce: return "recv_reduce";
-    case OpKind::Copy: return "copy";
-    case OpKind::Reduce: return "reduce";
+    case OpKind::Send:
+      return "send";
+    case OpKind::Recv:
+      return "recv";
+    case OpKind::RecvReduce:
+      return "recv_reduce";
+    case OpKind::Copy:
+      return "copy";
+    case OpKind::Reduce:
+      return "reduce";
   }
   return "?";
 }
 
 std::string_view toString(BufferKind b) {
   switch (b) {
-    case BufferKind::Input: return "in";
-    case BufferKind::Output: return "out";
-    case BufferKind::Scratch: return "scratch";
+    case BufferKind::Input:
+      return "in";
+    case BufferKind::Output:
+      return "out";
+    case BufferKind::Scratch:
+      return "scratch";
   }
   return "?";
 }
@@ -53,10 +61,10 @@ Matching matchSchedule(const Schedule& s) {
       const Op& op = ops[static_cast<std::size_t>(i)];
       if (!op.isComm()) continue;
       if (op.peer < 0 || op.peer >= n || op.peer == r) {
-        throw Error(Errc::InvalidSchedule,
-                    fmt::format("rank {} op {} ({}): peer {} is not another rank of {}", r, i, toString(op.kind),
-                                op.peer, n),
-                    r, op.peer);
+        throw Error(
+            Errc::InvalidSchedule,
+            fmt::format("rank {} op {} ({}): peer {} is not another rank of {}", r, i, toString(op.kind), op.peer, n),
+            r, op.peer);
       }
       if (op.kind == OpKind::Send) {
         sends[{r, op.peer, op.channel}].push_back(i);

@@ -1,11 +1,11 @@
 // Algorithm choice: forced name, then tuning table (model-shaped interpolation), then cost model (selector.h).
 #include "collbench/selector.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
@@ -70,7 +70,8 @@ std::string forcedAlgorithm(std::string_view value, Collective c) {
   std::size_t start = 0;
   while (start <= v.size()) {
     const std::size_t semi = v.find(';', start);
-    const std::string item = trim(std::string_view(v).substr(start, semi == std::string::npos ? std::string::npos : semi - start));
+    const std::string item =
+        trim(std::string_view(v).substr(start, semi == std::string::npos ? std::string::npos : semi - start));
     start = semi == std::string::npos ? v.size() + 1 : semi + 1;
     if (item.empty()) continue;
     const std::size_t colon = item.find(':');
@@ -169,12 +170,11 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
   if (opt_.table) {
     const std::string fp = opt_.topology ? fingerprint(*opt_.topology) : "";
     const TuningSection* section = opt_.table->find(fp, kLibraryCollbench, opt_.backend);
-    const std::string where = fmt::format("table {}{}", opt_.tableSource.empty() ? "" : printable(opt_.tableSource) + " ",
-                                          section ? fmt::format("[{} on {}]", printable(section->topology.empty()
-                                                                                             ? "no topology"
-                                                                                             : section->topology),
-                                                                printable(section->backend))
-                                                  : "");
+    const std::string where = fmt::format(
+        "table {}{}", opt_.tableSource.empty() ? "" : printable(opt_.tableSource) + " ",
+        section ? fmt::format("[{} on {}]", printable(section->topology.empty() ? "no topology" : section->topology),
+                              printable(section->backend))
+                : "");
     if (!section) {
       tableNote = fp.empty() ? "; the table has no section measured without a topology"
                              : fmt::format("; the table has no section for topology fingerprint {}", fp);
@@ -197,7 +197,8 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
         c.predictedUs = best.candidate.timeUs;
         c.source = best.fit == TableFit::Exact ? "table" : std::string(toString(best.fit));
         for (const auto& p : preds) {
-          c.ranking.push_back({p.candidate.algorithm, p.candidate.chunkBytes, p.candidate.channels, p.candidate.timeUs});
+          c.ranking.push_back(
+              {p.candidate.algorithm, p.candidate.chunkBytes, p.candidate.channels, p.candidate.timeUs});
         }
         std::string how;
         if (best.fit == TableFit::Exact) {

@@ -1,4 +1,3 @@
-#include "collbench/json_document.h"
 #include "collbench/trace.h"
 
 #include <cmath>
@@ -8,6 +7,7 @@
 #include <sstream>
 
 #include "collbench/error.h"
+#include "collbench/json_document.h"
 
 namespace collbench {
 namespace {
@@ -27,7 +27,7 @@ std::string echo(const json& v) {
 class Reader {
  public:
   /// `newer`: fields a later version added, which this document's version does not have.
-  Reader(std::string_view source, std::string where, const json& obj, std::set<std::string> allowed,
+  Reader(std::string_view source, std::string where, const json& obj, const std::set<std::string>& allowed,
          const std::set<std::string>& newer = {}, int version = Trace::kVersion)
       : source_(source), where_(std::move(where)), obj_(obj) {
     if (!obj_.is_object()) fail("", fmt::format("must be an object, got {} {}", obj_.type_name(), echo(obj_)));

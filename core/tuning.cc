@@ -1,19 +1,19 @@
 // Tuning tables: JSON format with validation, and the interpolation between measured points (tuning.h).
 #include "collbench/tuning.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <tuple>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
@@ -215,8 +215,12 @@ TuningTable parseTuningTable(const std::string& text, const std::string& source)
   if (const json* p = top.get("provenance")) {
     Fields f(*p, "provenance", source);
     f.allow({"tool", "command_line", "backend", "host", "date", "topology", "topology_fingerprint"});
-    t.provenance = {f.str("tool", false),   f.str("command_line", false), f.str("backend", false),
-                    f.str("host", false),   f.str("date", false),         f.str("topology", false),
+    t.provenance = {f.str("tool", false),
+                    f.str("command_line", false),
+                    f.str("backend", false),
+                    f.str("host", false),
+                    f.str("date", false),
+                    f.str("topology", false),
                     f.str("topology_fingerprint", false)};
   }
   const json& sections = top.array("sections");
@@ -245,8 +249,8 @@ TuningTable parseTuningTable(const std::string& text, const std::string& source)
       e.nnodes = static_cast<int>(g.integer("nnodes", 1, e.nranks, false, 1));
       e.bytes = g.size("bytes");
       if (!seen.insert({static_cast<int>(e.collective), e.nranks, e.bytes}).second) {
-        fail(source, ep, fmt::format("duplicate point ({}, nranks {}, bytes {})", toString(e.collective), e.nranks,
-                                     e.bytes));
+        fail(source, ep,
+             fmt::format("duplicate point ({}, nranks {}, bytes {})", toString(e.collective), e.nranks, e.bytes));
       }
       const json& cands = g.array("candidates");
       if (cands.empty()) fail(source, g.at("candidates"), "must hold at least one candidate");
@@ -273,15 +277,19 @@ TuningTable loadTuningTable(const std::string& path) {
 std::string toJson(const TuningTable& t) {
   // One entry per line: diffs of committed tables stay readable.
   const TuningProvenance& p = t.provenance;
-  const json prov = {{"tool", p.tool},   {"command_line", p.commandLine}, {"backend", p.backend},
-                     {"host", p.host},   {"date", p.date},                {"topology", p.topology},
+  const json prov = {{"tool", p.tool},
+                     {"command_line", p.commandLine},
+                     {"backend", p.backend},
+                     {"host", p.host},
+                     {"date", p.date},
+                     {"topology", p.topology},
                      {"topology_fingerprint", p.topologyFingerprint}};
-  std::string out = fmt::format("{{\"format\": \"{}\", \"version\": {},\n \"provenance\": {},\n \"sections\": [", kFormat,
-                                kVersion, prov.dump());
+  std::string out = fmt::format("{{\"format\": \"{}\", \"version\": {},\n \"provenance\": {},\n \"sections\": [",
+                                kFormat, kVersion, prov.dump());
   for (std::size_t si = 0; si < t.sections.size(); ++si) {
     const TuningSection& s = t.sections[si];
-    const json head = {{"topology", s.topology}, {"fingerprint", s.fingerprint}, {"backend", s.backend},
-                       {"library", s.library}};
+    const json head = {
+        {"topology", s.topology}, {"fingerprint", s.fingerprint}, {"backend", s.backend}, {"library", s.library}};
     std::string h = head.dump();
     h.pop_back();  // reopen the object to append the entries
     out += fmt::format("{}\n  {}, \"entries\": [", si ? "," : "", h);
@@ -381,9 +389,12 @@ ParamSpace paramSpace(Collective c, std::string_view algorithm) {
 
 std::string_view toString(TableFit f) {
   switch (f) {
-    case TableFit::Exact: return "table point";
-    case TableFit::Interpolated: return "interpolated";
-    case TableFit::Extrapolated: return "extrapolated";
+    case TableFit::Exact:
+      return "table point";
+    case TableFit::Interpolated:
+      return "interpolated";
+    case TableFit::Extrapolated:
+      return "extrapolated";
   }
   return "?";
 }
@@ -530,8 +541,8 @@ std::vector<TablePrediction> predictFromTable(const TuningSection& section, Coll
             shaped = false;
             break;
           }
-          logRatio += (wsum > 0 ? s.weight / wsum : 1.0 / static_cast<double>(samples.size())) *
-                      std::log(s.cand->timeUs / *m);
+          logRatio +=
+              (wsum > 0 ? s.weight / wsum : 1.0 / static_cast<double>(samples.size())) * std::log(s.cand->timeUs / *m);
         }
       }
       if (shaped) {

@@ -1,13 +1,13 @@
 // NCCL example tuner plugin CSV: rules from a tuning table's nccl sections, the CSV text, and a strict parser
 // that applies the plugin's matching (facts from NVIDIA/nccl ext-tuner/example/plugin.c, v2.27.7 to v2.29).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "collbench/error.h"
 #include "collbench/tuning.h"
@@ -21,10 +21,10 @@ constexpr std::size_t kMaxLineChars = 255;
 constexpr std::size_t kRequiredFields = 8;
 constexpr std::size_t kMaxFields = 10;
 /// Algorithm names the plugin knows (parseAlgorithm); collbench tables only produce tree and ring.
-constexpr std::string_view kPluginAlgorithms[] = {"tree", "ring", "collnet_direct", "collnet_chain",
-                                                  "nvls", "nvls_tree", "pat"};
+constexpr std::string_view kPluginAlgorithms[] = {"tree",      "ring", "collnet_direct", "collnet_chain", "nvls",
+                                                  "nvls_tree", "pat"};
 constexpr std::string_view kPluginProtocols[] = {"ll", "ll128", "simple"};
-constexpr std::string_view kFieldNames[] = {"collective_type", "min_bytes", "max_bytes", "algorithm", "protocol",
+constexpr std::string_view kFieldNames[] = {"collective_type", "min_bytes", "max_bytes", "algorithm",  "protocol",
                                             "channels",        "nNodes",    "nRanks",    "numPipeOps", "regBuff"};
 
 std::string_view trim(std::string_view s) {
@@ -44,7 +44,8 @@ Collective pluginCollective(std::string_view s, const std::string& source, std::
                        Collective::Reduce}) {
     if (s == ncclTunerCollectiveName(c)) return c;
   }
-  failAt(source, line, kFieldNames[0], "unknown collective (broadcast, reduce, allgather, reducescatter, allreduce)", s);
+  failAt(source, line, kFieldNames[0], "unknown collective (broadcast, reduce, allgather, reducescatter, allreduce)",
+         s);
 }
 
 template <typename T>
@@ -60,12 +61,18 @@ T number(std::string_view s, const std::string& source, std::size_t line, std::s
 
 std::string_view ncclTunerCollectiveName(Collective c) {
   switch (c) {
-    case Collective::AllReduce: return "allreduce";
-    case Collective::ReduceScatter: return "reducescatter";
-    case Collective::AllGather: return "allgather";
-    case Collective::Broadcast: return "broadcast";
-    case Collective::Reduce: return "reduce";
-    case Collective::Barrier: break;
+    case Collective::AllReduce:
+      return "allreduce";
+    case Collective::ReduceScatter:
+      return "reducescatter";
+    case Collective::AllGather:
+      return "allgather";
+    case Collective::Broadcast:
+      return "broadcast";
+    case Collective::Reduce:
+      return "reduce";
+    case Collective::Barrier:
+      break;
   }
   throw Error(Errc::InvalidArgument, "NCCL's tuner has no barrier collective");
 }
@@ -168,8 +175,8 @@ std::vector<NcclTunerRule> parseNcclTunerCsv(const std::string& text, const std:
       start = comma + 1;
     }
     if (f.size() < kRequiredFields || f.size() > kMaxFields) {
-      failAt(source, lineNo, "line", fmt::format("expected {} to {} comma-separated fields, found {}", kRequiredFields,
-                                                 kMaxFields, f.size()),
+      failAt(source, lineNo, "line",
+             fmt::format("expected {} to {} comma-separated fields, found {}", kRequiredFields, kMaxFields, f.size()),
              line.substr(0, 60));
     }
     for (std::size_t i = 0; i < f.size(); ++i) {
@@ -181,8 +188,10 @@ std::vector<NcclTunerRule> parseNcclTunerCsv(const std::string& text, const std:
     r.maxBytes = number<std::size_t>(f[2], source, lineNo, 2, 0, SIZE_MAX);
     if (r.minBytes > r.maxBytes) failAt(source, lineNo, kFieldNames[1], "larger than max_bytes", f[1]);
     if (std::find(std::begin(kPluginAlgorithms), std::end(kPluginAlgorithms), f[3]) == std::end(kPluginAlgorithms)) {
-      failAt(source, lineNo, kFieldNames[3], "unknown algorithm (tree, ring, collnet_direct, collnet_chain, nvls, "
-             "nvls_tree, pat)", f[3]);
+      failAt(source, lineNo, kFieldNames[3],
+             "unknown algorithm (tree, ring, collnet_direct, collnet_chain, nvls, "
+             "nvls_tree, pat)",
+             f[3]);
     }
     r.algorithm = std::string(f[3]);
     if (std::find(std::begin(kPluginProtocols), std::end(kPluginProtocols), f[4]) == std::end(kPluginProtocols)) {

@@ -29,9 +29,15 @@ E parseName(std::string_view what, std::string_view value, const std::array<std:
 
 std::size_t dtypeSize(DType t) {
   switch (t) {
-    case DType::F32: case DType::I32: return 4;
-    case DType::F64: case DType::I64: return 8;
-    case DType::F16: case DType::BF16: return 2;
+    case DType::F32:
+    case DType::I32:
+      return 4;
+    case DType::F64:
+    case DType::I64:
+      return 8;
+    case DType::F16:
+    case DType::BF16:
+      return 2;
   }
   COLLBENCH_CHECK(false, "bad dtype {}", static_cast<int>(t));
 }
@@ -40,46 +46,74 @@ bool isFloating(DType t) { return t != DType::I32 && t != DType::I64; }
 
 std::string_view toString(DType t) {
   switch (t) {
-    case DType::F32: return "float";
-    case DType::F64: return "double";
-    case DType::F16: return "half";
-    case DType::BF16: return "bfloat16";
-    case DType::I32: return "int32";
-    case DType::I64: return "int64";
+    case DType::F32:
+      return "float";
+    case DType::F64:
+      return "double";
+    case DType::F16:
+      return "half";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::I32:
+      return "int32";
+    case DType::I64:
+      return "int64";
   }
   return "?";
 }
 
 std::string_view toString(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Prod:
+      return "prod";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Avg:
+      return "avg";
   }
   return "?";
 }
 
 std::string_view toString(Collective c) {
   switch (c) {
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllGather: return "all_gather";
-    case Collective::Broadcast: return "broadcast";
-    case Collective::Reduce: return "reduce";
-    case Collective::Barrier: return "barrier";
+    case Collective::AllReduce:
+      return "all_reduce";
+    case Collective::ReduceScatter:
+      return "reduce_scatter";
+    case Collective::AllGather:
+      return "all_gather";
+    case Collective::Broadcast:
+      return "broadcast";
+    case Collective::Reduce:
+      return "reduce";
+    case Collective::Barrier:
+      return "barrier";
   }
   return "?";
 }
 
 DType parseDType(std::string_view s) {
   static constexpr std::array<std::pair<std::string_view, DType>, 16> kNames{{
-      {"float", DType::F32}, {"f32", DType::F32}, {"float32", DType::F32}, {"fp32", DType::F32},
-      {"double", DType::F64}, {"f64", DType::F64}, {"float64", DType::F64},
-      {"half", DType::F16}, {"f16", DType::F16}, {"float16", DType::F16}, {"fp16", DType::F16},
-      {"bfloat16", DType::BF16}, {"bf16", DType::BF16},
-      {"int32", DType::I32}, {"i32", DType::I32}, {"int", DType::I32},
+      {"float", DType::F32},
+      {"f32", DType::F32},
+      {"float32", DType::F32},
+      {"fp32", DType::F32},
+      {"double", DType::F64},
+      {"f64", DType::F64},
+      {"float64", DType::F64},
+      {"half", DType::F16},
+      {"f16", DType::F16},
+      {"float16", DType::F16},
+      {"fp16", DType::F16},
+      {"bfloat16", DType::BF16},
+      {"bf16", DType::BF16},
+      {"int32", DType::I32},
+      {"i32", DType::I32},
+      {"int", DType::I32},
   }};
   const std::string key = lower(s);
   if (key == "int64" || key == "i64" || key == "long") return DType::I64;
@@ -88,20 +122,30 @@ DType parseDType(std::string_view s) {
 
 ReduceOp parseReduceOp(std::string_view s) {
   static constexpr std::array<std::pair<std::string_view, ReduceOp>, 6> kNames{{
-      {"sum", ReduceOp::Sum}, {"prod", ReduceOp::Prod}, {"min", ReduceOp::Min},
-      {"max", ReduceOp::Max}, {"avg", ReduceOp::Avg}, {"mean", ReduceOp::Avg},
+      {"sum", ReduceOp::Sum},
+      {"prod", ReduceOp::Prod},
+      {"min", ReduceOp::Min},
+      {"max", ReduceOp::Max},
+      {"avg", ReduceOp::Avg},
+      {"mean", ReduceOp::Avg},
   }};
   return parseName("op", s, kNames, "sum, prod, min, max, avg");
 }
 
 Collective parseCollective(std::string_view s) {
   static constexpr std::array<std::pair<std::string_view, Collective>, 12> kNames{{
-      {"all_reduce", Collective::AllReduce}, {"allreduce", Collective::AllReduce},
-      {"reduce_scatter", Collective::ReduceScatter}, {"reducescatter", Collective::ReduceScatter},
-      {"all_gather", Collective::AllGather}, {"allgather", Collective::AllGather},
-      {"broadcast", Collective::Broadcast}, {"bcast", Collective::Broadcast},
-      {"reduce", Collective::Reduce}, {"barrier", Collective::Barrier},
-      {"all-reduce", Collective::AllReduce}, {"reduce-scatter", Collective::ReduceScatter},
+      {"all_reduce", Collective::AllReduce},
+      {"allreduce", Collective::AllReduce},
+      {"reduce_scatter", Collective::ReduceScatter},
+      {"reducescatter", Collective::ReduceScatter},
+      {"all_gather", Collective::AllGather},
+      {"allgather", Collective::AllGather},
+      {"broadcast", Collective::Broadcast},
+      {"bcast", Collective::Broadcast},
+      {"reduce", Collective::Reduce},
+      {"barrier", Collective::Barrier},
+      {"all-reduce", Collective::AllReduce},
+      {"reduce-scatter", Collective::ReduceScatter},
   }};
   if (lower(s) == "all-gather") return Collective::AllGather;
   return parseName("collective", s, kNames, "all_reduce, reduce_scatter, all_gather, broadcast, reduce, barrier");
@@ -110,18 +154,24 @@ Collective parseCollective(std::string_view s) {
 std::size_t CollectiveSpec::inputBytes() const {
   const std::size_t b = count * elementSize();
   switch (kind) {
-    case Collective::ReduceScatter: return b * static_cast<std::size_t>(nranks);
-    case Collective::Barrier: return 0;
-    default: return b;
+    case Collective::ReduceScatter:
+      return b * static_cast<std::size_t>(nranks);
+    case Collective::Barrier:
+      return 0;
+    default:
+      return b;
   }
 }
 
 std::size_t CollectiveSpec::outputBytes() const {
   const std::size_t b = count * elementSize();
   switch (kind) {
-    case Collective::AllGather: return b * static_cast<std::size_t>(nranks);
-    case Collective::Barrier: return 0;
-    default: return b;
+    case Collective::AllGather:
+      return b * static_cast<std::size_t>(nranks);
+    case Collective::Barrier:
+      return 0;
+    default:
+      return b;
   }
 }
 
@@ -144,10 +194,13 @@ std::string describe(const CollectiveSpec& s) {
 
 double busBandwidthFactor(Collective c, int nranks) {
   switch (c) {
-    case Collective::AllReduce: return 2.0 * (nranks - 1) / nranks;
+    case Collective::AllReduce:
+      return 2.0 * (nranks - 1) / nranks;
     case Collective::ReduceScatter:
-    case Collective::AllGather: return static_cast<double>(nranks - 1) / nranks;
-    default: return 1.0;
+    case Collective::AllGather:
+      return static_cast<double>(nranks - 1) / nranks;
+    default:
+      return 1.0;
   }
 }
 

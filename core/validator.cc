@@ -12,10 +12,14 @@ namespace {
 std::string opName(const Schedule& s, int rank, int i) {
   const Op& op = s.ranks[static_cast<std::size_t>(rank)].ops[static_cast<std::size_t>(i)];
   switch (op.kind) {
-    case OpKind::Send: return fmt::format("rank {} op {} (send to rank {})", rank, i, op.peer);
-    case OpKind::Recv: return fmt::format("rank {} op {} (recv from rank {})", rank, i, op.peer);
-    case OpKind::RecvReduce: return fmt::format("rank {} op {} (recv_reduce from rank {})", rank, i, op.peer);
-    default: return fmt::format("rank {} op {} ({})", rank, i, toString(op.kind));
+    case OpKind::Send:
+      return fmt::format("rank {} op {} (send to rank {})", rank, i, op.peer);
+    case OpKind::Recv:
+      return fmt::format("rank {} op {} (recv from rank {})", rank, i, op.peer);
+    case OpKind::RecvReduce:
+      return fmt::format("rank {} op {} (recv_reduce from rank {})", rank, i, op.peer);
+    default:
+      return fmt::format("rank {} op {} ({})", rank, i, toString(op.kind));
   }
 }
 
@@ -26,9 +30,12 @@ std::string opName(const Schedule& s, int rank, int i) {
 
 std::size_t capacity(const Schedule& s, int rank, BufferKind b) {
   switch (b) {
-    case BufferKind::Input: return s.spec.inputBytes();
-    case BufferKind::Output: return s.spec.outputBytes();
-    case BufferKind::Scratch: return s.ranks[static_cast<std::size_t>(rank)].scratchBytes;
+    case BufferKind::Input:
+      return s.spec.inputBytes();
+    case BufferKind::Output:
+      return s.spec.outputBytes();
+    case BufferKind::Scratch:
+      return s.ranks[static_cast<std::size_t>(rank)].scratchBytes;
   }
   return 0;
 }
@@ -46,17 +53,18 @@ void checkLocal(const Schedule& s) {
       auto checkRange = [&](const BufRef& ref, const char* role) {
         const std::size_t cap = capacity(s, r, ref.buffer);
         if (ref.offset > cap || op.bytes > cap - ref.offset) {
-          fail(s, r, i, fmt::format("{} {}+[{}, {}) is out of bounds of the {} ({} bytes)", role,
-                                    toString(ref.buffer), ref.offset, ref.offset + op.bytes, toString(ref.buffer),
-                                    cap));
+          fail(s, r, i,
+               fmt::format("{} {}+[{}, {}) is out of bounds of the {} ({} bytes)", role, toString(ref.buffer),
+                           ref.offset, ref.offset + op.bytes, toString(ref.buffer), cap));
         }
       };
       if (op.reads()) checkRange(op.src, "src");
       if (op.writes()) checkRange(op.dst, "dst");
       const bool combines = op.kind == OpKind::Reduce || op.kind == OpKind::RecvReduce;
       if (combines && (op.bytes % es != 0 || op.src.offset % es != 0 || op.dst.offset % es != 0)) {
-        fail(s, r, i, fmt::format("reduction over {} bytes at src {} / dst {} is not aligned to {}-byte elements",
-                                  op.bytes, op.src.offset, op.dst.offset, es));
+        fail(s, r, i,
+             fmt::format("reduction over {} bytes at src {} / dst {} is not aligned to {}-byte elements", op.bytes,
+                         op.src.offset, op.dst.offset, es));
       }
     }
   }
@@ -75,7 +83,9 @@ MergedGraph mergeAndOrder(const Schedule& s, const Matching& m) {
   MergedGraph g;
   const int n = static_cast<int>(s.ranks.size());
   g.base.resize(static_cast<std::size_t>(n) + 1, 0);
-  for (int r = 0; r < n; ++r) g.base[static_cast<std::size_t>(r) + 1] = g.base[static_cast<std::size_t>(r)] + s.ranks[static_cast<std::size_t>(r)].ops.size();
+  for (int r = 0; r < n; ++r)
+    g.base[static_cast<std::size_t>(r) + 1] =
+        g.base[static_cast<std::size_t>(r)] + s.ranks[static_cast<std::size_t>(r)].ops.size();
   const std::size_t total = g.base.back();
   g.rep.assign(total, -1);
   for (const Match& mt : m.matches) {
@@ -149,7 +159,8 @@ void checkHazards(const Schedule& s, const MergedGraph& g, bool inPlace) {
   }
   auto before = [&](int a, int b) {
     return (reach[static_cast<std::size_t>(b) * words + static_cast<std::size_t>(a) / 64] >>
-            (static_cast<std::size_t>(a) % 64)) & 1u;
+            (static_cast<std::size_t>(a) % 64)) &
+           1u;
   };
   for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     const auto& ops = s.ranks[static_cast<std::size_t>(r)].ops;
@@ -199,8 +210,8 @@ void checkHazards(const Schedule& s, const MergedGraph& g, bool inPlace) {
 
 void validate(const Schedule& s, const ValidateOptions& opt) {
   if (static_cast<int>(s.ranks.size()) != s.spec.nranks) {
-    throw Error(Errc::InvalidSchedule, fmt::format("schedule has {} rank programs for {} ranks", s.ranks.size(),
-                                                   s.spec.nranks));
+    throw Error(Errc::InvalidSchedule,
+                fmt::format("schedule has {} rank programs for {} ranks", s.ranks.size(), s.spec.nranks));
   }
   checkLocal(s);
   const Matching m = matchSchedule(s);

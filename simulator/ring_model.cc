@@ -103,7 +103,8 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   {
     std::vector<std::pair<int, int>> pairs;
     for (const auto& ring : rings) {
-      for (int q = 0; q < n; ++q) pairs.emplace_back(ring[static_cast<std::size_t>(q)], ring[static_cast<std::size_t>((q + 1) % n)]);
+      for (int q = 0; q < n; ++q)
+        pairs.emplace_back(ring[static_cast<std::size_t>(q)], ring[static_cast<std::size_t>((q + 1) % n)]);
     }
     std::sort(pairs.begin(), pairs.end());
     pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());

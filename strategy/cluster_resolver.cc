@@ -1,4 +1,3 @@
-#include "collbench/json_document.h"
 #include "collbench/strategy/cluster_resolver.h"
 
 #include <spdlog/spdlog.h>
@@ -11,6 +10,7 @@
 #include <utility>
 
 #include "collbench/error.h"
+#include "collbench/json_document.h"
 
 namespace collbench::strategy {
 

@@ -13,8 +13,8 @@
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
 #include "collbench/selector.h"
-#include "collbench/topology.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
+#include "collbench/topology.h"
 #include "collbench/trace.h"
 
 namespace collbench::strategy::detail {
@@ -85,8 +85,8 @@ class CollectiveEngine {
 
   EngineConfig config_;
   int replicas_;
-  bool staged_;                ///< staged all-reduce (see the class comment)
-  std::vector<int> rankHost_;  ///< host of each replica on the topology (for the hierarchical algorithm)
+  bool staged_;                     ///< staged all-reduce (see the class comment)
+  std::vector<int> rankHost_;       ///< host of each replica on the topology (for the hierarchical algorithm)
   std::unique_ptr<Backend> flat_;   ///< one rank per replica (threads mode, flat or simulated)
   std::unique_ptr<Backend> cross_;  ///< one rank per worker (hierarchical)
   using SpecKey = std::tuple<int, int, std::size_t, int, int, int>;

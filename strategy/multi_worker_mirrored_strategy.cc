@@ -1,4 +1,3 @@
-#include "collbench/json_document.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 
 #include <spdlog/spdlog.h>
@@ -6,10 +5,11 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "collbench/error.h"
+#include "collbench/json_document.h"
 #include "collbench/units.h"
 #include "collective_engine.h"
 
@@ -157,17 +157,19 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
                        numReplicasInSync(), cfg.topologyName, ranks));
     }
     if (ranks > numReplicasInSync()) {
-      warn(fmt::format("simulate: {} replicas in sync use ranks 0..{} of topology '{}', which has {} ranks: the "
-                       "simulated times are for {} of its GPUs",
-                       numReplicasInSync(), numReplicasInSync() - 1, cfg.topologyName, ranks, numReplicasInSync()));
+      warn(
+          fmt::format("simulate: {} replicas in sync use ranks 0..{} of topology '{}', which has {} ranks: the "
+                      "simulated times are for {} of its GPUs",
+                      numReplicasInSync(), numReplicasInSync() - 1, cfg.topologyName, ranks, numReplicasInSync()));
     }
   } else {
     cfg.topologyName = std::string(toString(options_.mode));
   }
   if (processes) {
     if (options_.hierarchy == HierarchyMode::Flat) {
-      fail("ExecutionMode processes needs hierarchical all-reduce (one backend rank per worker): hierarchy flat is "
-           "for threads mode");
+      fail(
+          "ExecutionMode processes needs hierarchical all-reduce (one backend rank per worker): hierarchy flat is "
+          "for threads mode");
     }
     if (cfg.backend == "host") {
       fail(

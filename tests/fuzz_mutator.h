@@ -2,17 +2,16 @@
 // Bounded, seeded mutation of valid inputs for parser robustness tests (issue #10): bit flips, truncation,
 // deletion, duplication, JSON type swaps, huge and negative numbers, deep nesting. Deterministic per seed, so a
 // failure is reproducible from the case number printed with it.
-#include <nlohmann/json.hpp>
-
-#include "collbench/error.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "collbench/error.h"
 
 namespace collbench::testing {
 
@@ -23,14 +22,22 @@ class Mutator {
   /// One mutated variant of `text` (which should be valid JSON for the JSON-aware mutations to apply).
   std::string mutate(const std::string& text) {
     switch (pick(8)) {
-      case 0: return flipBits(text);
-      case 1: return text.substr(0, pick(text.size() + 1));
-      case 2: return erase(text);
-      case 3: return duplicate(text);
-      case 4: return swapJsonValue(text);
-      case 5: return insertToken(text);
-      case 6: return deepNesting(text);
-      default: return mutate(mutate(text));
+      case 0:
+        return flipBits(text);
+      case 1:
+        return text.substr(0, pick(text.size() + 1));
+      case 2:
+        return erase(text);
+      case 3:
+        return duplicate(text);
+      case 4:
+        return swapJsonValue(text);
+      case 5:
+        return insertToken(text);
+      case 6:
+        return deepNesting(text);
+      default:
+        return mutate(mutate(text));
     }
   }
 
@@ -53,8 +60,10 @@ class Mutator {
     return s.insert(at, s.substr(at, 1 + pick(32)));
   }
   std::string insertToken(std::string s) {
-    static const char* kTokens[] = {"-1", "0", "1e309", "-1e309", "99999999999999999999999", "null", "true",
-                                    "\"\"", "[]", "{}", ",", ":", "\"\\u0000\"", "NaN", "\"\\ud800\"", "-0.0"};
+    static const char* kTokens[] = {"-1",   "0",    "1e309",       "-1e309", "99999999999999999999999",
+                                    "null", "true", "\"\"",        "[]",     "{}",
+                                    ",",    ":",    "\"\\u0000\"", "NaN",    "\"\\ud800\"",
+                                    "-0.0"};
     return s.insert(pick(s.size() + 1), kTokens[pick(std::size(kTokens))]);
   }
   std::string deepNesting(const std::string& s) {
@@ -66,7 +75,8 @@ class Mutator {
     // collect() and dump() recurse once per nesting level: a document from deepNesting() (up to 5000 levels, more
     // when mutations compose) would overflow a small thread stack in the test itself, so deep ones are bit-flipped.
     bool tooDeep = false;
-    const nlohmann::json::parser_callback_t depthCheck = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    const nlohmann::json::parser_callback_t depthCheck = [&](int depth, nlohmann::json::parse_event_t,
+                                                             nlohmann::json&) {
       tooDeep = tooDeep || depth > kMaxSwapDepth;
       return true;
     };
@@ -75,9 +85,21 @@ class Mutator {
     std::vector<nlohmann::json*> nodes;
     collect(doc, nodes);
     nlohmann::json* target = nodes[pick(nodes.size())];
-    static const nlohmann::json kValues[] = {nullptr, true, -1, 0, 1e308, -1e308, 4294967297.0, -2147483649.0,
-                                             "", "x", "127.0.0.1:0", nlohmann::json::array(),
-                                             nlohmann::json::object(), 0.5, 18446744073709551615ull};
+    static const nlohmann::json kValues[] = {nullptr,
+                                             true,
+                                             -1,
+                                             0,
+                                             1e308,
+                                             -1e308,
+                                             4294967297.0,
+                                             -2147483649.0,
+                                             "",
+                                             "x",
+                                             "127.0.0.1:0",
+                                             nlohmann::json::array(),
+                                             nlohmann::json::object(),
+                                             0.5,
+                                             18446744073709551615ull};
     *target = kValues[pick(std::size(kValues))];
     return doc.dump();
   }
@@ -109,8 +131,8 @@ bool survives(F&& parse, const std::string& input, int caseNo) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "case " << caseNo << ": " << msg;
     return false;
   } catch (const std::exception& e) {
-    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what() << "\ninput: "
-                  << input.substr(0, 400);
+    ADD_FAILURE() << "case " << caseNo << " threw a non-collbench exception: " << e.what()
+                  << "\ninput: " << input.substr(0, 400);
     return false;
   }
 }

@@ -7,10 +7,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
-
-#include <nlohmann/json.hpp>
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
@@ -80,7 +79,8 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--name", a->name, "name of the calibrated topology")->default_val("calibrated");
   cmd->add_flag("--verify-sim", a->verifySim, "also simulate every sample on the calibrated topology");
   cmd->add_option("--min-bytes", a->minBytes, "fit only sizes >= this")->default_val("0");
-  cmd->add_option("--max-bytes", a->maxBytes, "fit only sizes <= this (0: no limit); an alpha-beta network has no "
+  cmd->add_option("--max-bytes", a->maxBytes,
+                  "fit only sizes <= this (0: no limit); an alpha-beta network has no "
                   "cache levels, so host runs fit best below the last-level cache")
       ->default_val("0");
   cmd->add_option("--loss", a->loss, "l2 (least squares of relative errors) or l1 (sum of |relative error|, robust)")
@@ -169,13 +169,13 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
         if (!b) b = makeBackend("sim", s.nranks, {{"topology", a->output}});
         const std::size_t es = dtypeSize(s.dtype);
         const bool perRank = s.collective == Collective::ReduceScatter || s.collective == Collective::AllGather;
-        CollectiveSpec spec{s.collective, s.nranks, perRank ? s.bytes / es / static_cast<std::size_t>(s.nranks) : s.bytes / es,
-                            s.dtype};
+        CollectiveSpec spec{s.collective, s.nranks,
+                            perRank ? s.bytes / es / static_cast<std::size_t>(s.nranks) : s.bytes / es, s.dtype};
         AlgoParams p{s.chunkBytes, s.channels, rankHosts(r.topology, s.nranks)};
         Buffers none(static_cast<std::size_t>(s.nranks));
         // Topologies carry no per-call overhead: the calibrated simulator is simulated time + the fitted overhead.
-        simUs[i] = b->run(buildSchedule(spec, s.algorithm, p), none, RunOptions{}).seconds * 1e6 +
-                   r.params.callOverheadUs;
+        simUs[i] =
+            b->run(buildSchedule(spec, s.algorithm, p), none, RunOptions{}).seconds * 1e6 + r.params.callOverheadUs;
       }
     }
     const CalibrationParams& p = r.params;
@@ -204,9 +204,9 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
         (f.heldOut ? simHeld : simFit).push_back(e);
         simCols = fmt::format("  {:>12.3f}  {:>8}", simUs[i], pct(e));
       }
-      fmt::print("  {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12.3f}  {:>12.3f}  {:>8}{}  {}\n", toString(f.sample.collective),
-                 f.sample.algorithm, f.sample.nranks, f.sample.hosts, f.sample.bytes, f.sample.timeUs, f.predictedUs,
-                 pct(f.relError), simCols, f.heldOut ? "held-out" : "fit");
+      fmt::print("  {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12.3f}  {:>12.3f}  {:>8}{}  {}\n",
+                 toString(f.sample.collective), f.sample.algorithm, f.sample.nranks, f.sample.hosts, f.sample.bytes,
+                 f.sample.timeUs, f.predictedUs, pct(f.relError), simCols, f.heldOut ? "held-out" : "fit");
     }
     fmt::print("# model fit: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.fitMedian, 100 * r.fitWorst,
                r.fits.size() - static_cast<std::size_t>(r.heldOutCount));
@@ -259,15 +259,15 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
             {"gamma", r.identified[4]},
             {"call_overhead", r.identified[5]}}},
           {"fit", {{"median", r.fitMedian}, {"worst", r.fitWorst}}},
-          {"held_out", r.heldOutCount > 0 ? nlohmann::json{{"median", r.heldOutMedian},
-                                                            {"worst", r.heldOutWorst},
-                                                            {"count", r.heldOutCount}}
-                                          : nlohmann::json{{"median", nullptr}, {"worst", nullptr}, {"count", 0}}},
+          {"held_out",
+           r.heldOutCount > 0
+               ? nlohmann::json{{"median", r.heldOutMedian}, {"worst", r.heldOutWorst}, {"count", r.heldOutCount}}
+               : nlohmann::json{{"median", nullptr}, {"worst", nullptr}, {"count", 0}}},
           {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-          {"sim_held_out", !simHeld.empty() ? nlohmann::json{{"median", medianAbs(simHeld)},
-                                                             {"worst", worstAbs(simHeld)},
-                                                             {"count", simHeld.size()}}
-                                           : nlohmann::json(nullptr)},
+          {"sim_held_out",
+           !simHeld.empty()
+               ? nlohmann::json{{"median", medianAbs(simHeld)}, {"worst", worstAbs(simHeld)}, {"count", simHeld.size()}}
+               : nlohmann::json(nullptr)},
           {"notes", r.notes},
           {"samples", rows}};
       std::ofstream f(a->json);

@@ -95,8 +95,8 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
     }
     c.stepFactor = *factor;
     if (c.minBytes > c.maxBytes) {
-      throw Error(Errc::InvalidArgument, fmt::format("-b/--minbytes {} is larger than -e/--maxbytes {}", c.minBytes,
-                                                     c.maxBytes));
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("-b/--minbytes {} is larger than -e/--maxbytes {}", c.minBytes, c.maxBytes));
     }
     if (c.stepFactor <= 1 && c.stepBytes == 0 && c.minBytes < c.maxBytes) {
       throw Error(Errc::InvalidArgument, "-i/--stepbytes must be greater than 0 when -b < -e and -f is 1");

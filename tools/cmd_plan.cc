@@ -23,7 +23,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("plan", "build, validate and show the schedule of one collective");
-  cmd->add_option("collective", a->collective, "all_reduce | reduce_scatter | all_gather | broadcast | reduce | barrier");
+  cmd->add_option("collective", a->collective,
+                  "all_reduce | reduce_scatter | all_gather | broadcast | reduce | barrier");
   cmd->add_option("--algo", a->algo, "algorithm name or auto")->default_val("auto");
   cmd->add_option("-g,--ranks", a->ranks, "number of ranks")->default_val(4);
   cmd->add_option("--bytes", a->bytes, "message size per rank (K/M/G)")->default_val("1M");
@@ -56,10 +57,11 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     const FoundTuningTable found =
         a->algo == "auto" ? findTuningTable(a->tuning, topo ? &*topo : nullptr, a->backend.empty() ? "sim" : a->backend)
                           : FoundTuningTable{};
-    const Choice choice = a->algo == "auto" ? chooseAlgorithm(spec, SelectorOptions{topo ? &*topo : nullptr,
-                                                                                     found.table ? &*found.table : nullptr,
-                                                                                     a->backend, "auto", found.path})
-                                            : Choice{a->algo, "forced by --algo"};
+    const Choice choice =
+        a->algo == "auto"
+            ? chooseAlgorithm(spec, SelectorOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr,
+                                                    a->backend, "auto", found.path})
+            : Choice{a->algo, "forced by --algo"};
     if (a->algo == "auto" && params.chunkBytes == 0 && params.channels == 1) {  // the selector's unless given
       params.chunkBytes = choice.chunkBytes;
       params.channels = choice.channels;
@@ -72,15 +74,17 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
       for (const auto& op : r.ops) sent += op.kind == OpKind::Send ? op.bytes : 0;
     }
     fmt::print("{}\nalgorithm: {} ({})\nops: {} total, at most {} per rank; bytes sent: {} total\nvalid: yes{}\n",
-               describe(spec), s.algorithm, choice.reason, s.totalOps(), maxOps, sent,
-               a->inPlace ? " (in place)" : "");
+               describe(spec), s.algorithm, choice.reason, s.totalOps(), maxOps, sent, a->inPlace ? " (in place)" : "");
     if (a->algo == "auto") fmt::print("tuning table: {}\n", found.describe());
     if (!choice.ranking.empty()) {  // --algo auto: what the choice rests on and what came next
       fmt::print("choice: {} ({}), chunk {} B, channels {}\n", choice.algorithm, choice.source, choice.chunkBytes,
                  choice.channels);
       for (std::size_t i = 0; i < choice.ranking.size() && i < 3; ++i) {
         const Alternative& r = choice.ranking[i];
-        fmt::print("  {} {:<20} chunk {:>10} B  channels {:>2}  {:>12.3f} us\n", i == 0 ? "chosen:   " : i == 1 ? "runner-up:" : "then:     ",
+        fmt::print("  {} {:<20} chunk {:>10} B  channels {:>2}  {:>12.3f} us\n",
+                   i == 0   ? "chosen:   "
+                   : i == 1 ? "runner-up:"
+                            : "then:     ",
                    r.algorithm, r.chunkBytes, r.channels, r.predictedUs);
       }
     }

@@ -9,10 +9,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
@@ -107,8 +106,8 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--max-geomean", a->maxGeomean, "exit 1 when the geometric-mean regret exceeds this");
   cmd->callback([a, &exitCode] {
     if (!a->json.empty() && std::filesystem::exists(a->json) && !a->force) {
-      throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it",
-                                                     printable(a->json)));
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("output file '{}' exists; pass --force to overwrite it", printable(a->json)));
     }
     const Collective coll = parseCollective(a->collective);
     const DType dtype = parseDType(a->dtype);
@@ -229,15 +228,18 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         }
         for (const Alternative& alt : choice.ranking) configs[alt.algorithm].push_back({alt.chunkBytes, alt.channels});
         configs[choice.algorithm].push_back({choice.chunkBytes, choice.channels});
-        Row row{n, key, choice.algorithm, choice.source, choice.chunkBytes, choice.channels, -1, choice.predictedUs,
-                "", 0, 1, -1};
+        Row row{
+            n, key, choice.algorithm, choice.source, choice.chunkBytes, choice.channels, -1, choice.predictedUs, "", 0,
+            1, -1};
         std::vector<TimedConfig> timed;
         for (auto& [alg, cfgs] : configs) {
           std::sort(cfgs.begin(), cfgs.end());
           cfgs.erase(std::unique(cfgs.begin(), cfgs.end()), cfgs.end());
           for (const auto& [chunk, ch] : cfgs) timed.push_back({alg, AlgoParams{chunk, ch, hosts}});
         }
-        if (tty) std::fprintf(stderr, "\r\033[Kregret: n=%d %s: %zu configurations", n, formatBytes(key).c_str(), timed.size());
+        if (tty)
+          std::fprintf(stderr, "\r\033[Kregret: n=%d %s: %zu configurations", n, formatBytes(key).c_str(),
+                       timed.size());
         const std::vector<double> us = timer.times(spec, timed);
         for (std::size_t i = 0; i < timed.size(); ++i) {
           const std::string& alg = timed[i].algorithm;
@@ -283,10 +285,18 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
       for (const Row& r : rows) {
         jr.push_back({{"nranks", r.nranks},
                       {"bytes", r.bytes},
-                      {"chosen", {{"algorithm", r.chosen}, {"chunk_bytes", r.chosenChunk}, {"channels", r.chosenChannels},
-                                  {"source", r.chosenSource}, {"predicted_us", r.predictedUs}, {"time_us", r.chosenUs}}},
-                      {"best", {{"algorithm", r.oracle}, {"chunk_bytes", r.oracleChunk}, {"channels", r.oracleChannels},
-                                {"time_us", r.oracleUs}}},
+                      {"chosen",
+                       {{"algorithm", r.chosen},
+                        {"chunk_bytes", r.chosenChunk},
+                        {"channels", r.chosenChannels},
+                        {"source", r.chosenSource},
+                        {"predicted_us", r.predictedUs},
+                        {"time_us", r.chosenUs}}},
+                      {"best",
+                       {{"algorithm", r.oracle},
+                        {"chunk_bytes", r.oracleChunk},
+                        {"channels", r.oracleChannels},
+                        {"time_us", r.oracleUs}}},
                       {"regret", r.regret()}});
       }
       const nlohmann::json doc = {{"format", "collbench-regret"},

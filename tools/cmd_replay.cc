@@ -62,8 +62,8 @@ struct ReplayEvent {
   CollectiveSpec spec;
   std::string group;
   std::size_t bytes = 0;
-  std::string algorithm;  ///< what ran ("" when the group has one rank: nothing to communicate)
-  double gap = 0;         ///< compute before it, rescaled
+  std::string algorithm;                       ///< what ran ("" when the group has one rank: nothing to communicate)
+  double gap = 0;                              ///< compute before it, rescaled
   TraceAfter after = TraceAfter::PreviousEnd;  ///< what that compute waited for
   double issue = 0;                            ///< when the compute before it was done (the program issued it)
   double start = 0, end = 0;

@@ -37,7 +37,7 @@ void checkOutputPath(const std::string& path, bool force, const char* what) {
   }
   const int fd = ::open(path.c_str(), exists ? O_WRONLY : (O_WRONLY | O_CREAT | O_EXCL), 0644);
   if (fd < 0) {
-    throw Error(Errc::InvalidArgument, fmt::format("cannot write {} file '{}': {}", what, path, std::strerror(errno)));
+    throw Error(Errc::InvalidArgument, fmt::format("cannot write {} file '{}': {}", what, path, errnoText(errno)));
   }
   ::close(fd);
   if (!exists) ::unlink(path.c_str());

@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "collbench/error.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
@@ -53,9 +53,9 @@ struct TrainArgs {
   std::string weightsOut;
   int logEvery = 10;
   bool force = false;
-  int faultRank = -1;              ///< fault injection: this worker sends itself ...
+  int faultRank = -1;                ///< fault injection: this worker sends itself ...
   std::string faultSignal = "kill";  ///< ... SIGKILL (dies) or SIGSTOP (hangs) ...
-  int faultStep = 0;               ///< ... after logging this step
+  int faultStep = 0;                 ///< ... after logging this step
 };
 
 /// The enumerator's name as written in code ("PeerFailure"), next to toString()'s words ("peer failure").
@@ -232,8 +232,10 @@ void runTrain(const TrainArgs& a) {
     if (!tracePath.empty() && (chief || traceAll)) {
       try {
         strategy.writeTrace(tracePath, gCommandLine);
-        std::fprintf(stderr, "collbench train: worker %d wrote the trace of its %zu collectives before the failure to "
-                     "%s\n", rank, strategy.trace().events.size(), tracePath.c_str());
+        std::fprintf(stderr,
+                     "collbench train: worker %d wrote the trace of its %zu collectives before the failure to "
+                     "%s\n",
+                     rank, strategy.trace().events.size(), tracePath.c_str());
       } catch (const Error& w) {
         std::fprintf(stderr, "collbench train: worker %d could not write its trace: %s\n", rank, w.what());
       }
@@ -269,8 +271,8 @@ void runTrain(const TrainArgs& a) {
   double commSeconds = 0;
   for (const TraceEvent& e : trace.events) commSeconds += e.endSeconds - e.startSeconds;
   std::printf("# %d steps, final loss %.6f; %zu collectives, %s in collectives%s%s%s\n", config.steps,
-              result.log.empty() ? 0.0 : result.log.back().loss, trace.events.size(), formatSeconds(commSeconds).c_str(),
-              a.simulate ? " (simulated time)" : "",
+              result.log.empty() ? 0.0 : result.log.back().loss, trace.events.size(),
+              formatSeconds(commSeconds).c_str(), a.simulate ? " (simulated time)" : "",
               tracePath.empty() || !(chief || traceAll) ? "" : fmt::format("; trace {}", tracePath).c_str(),
               a.weightsOut.empty() || !chief ? "" : fmt::format("; weights {}", a.weightsOut).c_str());
   // What AUTO (or RING, NCCL) ran, per size.

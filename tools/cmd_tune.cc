@@ -61,8 +61,7 @@ std::vector<int> intList(const std::string& s, const char* what, int lo) {
       used = 0;
     }
     if (used != item.size() || v < lo) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("{}: '{}' is not an integer >= {}", what, printable(item), lo));
+      throw Error(Errc::InvalidArgument, fmt::format("{}: '{}' is not an integer >= {}", what, printable(item), lo));
     }
     out.push_back(v);
   }
@@ -205,9 +204,12 @@ void sortEntry(TuningEntry& e) {
 std::string ncclAlgoEnv(NcclAlgo a) { return a == NcclAlgo::Tree ? "Tree" : "Ring"; }
 std::string ncclProtoEnv(NcclProto p) {
   switch (p) {
-    case NcclProto::LL: return "LL";
-    case NcclProto::LL128: return "LL128";
-    case NcclProto::Simple: return "Simple";
+    case NcclProto::LL:
+      return "LL";
+    case NcclProto::LL128:
+      return "LL128";
+    case NcclProto::Simple:
+      return "Simple";
   }
   return "Simple";
 }
@@ -226,8 +228,10 @@ class ScopedEnv {
   }
   ~ScopedEnv() {
     for (const auto& [k, v] : saved_) {
-      if (v) setenv(k.c_str(), v->c_str(), 1);
-      else unsetenv(k.c_str());
+      if (v)
+        setenv(k.c_str(), v->c_str(), 1);
+      else
+        unsetenv(k.c_str());
     }
   }
 
@@ -250,9 +254,11 @@ class Tuner {
     PerfConfig pc;
     pc.minBytes = parseBytes(a.minBytes, "-b/--minbytes");
     pc.maxBytes = parseBytes(a.maxBytes, "-e/--maxbytes");
-    if (!(a.factor > 1)) throw Error(Errc::InvalidArgument, fmt::format("-f/--stepfactor must be > 1, got {}", a.factor));
+    if (!(a.factor > 1))
+      throw Error(Errc::InvalidArgument, fmt::format("-f/--stepfactor must be > 1, got {}", a.factor));
     if (pc.minBytes > pc.maxBytes || pc.minBytes == 0) {
-      throw Error(Errc::InvalidArgument, fmt::format("sizes must satisfy 0 < -b ({}) <= -e ({})", pc.minBytes, pc.maxBytes));
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("sizes must satisfy 0 < -b ({}) <= -e ({})", pc.minBytes, pc.maxBytes));
     }
     pc.stepFactor = a.factor;
     sizes_ = sizeSequence(pc);
@@ -269,8 +275,8 @@ class Tuner {
     }
     for (int n : ranks_) {
       if (topo_ && n > topoRanks) {
-        throw Error(Errc::InvalidArgument, fmt::format("--ranks {}: topology '{}' has {} ranks", n,
-                                                       printable(topo_->name), topoRanks));
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("--ranks {}: topology '{}' has {} ranks", n, printable(topo_->name), topoRanks));
       }
     }
     if (!a.algos.empty()) algoFilter_ = splitList(a.algos);
@@ -332,7 +338,8 @@ class Tuner {
     std::vector<std::string> out;
     for (const auto& a : algorithms()) {
       if (a.collective != c || a.native) continue;
-      if (!algoFilter_.empty() && std::find(algoFilter_.begin(), algoFilter_.end(), a.name) == algoFilter_.end()) continue;
+      if (!algoFilter_.empty() && std::find(algoFilter_.begin(), algoFilter_.end(), a.name) == algoFilter_.end())
+        continue;
       if (a.name == "hierarchical") {
         if (!topo_) continue;  // needs the hosts of the ranks
         const CostModel m(*topo_, n);
@@ -356,7 +363,8 @@ class Tuner {
     std::size_t total = 0;
     for (int n : ranks_) {
       for (const Point& p : pointsFor(colls_, n, sizes_, dtype_)) {
-        for (const auto& a : algorithmsFor(p.collective, n)) total += sweepConfigs(p.collective, a, chunks_, channels_).size();
+        for (const auto& a : algorithmsFor(p.collective, n))
+          total += sweepConfigs(p.collective, a, chunks_, channels_).size();
       }
     }
     Progress progress(total);
@@ -394,7 +402,8 @@ class Tuner {
             }
             if (model) {
               const Estimate est = model->estimate(p.spec, a, params);
-              if (est.supported) addCandidate(e, TuningCandidate{a, "", params.chunkBytes, params.channels, est.terms.us});
+              if (est.supported)
+                addCandidate(e, TuningCandidate{a, "", params.chunkBytes, params.channels, est.terms.us});
             } else {
               configs.push_back({a, params});
             }
@@ -500,12 +509,13 @@ class Tuner {
                 us = *t;
               } else if (sim) {
                 const std::string a = algo == NcclAlgo::Tree ? "tree" : "ring";
-                us = timer->time(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts}) + ncclBaseLatencyUs(algo, proto);
+                us = timer->time(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts}) +
+                     ncclBaseLatencyUs(algo, proto);
               } else {
                 us = timer->time(p.spec, "nccl", {});
               }
-              auto [it, fresh] = entries.try_emplace({p.collective, p.bytes},
-                                                     TuningEntry{p.collective, n, nnodes, p.bytes, {}});
+              auto [it, fresh] =
+                  entries.try_emplace({p.collective, p.bytes}, TuningEntry{p.collective, n, nnodes, p.bytes, {}});
               (void)fresh;
               it->second.candidates.push_back(
                   TuningCandidate{std::string(toString(algo)), std::string(toString(proto)), 0, ch, us});
@@ -538,9 +548,10 @@ class Tuner {
 void printSummary(const TuningTable& t) {
   for (const TuningSection& s : t.sections) {
     fmt::print("# section: library {}, backend {}, topology {} (fingerprint {}), {} points\n", s.library, s.backend,
-               s.topology.empty() ? "(none)" : s.topology, s.fingerprint.empty() ? "-" : s.fingerprint, s.entries.size());
-    fmt::print("# {:>14}  {:>6}  {:>6}  {:>12}  {:<28} {:>12}  {:<28} {:>12}\n", "collective", "nranks", "nnodes", "bytes",
-               "best", "time_us", "runner-up", "time_us");
+               s.topology.empty() ? "(none)" : s.topology, s.fingerprint.empty() ? "-" : s.fingerprint,
+               s.entries.size());
+    fmt::print("# {:>14}  {:>6}  {:>6}  {:>12}  {:<28} {:>12}  {:<28} {:>12}\n", "collective", "nranks", "nnodes",
+               "bytes", "best", "time_us", "runner-up", "time_us");
     for (const TuningEntry& e : s.entries) {
       auto name = [&](const TuningCandidate& k) {
         std::string n = k.algorithm;
@@ -557,8 +568,8 @@ void printSummary(const TuningTable& t) {
       }
       const std::string second = next ? name(*next) : "-";
       const double secondUs = next ? next->timeUs : 0;
-      fmt::print("  {:>14}  {:>6}  {:>6}  {:>12}  {:<28} {:>12.3f}  {:<28} {:>12.3f}\n", toString(e.collective), e.nranks,
-                 e.nnodes, e.bytes, name(b), b.timeUs, second, secondUs);
+      fmt::print("  {:>14}  {:>6}  {:>6}  {:>12}  {:<28} {:>12.3f}  {:<28} {:>12.3f}\n", toString(e.collective),
+                 e.nranks, e.nnodes, e.bytes, name(b), b.timeUs, second, secondUs);
     }
   }
 }
@@ -567,7 +578,8 @@ void printSummary(const TuningTable& t) {
 
 void addTuneCommand(CLI::App& app, int& exitCode) {
   auto a = std::make_shared<TuneArgs>();
-  CLI::App* cmd = app.add_subcommand("tune", "sweep algorithms x chunk x channels x sizes x ranks; write a tuning table");
+  CLI::App* cmd =
+      app.add_subcommand("tune", "sweep algorithms x chunk x channels x sizes x ranks; write a tuning table");
   cmd->add_option("--backend", a->backend, "sim, host, gloo, nccl, or model (the cost model)")->default_val("sim");
   cmd->add_option("--topology", a->topology, "topology file or shipped name (fingerprint keys the table)");
   cmd->add_option("-o,--output", a->output, "tuning table to write (JSON)");
@@ -588,7 +600,8 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--repeats", a->repeats,
                   "repetitions, round-robin over a point's configurations; each one's fastest is kept (real backends)")
       ->default_val(7);
-  cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")->default_val(kDefaultTimeoutSeconds);
+  cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")
+      ->default_val(kDefaultTimeoutSeconds);
   cmd->add_option("--prune", a->prune,
                   "skip configurations the cost model (NCCL's model for the NCCL sweep) puts more than this many times "
                   "above its best at a point (0 = measure all)")

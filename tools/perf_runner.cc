@@ -48,10 +48,14 @@ double combineRanks(const RunResult& r, int average) {
   if (r.rankSeconds.empty()) return r.seconds;
   const auto& t = r.rankSeconds;
   switch (average) {
-    case 0: return t.front();
-    case 2: return *std::min_element(t.begin(), t.end());
-    case 3: return *std::max_element(t.begin(), t.end());
-    default: return r.seconds;
+    case 0:
+      return t.front();
+    case 2:
+      return *std::min_element(t.begin(), t.end());
+    case 3:
+      return *std::max_element(t.begin(), t.end());
+    default:
+      return r.seconds;
   }
 }
 
@@ -158,8 +162,8 @@ std::vector<std::size_t> sizeSequence(const PerfConfig& c) {
   std::vector<std::size_t> sizes;
   for (std::size_t s = c.minBytes; s <= c.maxBytes;) {
     sizes.push_back(s);
-    const std::size_t next = c.stepFactor > 1 ? static_cast<std::size_t>(static_cast<double>(s) * c.stepFactor)
-                                              : s + c.stepBytes;
+    const std::size_t next =
+        c.stepFactor > 1 ? static_cast<std::size_t>(static_cast<double>(s) * c.stepFactor) : s + c.stepBytes;
     if (next <= s) break;  // a 0-byte start with a factor, or overflow
     s = next;
   }
@@ -190,7 +194,7 @@ void checkOutputFile(const PerfConfig& c) {
     }
     if (::access(c.outputFile.c_str(), W_OK) != 0) {
       throw Error(Errc::InvalidArgument,
-                  fmt::format("-J/--output_file '{}' is not writable: {}", c.outputFile, std::strerror(errno)));
+                  fmt::format("-J/--output_file '{}' is not writable: {}", c.outputFile, errnoText(errno)));
     }
     return;
   }
@@ -201,7 +205,7 @@ void checkOutputFile(const PerfConfig& c) {
   }
   if (::access(dir.c_str(), W_OK) != 0) {
     throw Error(Errc::InvalidArgument, fmt::format("-J/--output_file '{}': cannot create files in '{}': {}",
-                                                   c.outputFile, dir.string(), std::strerror(errno)));
+                                                   c.outputFile, dir.string(), errnoText(errno)));
   }
 }
 
@@ -287,10 +291,10 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   checkSpec(probe, params);
   // --algo auto: the selector, with the table of --tuning, COLLBENCH_TUNING_FILE or the topology's shipped one.
   // Every row's choice is made before the header, which names them.
-  const FoundTuningTable found = c.algo == "auto" ? findTuningTable(c.tuningFile, topo ? &*topo : nullptr, backendName)
-                                                  : FoundTuningTable{};
-  const Selector selector(SelectorOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, backendName,
-                                          "auto", found.path});
+  const FoundTuningTable found =
+      c.algo == "auto" ? findTuningTable(c.tuningFile, topo ? &*topo : nullptr, backendName) : FoundTuningTable{};
+  const Selector selector(
+      SelectorOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, backendName, "auto", found.path});
   const std::size_t es = dtypeSize(dtype);
   std::vector<PlannedRow> plan;
   for (std::size_t bytes : sizeSequence(c)) {
@@ -370,8 +374,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
         if (c.check) {
           bufs.fill();
           backend->run(schedule, bufs.views(), RunOptions{1, 0, c.timeoutSeconds});
-          h.wrong = sumOverProcesses(*backend, static_cast<long long>(bufs.countWrong()), processMode,
-                                     c.timeoutSeconds);
+          h.wrong =
+              sumOverProcesses(*backend, static_cast<long long>(bufs.countWrong()), processMode, c.timeoutSeconds);
           record.wrongTotal += h.wrong;
         }
       } else {

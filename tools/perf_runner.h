@@ -1,10 +1,9 @@
 #pragma once
 // The nccl-tests style sweep behind `collbench perf`, shared with tests through its printed table and JSON.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"

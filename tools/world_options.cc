@@ -231,9 +231,10 @@ PerfRecord recordFromTable(const std::string& table, int n) {
                           {"channels", 1}};
     const char* names[2] = {"out_of_place", "in_place"};
     for (int k = 0; k < 2; ++k) {
-      const double us = std::stod(f[static_cast<std::size_t>(5 + 4 * k)]);
+      const auto column = static_cast<std::size_t>(k) * 4;
+      const double us = std::stod(f[5 + column]);
       const double algbw = us > 0 ? static_cast<double>(size) / (us * 1e-6) / 1e9 : 0;
-      const std::string& wrong = f[static_cast<std::size_t>(8 + 4 * k)];
+      const std::string& wrong = f[8 + column];
       row[names[k]] = {{"time_us", us},
                        {"algbw_GBps", algbw},
                        {"busbw_GBps", algbw * factor},
@@ -349,7 +350,8 @@ int runMpiPerf(const PerfConfig& c, std::FILE* out) {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run mpirun: %s\n", std::strerror(errno));
+    // The forked child is single-threaded until it exits: strerror cannot race here.
+    std::fprintf(stderr, "cannot run mpirun: %s\n", std::strerror(errno));  // NOLINT(concurrency-mt-unsafe)
     std::_Exit(127);
   }
   ::close(pipeFds[1]);
@@ -421,7 +423,7 @@ std::string exchangeNcclId(const BackendOptions& options, const std::function<st
   };
   const auto [host, port] = splitMaster(w.master);
   if (w.rank == 0) {
-    const std::string id = newId();
+    std::string id = newId();
     host::StoreServer server(host, port, w.token);
     host::StoreClient client(host, port, w.token, left());
     client.set(kNcclIdKey, std::vector<char>(id.begin(), id.end()));

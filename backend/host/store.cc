@@ -70,9 +70,6 @@ bool magicPrefixMatches(std::span<const std::byte> d, std::uint32_t magic) {
   return true;
 }
 
-/// strerror(3)'s text without its shared buffer (the store's server and clients run on several threads).
-std::string errnoText(int e) { return std::system_category().message(e); }
-
 /// Resolves host:port to socket addresses (numeric or name; no wildcard: we never bind to all interfaces).
 addrinfo* resolve(const std::string& host, int port, bool passive) {
   addrinfo hints{};

@@ -67,7 +67,7 @@ struct RankPlan {
   OpGraph graph;
   std::optional<ReadyOps> ready;  // reset each epoch, points into graph
   std::vector<int> pending;       // posted sends and receives not yet finished, reused each epoch
-  std::vector<int> slot;  // op -> slot index (-1 local)
+  std::vector<int> slot;          // op -> slot index (-1 local)
   const std::byte* input = nullptr;
   std::byte* output = nullptr;
   std::byte* scratch = nullptr;
@@ -258,9 +258,12 @@ class ThreadsBackend final : public Backend {
 
   std::byte* resolve(const RankPlan& p, const BufRef& ref) const {
     switch (ref.buffer) {
-      case BufferKind::Input: return const_cast<std::byte*>(p.input) + ref.offset;
-      case BufferKind::Output: return p.output + ref.offset;
-      case BufferKind::Scratch: return p.scratch + ref.offset;
+      case BufferKind::Input:
+        return const_cast<std::byte*>(p.input) + ref.offset;
+      case BufferKind::Output:
+        return p.output + ref.offset;
+      case BufferKind::Scratch:
+        return p.scratch + ref.offset;
     }
     return nullptr;
   }
@@ -317,7 +320,9 @@ class ThreadsBackend final : public Backend {
             break;
           }
           case OpKind::Recv:
-          case OpKind::RecvReduce: pending.push_back(i); break;
+          case OpKind::RecvReduce:
+            pending.push_back(i);
+            break;
         }
       }
       for (std::size_t k = 0; k < pending.size();) {

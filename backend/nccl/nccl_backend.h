@@ -23,8 +23,8 @@
 ///
 /// This header includes no CUDA or NCCL header: tools/ include it.
 #include <cstddef>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>

@@ -122,4 +122,3 @@ std::size_t pipelineChunks(std::size_t elems, std::size_t elemSize, std::size_t 
 }
 
 }  // namespace collbench::algo
-

@@ -15,12 +15,13 @@ namespace {
 
 /// Ring reduce-scatter then all-gather over `ring` (ranks in ring order) on elements [off, off+len), in the
 /// output. `after[r]` gates each rank's first op and is updated to a join of every op the phase added on the rank
-/// (not just the last: zero-byte ops are elided, and the next phase must follow all writes). The reduce-scatter of the intra-host phase reads the input; later phases work in place.
+/// (not just the last: zero-byte ops are elided, and the next phase must follow all writes). The reduce-scatter of the
+/// intra-host phase reads the input; later phases work in place.
 struct RingPhase {
   ScheduleBuilder& b;
   const std::vector<int>& ring;
   std::size_t off, len;
-  std::vector<OpId>& after;           // indexed by rank
+  std::vector<OpId>& after;                 // indexed by rank
   std::vector<std::vector<OpId>>& rsSends;  // per rank, per step: sends of the reduce-scatter (for AG hazards)
   int channel;
 
@@ -32,7 +33,8 @@ struct RingPhase {
     const Partition blocks{len, static_cast<std::size_t>(m)};
     for (int i = 0; i < m; ++i) {
       const int r = ring[static_cast<std::size_t>(i)];
-      const int next = ring[static_cast<std::size_t>(mod(i + 1, m))], prev = ring[static_cast<std::size_t>(mod(i - 1, m))];
+      const int next = ring[static_cast<std::size_t>(mod(i + 1, m))],
+                prev = ring[static_cast<std::size_t>(mod(i - 1, m))];
       auto& sends = rsSends[static_cast<std::size_t>(r)];
       sends.assign(static_cast<std::size_t>(m), kNoOp);
       OpId reduced = after[static_cast<std::size_t>(r)];
@@ -57,7 +59,8 @@ struct RingPhase {
     const Partition blocks{len, static_cast<std::size_t>(m)};
     for (int i = 0; i < m; ++i) {
       const int r = ring[static_cast<std::size_t>(i)];
-      const int next = ring[static_cast<std::size_t>(mod(i + 1, m))], prev = ring[static_cast<std::size_t>(mod(i - 1, m))];
+      const int next = ring[static_cast<std::size_t>(mod(i + 1, m))],
+                prev = ring[static_cast<std::size_t>(mod(i - 1, m))];
       const auto& sends = rsSends[static_cast<std::size_t>(r)];
       OpId received = after[static_cast<std::size_t>(r)];
       std::vector<OpId> all{received};
@@ -65,9 +68,9 @@ struct RingPhase {
         const int sb = mod(i + 1 - t, m);
         all.push_back(b.send(r, next, out(at(blocks, sb)), sz(blocks, sb), {received}, channel));
         const int rb = mod(i - t, m);
-        received = b.recv(r, prev, out(at(blocks, rb)), sz(blocks, rb),
-                          {sends.empty() ? kNoOp : sends[static_cast<std::size_t>(t)], after[static_cast<std::size_t>(r)]},
-                          channel);
+        received = b.recv(
+            r, prev, out(at(blocks, rb)), sz(blocks, rb),
+            {sends.empty() ? kNoOp : sends[static_cast<std::size_t>(t)], after[static_cast<std::size_t>(r)]}, channel);
         all.push_back(received);
       }
       after[static_cast<std::size_t>(r)] = b.join(r, all);

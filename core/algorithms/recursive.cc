@@ -105,8 +105,8 @@ Schedule rabenseifnerAllReduce(const CollectiveSpec& spec, const AlgoParams&) {
     // All-gather by recursive doubling, retracing the halving steps in reverse.
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
       const OpId sent = b.send(r, it->partner, out(elemOf(lo)), elemOf(hi) - elemOf(lo), {last});
-      const OpId got = b.recv(r, it->partner, out(elemOf(it->sentLo)), elemOf(it->sentHi) - elemOf(it->sentLo),
-                              {it->sent, last});
+      const OpId got =
+          b.recv(r, it->partner, out(elemOf(it->sentLo)), elemOf(it->sentHi) - elemOf(it->sentLo), {it->sent, last});
       last = b.join(r, {got, sent});
       lo = std::min(lo, it->sentLo);
       hi = std::max(hi, it->sentHi);

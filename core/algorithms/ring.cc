@@ -87,7 +87,8 @@ Schedule ringAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
     const std::vector<int> ring = ringOrder(n, params, piece.channel);
     for (int q = 0; q < n; ++q) {
       const int me = ring[static_cast<std::size_t>(q)];
-      const int next = ring[static_cast<std::size_t>(mod(q + 1, n))], prev = ring[static_cast<std::size_t>(mod(q - 1, n))];
+      const int next = ring[static_cast<std::size_t>(mod(q + 1, n))],
+                prev = ring[static_cast<std::size_t>(mod(q - 1, n))];
       std::vector<OpId> rsSend(nu);
       OpId reduced = kNoOp;
       // Reduce-scatter: at step s send block q-s, fold block q-s-1 arriving from prev.
@@ -139,8 +140,8 @@ Schedule ringReduceScatter(const CollectiveSpec& spec, const AlgoParams& params)
         const int rb = at(q - s - 2);
         const BufRef dst = s == n - 2 ? out(o) : slot(s);
         // The slot written now was read by the previous step's send.
-        reduced = b.recvReduce(me, prev, in(static_cast<std::size_t>(rb) * count + o), dst, len, {lastSend},
-                               piece.channel);
+        reduced =
+            b.recvReduce(me, prev, in(static_cast<std::size_t>(rb) * count + o), dst, len, {lastSend}, piece.channel);
         lastSend = sent;
         partial = dst;
       }

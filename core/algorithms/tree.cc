@@ -38,14 +38,17 @@ Schedule treeAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
     std::vector<std::vector<int>> children(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
       parent[static_cast<std::size_t>(r)] = dtreeParent(n, r, t);
-      if (parent[static_cast<std::size_t>(r)] >= 0) children[static_cast<std::size_t>(parent[static_cast<std::size_t>(r)])].push_back(r);
+      if (parent[static_cast<std::size_t>(r)] >= 0)
+        children[static_cast<std::size_t>(parent[static_cast<std::size_t>(r)])].push_back(r);
     }
     const Partition byChannel{byTree.size(static_cast<std::size_t>(t)), static_cast<std::size_t>(params.channels)};
     for (int c = 0; c < params.channels; ++c) {
       const int channel = t * params.channels + c;
-      const std::size_t sliceOff = byTree.offset(static_cast<std::size_t>(t)) + byChannel.offset(static_cast<std::size_t>(c));
+      const std::size_t sliceOff =
+          byTree.offset(static_cast<std::size_t>(t)) + byChannel.offset(static_cast<std::size_t>(c));
       const std::size_t sliceLen = byChannel.size(static_cast<std::size_t>(c));
-      const Partition chunks{sliceLen, pipelineChunks(sliceLen, b.elemSize(), params.chunkBytes, kDefaultPipelineChunkBytes)};
+      const Partition chunks{sliceLen,
+                             pipelineChunks(sliceLen, b.elemSize(), params.chunkBytes, kDefaultPipelineChunkBytes)};
       for (std::size_t k = 0; k < chunks.parts; ++k) {
         const std::size_t o = sliceOff + chunks.offset(k), len = chunks.size(k);
         for (int r = 0; r < n; ++r) {

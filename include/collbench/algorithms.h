@@ -25,11 +25,11 @@ inline constexpr std::size_t kDefaultPipelineChunkBytes = 512 * 1024;
 using Generator = std::function<Schedule(const CollectiveSpec&, const AlgoParams&)>;
 
 struct AlgorithmInfo {
-  std::string name;        ///< e.g. "ring"
-  Collective collective;   ///< what it implements
-  std::string summary;     ///< one line for --help and plan
+  std::string name;       ///< e.g. "ring"
+  Collective collective;  ///< what it implements
+  std::string summary;    ///< one line for --help and plan
   Generator build;
-  bool native = false;     ///< a peer library's own call, run only by its backend (baseline in the same harness)
+  bool native = false;  ///< a peer library's own call, run only by its backend (baseline in the same harness)
 };
 
 /// Every generator, in a stable order.

@@ -32,7 +32,7 @@ struct RunOptions {
 
 /// What a run reports. Simulated backends have no data, so `wrong` is only meaningful on real ones.
 struct RunResult {
-  double seconds = 0;  ///< mean seconds per iteration (mean over ranks when rankSeconds is filled)
+  double seconds = 0;               ///< mean seconds per iteration (mean over ranks when rankSeconds is filled)
   std::vector<double> rankSeconds;  ///< per rank, where the backend has a clock per rank (nccl-tests -a)
   std::string algorithm;
   std::size_t wrong = 0;

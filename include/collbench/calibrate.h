@@ -32,7 +32,7 @@ struct CalibrationSample {
   Collective collective = Collective::AllReduce;
   std::string algorithm;
   int nranks = 1;
-  int hosts = 1;  ///< ranks split evenly over hosts in rank order
+  int hosts = 1;          ///< ranks split evenly over hosts in rank order
   std::size_t bytes = 0;  ///< nccl-tests size
   DType dtype = DType::F32;
   std::size_t chunkBytes = 0;
@@ -58,8 +58,8 @@ std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, 
 struct CalibrationParams {
   LinkClassCost intra{true, 1.0, 10.0};
   LinkClassCost inter{true, 5.0, 10.0};
-  double gammaGBps = 10.0;     ///< 0 = free reductions
-  double callOverheadUs = 0;   ///< fixed cost of one call (CostModel::callOverheadUs)
+  double gammaGBps = 10.0;    ///< 0 = free reductions
+  double callOverheadUs = 0;  ///< fixed cost of one call (CostModel::callOverheadUs)
 };
 
 inline constexpr int kCalibrateMaxIterations = 30;
@@ -91,7 +91,7 @@ struct CalibrationResult {
   /// alpha_intra, alpha_inter, beta_intra, beta_inter, gamma, call overhead: whether the samples determine it.
   bool identified[6] = {false, false, false, false, false, false};
   std::vector<SampleFit> fits;
-  double fitMedian = 0, fitWorst = 0;  ///< |relative error| over the fitted samples
+  double fitMedian = 0, fitWorst = 0;          ///< |relative error| over the fitted samples
   double heldOutMedian = 0, heldOutWorst = 0;  ///< 0 when heldOutCount is 0 (print n/a)
   int heldOutCount = 0;
   int iterations = 0;

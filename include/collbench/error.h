@@ -1,11 +1,11 @@
 #pragma once
 /// collbench's one exception type. Messages name the ranks involved, like gloo's
 /// "missing connection between rank X (this process) and rank Y".
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
 
 namespace collbench {
 
@@ -32,12 +32,15 @@ class Error : public std::runtime_error {
 /// message must not break the one-line rule.
 std::string printable(std::string_view text);
 
+/// strerror(3)'s text for errno value `e`, without strerror's shared buffer (callers run on several threads).
+std::string errnoText(int e);
+
 [[noreturn]] void failCheck(const char* expr, const char* file, int line, const std::string& detail);
 
 }  // namespace collbench
 
 /// Internal invariant: a failure is a collbench bug, reported with file:line.
-#define COLLBENCH_CHECK(cond, ...)                                                                      \
-  do {                                                                                                  \
-    if (!(cond)) ::collbench::failCheck(#cond, __FILE__, __LINE__, ::fmt::format("" __VA_ARGS__));      \
+#define COLLBENCH_CHECK(cond, ...)                                                                 \
+  do {                                                                                             \
+    if (!(cond)) ::collbench::failCheck(#cond, __FILE__, __LINE__, ::fmt::format("" __VA_ARGS__)); \
   } while (0)

@@ -138,10 +138,10 @@ class Router {
 
   const Topology* topo_;
   std::vector<int> rankNode_;
-  std::vector<char> transit_;  ///< per node: may a route pass through it (see the constructor)
-  std::vector<int> adjStart_;                                 // CSR adjacency: node -> [adjStart_[n], adjStart_[n+1])
-  std::vector<std::pair<int, int>> adj_;                      // (neighbor, link)
-  std::vector<std::pair<int, int>> linkEnds_;                 // link -> (node of a, node of b)
+  std::vector<char> transit_;                  ///< per node: may a route pass through it (see the constructor)
+  std::vector<int> adjStart_;                  // CSR adjacency: node -> [adjStart_[n], adjStart_[n+1])
+  std::vector<std::pair<int, int>> adj_;       // (neighbor, link)
+  std::vector<std::pair<int, int>> linkEnds_;  // link -> (node of a, node of b)
   std::map<std::pair<int, int>, std::vector<Hop>> explicit_;  // (from node, to node) -> hops
   mutable std::unordered_map<int, Tree> trees_;               // bounded LRU; element references survive rehashing
   mutable std::uint64_t useClock_ = 0;

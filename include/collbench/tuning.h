@@ -147,9 +147,9 @@ std::string_view toString(TableFit f);
 struct TablePrediction {
   TuningCandidate candidate;  ///< algorithm and the configuration taken from the nearest corner; timeUs predicted
   TableFit fit = TableFit::Exact;
-  int nranksLo = 0, nranksHi = 0;            ///< table rank counts around the query
-  std::size_t bytesLo = 0, bytesHi = 0;      ///< table sizes around the query (at the nearest rank count)
-  bool modelShaped = false;                  ///< true: model x interpolated correction; false: log-time interpolation
+  int nranksLo = 0, nranksHi = 0;        ///< table rank counts around the query
+  std::size_t bytesLo = 0, bytesHi = 0;  ///< table sizes around the query (at the nearest rank count)
+  bool modelShaped = false;              ///< true: model x interpolated correction; false: log-time interpolation
 };
 
 /// Predicts every algorithm of `section`'s `collective` entries at (nranks, bytes), fastest first. Between table

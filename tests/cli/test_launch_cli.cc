@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "cli_runner.h"
-#include "loopback_ports.h"
 #include "collbench/algorithms.h"
+#include "loopback_ports.h"
 
 namespace collbench {
 namespace {

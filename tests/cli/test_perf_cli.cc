@@ -87,11 +87,11 @@ struct FactorCase {
 };
 
 TEST(PerfCli, BusBandwidthFactorsAndJson) {
-  for (const FactorCase& c : {FactorCase{"all_reduce", 4, 2.0 * 3 / 4}, FactorCase{"reduce_scatter", 4, 3.0 / 4},
-                              FactorCase{"all_gather", 3, 2.0 / 3}, FactorCase{"broadcast", 3, 1.0},
-                              FactorCase{"reduce", 2, 1.0}}) {
-    const auto doc = runJson(fmt::format("perf {} --backend host -b 4K -e 16K -f 4 -g {} -n 2 -w 1 -r {}",
-                                         c.collective, c.n, c.n - 1));
+  for (const FactorCase& c :
+       {FactorCase{"all_reduce", 4, 2.0 * 3 / 4}, FactorCase{"reduce_scatter", 4, 3.0 / 4},
+        FactorCase{"all_gather", 3, 2.0 / 3}, FactorCase{"broadcast", 3, 1.0}, FactorCase{"reduce", 2, 1.0}}) {
+    const auto doc = runJson(
+        fmt::format("perf {} --backend host -b 4K -e 16K -f 4 -g {} -n 2 -w 1 -r {}", c.collective, c.n, c.n - 1));
     EXPECT_EQ(doc["collective"], c.collective);
     EXPECT_EQ(doc["config"]["ranks"], c.n);
     EXPECT_TRUE(doc["environment"].contains("cpu"));
@@ -140,7 +140,8 @@ class CorruptingBackend final : public Backend {
 };
 
 TEST(PerfCli, WrongResultIsCountedAndFailsTheRun) {
-  registerBackend("corrupting", "test", [](int n, const BackendOptions&) { return std::make_unique<CorruptingBackend>(n); });
+  registerBackend("corrupting", "test",
+                  [](int n, const BackendOptions&) { return std::make_unique<CorruptingBackend>(n); });
   cli::PerfConfig c;
   c.backend = "corrupting";
   c.ranks = 2;

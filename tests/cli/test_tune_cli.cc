@@ -69,18 +69,17 @@ TEST_F(TuneCli, TableCarriesProvenanceAndEveryPoint) {
 
 TEST_F(TuneCli, RefusesToOverwriteWithoutForce) {
   const std::string before = slurp(table_);
-  const std::string cmd =
-      fmt::format("tune --backend sim --topology dgx-h100-8x1 -g 2 -b 1K -e 1K --chunks 0 --channels 1 -o {}",
-                  table_.string());
+  const std::string cmd = fmt::format(
+      "tune --backend sim --topology dgx-h100-8x1 -g 2 -b 1K -e 1K --chunks 0 --channels 1 -o {}", table_.string());
   const CliResult r = runCli(cmd);
   EXPECT_NE(r.exitCode, 0);
   EXPECT_NE(r.err.find("exists; pass --force"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(table_), before);
   const auto other = temp("forced.json");
   std::filesystem::copy_file(table_, other, std::filesystem::copy_options::overwrite_existing);
-  const CliResult f = runCli(fmt::format(
-      "tune --backend sim --topology dgx-h100-8x1 -g 2 -b 1K -e 1K --chunks 0 --channels 1 -o {} --force",
-      other.string()));
+  const CliResult f = runCli(
+      fmt::format("tune --backend sim --topology dgx-h100-8x1 -g 2 -b 1K -e 1K --chunks 0 --channels 1 -o {} --force",
+                  other.string()));
   EXPECT_EQ(f.exitCode, 0) << f.err;
   EXPECT_EQ(loadTuningTable(other.string()).sections[0].entries.size(), 1u);
   std::filesystem::remove(other);
@@ -90,10 +89,10 @@ TEST_F(TuneCli, NcclTunerExportParsesBackToTheTableChoices) {
   const auto csv = temp("nccl_tuner.conf"), tbl = temp("nccl_table.json");
   std::filesystem::remove(csv);
   std::filesystem::remove(tbl);
-  const CliResult r = runCli(fmt::format(
-      "tune --backend sim --topology dgx-h100-8x1 -g 8 -b 1K -e 16M -f 16 --nccl-channels 2,16 "
-      "--export nccl-tuner {} -o {}",
-      csv.string(), tbl.string()));
+  const CliResult r =
+      runCli(fmt::format("tune --backend sim --topology dgx-h100-8x1 -g 8 -b 1K -e 16M -f 16 --nccl-channels 2,16 "
+                         "--export nccl-tuner {} -o {}",
+                         csv.string(), tbl.string()));
   ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
   const std::string text = slurp(csv);
   EXPECT_NE(text.find("# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"),
@@ -141,16 +140,16 @@ TEST_F(TuneCli, PlanAutoExplainsTableRowModelAndRunnerUp) {
   const TuningTable t = loadTuningTable(table_.string());
   const TuningEntry* e = t.sections[0].find(Collective::AllReduce, 4, 8192);
   ASSERT_NE(e, nullptr);
-  const CliResult at = runCli(fmt::format("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1 --tuning {}",
-                                          table_.string()));
+  const CliResult at =
+      runCli(fmt::format("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1 --tuning {}", table_.string()));
   ASSERT_EQ(at.exitCode, 0) << at.err;
   EXPECT_NE(at.out.find(fmt::format("choice: {} (table)", e->candidates.front().algorithm)), std::string::npos)
       << at.out;
   EXPECT_NE(at.out.find("fastest measured at n=4"), std::string::npos) << at.out;
   EXPECT_NE(at.out.find("runner-up: " + e->candidates[1].algorithm), std::string::npos) << at.out;
   // Between table points: interpolated, and the reason names the enclosing points.
-  const CliResult mid = runCli(fmt::format("plan all_reduce -g 3 --bytes 24K --topology dgx-h100-8x1 --tuning {}",
-                                           table_.string()));
+  const CliResult mid =
+      runCli(fmt::format("plan all_reduce -g 3 --bytes 24K --topology dgx-h100-8x1 --tuning {}", table_.string()));
   ASSERT_EQ(mid.exitCode, 0) << mid.err;
   EXPECT_NE(mid.out.find("(interpolated)"), std::string::npos) << mid.out;
   EXPECT_NE(mid.out.find("n=2..4"), std::string::npos) << mid.out;
@@ -294,8 +293,8 @@ TEST(ShippedTuningTables, MatchTheCurrentTopologiesAndSimulator) {
 
 TEST_F(TuneCli, ForcedByEnvironmentOrFlag) {
   ::setenv("COLLBENCH_ALGO", "all_reduce:direct", 1);
-  const CliResult env = runCli(fmt::format("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1 --tuning {}",
-                                           table_.string()));
+  const CliResult env =
+      runCli(fmt::format("plan all_reduce -g 4 --bytes 8K --topology dgx-h100-8x1 --tuning {}", table_.string()));
   ::unsetenv("COLLBENCH_ALGO");
   ASSERT_EQ(env.exitCode, 0) << env.err;
   EXPECT_NE(env.out.find("algorithm: direct (forced by COLLBENCH_ALGO=all_reduce:direct"), std::string::npos)
@@ -337,9 +336,9 @@ TEST_F(TuneCli, PerfAutoRunsTheTableChoice) {
 TEST_F(TuneCli, RegretOnHeldOutRanksAndSizes) {
   const auto out = temp("regret.json");
   std::filesystem::remove(out);
-  const CliResult r = runCli(fmt::format(
-      "regret --backend sim --topology dgx-h100-8x1 --tuning {} --chunks 0,128K --channels 1,2 -J {}",
-      table_.string(), out.string()));
+  const CliResult r = runCli(
+      fmt::format("regret --backend sim --topology dgx-h100-8x1 --tuning {} --chunks 0,128K --channels 1,2 -J {}",
+                  table_.string(), out.string()));
   ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("# points 2  worst"), std::string::npos) << r.out;  // n=3 x {2896, 23168} (midpoints)
   const auto doc = nlohmann::json::parse(slurp(out));
@@ -358,9 +357,10 @@ TEST_F(TuneCli, RegretOnHeldOutRanksAndSizes) {
   EXPECT_DOUBLE_EQ(doc["summary"]["worst"].get<double>(), worst);
   EXPECT_LE(worst, 1.10);
   // --max-worst turns a bound into the exit code.
-  const CliResult gate = runCli(fmt::format("regret --backend sim --topology dgx-h100-8x1 --tuning {} -g 3 -b 3K -e 3K "
-                                            "--max-worst 0.5",
-                                            table_.string()));
+  const CliResult gate =
+      runCli(fmt::format("regret --backend sim --topology dgx-h100-8x1 --tuning {} -g 3 -b 3K -e 3K "
+                         "--max-worst 0.5",
+                         table_.string()));
   EXPECT_EQ(gate.exitCode, 1) << gate.err;
 }
 
@@ -376,17 +376,18 @@ TEST(CalibrateCli, RecoversASimulatedNetworkFromPerfJson) {
   for (const char* algo : {"ring", "recursive_doubling"}) {
     const auto out = temp(std::string("perf_") + algo + ".json");
     std::filesystem::remove(out);
-    const CliResult r = runCli(fmt::format("perf all_reduce --backend sim --topology {} -g 4 -b 1K -e 16M -f 4 --algo {} "
-                                           "-n 1 -w 0 -J {}",
-                                           topo.string(), algo, out.string()));
+    const CliResult r =
+        runCli(fmt::format("perf all_reduce --backend sim --topology {} -g 4 -b 1K -e 16M -f 4 --algo {} "
+                           "-n 1 -w 0 -J {}",
+                           topo.string(), algo, out.string()));
     ASSERT_EQ(r.exitCode, 0) << r.err;
     inputs.push_back(out.string());
   }
   const auto cal = temp("calibrated.json"), fit = temp("fit.json");
   std::filesystem::remove(cal);
   std::filesystem::remove(fit);
-  const CliResult r = runCli(fmt::format("calibrate {} {} -o {} -J {} --verify-sim", inputs[0], inputs[1],
-                                         cal.string(), fit.string()));
+  const CliResult r =
+      runCli(fmt::format("calibrate {} {} -o {} -J {} --verify-sim", inputs[0], inputs[1], cal.string(), fit.string()));
   ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("# model held-out: median"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("# calibrated simulator held-out: median"), std::string::npos) << r.out;

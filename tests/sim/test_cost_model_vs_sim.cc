@@ -4,9 +4,8 @@
 // host, one NIC per GPU on rail leaves and spines): rings per channel as ringOrder() lays them over hosts' GPUs and
 // NICs are exact too; direct and tree are within the tolerances below. This suite only builds with the simulator
 // (tests/CMakeLists.txt builds tests/sim only when collbench_sim exists).
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
@@ -142,10 +141,10 @@ TEST_P(CostModelVsSimRail, MultiHost) {
   p.rankHost = rankHosts(t, k.n);  // rings spread over the hosts' GPUs and NICs, as every tool builds them
   const auto [e, simUs] = modelAndSim(t, model, k.coll, k.n, k.bytes, k.algo, p);
   ASSERT_TRUE(e.supported) << e.note;
-  const double tol = k.algo == "tree"       ? kMultiHostPipelinedTol
-                     : k.algo == "direct"   ? kMultiHostDirectTol
-                     : p.channels > 1       ? kMultiHostChannelsTol
-                                            : kExactTol;
+  const double tol = k.algo == "tree"     ? kMultiHostPipelinedTol
+                     : k.algo == "direct" ? kMultiHostDirectTol
+                     : p.channels > 1     ? kMultiHostChannelsTol
+                                          : kExactTol;
   EXPECT_NEAR(e.terms.us, simUs, tol * simUs) << "model " << e.terms.us << " us, simulated " << simUs << " us";
 }
 

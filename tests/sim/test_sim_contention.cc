@@ -165,7 +165,7 @@ TEST(Contention, RingChannelsSpreadOverTheRails) {
   const Topology t = generateTopology("multi_node", R"({"nodes": 2, "reduce_GBps": 0})");
   const int n = 16;
   const std::size_t count = std::size_t{1} << 28;  // 1 GiB of floats
-  const double nicGBps = 50;                        // the generator's ConnectX-7 default
+  const double nicGBps = 50;                       // the generator's ConnectX-7 default
   auto busbw = [&](int channels) {
     AlgoParams p;
     p.channels = channels;

@@ -1,6 +1,5 @@
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "collbench/strategy/communication_options.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
@@ -54,15 +53,19 @@ TEST(CommunicationOptions, DefaultTimeoutIsSixtySecondsOrTheEnvironment) {
   EXPECT_EQ(defaultTimeoutSeconds(environmentFromMap({{"COLLBENCH_TIMEOUT_SECONDS", "7.5"}})), 7.5);
   EXPECT_EQ(timeoutSecondsFromEnvironment(environmentFromMap({})), std::nullopt);
   for (const char* bad : {"abc", "0", "-1", "5s", "inf", "nan"}) {
-    expectInvalid([&] { defaultTimeoutSeconds(environmentFromMap({{"COLLBENCH_TIMEOUT_SECONDS", bad}})); },
-                  {fmt::format("COLLBENCH_TIMEOUT_SECONDS=\"{}\" is not a positive number of seconds", bad)});
+    expectInvalid(
+        [&] {
+          defaultTimeoutSeconds(environmentFromMap({{"COLLBENCH_TIMEOUT_SECONDS", bad}}));
+        },
+        {fmt::format("COLLBENCH_TIMEOUT_SECONDS=\"{}\" is not a positive number of seconds", bad)});
   }
 }
 
 TEST(CommunicationOptions, PerCallImplementationUsesTheDeviceFactsNotTheStrategysChoice) {
   // GPU replicas with an nccl backend, strategy RING: a call asking for NCCL gets it. (The engine used to pass
   // "the strategy's choice used nccl" as "an nccl backend is available", making this call fail as Unsupported.)
-  const ImplementationChoice ring = resolveImplementation(CI::Ring, /*gpuReplicas=*/true, /*ncclBackendAvailable=*/true);
+  const ImplementationChoice ring =
+      resolveImplementation(CI::Ring, /*gpuReplicas=*/true, /*ncclBackendAvailable=*/true);
   ASSERT_FALSE(ring.useNcclBackend);
   ImplementationChoice c = implementationForCall(ring, CI::Nccl, true, true);
   EXPECT_EQ(c.effective, CI::Nccl);

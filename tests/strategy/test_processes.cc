@@ -83,9 +83,8 @@ TEST(ProcessWorker, DISABLED_ReduceAndLocalResults) {
     for (int i = 0; i <= r; ++i) data.insert(data.end(), {static_cast<float>(r), 1.0f});
     return Tensor::fromVector(data, Shape{r + 1, 2});
   });
-  const PerReplica ids = s->run([] {
-    return Tensor::scalar(static_cast<float>(getReplicaContext()->replicaIdInSyncGroup()));
-  });
+  const PerReplica ids =
+      s->run([] { return Tensor::scalar(static_cast<float>(getReplicaContext()->replicaIdInSyncGroup())); });
   json local = json::array();
   for (const Tensor& t : s->experimentalLocalResults(ids)) local.push_back(t.at(0));
   writeWorkerResult(*s, {{"hosted", rows.size()},

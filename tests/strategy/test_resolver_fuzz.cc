@@ -121,14 +121,15 @@ TEST(ResolverFuzz, SlurmEnvironment) {
        {"SLURM_JOB_NODELIST", "gpu[01-03],cpu3"},
        {"SLURM_TASKS_PER_NODE", "2(x3),1"},
        {"SLURM_LOCALID", "1"}},
-      {{"SLURM_PROCID", "1"}, {"SLURM_STEP_NODELIST", "s[1-2]"}, {"SLURM_STEP_NUM_TASKS", "2"},
+      {{"SLURM_PROCID", "1"},
+       {"SLURM_STEP_NODELIST", "s[1-2]"},
+       {"SLURM_STEP_NUM_TASKS", "2"},
        {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}},
       {{"SLURM_PROCID", "2"}, {"SLURM_JOB_NODELIST", "a,b"}, {"SLURM_NTASKS_PER_NODE", "2"}},
       {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "5"}, {"SLURM_JOB_NODELIST", "a,b"}},
   };
-  fuzzEnvironments(4242, seeds, [](const Env& e) {
-    return std::make_unique<SlurmClusterResolver>(environmentFromMap(e));
-  });
+  fuzzEnvironments(4242, seeds,
+                   [](const Env& e) { return std::make_unique<SlurmClusterResolver>(environmentFromMap(e)); });
 }
 
 TEST(ResolverFuzz, MpiEnvironment) {
@@ -141,9 +142,8 @@ TEST(ResolverFuzz, MpiEnvironment) {
       {{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}},
       {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"COLLBENCH_MASTER_ADDR", "[::1]:80"}},
   };
-  fuzzEnvironments(4343, seeds, [](const Env& e) {
-    return std::make_unique<MpiClusterResolver>(environmentFromMap(e));
-  });
+  fuzzEnvironments(4343, seeds,
+                   [](const Env& e) { return std::make_unique<MpiClusterResolver>(environmentFromMap(e)); });
 }
 
 TEST(ResolverFuzz, HostPort) {

@@ -705,7 +705,7 @@ TEST(Hierarchy, AutoFollowsTheCostModelOnTheTopology) {
   SelectorOptions withTopology;
   withTopology.topology = &rail;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const CollectiveSpec spec{Collective::AllReduce, 32, static_cast<std::size_t>(kPackCounts[i]), DType::F32,
+    const CollectiveSpec spec{Collective::AllReduce,    32, static_cast<std::size_t>(kPackCounts[i]), DType::F32,
                               collbench::ReduceOp::Sum, 0};
     EXPECT_EQ(got[i], chooseAlgorithm(spec, withTopology).algorithm) << kPackCounts[i] << " elements";
   }
@@ -725,8 +725,8 @@ TEST(Hierarchy, ForcedFormsUnderSimulation) {
   EXPECT_EQ(allReduceAlgorithms(*hier, kPackCounts), std::vector<std::string>(kPackCounts.size(), "hierarchical"));
   // The values are still reduced (in this process): the sum over 32 replicas.
   const PerReplica out = hier->run([] {
-    return getReplicaContext()->allReduce(ReduceOp::Sum, f32({1, static_cast<float>(
-                                                                  getReplicaContext()->replicaIdInSyncGroup())}));
+    return getReplicaContext()->allReduce(ReduceOp::Sum,
+                                          f32({1, static_cast<float>(getReplicaContext()->replicaIdInSyncGroup())}));
   });
   EXPECT_EQ(out[31].toVector<float>(), (std::vector<float>{32, 31 * 32 / 2}));
   // hierarchy flat: never the hierarchical algorithm.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -11,19 +12,17 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
+#include "cli/cli_runner.h"
 #include "collbench/backend.h"
 #include "collbench/error.h"
 #include "collbench/strategy/cluster_resolver.h"
-#include "cli/cli_runner.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "host_backend.h"
 
@@ -86,7 +85,7 @@ inline std::string processModeUnavailable() {
 /// Skips a process-mode test when this build has no gloo backend; with gloo (COLLBENCH_HAVE_GLOO) a missing CLI or
 /// a failing cluster is a failure, not a skip.
 #ifdef COLLBENCH_HAVE_GLOO
-#define COLLBENCH_REQUIRE_PROCESS_MODE()                                                                        \
+#define COLLBENCH_REQUIRE_PROCESS_MODE()                                                              \
   if (const std::string why = ::collbench::strategy::testing::processModeUnavailable(); !why.empty()) \
   GTEST_FAIL() << why
 #else
@@ -97,7 +96,7 @@ inline std::string processModeUnavailable() {
 inline constexpr const char* kWorkerOutEnv = "COLLBENCH_TEST_WORKER_OUT";
 
 struct WorkerRun {
-  collbench::testing::CliResult cli;   ///< `collbench launch`'s exit code and (rank-prefixed) output
+  collbench::testing::CliResult cli;    ///< `collbench launch`'s exit code and (rank-prefixed) output
   std::vector<nlohmann::json> results;  ///< per rank: what the worker wrote with writeWorkerResult (null if none)
 };
 
@@ -114,9 +113,9 @@ inline WorkerRun runWorkers(const std::string& testCase, int workers,
   for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   WorkerRun run;
-  run.cli = collbench::testing::runCli(
-      fmt::format("launch -n {} --grace 5 -- {} --gtest_also_run_disabled_tests --gtest_filter=ProcessWorker.DISABLED_{}",
-                  workers, self, testCase));
+  run.cli = collbench::testing::runCli(fmt::format(
+      "launch -n {} --grace 5 -- {} --gtest_also_run_disabled_tests --gtest_filter=ProcessWorker.DISABLED_{}", workers,
+      self, testCase));
   for (const auto& [k, v] : vars) ::unsetenv(k.c_str());
   for (int r = 0; r < workers; ++r) {
     const auto path = dir / fmt::format("{}.json", r);
@@ -146,8 +145,7 @@ inline std::unique_ptr<MultiWorkerMirroredStrategy> workerStrategy(int localRepl
 
 /// Writes a worker's observations for the parent test.
 inline void writeWorkerResult(const MultiWorkerMirroredStrategy& s, const nlohmann::json& j) {
-  std::ofstream(std::filesystem::path(std::getenv(kWorkerOutEnv)) / fmt::format("{}.json", s.workerRank()))
-      << j.dump();
+  std::ofstream(std::filesystem::path(std::getenv(kWorkerOutEnv)) / fmt::format("{}.json", s.workerRank())) << j.dump();
 }
 
 /// Captures what the default spdlog logger prints while alive.

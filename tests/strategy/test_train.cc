@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "cli/cli_runner.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
@@ -443,8 +443,8 @@ TEST(TrainCli, DataFilesShardByFile) {
   }
   // Rows of the wrong width are an input error naming the widths.
   { std::ofstream(files[0]) << "1,2,3\n4,5,6\n"; }
-  const collbench::testing::CliResult bad = collbench::testing::runCli(fmt::format(
-      "train --workers 2 --steps 2 --global-batch 2 --shard-policy file --data-files{}", list));
+  const collbench::testing::CliResult bad = collbench::testing::runCli(
+      fmt::format("train --workers 2 --steps 2 --global-batch 2 --shard-policy file --data-files{}", list));
   EXPECT_EQ(bad.exitCode, 2) << bad.err;
   EXPECT_NE(bad.err.find("data file rows hold 3 numbers, but 16 features and a label need 17"), std::string::npos)
       << bad.err;
@@ -474,8 +474,8 @@ TEST(TrainCli, SimulatedWhatIfRunTimesOnTheSimulator) {
   const std::string weights = (dir / fmt::format("collbench_sim_w_{}.json", ::getpid())).string();
   const std::string tracePath = (dir / fmt::format("collbench_sim_t_{}.json", ::getpid())).string();
   const collbench::testing::CliResult r = collbench::testing::runCli(
-      fmt::format("train -n 4 --simulate --topology dgx-h100-8x1 {} --weights-out {} --trace {} --force",
-                  trainFlags(0), weights, tracePath));
+      fmt::format("train -n 4 --simulate --topology dgx-h100-8x1 {} --weights-out {} --trace {} --force", trainFlags(0),
+                  weights, tracePath));
   if (r.err.find("unknown backend 'sim'") != std::string::npos)
     GTEST_SKIP() << "this collbench has no simulator backend (COLLBENCH_WITH_SIMGRID=OFF)";
   ASSERT_EQ(r.exitCode, 0) << r.out << r.err;

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <set>
 
+#include "algo_params_for_tests.h"
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/validator.h"
-#include "algo_params_for_tests.h"
 
 // Internal to core/algorithms (tree shape helpers).
 namespace collbench::algo {
@@ -45,8 +45,8 @@ class GeneratorTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GeneratorTest, ValidInAndOutOfPlace) {
   const Case& c = GetParam();
-  CollectiveSpec spec{c.algo->collective, c.nranks, c.algo->collective == Collective::Barrier ? 0 : c.count,
-                      DType::F32, ReduceOp::Sum, c.nranks - 1};
+  CollectiveSpec spec{c.algo->collective, c.nranks,      c.algo->collective == Collective::Barrier ? 0 : c.count,
+                      DType::F32,         ReduceOp::Sum, c.nranks - 1};
   const Schedule s = buildSchedule(spec, c.algo->name, testing::paramsFor(c.algo->name, c.nranks, c.params));
   ASSERT_EQ(static_cast<int>(s.ranks.size()), c.nranks);
   EXPECT_NO_THROW(validate(s, {false}));
@@ -115,7 +115,9 @@ TEST(Generators, HierarchicalKeepsInterHostTrafficSmall) {
   for (int r = 0; r < 8; ++r) {
     std::size_t cross = 0;
     for (const auto& op : s.ranks[static_cast<std::size_t>(r)].ops) {
-      if (op.kind == OpKind::Send && p.rankHost[static_cast<std::size_t>(op.peer)] != p.rankHost[static_cast<std::size_t>(r)]) cross += op.bytes;
+      if (op.kind == OpKind::Send &&
+          p.rankHost[static_cast<std::size_t>(op.peer)] != p.rankHost[static_cast<std::size_t>(r)])
+        cross += op.bytes;
     }
     EXPECT_EQ(cross, count * 4 / 4) << r;
   }
@@ -133,7 +135,8 @@ TEST(Generators, RingChannelsRotateOverHosts) {
     for (int h = 0; h < 3; ++h) {
       // Host h keeps its ranks together and starts at local index (c - h) mod 4 ...
       EXPECT_EQ(ring[static_cast<std::size_t>(4 * h)], 4 * h + ((c - h) % 4 + 4) % 4) << "channel " << c;
-      for (int i = 0; i < 4; ++i) EXPECT_EQ(p.rankHost[static_cast<std::size_t>(ring[static_cast<std::size_t>(4 * h + i)])], h);
+      for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(p.rankHost[static_cast<std::size_t>(ring[static_cast<std::size_t>(4 * h + i)])], h);
     }
     // ... so it is left from the local index the next host is entered at (the same rail), except at the wrap.
     EXPECT_EQ(ring[3] % 4, ring[4] % 4);

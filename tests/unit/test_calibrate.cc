@@ -37,8 +37,8 @@ std::vector<CalibrationSample> synthetic(const CalibrationParams& p, int hosts, 
       s.nranks = n;
       s.hosts = hosts;
       s.bytes = b;
-      const Estimate e = m.estimate(CollectiveSpec{Collective::AllReduce, n, b / 4, DType::F32}, a,
-                                    AlgoParams{0, 1, m.rankHost()});
+      const Estimate e =
+          m.estimate(CollectiveSpec{Collective::AllReduce, n, b / 4, DType::F32}, a, AlgoParams{0, 1, m.rankHost()});
       if (!e.supported) continue;
       s.timeUs = e.terms.us * (1 + 0.01 * std::sin(1.3 * i));
       s.origin = fmt::format("synthetic {}", i);
@@ -48,7 +48,8 @@ std::vector<CalibrationSample> synthetic(const CalibrationParams& p, int hosts, 
   return out;
 }
 
-const std::vector<std::string> kAlgos = {"ring", "recursive_doubling", "rabenseifner", "direct", "tree", "hierarchical"};
+const std::vector<std::string> kAlgos = {"ring", "recursive_doubling", "rabenseifner", "direct",
+                                         "tree", "hierarchical"};
 
 TEST(Calibrate, RecoversKnownParametersOfTwoClasses) {
   CalibrationParams truth;
@@ -110,7 +111,8 @@ TEST(Calibrate, FitsAFixedPerCallOverhead) {
   EXPECT_EQ(ring.params.callOverheadUs, 0);
   EXPECT_NEAR(ring.params.intra.alphaUs, 3.0 + 20.0 / 6, 0.3);  // 2(n-1) = 6 latency terms per call
   bool noted = false;
-  for (const auto& note : ring.notes) noted = noted || note.find("call_overhead is not identified") != std::string::npos;
+  for (const auto& note : ring.notes)
+    noted = noted || note.find("call_overhead is not identified") != std::string::npos;
   EXPECT_TRUE(noted);
 }
 

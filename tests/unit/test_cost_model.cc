@@ -13,9 +13,9 @@
 namespace collbench {
 namespace {
 
-constexpr double kB = 50;      // GB/s per link
-constexpr double kL = 1;       // us per link
-constexpr double kG = 200;     // reduce GB/s
+constexpr double kB = 50;          // GB/s per link
+constexpr double kL = 1;           // us per link
+constexpr double kG = 200;         // reduce GB/s
 constexpr double kAlpha = 2 * kL;  // two links rank -> switch -> rank
 double beta(double bytes) { return bytes / (kB * 1e3); }
 double gamma(double bytes) { return bytes / (kG * 1e3); }
@@ -155,8 +155,8 @@ TEST(NcclModel, FollowsNcclsTuningModel) {
   const auto simpleBig = ncclModelTimeUs(Collective::AllReduce, NcclAlgo::Ring, NcclProto::Simple, 16, 1u << 30, one);
   EXPECT_GT(*llBig, *simpleBig);
   // Ring Simple, one node: baseLat 8.4 + 2(n-1) x NVLink hwLat 3.4 us at zero bytes.
-  EXPECT_NEAR(*ncclModelTimeUs(Collective::AllReduce, NcclAlgo::Ring, NcclProto::Simple, 16, 0, one),
-              8.4 + 14 * 3.4, 1e-9);
+  EXPECT_NEAR(*ncclModelTimeUs(Collective::AllReduce, NcclAlgo::Ring, NcclProto::Simple, 16, 0, one), 8.4 + 14 * 3.4,
+              1e-9);
   // Tree is all-reduce only.
   EXPECT_FALSE(ncclModelTimeUs(Collective::AllGather, NcclAlgo::Tree, NcclProto::Simple, 8, 1024, one));
   EXPECT_TRUE(ncclModelTimeUs(Collective::AllGather, NcclAlgo::Ring, NcclProto::Simple, 8, 1024, one));

@@ -68,7 +68,7 @@ TEST(NcclTestsLog, ReadsSingleNode219) {
 
 TEST(NcclTestsLog, ReadsTwoNodeMpi213WithNcclNoise) {
   const NcclTestsLog log = parseNcclTestsLog(dataFile("all_reduce_perf_2.13_two_nodes.log"), "two.log");
-  EXPECT_EQ(log.version, "");  // 2.13 prints no version line
+  EXPECT_EQ(log.version, "");    // 2.13 prints no version line
   EXPECT_FALSE(log.collective);  // nor the program name
   EXPECT_EQ(log.nranks, 16);     // one "# Rank" line per MPI process
   EXPECT_EQ(log.nnodes(), 2);
@@ -129,25 +129,31 @@ TEST(NcclTestsLog, RejectsGarbage) {
   expectRejected(header, {"no result rows"});
   expectRejected(header + "        1024           256     float     sum      -1    15.00    0.07\n",
                  {"bad.log:2", "row", "expected 9 or 13 columns", "found 7"});
-  expectRejected(header + "        1024           256     float     sum      -1    abc    0.07    0.12       0    15.0    "
-                          "0.07    0.12       0\n",
+  expectRejected(header +
+                     "        1024           256     float     sum      -1    abc    0.07    0.12       0    15.0    "
+                     "0.07    0.12       0\n",
                  {"bad.log:2", "out-of-place time (us)", "abc"});
-  expectRejected(header + "        1024           256     float     sum      -1    15.0    0.07    0.12       0    -3    "
-                          "0.07    0.12       0\n",
+  expectRejected(header +
+                     "        1024           256     float     sum      -1    15.0    0.07    0.12       0    -3    "
+                     "0.07    0.12       0\n",
                  {"in-place time (us)", "-3"});
-  expectRejected(header + "        1024           256     float     sum      -1    15.0    0.07    0.12     1.5    15    "
-                          "0.07    0.12       0\n",
+  expectRejected(header +
+                     "        1024           256     float     sum      -1    15.0    0.07    0.12     1.5    15    "
+                     "0.07    0.12       0\n",
                  {"#wrong", "1.5"});
-  expectRejected(header + "        1e3           256     float     sum      -1    15.0    0.07    0.12       0    15    "
-                          "0.07    0.12       0\n",
+  expectRejected(header +
+                     "        1e3           256     float     sum      -1    15.0    0.07    0.12       0    15    "
+                     "0.07    0.12       0\n",
                  {"size (B)", "1e3"});
-  expectRejected(header + "        1024           256     float     sum      -1    inf    0.07    0.12       0    15    "
-                          "0.07    0.12       0\n",
+  expectRejected(header +
+                     "        1024           256     float     sum      -1    inf    0.07    0.12       0    15    "
+                     "0.07    0.12       0\n",
                  {"finite", "inf"});
   // Binary bytes in a row are escaped in the message: it stays one line.
   expectRejected(header + "        1024           256     float     sum      -1    1\n5    0.07\n", {"bad.log:2"});
-  expectRejected(header + "        1024           256     float     sum      -1    \x01\x02    0.07    0.12       0    15 "
-                          "   0.07    0.12       0\n",
+  expectRejected(header +
+                     "        1024           256     float     sum      -1    \x01\x02    0.07    0.12       0    15 "
+                     "   0.07    0.12       0\n",
                  {"\\x01"});
 }
 

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "collbench/calibrate.h"
@@ -76,7 +76,8 @@ TEST(ParserFuzz, RegressionFiles) {
   int checked = 0;
   for (const auto& f : std::filesystem::directory_iterator(dir)) {
     const std::string name = f.path().filename().string();
-    const auto p = std::find_if(parsers.begin(), parsers.end(), [&](const auto& e) { return name.starts_with(e.first); });
+    const auto p =
+        std::find_if(parsers.begin(), parsers.end(), [&](const auto& e) { return name.starts_with(e.first); });
     ASSERT_NE(p, parsers.end()) << name << ": no parser for this prefix";
     EXPECT_FALSE(survives(p->second, readFile(f.path()), 0)) << name << " was accepted";
     ++checked;

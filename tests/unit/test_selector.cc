@@ -60,8 +60,8 @@ TuningTable modelTable(const Topology& t, const std::function<double(const std::
       for (const auto& a : algorithms()) {
         if (a.collective != Collective::AllReduce || a.native) continue;
         TuningCandidate best{a.name, "", 0, 1, -1};
-        for (const AlgoParams& p : sweepConfigs(Collective::AllReduce, a.name, {0, 128 * 1024, 2 * 1024 * 1024},
-                                                {1, 2, 4}, m.rankHost())) {
+        for (const AlgoParams& p :
+             sweepConfigs(Collective::AllReduce, a.name, {0, 128 * 1024, 2 * 1024 * 1024}, {1, 2, 4}, m.rankHost())) {
           const Estimate est = m.estimate(spec, a.name, p);
           if (!est.supported) continue;
           const double us = est.terms.us * scale(a.name, b);
@@ -119,8 +119,8 @@ TEST(Selector, BetweenTablePointsFollowsTheCorrectedModel) {
   const Selector sel(SelectorOptions{&t, &table, "", "auto", ""});
   for (int n : {3, 5, 6, 7}) {
     const CostModel m(t, n);
-    for (std::size_t b : {std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20, std::size_t{16} << 20,
-                          std::size_t{256} << 20}) {
+    for (std::size_t b :
+         {std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{256} << 20}) {
       const CollectiveSpec spec{Collective::AllReduce, n, b / 4, DType::F32};
       const Choice c = sel.choose(spec);
       EXPECT_EQ(c.source, "interpolated") << n << " " << b;
@@ -128,7 +128,8 @@ TEST(Selector, BetweenTablePointsFollowsTheCorrectedModel) {
       EXPECT_NEAR(c.predictedUs, chosen, 1e-6 * chosen);
       // Sane: no algorithm is more than 5% faster than the choice at the configuration the table gives it.
       for (const Alternative& alt : c.ranking) {
-        const double t2 = m.estimate(spec, alt.algorithm, AlgoParams{alt.chunkBytes, alt.channels, m.rankHost()}).terms.us;
+        const double t2 =
+            m.estimate(spec, alt.algorithm, AlgoParams{alt.chunkBytes, alt.channels, m.rankHost()}).terms.us;
         EXPECT_GE(t2 * 1.05, chosen) << n << " " << b << " " << alt.algorithm << " beats " << c.algorithm;
       }
     }
@@ -139,7 +140,8 @@ TEST(Selector, TableScaleCarriesBetweenPoints) {
   const Topology t = flat8();
   // Ring "measured" 3x faster than modelled everywhere: between points it must still win where the model alone
   // would pick something else.
-  const TuningTable table = modelTable(t, [](const std::string& a, std::size_t) { return a == "ring" ? 1 / 3.0 : 1.0; });
+  const TuningTable table =
+      modelTable(t, [](const std::string& a, std::size_t) { return a == "ring" ? 1 / 3.0 : 1.0; });
   const Selector sel(SelectorOptions{&t, &table, "", "auto", ""});
   const CollectiveSpec spec{Collective::AllReduce, 6, (8u << 20) / 4, DType::F32};
   EXPECT_EQ(sel.choose(spec).algorithm, "ring");

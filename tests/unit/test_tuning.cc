@@ -173,7 +173,8 @@ TEST(TuningInterpolation, LogTimeBetweenPointsAndClampedOutside) {
     EXPECT_EQ(x.fit, TableFit::Interpolated);
     EXPECT_EQ(x.bytesLo, 1024u);
     EXPECT_EQ(x.bytesHi, 1u << 20);
-    const double lo = s.find(Collective::AllReduce, 4, 1024)->candidates[x.candidate.algorithm == "ring" ? 1 : 0].timeUs;
+    const double lo =
+        s.find(Collective::AllReduce, 4, 1024)->candidates[x.candidate.algorithm == "ring" ? 1 : 0].timeUs;
     double hi = 0;
     for (const auto& k : s.find(Collective::AllReduce, 4, 1u << 20)->candidates) {
       if (k.algorithm == x.candidate.algorithm) hi = k.timeUs;
@@ -257,12 +258,12 @@ TEST(NcclTuner, RulesCsvRoundTripMatchesTableChoices) {
   // the geometric mean of neighbouring sizes.
   const NcclTunerRule* first = matchNcclTunerRule(back, Collective::AllReduce, 0, 2, 16);
   ASSERT_NE(first, nullptr);
-  EXPECT_EQ(first->maxBytes, 8192u);  // sqrt(1 KiB x 64 KiB)
-  EXPECT_EQ(rules.size(), 4u);          // allreduce: three ranges; broadcast: one
+  EXPECT_EQ(first->maxBytes, 8192u);       // sqrt(1 KiB x 64 KiB)
+  EXPECT_EQ(rules.size(), 4u);             // allreduce: three ranges; broadcast: one
   EXPECT_EQ(rules[1].maxBytes, 8u << 20);  // sqrt(1 MiB x 64 MiB)
-  for (const std::string& line : {std::string("allreduce,0,10,ring,simple,2,1,8"),
-                                  std::string("allreduce,0,10,ring,simple,2,1,8,-1"),
-                                  std::string("allreduce, 0, 10, nvls, simple, -1, -1, -1, 4, 1")}) {
+  for (const std::string& line :
+       {std::string("allreduce,0,10,ring,simple,2,1,8"), std::string("allreduce,0,10,ring,simple,2,1,8,-1"),
+        std::string("allreduce, 0, 10, nvls, simple, -1, -1, -1, 4, 1")}) {
     EXPECT_EQ(parseNcclTunerCsv(line + "\n", "x").size(), 1u) << line;
   }
   EXPECT_THROW(ncclTunerRules(TuningTable{}), Error);

@@ -31,7 +31,8 @@ void fuzz(std::uint64_t seed, const std::vector<std::string>& seeds, F&& parse) 
   testing::Mutator m(seed);
   const int cases = testing::fuzzCases();
   int parsed = 0;
-  for (int i = 0; i < cases; ++i) parsed += survives(parse, m.mutate(seeds[static_cast<std::size_t>(i) % seeds.size()]), i);
+  for (int i = 0; i < cases; ++i)
+    parsed += survives(parse, m.mutate(seeds[static_cast<std::size_t>(i) % seeds.size()]), i);
   EXPECT_LT(parsed, cases);  // the mutations break inputs ...
   EXPECT_GT(parsed, 0);      // ... but not all of them: the mutator is not vacuous
 }
@@ -43,7 +44,8 @@ std::string seedTable() {
   s.entries.push_back({Collective::AllReduce, 8, 1, 1024, {{"direct", "", 0, 1, 4.5}, {"ring", "", 0, 2, 9.0}}});
   s.entries.push_back({Collective::AllGather, 8, 1, 8192, {{"ring", "", 131072, 2, 7.0}}});
   TuningSection n{"flat", "00ff", "sim", "nccl", {}};
-  n.entries.push_back({Collective::AllReduce, 16, 2, 4096, {{"tree", "ll", 0, 8, 12.0}, {"ring", "simple", 0, 16, 30.0}}});
+  n.entries.push_back(
+      {Collective::AllReduce, 16, 2, 4096, {{"tree", "ll", 0, 8, 12.0}, {"ring", "simple", 0, 16, 30.0}}});
   t.sections = {s, n};
   return toJson(t);
 }
@@ -53,8 +55,9 @@ TEST(TuningFuzz, TuningTableJson) {
 }
 
 TEST(TuningFuzz, NcclTestsLogs) {
-  fuzz(411, {dataFile("all_reduce_perf_2.19_dgx_h100.log"), dataFile("all_reduce_perf_2.13_two_nodes.log"),
-             dataFile("reduce_scatter_perf_2.19_per_iteration.log")},
+  fuzz(411,
+       {dataFile("all_reduce_perf_2.19_dgx_h100.log"), dataFile("all_reduce_perf_2.13_two_nodes.log"),
+        dataFile("reduce_scatter_perf_2.19_per_iteration.log")},
        [](const std::string& s) {
          const NcclTestsLog log = parseNcclTestsLog(s, "fuzz.log");
          samplesFromNcclTestsLog(log, "fuzz.log", "ring", Collective::AllReduce);

@@ -61,7 +61,8 @@ TEST(Bf16, Rounds) {
 /// What a 16-bit float pattern means, from the IEEE 754 binary16 definition (independent of the code under test).
 double halfValue(std::uint16_t h) {
   const int sign = h >> 15, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
-  const double mag = exp == 31 ? (mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity())
+  const double mag = exp == 31
+                         ? (mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity())
                      : exp == 0 ? std::ldexp(mant, -24)
                                 : std::ldexp(1024 + mant, exp - 25);
   return sign ? -mag : mag;
@@ -92,8 +93,9 @@ std::size_t countDiffs(const std::vector<T>& got, const std::vector<T>& want, Is
   constexpr int kSignShift = 8 * sizeof(T) - 1;
   std::size_t diffs = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    const bool same = isNaN(want[i]) ? isNaN(got[i]) && (nanSign == NaNSign::Any || got[i] >> kSignShift == want[i] >> kSignShift)
-                                     : got[i] == want[i];
+    const bool same = isNaN(want[i])
+                          ? isNaN(got[i]) && (nanSign == NaNSign::Any || got[i] >> kSignShift == want[i] >> kSignShift)
+                          : got[i] == want[i];
     if (!same && ++diffs <= 5) ADD_FAILURE() << what << " element " << i << ": got " << got[i] << " want " << want[i];
   }
   return diffs;
@@ -125,7 +127,7 @@ HalfCases halfCases() {
     const auto next = static_cast<std::uint16_t>(h + 1);
     const double lo = halfValue(h);
     const double hi = next == 0x7C00u ? 65536.0 : halfValue(next);  // 2^16: where the next binade would start
-    const auto mid = static_cast<float>((lo + hi) / 2);              // exact: 12 significant bits
+    const auto mid = static_cast<float>((lo + hi) / 2);             // exact: 12 significant bits
     add(static_cast<float>(lo), h);
     add(mid, (h & 1u) ? next : h);
     add(std::nextafter(mid, 0.0f), h);
@@ -152,7 +154,9 @@ TEST(Half, EveryPatternDecodesToItsValue) {
       g.push_back(bits(got[i]));
       w.push_back(bits(c.decoded[i]));
     }
-    EXPECT_EQ(countDiffs(g, w, [](std::uint32_t b) { return (b & 0x7FFFFFFFu) > 0x7F800000u; }, "decode " + target), 0u);
+    EXPECT_EQ(countDiffs(
+                  g, w, [](std::uint32_t b) { return (b & 0x7FFFFFFFu) > 0x7F800000u; }, "decode " + target),
+              0u);
   });
 }
 
@@ -214,10 +218,14 @@ T scalarCombine(ReduceOp op, T a, T b, Load load, Store store) {
   const auto x = load(a), y = load(b);
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return store(x + y);
-    case ReduceOp::Prod: return store(x * y);
-    case ReduceOp::Min: return store(y < x ? y : x);
-    case ReduceOp::Max: return store(x < y ? y : x);
+    case ReduceOp::Avg:
+      return store(x + y);
+    case ReduceOp::Prod:
+      return store(x * y);
+    case ReduceOp::Min:
+      return store(y < x ? y : x);
+    case ReduceOp::Max:
+      return store(x < y ? y : x);
   }
   return T{};
 }
@@ -279,11 +287,13 @@ TEST(Reduce, EveryTargetMatchesTheScalarDefinitionForWideTypes) {
         if constexpr (std::is_integral_v<T>) {
           using U = std::make_unsigned_t<T>;
           const auto x = static_cast<U>(a[i]), y = static_cast<U>(b[i]);
-          want[i] = op == ReduceOp::Sum ? static_cast<T>(x + y)
+          want[i] = op == ReduceOp::Sum    ? static_cast<T>(x + y)
                     : op == ReduceOp::Prod ? static_cast<T>(x * y)
-                                           : scalarCombine(op, a[i], b[i], [](T v) { return v; }, [](T v) { return v; });
+                                           : scalarCombine(
+                                                 op, a[i], b[i], [](T v) { return v; }, [](T v) { return v; });
         } else {
-          want[i] = scalarCombine(op, a[i], b[i], [](T v) { return v; }, [](T v) { return v; });
+          want[i] = scalarCombine(
+              op, a[i], b[i], [](T v) { return v; }, [](T v) { return v; });
         }
       }
       forEachTarget([&](const std::string& target) {

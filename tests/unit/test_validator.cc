@@ -88,15 +88,14 @@ TEST(Validator, ForwardDependency) {
 
 TEST(Validator, Deadlock) {
   // Both ranks receive before they send: under rendezvous nobody can start.
-  const std::string e =
-      errorOf(twoRanks({recv(1, 0, 16), send(1, 0, 16, {0})}, {recv(0, 0, 16), send(0, 0, 16, {0})}));
+  const std::string e = errorOf(twoRanks({recv(1, 0, 16), send(1, 0, 16, {0})}, {recv(0, 0, 16), send(0, 0, 16, {0})}));
   EXPECT_NE(e.find("rank 0 op 0 (recv from rank 1): deadlock"), std::string::npos) << e;
 }
 
 TEST(Validator, CrossedOrderDeadlock) {
   // Rank 0 sends on ch0 then ch1 in sequence; rank 1 receives ch1 before ch0.
-  const std::string e = errorOf(twoRanks({send(1, 0, 8, {}, 0), send(1, 8, 8, {0}, 1)},
-                                         {recv(0, 0, 8, {}, 1), recv(0, 8, 8, {0}, 0)}));
+  const std::string e =
+      errorOf(twoRanks({send(1, 0, 8, {}, 0), send(1, 8, 8, {0}, 1)}, {recv(0, 0, 8, {}, 1), recv(0, 8, 8, {0}, 0)}));
   EXPECT_NE(e.find("deadlock"), std::string::npos) << e;
 }
 
