@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <numeric>
 
 #include "collbench/error.h"
@@ -274,6 +276,16 @@ bool matches(const CollectiveSpec& spec, double got, double want) {
   return std::fabs(got - want) <= std::ldexp(1.0, exp - 1 - mantissaBits);
 }
 
+void FreeBytes::operator()(std::byte* p) const { std::free(p); }
+
+PageAlignedBytes allocatePageAligned(std::size_t bytes) {
+  constexpr std::size_t kPage = 4096;  // x86-64 and aarch64 base page; 4K aliasing compares the low 12 address bits
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(kPage, rounded));
+  if (!p) throw std::bad_alloc();
+  return PageAlignedBytes(p);
+}
+
 RankBufferSet::RankBufferSet(const CollectiveSpec& spec, bool inPlace) : spec_(spec) {
   const auto n = static_cast<std::size_t>(spec.nranks);
   const std::size_t inB = spec.inputBytes(), outB = spec.outputBytes();
@@ -282,14 +294,14 @@ RankBufferSet::RankBufferSet(const CollectiveSpec& spec, bool inPlace) : spec_(s
     const int rank = static_cast<int>(r);
     if (inPlace) {
       const std::size_t bytes = std::max(inB, outB);
-      storage_.push_back(std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1)));
+      storage_.push_back(allocatePageAligned(bytes));
       storageBytes_.push_back(bytes);
       std::byte* base = storage_.back().get();
       views_[r] = RankBuffers{base + spec.inPlaceInputOffset(rank), base + spec.inPlaceOutputOffset(rank)};
     } else {
-      storage_.push_back(std::make_unique<std::byte[]>(std::max<std::size_t>(inB, 1)));
+      storage_.push_back(allocatePageAligned(inB));
       storageBytes_.push_back(inB);
-      storage_.push_back(std::make_unique<std::byte[]>(std::max<std::size_t>(outB, 1)));
+      storage_.push_back(allocatePageAligned(outB));
       storageBytes_.push_back(outB);
       views_[r] = RankBuffers{storage_[storage_.size() - 2].get(), storage_.back().get()};
     }

@@ -116,12 +116,12 @@ PerfBuffers::PerfBuffers(const CollectiveSpec& spec, bool inPlace, int localRank
   outBytes_ = spec.outputBytes();
   if (inPlace) {
     allocBytes_ = std::max(inBytes_, outBytes_);
-    out_ = std::make_unique<std::byte[]>(std::max<std::size_t>(allocBytes_, 1));
+    out_ = allocatePageAligned(allocBytes_);
     localViews_ = {
         RankBuffers{out_.get() + spec.inPlaceInputOffset(localRank), out_.get() + spec.inPlaceOutputOffset(localRank)}};
   } else {
-    in_ = std::make_unique<std::byte[]>(std::max<std::size_t>(inBytes_, 1));
-    out_ = std::make_unique<std::byte[]>(std::max<std::size_t>(outBytes_, 1));
+    in_ = allocatePageAligned(inBytes_);
+    out_ = allocatePageAligned(outBytes_);
     allocBytes_ = outBytes_;
     localViews_ = {RankBuffers{in_.get(), out_.get()}};
   }

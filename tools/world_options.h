@@ -49,7 +49,7 @@ class PerfBuffers {
   int rank_;
   std::optional<RankBufferSet> all_;
   bool local_ = false;
-  std::unique_ptr<std::byte[]> in_, out_;
+  PageAlignedBytes in_, out_;
   std::size_t inBytes_ = 0, outBytes_ = 0, allocBytes_ = 0;
   Buffers localViews_;
 };

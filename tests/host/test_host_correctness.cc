@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -235,6 +236,24 @@ TEST(HostBackend, OneRankReferenceAgreesWithTheWholeSet) {
       }
     }
   }
+}
+
+TEST(HostBackend, RankBuffersStartOnAPage) {
+  // Heap neighbours a few bytes apart modulo 4 KiB made out-of-place reductions stall on 4K aliasing (1.3 GB/s vs
+  // 9 GB/s in place at 16-256 KiB): every rank's input and output must start on a page, in place and out of place.
+  constexpr std::uintptr_t kPage = 4096;
+  for (bool inPlace : {false, true}) {
+    for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{65536}}) {
+      const CollectiveSpec spec{Collective::AllReduce, 3, count, DType::F32, ReduceOp::Sum};
+      RankBufferSet bufs(spec, inPlace);
+      for (const RankBuffers& b : bufs.views()) {
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.input) % kPage, 0u) << count << (inPlace ? " in place" : "");
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.output) % kPage, 0u) << count << (inPlace ? " in place" : "");
+      }
+    }
+  }
+  const PageAlignedBytes empty = allocatePageAligned(0);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(empty.get()) % kPage, 0u);
 }
 
 TEST(HostBackend, CheckerSeesCorruption) {
