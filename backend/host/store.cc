@@ -18,7 +18,6 @@
 #include <cstring>
 #include <list>
 #include <map>
-#include <system_error>
 #include <thread>
 
 #include "collbench/error.h"
