@@ -85,7 +85,8 @@ CalibrationParams fromU(const Vec& u) {
 /// Cost models of the class topology for each (hosts, ranks per host) layout among the samples.
 class Models {
  public:
-  Models(const CalibrationParams& p, NodeKind kind) : p_(p), kind_(kind) {}
+  Models(const CalibrationParams& p, NodeKind kind, std::vector<MemoryTier> tiers = {})
+      : p_(p), kind_(kind), tiers_(std::move(tiers)) {}
   const CostModel& at(int hosts, int perHost) {
     auto key = std::make_pair(hosts, perHost);
     auto it = models_.find(key);
@@ -95,6 +96,7 @@ class Models {
       if (hosts > 1 && perHost > 1 && !(inter.alphaUs > p_.intra.alphaUs))
         inter.alphaUs = p_.intra.alphaUs * (1 + 1e-6) + 1e-6;
       Topology t = classTopology("fit", hosts, perHost, p_.intra, inter, p_.gammaGBps, kind_);
+      t.memoryTiers = tiers_;
       it = models_.emplace(key, std::make_unique<CostModel>(std::move(t), hosts * perHost, p_.callOverheadUs)).first;
     }
     return *it->second;
@@ -103,6 +105,7 @@ class Models {
  private:
   CalibrationParams p_;
   NodeKind kind_;
+  std::vector<MemoryTier> tiers_;
   std::map<std::pair<int, int>, std::unique_ptr<CostModel>> models_;
 };
 
@@ -349,10 +352,170 @@ std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, 
   return out;
 }
 
+
+namespace {
+
+/// Columns of u that a memory tier scales: intra-host 1/beta and 1/gamma (applyMemoryTier scales intra-host links
+/// and reduction rates).
+bool tierScaled(int j) { return j == 2 || j == 4; }
+/// Bounds on a fitted tier scale: a tier 1000x off tier 0 is a fit gone wrong, not a cache level.
+constexpr double kMinTierScale = 1e-3, kMaxTierScale = 1e3;
+/// Iterations per candidate while searching tier bounds; the chosen bounds are then fitted to convergence.
+constexpr int kTierSearchIterations = 8;
+/// Relative error treated as exact when fits are compared by BIC: below it, ln(RSS) differences are rounding.
+constexpr double kBicErrorFloor = 1e-4;
+
+/// What every fit of one calibration shares.
+struct FitProblem {
+  const std::vector<CalibrationSample>& samples;
+  const std::vector<std::size_t>& train;
+  const std::vector<std::size_t>& workingSet;  ///< per sample (hostWorkingSetBytes)
+  const std::vector<int>& free;                ///< identified columns of u
+  const CalibrationOptions& opt;
+};
+
+struct TierFit {
+  std::vector<std::size_t> bounds;  ///< inclusive largest working set of tiers 0..k-2
+  std::vector<double> scales;       ///< per tier; scales[0] = 1 (tier 0 is what u describes)
+  Vec u{};
+  double residual = std::numeric_limits<double>::infinity();
+  int iterations = 0;
+
+  std::vector<MemoryTier> tiers() const {
+    std::vector<MemoryTier> out;
+    if (bounds.empty()) return out;
+    for (std::size_t k = 0; k < scales.size(); ++k) out.push_back({k < bounds.size() ? bounds[k] : 0, scales[k]});
+    return out;
+  }
+  std::size_t tierOf(std::size_t workingSet) const {  // as memoryTierIndex
+    return static_cast<std::size_t>(std::lower_bound(bounds.begin(), bounds.end(), workingSet) - bounds.begin());
+  }
+};
+
+/// The loss over the training samples (relative errors), timed by the cost model on the tiered class topology.
+double residualOf(const FitProblem& fp, const Vec& u, const std::vector<MemoryTier>& tiers, bool squared) {
+  Models models(fromU(u), fp.opt.rankKind, tiers);
+  double sum = 0;
+  for (std::size_t i : fp.train) {
+    const double e = estimateOf(models, fp.samples[i]).terms.us / fp.samples[i].timeUs - 1;
+    sum += squared ? e * e : std::abs(e);
+  }
+  return sum;
+}
+
+/// Alternating least squares for fixed tier bounds: u by non-negative least squares with every sample's scaled
+/// columns divided by its tier's scale, then each tier's scale by one-dimensional least squares given u; repeated
+/// until nothing changes, keeping the best fit seen.
+TierFit fitTiers(const FitProblem& fp, std::vector<std::size_t> bounds, int maxIterations) {
+  const bool l1 = fp.opt.loss == CalibrationLoss::L1;
+  TierFit cur;
+  cur.bounds = std::move(bounds);
+  cur.scales.assign(cur.bounds.size() + 1, 1.0);
+  cur.u = toU(fp.opt.initial);
+  TierFit best = cur;
+  best.residual = residualOf(fp, cur.u, cur.tiers(), !l1);
+  int it = 1;
+  for (; it <= maxIterations; ++it) {
+    Models models(fromU(cur.u), fp.opt.rankKind, cur.tiers());
+    std::vector<Vec> A, raw;
+    std::vector<double> y, weight;
+    for (std::size_t i : fp.train) {
+      const CalibrationSample& s = fp.samples[i];
+      const Estimate est = estimateOf(models, s);
+      const Vec c = coefficients(est.terms);
+      const double scale = cur.scales[cur.tierOf(fp.workingSet[i])];
+      double w = 1.0 / s.timeUs;  // relative error
+      if (l1) {
+        // Iteratively reweighted least squares: weighting each squared residual by 1/|r| minimises sum |r|, so a
+        // few disturbed measurements (preempted threads) pull the fit far less than under squares.
+        w /= std::sqrt(std::max(std::abs(est.terms.us / s.timeUs - 1), kL1Floor));
+      }
+      double fixedPart = 0;
+      Vec row{};
+      for (int j = 0; j < kParams; ++j) {
+        const auto jj = static_cast<std::size_t>(j);
+        const double cj = tierScaled(j) ? c[jj] / scale : c[jj];
+        if (std::find(fp.free.begin(), fp.free.end(), j) != fp.free.end())
+          row[jj] = cj * w;
+        else
+          fixedPart += cj * cur.u[jj];
+      }
+      A.push_back(row);
+      y.push_back((s.timeUs - fixedPart) * w);
+      raw.push_back(c);
+      weight.push_back(w);
+    }
+    Vec next = nnls(A, y, fp.free);
+    for (int j = 0; j < kParams; ++j) {
+      if (std::find(fp.free.begin(), fp.free.end(), j) == fp.free.end())
+        next[static_cast<std::size_t>(j)] = cur.u[static_cast<std::size_t>(j)];
+    }
+    // Each tier's scale given u: t ~ a + b / scale, a = the unscaled terms, b = the scaled ones at tier 0's rates.
+    std::vector<double> num(cur.scales.size(), 0.0), den(cur.scales.size(), 0.0);
+    for (std::size_t r = 0; r < fp.train.size(); ++r) {
+      const std::size_t i = fp.train[r];
+      double a = 0, b = 0;
+      for (int j = 0; j < kParams; ++j) {
+        const auto jj = static_cast<std::size_t>(j);
+        (tierScaled(j) ? b : a) += raw[r][jj] * next[jj];
+      }
+      const std::size_t k = cur.tierOf(fp.workingSet[i]);
+      const double w2 = weight[r] * weight[r];
+      num[k] += w2 * b * (fp.samples[i].timeUs - a);
+      den[k] += w2 * b * b;
+    }
+    std::vector<double> scales = cur.scales;
+    for (std::size_t k = 1; k < scales.size(); ++k) {
+      if (den[k] > 0 && num[k] > 0) scales[k] = std::clamp(den[k] / num[k], kMinTierScale, kMaxTierScale);
+    }
+    double change = 0;
+    for (int j = 0; j < kParams; ++j) {
+      const auto jj = static_cast<std::size_t>(j);
+      const double m = std::max(std::abs(cur.u[jj]), std::abs(next[jj]));
+      if (m > 0) change = std::max(change, std::abs(next[jj] - cur.u[jj]) / m);
+    }
+    for (std::size_t k = 0; k < scales.size(); ++k) {
+      change = std::max(change, std::abs(scales[k] - cur.scales[k]) / std::max(scales[k], cur.scales[k]));
+    }
+    cur.u = next;
+    cur.scales = std::move(scales);
+    cur.residual = residualOf(fp, cur.u, cur.tiers(), !l1);
+    if (cur.residual < best.residual) best = cur;
+    if (change < kConvergedRelChange) break;
+  }
+  best.iterations = std::min(it, maxIterations);
+  return best;
+}
+
+/// Every choice of `cuts` bounds among `candidates` (candidate j lies between distinct working sets j and j+1 of
+/// `sizes`) that leaves each tier at least kCalibrateMinSizesPerTier sizes.
+void tierBounds(std::size_t sizes, int cuts, std::size_t from, std::vector<std::size_t>& chosen,
+                std::vector<std::vector<std::size_t>>& out) {
+  const auto minSizes = static_cast<std::size_t>(kCalibrateMinSizesPerTier);
+  if (cuts == 0) {
+    const std::size_t first = chosen.empty() ? 0 : chosen.back() + 1;
+    if (sizes - first >= minSizes) out.push_back(chosen);
+    return;
+  }
+  for (std::size_t j = from; j + 1 < sizes; ++j) {
+    const std::size_t first = chosen.empty() ? 0 : chosen.back() + 1;
+    if (j + 1 - first < minSizes) continue;
+    chosen.push_back(j);
+    tierBounds(sizes, cuts - 1, j + 1, chosen, out);
+    chosen.pop_back();
+  }
+}
+
+}  // namespace
+
 CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const CalibrationOptions& opt) {
   if (opt.holdOutEvery < 0) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("hold-out: every k-th size needs k >= 2, or 0 for none (got {})", opt.holdOutEvery));
+  }
+  if (opt.memoryTiers < 0) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("memory tiers: need 1 or more, or 0 to choose (got {})", opt.memoryTiers));
   }
   CalibrationResult res;
   std::vector<CalibrationSample> samples;
@@ -394,10 +557,16 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
     if (!held[i]) train.push_back(i);
   }
 
-  // Which parameters the training samples depend on (coefficients are structural: zero or not at any p).
-  Vec u = toU(opt.initial);
+  // Which parameters the training samples depend on (coefficients are structural: zero or not at any p), and every
+  // sample's working set.
+  std::vector<std::size_t> workingSet(samples.size());
   {
     Models models(opt.initial, opt.rankKind);
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      const CalibrationSample& s = samples[i];
+      workingSet[i] = hostWorkingSetBytes(models.at(s.hosts, s.nranks / s.hosts).topology(),
+                                          CollectiveSpec{s.collective, s.nranks, countOf(s), s.dtype});
+    }
     std::vector<Vec> rows;
     for (std::size_t i : train) {
       Vec c = coefficients(estimateOf(models, samples[i]).terms);
@@ -419,77 +588,74 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   for (int j = 0; j < kParams; ++j) {
     if (res.identified[j]) free.push_back(j);
   }
+  const FitProblem fp{samples, train, workingSet, free, opt};
 
-  auto residual = [&](const CalibrationParams& p) {
-    Models models(p, opt.rankKind);
-    double sum = 0;
-    for (std::size_t i : train) {
-      const double e = estimateOf(models, samples[i]).terms.us / samples[i].timeUs - 1;
-      sum += opt.loss == CalibrationLoss::L1 ? std::abs(e) : e * e;
-    }
-    return sum;
+  // Tier bounds lie between neighbouring distinct training working sets (at their geometric midpoint).
+  std::vector<std::size_t> sizes;
+  for (std::size_t i : train) sizes.push_back(workingSet[i]);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  auto boundAt = [&](std::size_t j) {
+    const double mid = std::sqrt(static_cast<double>(sizes[j]) * static_cast<double>(sizes[j + 1]));
+    return std::clamp(static_cast<std::size_t>(mid), sizes[j], sizes[j + 1] - 1);
   };
-  Vec bestU = u;
-  double bestRes = residual(fromU(u));
-  for (res.iterations = 1; res.iterations <= opt.maxIterations; ++res.iterations) {
-    Models models(fromU(u), opt.rankKind);
-    std::vector<Vec> A;
-    std::vector<double> y;
-    for (std::size_t i : train) {
-      const Estimate est = estimateOf(models, samples[i]);
-      const Vec c = coefficients(est.terms);
-      double w = 1.0 / samples[i].timeUs;  // relative error
-      if (opt.loss == CalibrationLoss::L1) {
-        // Iteratively reweighted least squares: weighting each squared residual by 1/|r| minimises sum |r|, so a
-        // few disturbed measurements (preempted threads) pull the fit far less than under squares.
-        const double r = std::abs(est.terms.us / samples[i].timeUs - 1);
-        w /= std::sqrt(std::max(r, kL1Floor));
-      }
-      double fixedPart = 0;
-      Vec row{};
-      for (int j = 0; j < kParams; ++j) {
-        const auto jj = static_cast<std::size_t>(j);
-        if (res.identified[j])
-          row[jj] = c[jj] * w;
-        else
-          fixedPart += c[jj] * u[jj];
-      }
-      A.push_back(row);
-      y.push_back((samples[i].timeUs - fixedPart) * w);
-    }
-    Vec next = nnls(A, y, free);
-    for (int j = 0; j < kParams; ++j) {
-      if (!res.identified[j]) next[static_cast<std::size_t>(j)] = u[static_cast<std::size_t>(j)];
-    }
-    const double r = residual(fromU(next));
-    if (r < bestRes) {
-      bestRes = r;
-      bestU = next;
-    }
-    double change = 0;
-    for (int j = 0; j < kParams; ++j) {
-      const auto jj = static_cast<std::size_t>(j);
-      const double scale = std::max(std::abs(u[jj]), std::abs(next[jj]));
-      if (scale > 0) change = std::max(change, std::abs(next[jj] - u[jj]) / scale);
-    }
-    u = next;
-    if (change < kConvergedRelChange) break;
+  const int maxTiers = opt.memoryTiers > 0 ? opt.memoryTiers : kCalibrateMaxMemoryTiers;
+  const int minTiers = opt.memoryTiers > 0 ? opt.memoryTiers : 1;
+  if (sizes.size() < static_cast<std::size_t>(minTiers * kCalibrateMinSizesPerTier) && minTiers > 1) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("memory tiers: {} tiers need {} distinct training sizes ({} each), the samples have {}",
+                            minTiers, minTiers * kCalibrateMinSizesPerTier, kCalibrateMinSizesPerTier, sizes.size()));
   }
-  res.iterations = std::min(res.iterations, opt.maxIterations);
-  res.params = fromU(bestU);
+  const double n = static_cast<double>(train.size());
+  TierFit chosen;
+  double chosenBic = std::numeric_limits<double>::infinity();
+  std::string bicNote;
+  for (int k = minTiers; k <= maxTiers; ++k) {
+    std::vector<std::vector<std::size_t>> cuts;
+    std::vector<std::size_t> scratch;
+    if (k == 1) {
+      cuts.emplace_back();  // one tier: no bounds, whatever the sizes
+    } else {
+      tierBounds(sizes.size(), k - 1, 0, scratch, cuts);
+    }
+    if (cuts.empty()) break;  // too few sizes for k tiers
+    TierFit best;
+    for (const auto& c : cuts) {
+      std::vector<std::size_t> bounds;
+      for (std::size_t j : c) bounds.push_back(boundAt(j));
+      TierFit f = fitTiers(fp, bounds, cuts.size() == 1 ? opt.maxIterations : kTierSearchIterations);
+      if (f.residual < best.residual) best = std::move(f);
+    }
+    if (cuts.size() > 1) best = fitTiers(fp, best.bounds, opt.maxIterations);
+    const double rss = residualOf(fp, best.u, best.tiers(), true);
+    const double params = static_cast<double>(free.size()) + 2.0 * (k - 1);
+    const double bic = n * std::log(std::max(rss / n, kBicErrorFloor * kBicErrorFloor)) + params * std::log(n);
+    bicNote += fmt::format("{}{} tier(s) {:.1f}", bicNote.empty() ? "" : ", ", k, bic);
+    if (bic < chosenBic) {
+      chosenBic = bic;
+      chosen = std::move(best);
+    }
+  }
+  res.iterations = chosen.iterations;
+  res.params = fromU(chosen.u);
+  res.memoryTiers = chosen.tiers();
+  if (opt.memoryTiers == 0) {
+    res.notes.push_back(fmt::format("memory tiers: {} chosen by BIC ({}; lowest wins)",
+                                    chosen.scales.size(), bicNote));
+  }
   for (int j = 0; j < kParams; ++j) {
     if (!res.identified[j]) {
       res.notes.push_back(
           fmt::format("{} is not identified by these samples: kept at its initial value", kParamNames[j]));
-    } else if (bestU[static_cast<std::size_t>(j)] == 0) {
+    } else if (chosen.u[static_cast<std::size_t>(j)] == 0) {
       res.notes.push_back(
           fmt::format("{} fitted to 0 (no measurable cost{})", kParamNames[j],
                       j == 2 || j == 3 ? fmt::format(": written as {} GB/s", kCalibrateUnboundedGBps) : ""));
     }
   }
 
-  // Predictions with the final parameters.
-  Models models(res.params, opt.rankKind);
+  // Predictions with the final parameters, by the cost model of the topology written (tiers included).
+  Models models(res.params, opt.rankKind, res.memoryTiers);
   std::vector<double> fitErr, heldErr;
   for (std::size_t i = 0; i < samples.size(); ++i) {
     SampleFit f;
@@ -520,10 +686,18 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   }
   res.topology =
       classTopology(opt.topologyName, hosts, perHost, written.intra, written.inter, written.gammaGBps, opt.rankKind);
+  res.topology.memoryTiers = res.memoryTiers;
+  validateTopology(res.topology, opt.topologyName);
+  std::string tiersText;
+  for (const MemoryTier& m : res.memoryTiers) {
+    tiersText += fmt::format("{}{} x{:.4g}", tiersText.empty() ? "; memory tiers (working set per host): " : ", ",
+                             m.maxWorkingSetBytes ? fmt::format("<= {} B", m.maxWorkingSetBytes) : "above",
+                             m.bandwidthScale);
+  }
   res.topology.description = fmt::format(
-      "calibrated by collbench from {} samples ({} held out): {}; fitted call overhead {} us per call (not part of "
+      "calibrated by collbench from {} samples ({} held out): {}{}; fitted call overhead {} us per call (not part of "
       "the topology: add it to simulated times)",
-      samples.size(), res.heldOutCount, res.topology.description, res.params.callOverheadUs);
+      samples.size(), res.heldOutCount, res.topology.description, tiersText, res.params.callOverheadUs);
   return res;
 }
 

@@ -93,6 +93,7 @@ struct CostModel::Impl {
   // Scratch for phase(): load per directed link (link * 2 + (forward ? 0 : 1)) and the entries touched.
   mutable std::vector<double> load;
   mutable std::vector<int> touched;
+  std::vector<std::unique_ptr<Impl>> tiers;  ///< per memory tier (topo.memoryTiers); empty without tiers
 
   Impl(Topology t, int nranks, double overheadUs) : topo(std::move(t)), callOverheadUs(overheadUs) {
     if (!(overheadUs >= 0) || !std::isfinite(overheadUs)) {
@@ -127,6 +128,10 @@ struct CostModel::Impl {
     }
     load.assign(2 * topo.links.size(), 0.0);
     summarize();
+    // A call runs on its memory tier's rates: one model per tier, chosen per call by its working set.
+    for (std::size_t k = 0; k < topo.memoryTiers.size(); ++k) {
+      tiers.push_back(std::make_unique<Impl>(applyMemoryTier(topo, k), n, overheadUs));
+    }
   }
 
   void summarize() {
@@ -671,6 +676,9 @@ struct CostModel::Impl {
   }
 
   Estimate estimate(const CollectiveSpec& s, std::string_view algorithm, const AlgoParams& p) const {
+    if (!tiers.empty() && s.nranks == n) {
+      return tiers[memoryTierIndex(topo, hostWorkingSetBytes(topo, s))]->estimate(s, algorithm, p);
+    }
     Estimate e = estimateNetwork(s, algorithm, p);
     if (e.supported && (s.count > 0 || s.kind == Collective::Barrier)) {
       e.terms.calls += 1;

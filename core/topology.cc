@@ -141,6 +141,8 @@ constexpr const char* kDefaultLinkClass = "fabric";
 constexpr double kMaxIntegralPrint = 9007199254740992.0;
 // toJson wraps the ranks array so that an 8192-rank file has no 100 kB line.
 constexpr std::size_t kRanksLineChars = 100;
+// Memory tiers scale rates by at most this much either way: 1e6 is the range reduce_GBps accepts.
+constexpr double kMaxBandwidthScale = 1e6;
 
 std::string quote(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
 std::string num(double v) { return fmt::format("{}", v); }
@@ -253,6 +255,27 @@ void validateImpl(const Topology& t, const std::string& source,
       fail(source, p + ".class", "must be a non-empty name of letters, digits, '_' or '-'", quote(k.linkClass));
     }
   }
+  for (std::size_t i = 0; i < t.memoryTiers.size(); ++i) {
+    const MemoryTier& m = t.memoryTiers[i];
+    const std::string p = indexPath("memory_tiers", i);
+    if (!(m.bandwidthScale > 0) || !std::isfinite(m.bandwidthScale) || m.bandwidthScale > kMaxBandwidthScale) {
+      fail(source, p + ".bandwidth_scale", fmt::format("must be a number in (0, {}]", kMaxBandwidthScale),
+           num(m.bandwidthScale));
+    }
+    const bool last = i + 1 == t.memoryTiers.size();
+    if (last && m.maxWorkingSetBytes != 0) {
+      fail(source, p + ".max_working_set_bytes", "the last tier has no bound (leave it out)",
+           std::to_string(m.maxWorkingSetBytes));
+    }
+    if (!last && m.maxWorkingSetBytes == 0) {
+      fail(source, p + ".max_working_set_bytes", "missing: only the last tier is unbounded");
+    }
+    if (!last && i > 0 && m.maxWorkingSetBytes <= t.memoryTiers[i - 1].maxWorkingSetBytes) {
+      fail(source, p + ".max_working_set_bytes",
+           fmt::format("must exceed the previous tier's {}", t.memoryTiers[i - 1].maxWorkingSetBytes),
+           std::to_string(m.maxWorkingSetBytes));
+    }
+  }
   if (t.ranks.empty()) fail(source, "ranks", "must list at least one rank", "[]");
   std::unordered_map<int, std::size_t> gpuRank;
   for (std::size_t r = 0; r < t.ranks.size(); ++r) {
@@ -362,7 +385,8 @@ Topology fromJson(const json& doc, const std::string& source) {
   if (generated) {
     rd.onlyFields(doc, "", {"format", "version", "name", "description", "generator", "params"}, "a generator document");
   } else {
-    rd.onlyFields(doc, "", {"format", "version", "name", "description", "nodes", "links", "ranks", "routes"});
+    rd.onlyFields(doc, "",
+                  {"format", "version", "name", "description", "nodes", "links", "ranks", "routes", "memory_tiers"});
   }
   const json& format = rd.require(doc, "", "format");
   if (!format.is_string() || format.get<std::string>() != kFormat) {
@@ -413,6 +437,23 @@ Topology fromJson(const json& doc, const std::string& source) {
         fail(source, p, fmt::format("second route from {} to {}", quote(from), quote(to)));
       }
       routeOrder.emplace_back(from, to);
+    }
+  }
+  if (const json* tiers = rd.find(doc, "memory_tiers")) {
+    rd.array(*tiers, "memory_tiers");
+    for (std::size_t i = 0; i < tiers->size(); ++i) {
+      const json& j = (*tiers)[i];
+      const std::string p = indexPath("memory_tiers", i);
+      rd.onlyFields(j, p, {"max_working_set_bytes", "bandwidth_scale"});
+      MemoryTier m;
+      if (const json* b = rd.find(j, "max_working_set_bytes")) {
+        if (!b->is_number_unsigned() || b->get<std::uint64_t>() == 0) {
+          fail(source, p + ".max_working_set_bytes", "expected an integer number of bytes >= 1", render(*b));
+        }
+        m.maxWorkingSetBytes = b->get<std::size_t>();
+      }
+      m.bandwidthScale = rd.number(rd.require(j, p, "bandwidth_scale"), p + ".bandwidth_scale");
+      t.memoryTiers.push_back(m);
     }
   }
   validateImpl(t, source, &routeOrder);
@@ -624,6 +665,17 @@ std::string toJson(const Topology& t) {
     }
     out += "  ]";
   }
+  if (!t.memoryTiers.empty()) {
+    out += ",\n  \"memory_tiers\": [\n";
+    for (std::size_t i = 0; i < t.memoryTiers.size(); ++i) {
+      const MemoryTier& m = t.memoryTiers[i];
+      std::vector<std::pair<std::string, std::string>> f;
+      if (m.maxWorkingSetBytes) f.emplace_back("max_working_set_bytes", std::to_string(m.maxWorkingSetBytes));
+      f.emplace_back("bandwidth_scale", jsonNumber(m.bandwidthScale));
+      out += "    " + inlineObject(f) + (i + 1 < t.memoryTiers.size() ? ",\n" : "\n");
+    }
+    out += "  ]";
+  }
   return out + "\n}\n";
 }
 
@@ -651,6 +703,12 @@ std::string fingerprint(const Topology& t) {
   canon["ranks"] = t.ranks;
   json& routes = canon["routes"] = json::array();
   for (const auto& [key, path] : t.routes) routes.push_back({{"from", key.first}, {"to", key.second}, {"path", path}});
+  if (!t.memoryTiers.empty()) {  // absent otherwise: topologies without tiers keep their fingerprints (tuning keys)
+    json& tiers = canon["memory_tiers"] = json::array();
+    for (const MemoryTier& m : t.memoryTiers) {
+      tiers.push_back({{"max_working_set_bytes", m.maxWorkingSetBytes}, {"bandwidth_scale", m.bandwidthScale}});
+    }
+  }
   return fmt::format("{:016x}", fnv1a64(canon.dump()));
 }
 
@@ -757,6 +815,45 @@ std::vector<int> rankHosts(const Topology& t, int nranks) {
     hosts.push_back(ids.emplace(key, static_cast<int>(ids.size())).first->second);
   }
   return hosts;
+}
+
+std::size_t hostWorkingSetBytes(const Topology& t, const CollectiveSpec& spec) {
+  std::map<int, std::size_t> ranksOn;
+  std::size_t busiest = 0;
+  for (int h : rankHosts(t, spec.nranks)) busiest = std::max(busiest, ++ranksOn[h]);
+  return busiest * (spec.inputBytes() + spec.outputBytes());
+}
+
+std::size_t memoryTierIndex(const Topology& t, std::size_t workingSetBytes) {
+  for (std::size_t i = 0; i + 1 < t.memoryTiers.size(); ++i) {
+    if (workingSetBytes <= t.memoryTiers[i].maxWorkingSetBytes) return i;
+  }
+  return t.memoryTiers.empty() ? 0 : t.memoryTiers.size() - 1;
+}
+
+Topology applyMemoryTier(const Topology& t, std::size_t tier) {
+  Topology out = t;
+  out.memoryTiers.clear();
+  if (t.memoryTiers.empty()) return out;
+  if (tier >= t.memoryTiers.size()) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("topology '{}' has {} memory tiers, tier {} asked for", t.name, t.memoryTiers.size(), tier));
+  }
+  const double scale = t.memoryTiers[tier].bandwidthScale;
+  std::unordered_map<std::string, const std::string*> hostOf;
+  for (TopoNode& n : out.nodes) {
+    hostOf.emplace(n.id, &n.host);
+    if (n.kind == NodeKind::Gpu || n.kind == NodeKind::Cpu) n.reduceGBps *= scale;
+  }
+  for (TopoLink& k : out.links) {
+    const std::string& a = *hostOf.at(k.a);
+    if (!a.empty() && a == *hostOf.at(k.b)) k.bandwidthGBps *= scale;
+  }
+  return out;
+}
+
+Topology topologyForCall(const Topology& t, const CollectiveSpec& spec) {
+  return applyMemoryTier(t, memoryTierIndex(t, hostWorkingSetBytes(t, spec)));
 }
 
 }  // namespace collbench

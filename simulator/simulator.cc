@@ -342,7 +342,8 @@ SimResult Simulator::run(const Schedule& s) const {
   const auto t0 = std::chrono::steady_clock::now();
   SimResult r = inChild([&] {
     const Matching m = matchSchedule(s);
-    detail::World w(topo_, nranks_, config_);
+    const Topology t = topologyForCall(topo_, s.spec);
+    detail::World w(t, nranks_, config_);
     return simulateWithPolicy(w, s, m, config_, config_.timeline);
   });
   r.wallSeconds = secondsSince(t0);
@@ -479,7 +480,8 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   }
   const auto t0 = std::chrono::steady_clock::now();
   SimResult r = inChild([&] {
-    detail::World w(topo_, nranks_, config_);
+    const Topology t = topologyForCall(topo_, spec);
+    detail::World w(t, nranks_, config_);
     if (ringModel) return detail::simulateRingModel(w, spec, params);
     return extrapolate(w, spec, algorithm, params, config_);
   });

@@ -2,6 +2,7 @@
 // backend, nccl-tests or `collbench perf` stdout tables), writes the calibrated topology and prints the fit quality,
 // on held-out sizes too; --verify-sim also simulates the held-out samples on the calibrated topology.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -30,7 +31,7 @@ struct CalibrateArgs {
   std::vector<std::string> inputs;
   std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated", loss = "l2";
   int hosts = 1, holdOutEvery = 2;
-  std::string minBytes = "0", maxBytes = "0";
+  std::string minBytes = "0", maxBytes = "0", memoryTiers = "auto";
   bool force = false, verifySim = false, keepAll = false;
 };
 
@@ -79,10 +80,10 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--name", a->name, "name of the calibrated topology")->default_val("calibrated");
   cmd->add_flag("--verify-sim", a->verifySim, "also simulate every sample on the calibrated topology");
   cmd->add_option("--min-bytes", a->minBytes, "fit only sizes >= this")->default_val("0");
-  cmd->add_option("--max-bytes", a->maxBytes,
-                  "fit only sizes <= this (0: no limit); an alpha-beta network has no "
-                  "cache levels, so host runs fit best below the last-level cache")
-      ->default_val("0");
+  cmd->add_option("--max-bytes", a->maxBytes, "fit only sizes <= this (0: no limit)")->default_val("0");
+  cmd->add_option("--memory-tiers", a->memoryTiers,
+                  "working-set tiers of intra-host rates (cache levels): N >= 1, or auto (1..3 by BIC)")
+      ->default_val("auto");
   cmd->add_option("--loss", a->loss, "l2 (least squares of relative errors) or l1 (sum of |relative error|, robust)")
       ->default_val("l2");
   cmd->add_flag("--keep-all", a->keepAll,
@@ -146,6 +147,15 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
     }
     opt.loss = a->loss == "l1" ? CalibrationLoss::L1 : CalibrationLoss::L2;
     opt.holdOutEvery = a->holdOutEvery;
+    if (a->memoryTiers != "auto") {
+      int k = 0;
+      const auto [end, ec] = std::from_chars(a->memoryTiers.data(), a->memoryTiers.data() + a->memoryTiers.size(), k);
+      if (ec != std::errc() || end != a->memoryTiers.data() + a->memoryTiers.size() || k < 1) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("--memory-tiers: '{}' is not auto or a number >= 1", printable(a->memoryTiers)));
+      }
+      opt.memoryTiers = k;
+    }
     opt.topologyName = a->name;
     opt.rankKind = kind;
     const CalibrationResult r = calibrate(samples, opt);
@@ -190,6 +200,11 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
                p.gammaGBps > 0 ? fmt::format("{:.4g} GB/s{}", p.gammaGBps, r.identified[4] ? "" : " (not identified)")
                                : std::string("free (0)"),
                p.callOverheadUs, r.identified[5] ? "" : " (not identified)");
+    for (const MemoryTier& m : r.memoryTiers) {
+      fmt::print("# memory tier: working set {:>14} -> intra-host rates x {:.4g}\n",
+                 m.maxWorkingSetBytes ? fmt::format("<= {}", formatBytes(m.maxWorkingSetBytes)) : "above",
+                 m.bandwidthScale);
+    }
     for (const std::string& n : r.notes) fmt::print("# note: {}\n", n);
     fmt::print("# wrote {}\n", a->output);
     fmt::print("# {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12}  {:>12}  {:>8}{}  {}\n", "collective", "algorithm", "nranks",
@@ -239,6 +254,12 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
                         {"held_out", f.heldOut},
                         {"origin", f.sample.origin}});
       }
+      nlohmann::json tiersJson = nlohmann::json::array();
+      for (const MemoryTier& m : r.memoryTiers) {
+        tiersJson.push_back({{"max_working_set_bytes", m.maxWorkingSetBytes ? nlohmann::json(m.maxWorkingSetBytes)
+                                                                              : nlohmann::json(nullptr)},
+                             {"bandwidth_scale", m.bandwidthScale}});
+      }
       const nlohmann::json doc = {
           {"format", "collbench-calibration"},
           {"version", 1},
@@ -250,7 +271,8 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
            {{"intra", {{"alpha_us", p.intra.alphaUs}, {"beta_GBps", p.intra.betaGBps}}},
             {"inter", {{"alpha_us", p.inter.alphaUs}, {"beta_GBps", p.inter.betaGBps}}},
             {"gamma_GBps", p.gammaGBps},
-            {"call_overhead_us", p.callOverheadUs}}},
+            {"call_overhead_us", p.callOverheadUs},
+            {"memory_tiers", tiersJson}}},
           {"identified",
            {{"alpha_intra", r.identified[0]},
             {"alpha_inter", r.identified[1]},

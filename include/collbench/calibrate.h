@@ -13,6 +13,15 @@
 /// The per-call overhead (CostModel's callOverheadUs, NCCL's baseLat analogue) dominates host runs at small sizes
 /// (waking the rank threads and seeing every rank finish). Topology files have no field for it: it is reported and
 /// written to the fit JSON, and the calibrated simulator's times are simulated time + overhead.
+/// Memory tiers (Topology::memoryTiers): rates inside a host depend on whether the call's working set fits in a
+/// cache, which one alpha-beta-gamma cannot follow (measured on this project's 2-vCPU VM: 2-rank all-reduce moves
+/// ~10 GB/s below 1 MiB and ~2 GB/s from 16 MiB up). With k tiers, the samples are split at k - 1 working-set bounds
+/// and tier j's intra-host bandwidth and reduction rate are tier 0's times a fitted scale s_j; the bounds are chosen
+/// among the geometric midpoints of neighbouring training working sets (each tier keeps at least
+/// kCalibrateMinSizesPerTier of them) by the smallest training residual, the scales by alternating least squares
+/// with the other parameters. The number of tiers is given, or chosen by the Bayesian information criterion
+/// (n ln(RSS / n) + parameters x ln n) among 1..kCalibrateMaxMemoryTiers, so a network without cache levels keeps
+/// one.
 /// Parameters no sample depends on (inter-host on one host, gamma without reductions) keep their initial values and
 /// are reported as not identified. Every `holdOutEvery`-th size of each series (collective, algorithm, ranks) is
 /// left out of the fit and only predicted, so the error reported on it is honest.
@@ -70,6 +79,11 @@ inline constexpr double kCalibrateUnboundedGBps = 1e6;
 /// (robust to a few disturbed measurements).
 enum class CalibrationLoss { L1, L2 };
 
+/// Most memory tiers the automatic choice tries: a cache that holds the call, the last-level cache, DRAM.
+inline constexpr int kCalibrateMaxMemoryTiers = 3;
+/// Distinct training working sets each tier needs: a tier of one size would fit it exactly and predict nothing.
+inline constexpr int kCalibrateMinSizesPerTier = 2;
+
 struct CalibrationOptions {
   CalibrationLoss loss = CalibrationLoss::L2;
   int holdOutEvery = 2;  ///< 0 or 1: no hold-out (fit on everything); negative: Error{InvalidArgument}
@@ -77,6 +91,9 @@ struct CalibrationOptions {
   std::string topologyName = "calibrated";
   NodeKind rankKind = NodeKind::Cpu;
   CalibrationParams initial;
+  /// 0: choose 1..kCalibrateMaxMemoryTiers; 1: one set of rates for every size; k >= 2: k tiers (Error{InvalidArgument}
+  /// when the training samples have fewer than k x kCalibrateMinSizesPerTier working sets).
+  int memoryTiers = 0;
 };
 
 struct SampleFit {
@@ -87,7 +104,9 @@ struct SampleFit {
 };
 
 struct CalibrationResult {
-  CalibrationParams params;
+  CalibrationParams params;  ///< tier 0's rates
+  /// The fitted tiers (also in `topology`); empty with one tier.
+  std::vector<MemoryTier> memoryTiers;
   /// alpha_intra, alpha_inter, beta_intra, beta_inter, gamma, call overhead: whether the samples determine it.
   bool identified[6] = {false, false, false, false, false, false};
   std::vector<SampleFit> fits;

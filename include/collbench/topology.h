@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "collbench/types.h"
+
 namespace collbench {
 
 enum class NodeKind { Gpu, Nic, Cpu, Switch };
@@ -43,6 +45,16 @@ struct TopoLink {
   std::string linkClass;  ///< "nvlink", "pcie", "nic", "fabric"... used by cost model and --set overrides
 };
 
+/// How fast memory is for a call whose working set on a host (hostWorkingSetBytes) is at most maxWorkingSetBytes:
+/// a cache level, then DRAM. Moving bytes inside a host is a memory copy (shared-memory threads, loopback TCP, a
+/// GPU's own copies), so its speed depends on whether the call's buffers fit in a cache; an alpha-beta network has no
+/// such levels, and `collbench calibrate` fits them where measurements show them (SimGrid's SMPI calibration fits
+/// piecewise factors by message size for the same reason).
+struct MemoryTier {
+  std::size_t maxWorkingSetBytes = 0;  ///< inclusive bound; 0 on the last tier (no bound)
+  double bandwidthScale = 1;           ///< multiplies the host's memory-bound rates (applyMemoryTier)
+};
+
 struct Topology {
   std::string name;
   std::string description;
@@ -52,6 +64,8 @@ struct Topology {
   /// Optional explicit routes: (from node id, to node id) -> node ids along the path, endpoints included.
   /// A route also serves the reverse direction (reversed) unless that direction has its own entry.
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> routes;
+  /// Optional, by increasing bound; the last one unbounded. Empty: rates do not depend on the working set.
+  std::vector<MemoryTier> memoryTiers;
 
   int nodeIndex(const std::string& id) const;  ///< -1 if absent (linear scan: build a map for many look-ups)
 };
@@ -96,6 +110,18 @@ std::string fingerprint(const Topology& t);
 /// Host index (0, 1, ... in order of first appearance) of each of the first `nranks` ranks, for hierarchical
 /// algorithms (AlgoParams::rankHost). Throws Error{InvalidArgument} when the topology has fewer ranks.
 std::vector<int> rankHosts(const Topology& t, int nranks);
+
+/// Bytes the busiest host keeps live during a call of `spec` on the first spec.nranks ranks of `t`: its ranks x
+/// (input + output bytes of one rank). Throws Error{InvalidArgument} when the topology has fewer ranks.
+std::size_t hostWorkingSetBytes(const Topology& t, const CollectiveSpec& spec);
+/// Index of the memory tier a working set falls in (0 when the topology has none).
+std::size_t memoryTierIndex(const Topology& t, std::size_t workingSetBytes);
+/// The topology a call in tier `tier` runs on: bandwidths of links inside one host (both ends on the same host) and
+/// reduce_GBps of the gpu and cpu nodes times the tier's bandwidthScale, memoryTiers cleared (a copy of `t` when it
+/// has no tiers).
+Topology applyMemoryTier(const Topology& t, std::size_t tier);
+/// applyMemoryTier for the tier of `spec`'s working set.
+Topology topologyForCall(const Topology& t, const CollectiveSpec& spec);
 
 /// One directed hop of a route: link index and direction (true = a->b).
 struct Hop {
