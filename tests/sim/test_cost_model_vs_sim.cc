@@ -160,5 +160,30 @@ INSTANTIATE_TEST_SUITE_P(Flat, CostModelVsSim, ::testing::ValuesIn(cases()), [](
                      k.params.channels, k.hostsOf);
 });
 
+TEST(CostModelVsSim, MemoryTiersApplyPerCall) {
+  // The simulator runs each call on its tier's rates, as the model does: ring on one host of 4 ranks, below and
+  // above the 4 MiB working-set bound.
+  Topology t = classTopology("tiers", 1, 4, {true, 2.0, 10.0}, {}, 25.0, NodeKind::Cpu);
+  t.memoryTiers = {{std::size_t{4} << 20, 1.0}, {0, 0.3}};
+  const CostModel m(t, 4);
+  const sim::Simulator s(t, 4);
+  Topology untiered = t;
+  untiered.memoryTiers.clear();
+  const CostModel plain(untiered, 4);
+  for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{1} << 20}) {
+    const CollectiveSpec spec{Collective::AllReduce, 4, bytes / 4, DType::F32};
+    const double model = m.estimate(spec, "ring").terms.us;
+    const double simulated = s.runAlgorithm(spec, "ring").seconds * 1e6;
+    EXPECT_NEAR(simulated, model, kExactTol * model) << bytes;
+    // Below the bound the plain rates; above it, 0.3x of them: well over twice the untiered time.
+    const double untieredUs = plain.estimate(spec, "ring").terms.us;
+    if (bytes < (std::size_t{1} << 20)) {
+      EXPECT_NEAR(simulated, untieredUs, kExactTol * untieredUs);
+    } else {
+      EXPECT_GT(simulated, 2.5 * untieredUs);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace collbench

@@ -66,6 +66,7 @@ TEST(Calibrate, RecoversKnownParametersOfTwoClasses) {
   EXPECT_NEAR(r.params.intra.betaGBps, 120, 8);
   EXPECT_NEAR(r.params.inter.betaGBps, 25, 1.5);
   EXPECT_NEAR(r.params.gammaGBps, 300, 40);
+  EXPECT_TRUE(r.memoryTiers.empty());  // alpha-beta data: BIC keeps one tier
   EXPECT_GT(r.heldOutCount, 10);
   EXPECT_LT(r.heldOutMedian, 0.02);
   EXPECT_LT(r.heldOutWorst, 0.06);
@@ -73,6 +74,60 @@ TEST(Calibrate, RecoversKnownParametersOfTwoClasses) {
   EXPECT_EQ(r.topology.ranks.size(), 8u);
   EXPECT_NO_THROW(parseTopology(toJson(r.topology), "calibrated.json"));
   for (const SampleFit& f : r.fits) EXPECT_EQ(f.relError, f.predictedUs / f.sample.timeUs - 1);
+}
+
+TEST(Calibrate, RecoversMemoryTiers) {
+  // Two ranks on one host whose intra-host rates drop to 0.4x once a call's working set (2 ranks x input + output)
+  // passes 8 MiB: the fit finds the bound between the training sizes around it and the scale, and predicts the
+  // held-out sizes on both sides.
+  CalibrationParams truth;
+  truth.intra = {true, 1.0, 8};
+  truth.gammaGBps = 20;
+  Topology t = classTopology("truth", 1, 2, truth.intra, truth.inter, truth.gammaGBps, NodeKind::Cpu);
+  t.memoryTiers = {{std::size_t{8} << 20, 1.0}, {0, 0.4}};
+  const CostModel m(t, 2);
+  std::vector<CalibrationSample> samples;
+  int i = 0;
+  for (const char* a : {"ring", "recursive_doubling"}) {
+    for (std::size_t b = 1024; b <= (64u << 20); b *= 2, ++i) {
+      CalibrationSample s;
+      s.algorithm = a;
+      s.nranks = 2;
+      s.bytes = b;
+      s.timeUs = m.estimate(CollectiveSpec{Collective::AllReduce, 2, b / 4, DType::F32}, a).terms.us *
+                 (1 + 0.01 * std::sin(1.3 * i));
+      s.origin = fmt::format("synthetic {}", i);
+      samples.push_back(s);
+    }
+  }
+  const CalibrationResult r = calibrate(samples);
+  ASSERT_EQ(r.memoryTiers.size(), 2u) << (r.notes.empty() ? "" : r.notes.front());
+  // Training working sets 4 MiB (1 MiB calls) and 16 MiB (4 MiB calls): the bound is their geometric midpoint.
+  EXPECT_EQ(r.memoryTiers[0].maxWorkingSetBytes, std::size_t{8} << 20);
+  EXPECT_EQ(r.memoryTiers[0].bandwidthScale, 1.0);
+  EXPECT_NEAR(r.memoryTiers[1].bandwidthScale, 0.4, 0.02);
+  EXPECT_NEAR(r.params.intra.betaGBps, 8, 0.4);
+  EXPECT_NEAR(r.params.gammaGBps, 20, 2);
+  EXPECT_LT(r.heldOutMedian, 0.02);
+  EXPECT_LT(r.heldOutWorst, 0.05);
+  EXPECT_EQ(r.topology.memoryTiers.size(), 2u);
+  // One tier cannot follow the drop; asking for one says so in the fit.
+  CalibrationOptions one;
+  one.memoryTiers = 1;
+  const CalibrationResult flat = calibrate(samples, one);
+  EXPECT_TRUE(flat.memoryTiers.empty());
+  EXPECT_GT(flat.heldOutMedian, 0.1);
+  // Each tier needs two distinct training sizes: 6 tiers need 12, and these samples have 9.
+  CalibrationOptions many;
+  many.memoryTiers = 6;
+  try {
+    calibrate(samples, many);
+    ADD_FAILURE() << "6 tiers from 9 training sizes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("6 tiers need 12 distinct training sizes (2 each), the samples have 9"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Calibrate, OneHostLeavesInterUnidentified) {

@@ -48,6 +48,19 @@ TEST(CostModel, RingClosedForm) {
   }
 }
 
+TEST(CostModel, MemoryTierScalesIntraHostRatesByWorkingSet) {
+  // One host of 4 ranks, 2 us / 10 GB/s routes, free reductions; calls above 4 MiB of working set (4 ranks x input +
+  // output) move at half the rate: ring = 2(n-1) (alpha + block / (beta x scale)).
+  Topology t = classTopology("tiers", 1, 4, {true, 2.0, 10.0}, {}, 0.0, NodeKind::Cpu);
+  t.memoryTiers = {{std::size_t{4} << 20, 1.0}, {0, 0.5}};
+  const CostModel m(t, 4);
+  for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{1} << 20}) {
+    const double scale = 4 * 2 * bytes <= (std::size_t{4} << 20) ? 1.0 : 0.5;
+    const double want = 6 * (2.0 + static_cast<double>(bytes / 4) / (10e3 * scale));
+    EXPECT_NEAR(us(m, Collective::AllReduce, bytes / 4, "ring"), want, 1e-9 * want) << bytes;
+  }
+}
+
 TEST(CostModel, RecursiveDoublingAndDirectClosedForms) {
   const std::size_t count = 1 << 18;
   const double S = count * 4.0;

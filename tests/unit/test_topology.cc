@@ -819,6 +819,84 @@ TEST(TopologyJson, RoundTrips) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Memory tiers
+
+json tieredDoc() {
+  json d = baseDoc();
+  d["nodes"][2]["host"] = "n0";  // the switch inside the server: its links are intra-host
+  d["memory_tiers"] = json::parse(R"([{"max_working_set_bytes": 1048576, "bandwidth_scale": 1},
+                                      {"max_working_set_bytes": 33554432, "bandwidth_scale": 0.5},
+                                      {"bandwidth_scale": 0.25}])");
+  return d;
+}
+
+TEST(TopologyMemoryTiers, ParseRoundTripAndFingerprint) {
+  const Topology t = parseTopology(tieredDoc().dump(), "tiers.json");
+  ASSERT_EQ(t.memoryTiers.size(), 3u);
+  EXPECT_EQ(t.memoryTiers[0].maxWorkingSetBytes, 1048576u);
+  EXPECT_EQ(t.memoryTiers[1].bandwidthScale, 0.5);
+  EXPECT_EQ(t.memoryTiers[2].maxWorkingSetBytes, 0u);
+  const Topology back = parseTopology(toJson(t), "back.json");
+  ASSERT_EQ(back.memoryTiers.size(), 3u);
+  EXPECT_EQ(back.memoryTiers[1].maxWorkingSetBytes, 33554432u);
+  EXPECT_EQ(back.memoryTiers[2].bandwidthScale, 0.25);
+  EXPECT_EQ(toJson(back), toJson(t));
+  Topology plain = t;
+  plain.memoryTiers.clear();
+  EXPECT_NE(fingerprint(plain), fingerprint(t));  // tiers are network content...
+  json untiered = tieredDoc();
+  untiered.erase("memory_tiers");
+  EXPECT_EQ(fingerprint(plain), fingerprint(parseTopology(untiered.dump(), "plain.json")));  // ...absent ones none
+
+  // The tier of a call: its host's ranks x (input + output bytes); bounds are inclusive.
+  const auto spec = [](std::size_t count) { return CollectiveSpec{Collective::AllReduce, 2, count, DType::F32}; };
+  EXPECT_EQ(hostWorkingSetBytes(t, spec(1024)), 2u * (4096 + 4096));
+  EXPECT_EQ(memoryTierIndex(t, 1048576), 0u);
+  EXPECT_EQ(memoryTierIndex(t, 1048577), 1u);
+  EXPECT_EQ(memoryTierIndex(t, 33554432), 1u);
+  EXPECT_EQ(memoryTierIndex(t, std::size_t{1} << 40), 2u);
+  EXPECT_EQ(memoryTierIndex(plain, 1), 0u);
+  const Topology big = topologyForCall(t, spec(std::size_t{1} << 20));  // 16 MiB: tier 1
+  EXPECT_TRUE(big.memoryTiers.empty());
+  EXPECT_EQ(big.links[0].bandwidthGBps, 50);
+  EXPECT_EQ(big.nodes[0].reduceGBps, 500);
+  EXPECT_EQ(big.nodes[1].reduceGBps, 0);  // unknown (infinite) stays so
+  EXPECT_EQ(topologyForCall(t, spec(1024)).links[0].bandwidthGBps, 100);
+  // Links that leave the host (a host-less switch) are not memory copies: unscaled.
+  Topology flat = flatTopology(2, 50, 1);
+  flat.memoryTiers = {{16, 1}, {0, 0.5}};
+  const Topology flatBig = applyMemoryTier(flat, 1);
+  for (const TopoLink& l : flatBig.links) EXPECT_EQ(l.bandwidthGBps, 50);
+  EXPECT_THROW(applyMemoryTier(flat, 2), Error);
+}
+
+TEST(TopologyMemoryTiers, RejectsBadTiers) {
+  auto with = [](const char* tiers) {
+    json d = tieredDoc();
+    d["memory_tiers"] = json::parse(tiers);
+    return d;
+  };
+  expectBad(with(R"([{"max_working_set_bytes": 10, "bandwidth_scale": 1}, {"bandwidth_scale": 0}])"),
+            {"memory_tiers[1].bandwidth_scale: must be a number in (0, 1000000]", "(got 0)"});
+  expectBad(with(R"([{"max_working_set_bytes": 10, "bandwidth_scale": 1},
+                     {"max_working_set_bytes": 20, "bandwidth_scale": 1}])"),
+            {"memory_tiers[1].max_working_set_bytes: the last tier has no bound", "(got 20)"});
+  expectBad(with(R"([{"bandwidth_scale": 1}, {"bandwidth_scale": 0.5}])"),
+            {"memory_tiers[0].max_working_set_bytes: missing: only the last tier is unbounded"});
+  expectBad(with(R"([{"max_working_set_bytes": 10, "bandwidth_scale": 1},
+                     {"max_working_set_bytes": 10, "bandwidth_scale": 1}, {"bandwidth_scale": 1}])"),
+            {"memory_tiers[1].max_working_set_bytes: must exceed the previous tier's 10", "(got 10)"});
+  expectBad(with(R"([{"max_working_set_bytes": "1M", "bandwidth_scale": 1}, {"bandwidth_scale": 1}])"),
+            {"memory_tiers[0].max_working_set_bytes: expected an integer number of bytes >= 1", "\"1M\""});
+  expectBad(with(R"([{"max_working_set_bytes": -4, "bandwidth_scale": 1}, {"bandwidth_scale": 1}])"),
+            {"memory_tiers[0].max_working_set_bytes: expected an integer number of bytes >= 1", "-4"});
+  expectBad(with(R"([{"size": 4, "bandwidth_scale": 1}])"), {"memory_tiers[0].size: unknown field"});
+  expectBad(with(R"([{"max_working_set_bytes": 4}, {"bandwidth_scale": 1}])"),
+            {"memory_tiers[0].bandwidth_scale: missing required field"});
+  expectBad(with(R"({"bandwidth_scale": 1})"), {"memory_tiers: expected an array"});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Shipped topologies and the search path
 
 TEST(TopologyShipped, EveryFileLoadsAndIsConnected) {
