@@ -12,6 +12,8 @@
 /// - Link classes: a flow between two ranks of one host is "intra", between hosts "inter". Every estimate carries
 ///   its critical path split into alpha counts, beta bytes and gamma bytes per class (CostTerms), which is what
 ///   `collbench calibrate` fits by least squares.
+/// - A topology with memory tiers (Topology::memoryTiers) is costed per call on its tier's rates (topologyForCall),
+///   as the simulator runs it.
 /// - Each algorithm is a sequence of phases of concurrent flows taken from its generator (core/algorithms/*.cc):
 ///   ring steps follow the step recurrence t(r+1, s+1) = max(t(r, s) + reduce, t(r+1, s)) + d(r+1) (data and
 ///   connection order), pipelined algorithms (tree, chain broadcast/reduce) are fill + (chunks - 1) x the busiest
