@@ -8,9 +8,10 @@
 
 namespace collbench::host {
 
-/// Threads-as-ranks executor: one persistent thread per rank; a receive reads straight from the sender's buffer
-/// (one copy or one fused reduction per transfer), so each rank's own thread does its reductions.
-std::unique_ptr<Backend> makeThreadsBackend(int nranks);
+/// Threads-as-ranks executor: ranks run on `threads` persistent threads (0: min(nranks, cores)), rank r on thread
+/// r % threads, which steps its ranks in turn; a receive reads straight from the sender's buffer (one copy or one
+/// fused reduction per transfer), done by the receiving rank's thread.
+std::unique_ptr<Backend> makeThreadsBackend(int nranks, int threads = 0);
 
 void registerHostBackends();
 

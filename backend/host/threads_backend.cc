@@ -4,8 +4,12 @@
 // Small messages go eagerly instead: the sender copies them into one of the slot's two buffers (by epoch parity)
 // and is done, so a rank waits once per message rather than twice, and a peer can run up to an epoch ahead; that
 // halves the handoffs of a small all-reduce, and when ranks share a core each wake-up moves more work along.
-// The calling thread runs rank 0 itself and persistent workers run the others, so a run() wakes n-1 threads, not n,
-// and nobody waits for the caller to be scheduled again. Every wait spins briefly and then sleeps on a futex.
+// Ranks run on min(n, cores) threads, rank r on thread r % threads: the calling thread is thread 0 (rank 0 and every
+// threads-th rank after it) and persistent workers are the others, so a run() wakes threads - 1 workers and nobody
+// waits for the caller to be scheduled again. A thread with several ranks steps them in turn (no op ever blocks), so
+// ranks beyond the cores cost no context switch per handoff: one thread per rank, 4 ranks on 2 vCPUs time-sliced and
+// the same configuration's time swung 2x between runs. A thread with nothing to do spins briefly, yields, then
+// sleeps on a futex.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -27,17 +31,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// How long a waiting rank polls before it sleeps in the kernel (futex), when ranks do not outnumber cores. A peer
+/// How long an idle thread polls before it sleeps in the kernel (futex). A peer
 /// that is running answers within a poll or two (a cross-core handoff is ~0.2 us), so a short spin catches it; when
 /// other processes share the cores, the peer is often not running, and every microsecond spent spinning is taken
 /// from it or from whoever runs next. Measured on 2 shared cores (8-byte all-reduce, 2 ranks, load 6-8): median
 /// 14-24 us per iteration with a ~2 us spin, 84-150 us with a 50 us spin; ~0.4 us either way when the cores are
 /// free.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2);
-/// After the spin, how long a waiting rank keeps polling with sched_yield() between polls before it sleeps. On this
+/// After the spin, how long an idle thread keeps polling with sched_yield() between polls before it sleeps. On this
 /// VM a futex wake of an idle vCPU costs tens to hundreds of microseconds, which a 2 us spin alone pays on most
-/// handoffs; yielding keeps the waiter awake without taking the core from a runnable peer (when ranks outnumber cores
-/// nobody spins or yields). Measured on 2 quiet cores, `perf -g 2 -b 8 -e 1M -f 8 -n 200 -w 20 -c 0`: without it
+/// handoffs; yielding keeps the waiter awake without taking the core from a runnable peer. Measured on 2 quiet cores, `perf -g 2 -b 8 -e 1M -f 8 -n 200 -w 20 -c 0`: without it
 /// 8 B took 1.4-70 us; with 20 us, 8 B 0.3-1.9 us but 16-256 KiB 120-570 us; with 200 us, 8 B 0.4-5 us and 256 KiB
 /// 27-43 us. Under two busy loops on the cores rendezvous sizes take milliseconds whatever this is (the peer waits
 /// for a time slice), so it only matters on a quiet machine.
@@ -92,14 +95,13 @@ struct Job {
 
 class ThreadsBackend final : public Backend {
  public:
-  explicit ThreadsBackend(int nranks)
-      : nranks_(nranks), wake_(static_cast<std::size_t>(nranks)), scratch_(static_cast<std::size_t>(nranks)) {
-    // With more ranks than cores, a spinning rank only delays the peer it waits for: sleep at once.
-    spin_ = static_cast<unsigned>(nranks) <= std::max(1u, std::thread::hardware_concurrency())
-                ? std::chrono::nanoseconds(kSpinBeforeSleep)
-                : std::chrono::nanoseconds(0);
-    yieldSpin_ = spin_.count() > 0 ? std::chrono::nanoseconds(kYieldBeforeSleep) : std::chrono::nanoseconds(0);
-    for (int r = 1; r < nranks; ++r) workers_.emplace_back([this, r] { workerLoop(r); });
+  ThreadsBackend(int nranks, int threads)
+      : nranks_(nranks),
+        threads_(std::clamp(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), 1,
+                            std::max(nranks, 1))),
+        wake_(static_cast<std::size_t>(threads_)),
+        scratch_(static_cast<std::size_t>(nranks)) {
+    for (int t = 1; t < threads_; ++t) workers_.emplace_back([this, t] { workerLoop(t); });
   }
 
   ~ThreadsBackend() override {
@@ -195,11 +197,11 @@ class ThreadsBackend final : public Backend {
     }
   }
 
-  /// Runs `iterations` epochs on every rank (rank 0 on this thread) and waits for all of them; rethrows the first
-  /// rank error.
+  /// Runs `iterations` epochs on every rank (thread 0, this one, runs rank 0 and its other ranks) and waits for all of
+  /// them; rethrows the first rank error.
   void dispatch(Job& job, int iterations) {
     job.iterations = iterations;
-    job.arrivalTarget += nranks_;
+    job.arrivalTarget += threads_;
     job.rankSeconds.assign(static_cast<std::size_t>(nranks_), 0.0);
     job.firstEpoch = nextEpoch_;
     nextEpoch_ += static_cast<std::uint64_t>(iterations);
@@ -210,41 +212,39 @@ class ThreadsBackend final : public Backend {
     abort_.store(false);
     finished_.store(0);
     generation_.notify();
-    runRank(job, 0);
-    spinThenWait(done_, spin_, yieldSpin_, kSleepSlice,
-                 [&] { return finished_.load(std::memory_order_acquire) == nranks_ - 1; });
+    runThread(job, 0);
+    spinThenWait(done_, kSpinBeforeSleep, kYieldBeforeSleep, kSleepSlice,
+                 [&] { return finished_.load(std::memory_order_acquire) == threads_ - 1; });
     std::lock_guard lock(errorMutex_);
     if (error_) std::rethrow_exception(error_);
   }
 
-  void workerLoop(int rank) {
+  void workerLoop(int thread) {
     // The generation before any dispatch: observing it here instead could miss a dispatch made while this thread
     // was starting.
     std::uint32_t seenGeneration = 0;
     for (;;) {
-      spinThenWait(generation_, spin_, yieldSpin_, kSleepSlice,
+      spinThenWait(generation_, kSpinBeforeSleep, kYieldBeforeSleep, kSleepSlice,
                    [&] { return generation_.observe() != seenGeneration || stop_.load(); });
       if (stop_.load()) return;
       seenGeneration = generation_.observe();
-      runRank(*job_, rank);
-      if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == nranks_ - 1) done_.notify();
+      runThread(*job_, thread);
+      if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_ - 1) done_.notify();
     }
   }
 
-  /// One rank's share of a dispatch; an error is recorded (the first one wins) and makes the other ranks abort.
-  void runRank(Job& job, int rank) {
+  int ownerOf(int rank) const { return rank % threads_; }
+
+  /// One thread's share of a dispatch; an error is recorded (the first one wins) and makes the other ranks abort.
+  void runThread(Job& job, int thread) {
     try {
       if (job.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == job.arrivalTarget) {
         job.allArrived.notify();
       } else {
-        spinThenWait(job.allArrived, spin_, yieldSpin_, kSleepSlice,
+        spinThenWait(job.allArrived, kSpinBeforeSleep, kYieldBeforeSleep, kSleepSlice,
                      [&] { return job.arrived.load(std::memory_order_acquire) >= job.arrivalTarget || abort_.load(); });
       }
-      const auto t0 = Clock::now();
-      for (int it = 0; it < job.iterations && !abort_.load(std::memory_order_relaxed); ++it) {
-        runEpoch(job, rank, job.firstEpoch + static_cast<std::uint64_t>(it) + 1);
-      }
-      job.rankSeconds[static_cast<std::size_t>(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
+      runRanks(job, thread);
     } catch (...) {
       {
         std::lock_guard lock(errorMutex_);
@@ -268,113 +268,161 @@ class ThreadsBackend final : public Backend {
     return nullptr;
   }
 
-  void runEpoch(Job& job, int rank, std::uint64_t epoch) {
-    RankPlan& p = job.plans[static_cast<std::size_t>(rank)];
-    const auto& ops = *p.ops;
-    const DType dtype = job.schedule->spec.dtype;
-    const ReduceOp rop = job.schedule->spec.op;
-    const std::size_t es = job.schedule->spec.kind == Collective::Barrier ? 1 : dtypeSize(dtype);
-    ReadyOps& ready = *p.ready;
-    ready.reset();
-    std::vector<int>& pending = p.pending;
-    pending.clear();
-    WakeWord& myWake = wake_[static_cast<std::size_t>(rank)];
-    auto lastProgress = Clock::now();
+  /// The thread's ranks (thread, thread + threads_, ...) through their epochs, interleaved: a pass steps every rank
+  /// once, a rank that finishes an epoch starts the next, and the thread waits only when no rank of it moved.
+  void runRanks(Job& job, int thread) {
+    struct Cursor {
+      int rank;
+      std::uint64_t epoch;
+    };
+    const std::uint64_t lastEpoch = job.firstEpoch + static_cast<std::uint64_t>(job.iterations);
+    std::vector<Cursor> active;
+    for (int r = thread; r < nranks_ && job.iterations > 0; r += threads_) {
+      active.push_back({r, job.firstEpoch + 1});
+      beginEpoch(job.plans[static_cast<std::size_t>(r)]);
+    }
+    WakeWord& myWake = wake_[static_cast<std::size_t>(thread)];
+    const auto t0 = Clock::now();
+    auto lastProgress = t0;
     int idlePolls = 0;
     const auto timeout = std::chrono::duration<double>(job.timeoutSeconds);
-    while (!ready.finished()) {
+    while (!active.empty()) {
       const std::uint32_t seen = myWake.observe();
       bool progress = false;
-      while (ready.any()) {
-        const int i = ready.pop();
-        const Op& op = ops[static_cast<std::size_t>(i)];
-        progress = true;
-        switch (op.kind) {
-          case OpKind::Copy: {
-            std::byte* dst = resolve(p, op.dst);
-            const std::byte* src = resolve(p, op.src);
-            if (dst != src) std::memcpy(dst, src, op.bytes);
-            ready.complete(i);
-            break;
-          }
-          case OpKind::Reduce: {
-            std::byte* dst = resolve(p, op.dst);
-            reduceElements(dtype, rop, dst, dst, resolve(p, op.src), op.bytes / es);
-            ready.complete(i);
-            break;
-          }
-          case OpKind::Send: {
-            Slot& sl = job.slots[static_cast<std::size_t>(p.slot[static_cast<std::size_t>(i)])];
-            if (sl.eager) {
-              if (postEager(sl, p, op, epoch)) {
-                ready.complete(i);
-              } else {
-                pending.push_back(i);  // the receiver still holds this parity's buffer (it is an epoch behind)
-              }
-              break;
-            }
-            sl.ptr.store(resolve(p, op.src), std::memory_order_relaxed);
-            sl.posted.store(epoch, std::memory_order_release);
-            wake_[static_cast<std::size_t>(op.peer)].notify();
-            pending.push_back(i);
-            break;
-          }
-          case OpKind::Recv:
-          case OpKind::RecvReduce:
-            pending.push_back(i);
-            break;
-        }
-      }
-      for (std::size_t k = 0; k < pending.size();) {
-        const int i = pending[k];
-        const Op& op = ops[static_cast<std::size_t>(i)];
-        Slot& sl = job.slots[static_cast<std::size_t>(p.slot[static_cast<std::size_t>(i)])];
-        bool finished = false;
-        if (op.kind == OpKind::Send) {
-          finished = sl.eager ? postEager(sl, p, op, epoch) : sl.consumed.load(std::memory_order_acquire) >= epoch;
-        } else if (sl.posted.load(std::memory_order_acquire) >= epoch) {
-          const std::byte* incoming =
-              sl.eager ? sl.eager + (epoch % 2) * op.bytes : sl.ptr.load(std::memory_order_relaxed);
-          std::byte* dst = resolve(p, op.dst);
-          if (op.kind == OpKind::Recv) {
-            std::memcpy(dst, incoming, op.bytes);
-          } else {
-            reduceElements(dtype, rop, dst, resolve(p, op.src), incoming, op.bytes / es);
-          }
-          sl.consumed.store(epoch, std::memory_order_release);
-          wake_[static_cast<std::size_t>(op.peer)].notify();
-          finished = true;
-        }
-        if (finished) {
-          pending[k] = pending.back();
-          pending.pop_back();
-          ready.complete(i);
-          progress = true;
-        } else {
+      for (std::size_t k = 0; k < active.size();) {
+        Cursor& c = active[k];
+        RankPlan& p = job.plans[static_cast<std::size_t>(c.rank)];
+        progress = step(job, c.rank, c.epoch) || progress;
+        if (!p.ready->finished()) {
           ++k;
+          continue;
         }
+        finishEpoch(job, p);
+        progress = true;
+        if (c.epoch == lastEpoch) {
+          job.rankSeconds[static_cast<std::size_t>(c.rank)] =
+              std::chrono::duration<double>(Clock::now() - t0).count();
+          active[k] = active.back();
+          active.pop_back();
+          continue;
+        }
+        ++c.epoch;
+        beginEpoch(p);
       }
       if (progress) {
         idlePolls = 0;
         continue;
       }
+      const int waiting = active.front().rank;
       if (abort_.load(std::memory_order_relaxed)) {
-        throw Error(Errc::PeerFailure, fmt::format("rank {} aborted: another rank failed", rank), rank);
+        throw Error(Errc::PeerFailure, fmt::format("rank {} aborted: another rank failed", waiting), waiting);
       }
       // Read the clock only every few idle polls: it costs as much as a poll.
       if (idlePolls++ == 0) lastProgress = Clock::now();
       for (int k = 0; k < kPausesPerPoll; ++k) cpuRelax();
       if (idlePolls % kPollsPerClockRead != 0) continue;
       const auto now = Clock::now();
-      if (now - lastProgress > timeout) timeoutError(job, rank, pending);
-      if (now - lastProgress < spin_) continue;
-      if (now - lastProgress < spin_ + yieldSpin_) {
+      if (now - lastProgress > timeout) timeoutError(job, waiting, job.plans[static_cast<std::size_t>(waiting)].pending);
+      if (now - lastProgress < kSpinBeforeSleep) continue;
+      if (now - lastProgress < kSpinBeforeSleep + kYieldBeforeSleep) {
         std::this_thread::yield();
         continue;
       }
       myWake.waitFor(seen, kSleepSlice);
     }
-    if (p.resultBytes) divideElements(dtype, p.output, p.resultBytes / es, nranks_);
+  }
+
+  static void beginEpoch(RankPlan& p) {
+    p.ready->reset();
+    p.pending.clear();
+  }
+
+  void finishEpoch(const Job& job, RankPlan& p) const {
+    const CollectiveSpec& spec = job.schedule->spec;
+    if (p.resultBytes) divideElements(spec.dtype, p.output, p.resultBytes / dtypeSize(spec.dtype), nranks_);
+  }
+
+  /// One pass over a rank's ready and posted ops in `epoch`: runs what is ready, finishes what its peer has answered.
+  /// Never waits; true when anything moved.
+  bool step(Job& job, int rank, std::uint64_t epoch) {
+    RankPlan& p = job.plans[static_cast<std::size_t>(rank)];
+    const auto& ops = *p.ops;
+    const DType dtype = job.schedule->spec.dtype;
+    const ReduceOp rop = job.schedule->spec.op;
+    const std::size_t es = job.schedule->spec.kind == Collective::Barrier ? 1 : dtypeSize(dtype);
+    ReadyOps& ready = *p.ready;
+    std::vector<int>& pending = p.pending;
+    bool progress = false;
+    while (ready.any()) {
+      const int i = ready.pop();
+      const Op& op = ops[static_cast<std::size_t>(i)];
+      progress = true;
+      switch (op.kind) {
+        case OpKind::Copy: {
+          std::byte* dst = resolve(p, op.dst);
+          const std::byte* src = resolve(p, op.src);
+          if (dst != src) std::memcpy(dst, src, op.bytes);
+          ready.complete(i);
+          break;
+        }
+        case OpKind::Reduce: {
+          std::byte* dst = resolve(p, op.dst);
+          reduceElements(dtype, rop, dst, dst, resolve(p, op.src), op.bytes / es);
+          ready.complete(i);
+          break;
+        }
+        case OpKind::Send: {
+          Slot& sl = job.slots[static_cast<std::size_t>(p.slot[static_cast<std::size_t>(i)])];
+          if (sl.eager) {
+            if (postEager(sl, p, op, epoch)) {
+              ready.complete(i);
+            } else {
+              pending.push_back(i);  // the receiver still holds this parity's buffer (it is an epoch behind)
+            }
+            break;
+          }
+          sl.ptr.store(resolve(p, op.src), std::memory_order_relaxed);
+          sl.posted.store(epoch, std::memory_order_release);
+          wake_[static_cast<std::size_t>(ownerOf(op.peer))].notify();
+          pending.push_back(i);
+          break;
+        }
+        case OpKind::Recv:
+        case OpKind::RecvReduce:
+          pending.push_back(i);
+          break;
+      }
+    }
+    for (std::size_t k = 0; k < pending.size();) {
+      const int i = pending[k];
+      const Op& op = ops[static_cast<std::size_t>(i)];
+      Slot& sl = job.slots[static_cast<std::size_t>(p.slot[static_cast<std::size_t>(i)])];
+      bool finished = false;
+      if (op.kind == OpKind::Send) {
+        finished = sl.eager ? postEager(sl, p, op, epoch) : sl.consumed.load(std::memory_order_acquire) >= epoch;
+      } else if (sl.posted.load(std::memory_order_acquire) >= epoch) {
+        const std::byte* incoming =
+            sl.eager ? sl.eager + (epoch % 2) * op.bytes : sl.ptr.load(std::memory_order_relaxed);
+        std::byte* dst = resolve(p, op.dst);
+        if (op.kind == OpKind::Recv) {
+          std::memcpy(dst, incoming, op.bytes);
+        } else {
+          reduceElements(dtype, rop, dst, resolve(p, op.src), incoming, op.bytes / es);
+        }
+        sl.consumed.store(epoch, std::memory_order_release);
+        wake_[static_cast<std::size_t>(ownerOf(op.peer))].notify();
+        finished = true;
+      }
+      if (finished) {
+        pending[k] = pending.back();
+        pending.pop_back();
+        ready.complete(i);
+        progress = true;
+      } else {
+        ++k;
+      }
+    }
+    return progress;
   }
 
   /// Copies an eager send into the slot's buffer for this epoch's parity and posts it, unless the receiver has
@@ -383,7 +431,7 @@ class ThreadsBackend final : public Backend {
     if (sl.consumed.load(std::memory_order_acquire) + 2 < epoch) return false;
     std::memcpy(sl.eager + (epoch % 2) * op.bytes, resolve(p, op.src), op.bytes);
     sl.posted.store(epoch, std::memory_order_release);
-    wake_[static_cast<std::size_t>(op.peer)].notify();
+    wake_[static_cast<std::size_t>(ownerOf(op.peer))].notify();
     return true;
   }
 
@@ -398,9 +446,8 @@ class ThreadsBackend final : public Backend {
   }
 
   int nranks_;
-  std::chrono::nanoseconds spin_{0};
-  std::chrono::nanoseconds yieldSpin_{0};
-  std::vector<WakeWord> wake_;
+  int threads_;                 ///< min(nranks, cores): rank r runs on thread r % threads_
+  std::vector<WakeWord> wake_;  ///< per thread
   std::vector<std::vector<std::byte>> scratch_;
   std::vector<std::thread> workers_;
   WakeWord generation_, done_;
@@ -414,7 +461,9 @@ class ThreadsBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> makeThreadsBackend(int nranks) { return std::make_unique<ThreadsBackend>(nranks); }
+std::unique_ptr<Backend> makeThreadsBackend(int nranks, int threads) {
+  return std::make_unique<ThreadsBackend>(nranks, threads);
+}
 
 void registerHostBackends() {
   registerBackend("host", "CPU threads as ranks over shared memory",

@@ -256,6 +256,29 @@ TEST(HostBackend, RankBuffersStartOnAPage) {
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(empty.get()) % kPage, 0u);
 }
 
+TEST(HostBackend, RanksSharingAThreadMatchTheReference) {
+  // More ranks than threads: each thread steps several ranks in turn (rank r on thread r % threads). Whatever the
+  // machine's core count, 1 and 2 threads force it; eager and rendezvous sizes, many iterations.
+  for (int threads : {1, 2}) {
+    for (int n : {3, 5, 8}) {
+      const auto b = host::makeThreadsBackend(n, threads);
+      for (const char* name : {"ring", "recursive_doubling", "rabenseifner", "direct", "tree"}) {
+        for (std::size_t count : {std::size_t{7}, std::size_t{65537}}) {
+          const CollectiveSpec spec{Collective::AllReduce, n, count, DType::F32, ReduceOp::Avg};
+          const Schedule s = buildSchedule(spec, name, testing::paramsFor(name, n));
+          for (bool inPlace : {false, true}) {
+            RankBufferSet bufs(spec, inPlace);
+            bufs.fill();
+            b->run(s, bufs.views(), RunOptions{inPlace ? 1 : 20, 0, 30.0});
+            EXPECT_EQ(bufs.countWrong(), 0u) << name << " n=" << n << " threads=" << threads << " count=" << count
+                                             << (inPlace ? " in place" : "");
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(HostBackend, CheckerSeesCorruption) {
   const CollectiveSpec spec{Collective::AllReduce, 4, 1000, DType::F32, ReduceOp::Sum};
   RankBufferSet bufs(spec, false);
@@ -297,6 +320,15 @@ TEST(HostBackend, TimesOutNamingRankAndPeer) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::Timeout);
     EXPECT_NE(std::string(e.what()).find("timed out after 0.2 s waiting for rank"), std::string::npos) << e.what();
+  }
+  // Both ranks on one thread: the thread waits for neither forever either.
+  try {
+    host::makeThreadsBackend(2, 1)->run(s, bufs.views(), RunOptions{1, 0, 0.2});
+    FAIL() << "expected a timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::Timeout);
+    EXPECT_NE(std::string(e.what()).find("rank 0 timed out after 0.2 s waiting for rank 1"), std::string::npos)
+        << e.what();
   }
   // The backend is still usable afterwards.
   const CollectiveSpec spec{Collective::AllReduce, 2, 10, DType::F32, ReduceOp::Sum};
