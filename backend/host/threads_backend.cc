@@ -22,6 +22,7 @@
 
 #include "collbench/error.h"
 #include "collbench/reduce.h"
+#include "collbench/reference.h"
 #include "futex.h"
 #include "host_backend.h"
 #include "op_graph.h"
@@ -82,7 +83,7 @@ struct Job {
   std::vector<RankPlan> plans;
   std::vector<Slot> slots;
   std::vector<int> slotSender, slotReceiver;
-  std::vector<std::byte> eagerArena;
+  PageAlignedBytes eagerArena;  // page-aligned like every buffer an op touches (allocatePageAligned: 4K aliasing)
   std::uint64_t firstEpoch = 0;
   int iterations = 0;
   double timeoutSeconds = kDefaultTimeoutSeconds;
@@ -100,7 +101,8 @@ class ThreadsBackend final : public Backend {
         threads_(std::clamp(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), 1,
                             std::max(nranks, 1))),
         wake_(static_cast<std::size_t>(threads_)),
-        scratch_(static_cast<std::size_t>(nranks)) {
+        scratch_(static_cast<std::size_t>(nranks)),
+        scratchBytes_(static_cast<std::size_t>(nranks), 0) {
     for (int t = 1; t < threads_; ++t) workers_.emplace_back([this, t] { workerLoop(t); });
   }
 
@@ -162,7 +164,7 @@ class ThreadsBackend final : public Backend {
       if (messageBytes(mt) <= kEagerBytes)
         arenaBytes += 2 * ((messageBytes(mt) + kCacheLine - 1) / kCacheLine * kCacheLine);
     }
-    job.eagerArena.resize(arenaBytes);
+    if (arenaBytes) job.eagerArena = allocatePageAligned(arenaBytes);
     std::size_t arenaAt = 0;
     for (std::size_t k = 0; k < m.matches.size(); ++k) {
       job.slotSender[k] = m.matches[k].srcRank;
@@ -171,7 +173,7 @@ class ThreadsBackend final : public Backend {
       job.slots[k].posted.store(nextEpoch_, std::memory_order_relaxed);
       job.slots[k].consumed.store(nextEpoch_, std::memory_order_relaxed);
       if (const std::size_t bytes = messageBytes(m.matches[k]); bytes <= kEagerBytes) {
-        job.slots[k].eager = job.eagerArena.data() + arenaAt;
+        job.slots[k].eager = job.eagerArena.get() + arenaAt;
         arenaAt += 2 * ((bytes + kCacheLine - 1) / kCacheLine * kCacheLine);
       }
     }
@@ -191,8 +193,11 @@ class ThreadsBackend final : public Backend {
       }
       p.input = static_cast<const std::byte*>(bufs[ru].input);
       p.output = static_cast<std::byte*>(bufs[ru].output);
-      if (scratch_[ru].size() < prog.scratchBytes) scratch_[ru].resize(prog.scratchBytes);
-      p.scratch = scratch_[ru].data();
+      if (scratchBytes_[ru] < prog.scratchBytes) {
+        scratch_[ru] = allocatePageAligned(prog.scratchBytes);
+        scratchBytes_[ru] = prog.scratchBytes;
+      }
+      p.scratch = scratch_[ru].get();
       p.resultBytes = s.needsAvgScale() ? s.resultBytes(r) : 0;
     }
   }
@@ -448,7 +453,8 @@ class ThreadsBackend final : public Backend {
   int nranks_;
   int threads_;                 ///< min(nranks, cores): rank r runs on thread r % threads_
   std::vector<WakeWord> wake_;  ///< per thread
-  std::vector<std::vector<std::byte>> scratch_;
+  std::vector<PageAlignedBytes> scratch_;  // per rank, reused by later runs; page-aligned as rank buffers are
+  std::vector<std::size_t> scratchBytes_;
   std::vector<std::thread> workers_;
   WakeWord generation_, done_;
   std::atomic<bool> stop_{false}, abort_{false};
