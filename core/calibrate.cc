@@ -583,6 +583,16 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
     std::vector<int> with = others;
     with.push_back(kOverhead);
     res.identified[kOverhead] = res.identified[kOverhead] && columnRank(rows, with) > columnRank(rows, others);
+    std::vector<int> identified = others;
+    if (res.identified[kOverhead]) identified.push_back(kOverhead);
+    if (const int rank = columnRank(rows, identified); rank < static_cast<int>(identified.size())) {
+      // E.g. one algorithm at one rank count: every sample moves beta and gamma bytes in the same ratio.
+      std::string names;
+      for (int j : identified) names += fmt::format("{}{}", names.empty() ? "" : ", ", kParamNames[j]);
+      res.notes.push_back(fmt::format("the samples determine only {} combinations of {}: the split between them is "
+                                      "arbitrary (time other algorithms or rank counts to separate them)",
+                                      rank, names));
+    }
   }
   std::vector<int> free;
   for (int j = 0; j < kParams; ++j) {

@@ -111,6 +111,15 @@ TEST(Calibrate, RecoversMemoryTiers) {
   EXPECT_LT(r.heldOutMedian, 0.02);
   EXPECT_LT(r.heldOutWorst, 0.05);
   EXPECT_EQ(r.topology.memoryTiers.size(), 2u);
+  for (const std::string& n : r.notes) EXPECT_EQ(n.find("combinations"), std::string::npos) << n;
+  // One algorithm at one rank count moves beta and gamma bytes in one ratio: the fit says their split is arbitrary.
+  std::vector<CalibrationSample> doubling(samples.begin() + 17, samples.end());
+  ASSERT_EQ(doubling.front().algorithm, "recursive_doubling");
+  bool said = false;
+  for (const std::string& n : calibrate(doubling).notes) {
+    said = said || n.find("determine only 2 combinations of alpha_intra, beta_intra, gamma") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
   // One tier cannot follow the drop; asking for one says so in the fit.
   CalibrationOptions one;
   one.memoryTiers = 1;
