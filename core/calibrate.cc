@@ -352,7 +352,6 @@ std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, 
   return out;
 }
 
-
 namespace {
 
 /// Columns of u that a memory tier scales: intra-host 1/beta and 1/gamma (applyMemoryTier scales intra-host links
@@ -589,9 +588,10 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
       // E.g. one algorithm at one rank count: every sample moves beta and gamma bytes in the same ratio.
       std::string names;
       for (int j : identified) names += fmt::format("{}{}", names.empty() ? "" : ", ", kParamNames[j]);
-      res.notes.push_back(fmt::format("the samples determine only {} combinations of {}: the split between them is "
-                                      "arbitrary (time other algorithms or rank counts to separate them)",
-                                      rank, names));
+      res.notes.push_back(
+          fmt::format("the samples determine only {} combinations of {}: the split between them is "
+                      "arbitrary (time other algorithms or rank counts to separate them)",
+                      rank, names));
     }
   }
   std::vector<int> free;
@@ -611,7 +611,7 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   };
   const int maxTiers = opt.memoryTiers > 0 ? opt.memoryTiers : kCalibrateMaxMemoryTiers;
   const int minTiers = opt.memoryTiers > 0 ? opt.memoryTiers : 1;
-  if (sizes.size() < static_cast<std::size_t>(minTiers * kCalibrateMinSizesPerTier) && minTiers > 1) {
+  if (minTiers > 1 && sizes.size() < static_cast<std::size_t>(minTiers) * kCalibrateMinSizesPerTier) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("memory tiers: {} tiers need {} distinct training sizes ({} each), the samples have {}",
                             minTiers, minTiers * kCalibrateMinSizesPerTier, kCalibrateMinSizesPerTier, sizes.size()));
@@ -650,8 +650,7 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   res.params = fromU(chosen.u);
   res.memoryTiers = chosen.tiers();
   if (opt.memoryTiers == 0) {
-    res.notes.push_back(fmt::format("memory tiers: {} chosen by BIC ({}; lowest wins)",
-                                    chosen.scales.size(), bicNote));
+    res.notes.push_back(fmt::format("memory tiers: {} chosen by BIC ({}; lowest wins)", chosen.scales.size(), bicNote));
   }
   for (int j = 0; j < kParams; ++j) {
     if (!res.identified[j]) {
@@ -700,9 +699,9 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
   validateTopology(res.topology, opt.topologyName);
   std::string tiersText;
   for (const MemoryTier& m : res.memoryTiers) {
-    tiersText += fmt::format("{}{} x{:.4g}", tiersText.empty() ? "; memory tiers (working set per host): " : ", ",
-                             m.maxWorkingSetBytes ? fmt::format("<= {} B", m.maxWorkingSetBytes) : "above",
-                             m.bandwidthScale);
+    tiersText +=
+        fmt::format("{}{} x{:.4g}", tiersText.empty() ? "; memory tiers (working set per host): " : ", ",
+                    m.maxWorkingSetBytes ? fmt::format("<= {} B", m.maxWorkingSetBytes) : "above", m.bandwidthScale);
   }
   res.topology.description = fmt::format(
       "calibrated by collbench from {} samples ({} held out): {}{}; fitted call overhead {} us per call (not part of "

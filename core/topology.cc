@@ -836,8 +836,8 @@ Topology applyMemoryTier(const Topology& t, std::size_t tier) {
   out.memoryTiers.clear();
   if (t.memoryTiers.empty()) return out;
   if (tier >= t.memoryTiers.size()) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("topology '{}' has {} memory tiers, tier {} asked for", t.name, t.memoryTiers.size(), tier));
+    throw Error(Errc::InvalidArgument, fmt::format("topology '{}' has {} memory tiers, tier {} asked for", t.name,
+                                                   t.memoryTiers.size(), tier));
   }
   const double scale = t.memoryTiers[tier].bandwidthScale;
   std::unordered_map<std::string, const std::string*> hostOf;

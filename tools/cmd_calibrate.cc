@@ -256,8 +256,8 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
       }
       nlohmann::json tiersJson = nlohmann::json::array();
       for (const MemoryTier& m : r.memoryTiers) {
-        tiersJson.push_back({{"max_working_set_bytes", m.maxWorkingSetBytes ? nlohmann::json(m.maxWorkingSetBytes)
-                                                                              : nlohmann::json(nullptr)},
+        tiersJson.push_back({{"max_working_set_bytes",
+                              m.maxWorkingSetBytes ? nlohmann::json(m.maxWorkingSetBytes) : nlohmann::json(nullptr)},
                              {"bandwidth_scale", m.bandwidthScale}});
       }
       const nlohmann::json doc = {

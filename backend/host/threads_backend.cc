@@ -41,10 +41,10 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2);
 /// After the spin, how long an idle thread keeps polling with sched_yield() between polls before it sleeps. On this
 /// VM a futex wake of an idle vCPU costs tens to hundreds of microseconds, which a 2 us spin alone pays on most
-/// handoffs; yielding keeps the waiter awake without taking the core from a runnable peer. Measured on 2 quiet cores, `perf -g 2 -b 8 -e 1M -f 8 -n 200 -w 20 -c 0`: without it
-/// 8 B took 1.4-70 us; with 20 us, 8 B 0.3-1.9 us but 16-256 KiB 120-570 us; with 200 us, 8 B 0.4-5 us and 256 KiB
-/// 27-43 us. Under two busy loops on the cores rendezvous sizes take milliseconds whatever this is (the peer waits
-/// for a time slice), so it only matters on a quiet machine.
+/// handoffs; yielding keeps the waiter awake without taking the core from a runnable peer. Measured on 2 quiet cores,
+/// `perf -g 2 -b 8 -e 1M -f 8 -n 200 -w 20 -c 0`: without it 8 B took 1.4-70 us; with 20 us, 8 B 0.3-1.9 us but 16-256
+/// KiB 120-570 us; with 200 us, 8 B 0.4-5 us and 256 KiB 27-43 us. Under two busy loops on the cores rendezvous sizes
+/// take milliseconds whatever this is (the peer waits for a time slice), so it only matters on a quiet machine.
 constexpr auto kYieldBeforeSleep = std::chrono::microseconds(200);
 /// Sleep granularity: how often a sleeping rank re-checks the abort flag and its deadline.
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
@@ -305,8 +305,7 @@ class ThreadsBackend final : public Backend {
         finishEpoch(job, p);
         progress = true;
         if (c.epoch == lastEpoch) {
-          job.rankSeconds[static_cast<std::size_t>(c.rank)] =
-              std::chrono::duration<double>(Clock::now() - t0).count();
+          job.rankSeconds[static_cast<std::size_t>(c.rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
           active[k] = active.back();
           active.pop_back();
           continue;
@@ -327,7 +326,8 @@ class ThreadsBackend final : public Backend {
       for (int k = 0; k < kPausesPerPoll; ++k) cpuRelax();
       if (idlePolls % kPollsPerClockRead != 0) continue;
       const auto now = Clock::now();
-      if (now - lastProgress > timeout) timeoutError(job, waiting, job.plans[static_cast<std::size_t>(waiting)].pending);
+      if (now - lastProgress > timeout)
+        timeoutError(job, waiting, job.plans[static_cast<std::size_t>(waiting)].pending);
       if (now - lastProgress < kSpinBeforeSleep) continue;
       if (now - lastProgress < kSpinBeforeSleep + kYieldBeforeSleep) {
         std::this_thread::yield();
@@ -451,8 +451,8 @@ class ThreadsBackend final : public Backend {
   }
 
   int nranks_;
-  int threads_;                 ///< min(nranks, cores): rank r runs on thread r % threads_
-  std::vector<WakeWord> wake_;  ///< per thread
+  int threads_;                            ///< min(nranks, cores): rank r runs on thread r % threads_
+  std::vector<WakeWord> wake_;             ///< per thread
   std::vector<PageAlignedBytes> scratch_;  // per rank, reused by later runs; page-aligned as rank buffers are
   std::vector<std::size_t> scratchBytes_;
   std::vector<std::thread> workers_;

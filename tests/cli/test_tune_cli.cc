@@ -434,8 +434,8 @@ TEST(CalibrateCli, ThisVmsShippedRunsPredictHeldOutSizesWithinTenPercent) {
     const auto cal = temp(c.prefix + "cal.json"), fit = temp(c.prefix + "fit.json");
     std::filesystem::remove(cal);
     std::filesystem::remove(fit);
-    const CliResult r = runCli(
-        fmt::format("calibrate{} --loss l1 -o {} -J {} --verify-sim", inputs, cal.string(), fit.string()));
+    const CliResult r =
+        runCli(fmt::format("calibrate{} --loss l1 -o {} -J {} --verify-sim", inputs, cal.string(), fit.string()));
     ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
     const auto doc = nlohmann::json::parse(slurp(fit));
     EXPECT_GE(doc["held_out"]["count"].get<int>(), 8) << c.prefix;

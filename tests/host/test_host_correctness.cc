@@ -270,8 +270,8 @@ TEST(HostBackend, RanksSharingAThreadMatchTheReference) {
             RankBufferSet bufs(spec, inPlace);
             bufs.fill();
             b->run(s, bufs.views(), RunOptions{inPlace ? 1 : 20, 0, 30.0});
-            EXPECT_EQ(bufs.countWrong(), 0u) << name << " n=" << n << " threads=" << threads << " count=" << count
-                                             << (inPlace ? " in place" : "");
+            EXPECT_EQ(bufs.countWrong(), 0u)
+                << name << " n=" << n << " threads=" << threads << " count=" << count << (inPlace ? " in place" : "");
           }
         }
       }
