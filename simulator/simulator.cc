@@ -317,6 +317,14 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   return r;
 }
 
+/// The topology a call runs on: `topo` itself without memory tiers (no copy of an 8192-rank network per run), else
+/// its tier's copy, kept in `tiered`.
+const Topology& callTopology(const Topology& topo, const CollectiveSpec& spec, Topology& tiered) {
+  if (topo.memoryTiers.empty()) return topo;
+  tiered = topologyForCall(topo, spec);
+  return tiered;
+}
+
 }  // namespace
 
 Simulator::Simulator(Topology topology, int nranks, SimConfig config)
@@ -342,8 +350,8 @@ SimResult Simulator::run(const Schedule& s) const {
   const auto t0 = std::chrono::steady_clock::now();
   SimResult r = inChild([&] {
     const Matching m = matchSchedule(s);
-    const Topology t = topologyForCall(topo_, s.spec);
-    detail::World w(t, nranks_, config_);
+    Topology tiered;
+    detail::World w(callTopology(topo_, s.spec, tiered), nranks_, config_);
     return simulateWithPolicy(w, s, m, config_, config_.timeline);
   });
   r.wallSeconds = secondsSince(t0);
@@ -480,8 +488,8 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   }
   const auto t0 = std::chrono::steady_clock::now();
   SimResult r = inChild([&] {
-    const Topology t = topologyForCall(topo_, spec);
-    detail::World w(t, nranks_, config_);
+    Topology tiered;
+    detail::World w(callTopology(topo_, spec, tiered), nranks_, config_);
     if (ringModel) return detail::simulateRingModel(w, spec, params);
     return extrapolate(w, spec, algorithm, params, config_);
   });

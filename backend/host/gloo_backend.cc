@@ -1098,19 +1098,11 @@ class GlooBackend final : public Backend {
         const int i = ready.pop();
         const Op& op = ops[static_cast<std::size_t>(i)];
         switch (op.kind) {
-          case OpKind::Copy: {
-            std::byte* dst = resolve(p, op.dst);
-            const std::byte* src = resolve(p, op.src);
-            if (dst != src) std::memcpy(dst, src, op.bytes);
+          case OpKind::Copy:
+          case OpKind::Reduce:
+            runLocalOp(op, resolve(p, op.dst), resolve(p, op.src), dtype, rop, p.elemSize);
             ready.complete(i);
             break;
-          }
-          case OpKind::Reduce: {
-            std::byte* dst = resolve(p, op.dst);
-            reduceElements(dtype, rop, dst, dst, resolve(p, op.src), op.bytes / p.elemSize);
-            ready.complete(i);
-            break;
-          }
           case OpKind::Send:
             sendsToPost.push_back(i);
             break;

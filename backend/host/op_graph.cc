@@ -1,6 +1,18 @@
 #include "op_graph.h"
 
+#include <cstring>
+
+#include "collbench/reduce.h"
+
 namespace collbench::host {
+
+void runLocalOp(const Op& op, std::byte* dst, const std::byte* src, DType dtype, ReduceOp rop, std::size_t elemSize) {
+  if (op.kind == OpKind::Copy) {
+    if (dst != src) std::memcpy(dst, src, op.bytes);
+  } else {
+    reduceElements(dtype, rop, dst, dst, src, op.bytes / elemSize);
+  }
+}
 
 OpGraph::OpGraph(const std::vector<Op>& ops) {
   const std::size_t n = ops.size();

@@ -16,6 +16,11 @@
 
 namespace collbench::host {
 
+/// Runs a local op (Copy or Reduce) on its resolved buffers, as both host executors do: a Copy whose source and
+/// destination are the same range is free; a Reduce folds `src` into `dst` in place. `elemSize` is the element size
+/// (1 for barriers).
+void runLocalOp(const Op& op, std::byte* dst, const std::byte* src, DType dtype, ReduceOp rop, std::size_t elemSize);
+
 class OpGraph {
  public:
   OpGraph() = default;

@@ -363,19 +363,11 @@ class ThreadsBackend final : public Backend {
       const Op& op = ops[static_cast<std::size_t>(i)];
       progress = true;
       switch (op.kind) {
-        case OpKind::Copy: {
-          std::byte* dst = resolve(p, op.dst);
-          const std::byte* src = resolve(p, op.src);
-          if (dst != src) std::memcpy(dst, src, op.bytes);
+        case OpKind::Copy:
+        case OpKind::Reduce:
+          runLocalOp(op, resolve(p, op.dst), resolve(p, op.src), dtype, rop, es);
           ready.complete(i);
           break;
-        }
-        case OpKind::Reduce: {
-          std::byte* dst = resolve(p, op.dst);
-          reduceElements(dtype, rop, dst, dst, resolve(p, op.src), op.bytes / es);
-          ready.complete(i);
-          break;
-        }
         case OpKind::Send: {
           Slot& sl = job.slots[static_cast<std::size_t>(p.slot[static_cast<std::size_t>(i)])];
           if (sl.eager) {
