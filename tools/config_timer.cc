@@ -2,6 +2,7 @@
 #include "config_timer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -13,6 +14,23 @@
 #endif
 
 namespace collbench::cli {
+namespace {
+
+/// A repetition lasts at least this long: a thread wake-up or timer read costs 5-20 us on this VM, which is most of a
+/// 3 us collective timed over the default 5 iterations, and at most 2% of a millisecond.
+constexpr double kMinRepetitionSeconds = 1e-3;
+/// ... without timing more calls than this per repetition (bounds a repetition of a sub-microsecond no-op).
+constexpr int kMaxRepetitionIterations = 1000;
+
+/// Iterations per repetition for a configuration whose call took `seconds`: at least `iterations`, and enough for
+/// kMinRepetitionSeconds.
+int repetitionIterations(double seconds, int iterations) {
+  if (!(seconds > 0)) return iterations;
+  const double want = std::ceil(kMinRepetitionSeconds / seconds);
+  return std::max(iterations, static_cast<int>(std::min(want, double{kMaxRepetitionIterations})));
+}
+
+}  // namespace
 
 ConfigTimer::ConfigTimer(const std::string& backend, int nranks, const BackendOptions& options,
                          const MeasureOptions& measure)
@@ -31,7 +49,8 @@ ConfigTimer::ConfigTimer(const std::string& backend, int nranks, const BackendOp
 
 ConfigTimer::~ConfigTimer() = default;
 
-std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs) {
+std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs,
+                                       int repeats) {
   std::vector<double> out(configs.size(), 0);
 #ifdef COLLBENCH_HAVE_SIM
   if (sim_) {
@@ -61,15 +80,20 @@ std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::ve
   RankBufferSet bufs(spec, /*inPlace=*/false);
   bufs.fill();
   std::vector<double> best(schedules.size(), std::numeric_limits<double>::infinity());
-  for (int k = 0; k < std::max(measure_.repeats, 1); ++k) {
+  std::vector<int> iterations(schedules.size(), std::max(measure_.iterations, 1));
+  for (int k = 0; k < std::max(repeats > 0 ? repeats : measure_.repeats, 1); ++k) {
     for (std::size_t j = 0; j < schedules.size(); ++j) {
-      const RunOptions ro{std::max(measure_.iterations, 1), k == 0 ? measure_.warmup : 0, measure_.timeoutSeconds};
-      best[j] = std::min(best[j], backend_->run(schedules[j], bufs.views(), ro).seconds * 1e6);
+      const RunOptions ro{iterations[j], k == 0 ? measure_.warmup : 0, measure_.timeoutSeconds};
+      const double seconds = backend_->run(schedules[j], bufs.views(), ro).seconds;
+      best[j] = std::min(best[j], seconds * 1e6);
+      if (k == 0) iterations[j] = repetitionIterations(seconds, iterations[j]);
     }
   }
   for (std::size_t i = 0; i < configs.size(); ++i) out[i] = best[scheduleOf[i]];
   return out;
 }
+
+bool ConfigTimer::measuresHardware() const { return backend_ && backend_->movesData(); }
 
 double ConfigTimer::time(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params) {
   return times(spec, {TimedConfig{std::string(algorithm), params}}).front();

@@ -29,14 +29,19 @@ struct TimedConfig {
 /// chunk before: same algorithm, ops and channels), and the repetitions go round-robin over the schedules, keeping
 /// each one's fastest (MeasureOptions::repeats of `iterations` calls each; warm-up before the first). Other work on
 /// the machine only adds time, and in rounds a burst of it slows one repetition of every configuration rather than
-/// every repetition of one, so the comparison between configurations survives a loaded machine.
+/// every repetition of one, so the comparison between configurations survives a loaded machine. After the first
+/// repetition, a configuration's later ones time enough calls to last a millisecond (short collectives would
+/// otherwise be timed mostly as wake-up jitter).
 class ConfigTimer {
  public:
   ConfigTimer(const std::string& backend, int nranks, const BackendOptions& options, const MeasureOptions& measure);
   ~ConfigTimer();
-  /// Microseconds of one call of each configuration of `spec`, in order.
-  std::vector<double> times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs);
+  /// Microseconds of one call of each configuration of `spec`, in order; `repeats` > 0 overrides
+  /// MeasureOptions::repeats.
+  std::vector<double> times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs, int repeats = 0);
   double time(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params);
+  /// Whether times vary from one measurement to the next (a backend that moves data, not a simulation).
+  bool measuresHardware() const;
 
  private:
   std::unique_ptr<Backend> backend_;

@@ -55,14 +55,22 @@ constexpr int kPollsPerClockRead = 8;
 /// Messages up to this size are copied into the slot (eager); larger ones are read from the sender's buffer, which
 /// saves a copy of every byte. 4 KiB copy in ~100 ns from cache, about one cross-core handoff.
 constexpr std::size_t kEagerBytes = 4096;
+constexpr std::size_t kCacheLine = 64;
+
+/// Bytes between the two parity buffers of an eager slot, and between slots: whole cache lines, so that the sender
+/// filling one buffer never shares a line with the receiver reading the other (false sharing).
+std::size_t eagerStride(std::size_t bytes) { return (bytes + kCacheLine - 1) / kCacheLine * kCacheLine; }
 
 struct alignas(64) Slot {
   std::atomic<const std::byte*> ptr{nullptr};
   /// Last epoch the sender posted and the receiver consumed (monotonic: epochs are never reused).
   std::atomic<std::uint64_t> posted{0};
   std::atomic<std::uint64_t> consumed{0};
-  /// Eager slots: two message buffers, epoch e in eager + (e % 2) * bytes; null for rendezvous slots.
+  /// Eager slots: two message buffers, epoch e in eager + (e % 2) * eagerStride(bytes); null for rendezvous slots.
   std::byte* eager = nullptr;
+  std::byte* eagerBuffer(std::uint64_t epoch, std::size_t bytes) const {
+    return eager + (epoch % 2) * eagerStride(bytes);
+  }
 };
 
 /// Per-rank, per-run precomputation.
@@ -155,14 +163,12 @@ class ThreadsBackend final : public Backend {
     job.slots = std::vector<Slot>(m.matches.size());
     job.slotSender.resize(m.matches.size());
     job.slotReceiver.resize(m.matches.size());
-    constexpr std::size_t kCacheLine = 64;
     auto messageBytes = [&](const Match& mt) {
       return s.ranks[static_cast<std::size_t>(mt.srcRank)].ops[static_cast<std::size_t>(mt.srcOp)].bytes;
     };
     std::size_t arenaBytes = 0;
     for (const Match& mt : m.matches) {
-      if (messageBytes(mt) <= kEagerBytes)
-        arenaBytes += 2 * ((messageBytes(mt) + kCacheLine - 1) / kCacheLine * kCacheLine);
+      if (messageBytes(mt) <= kEagerBytes) arenaBytes += 2 * eagerStride(messageBytes(mt));
     }
     if (arenaBytes) job.eagerArena = allocatePageAligned(arenaBytes);
     std::size_t arenaAt = 0;
@@ -174,7 +180,7 @@ class ThreadsBackend final : public Backend {
       job.slots[k].consumed.store(nextEpoch_, std::memory_order_relaxed);
       if (const std::size_t bytes = messageBytes(m.matches[k]); bytes <= kEagerBytes) {
         job.slots[k].eager = job.eagerArena.get() + arenaAt;
-        arenaAt += 2 * ((bytes + kCacheLine - 1) / kCacheLine * kCacheLine);
+        arenaAt += 2 * eagerStride(bytes);
       }
     }
     job.plans.resize(static_cast<std::size_t>(nranks_));
@@ -398,8 +404,7 @@ class ThreadsBackend final : public Backend {
       if (op.kind == OpKind::Send) {
         finished = sl.eager ? postEager(sl, p, op, epoch) : sl.consumed.load(std::memory_order_acquire) >= epoch;
       } else if (sl.posted.load(std::memory_order_acquire) >= epoch) {
-        const std::byte* incoming =
-            sl.eager ? sl.eager + (epoch % 2) * op.bytes : sl.ptr.load(std::memory_order_relaxed);
+        const std::byte* incoming = sl.eager ? sl.eagerBuffer(epoch, op.bytes) : sl.ptr.load(std::memory_order_relaxed);
         std::byte* dst = resolve(p, op.dst);
         if (op.kind == OpKind::Recv) {
           std::memcpy(dst, incoming, op.bytes);
@@ -426,7 +431,7 @@ class ThreadsBackend final : public Backend {
   /// not consumed the message that buffer held two epochs ago.
   bool postEager(Slot& sl, const RankPlan& p, const Op& op, std::uint64_t epoch) {
     if (sl.consumed.load(std::memory_order_acquire) + 2 < epoch) return false;
-    std::memcpy(sl.eager + (epoch % 2) * op.bytes, resolve(p, op.src), op.bytes);
+    std::memcpy(sl.eagerBuffer(epoch, op.bytes), resolve(p, op.src), op.bytes);
     sl.posted.store(epoch, std::memory_order_release);
     wake_[static_cast<std::size_t>(ownerOf(op.peer))].notify();
     return true;

@@ -364,6 +364,40 @@ TEST_F(TuneCli, RegretOnHeldOutRanksAndSizes) {
   EXPECT_EQ(gate.exitCode, 1) << gate.err;
 }
 
+// On hardware the sweep's best is re-timed against the chosen: the row reports that run and keeps the sweep's.
+TEST(RegretCli, HostRowsReportTheConfirmationAndTheSweep) {
+  const auto table = temp("host_table.json"), out = temp("host_regret.json");
+  std::filesystem::remove(table);
+  std::filesystem::remove(out);
+  const CliResult tune = runCli(fmt::format(
+      "tune --backend host -g 2 -b 4K -e 64K -f 16 --chunks 0 --channels 1,2 --repeats 2 -o {}", table.string()));
+  ASSERT_EQ(tune.exitCode, 0) << tune.err;
+  const CliResult r =
+      runCli(fmt::format("regret --backend host --tuning {} -g 2 --chunks 0 --channels 1,2 "
+                         "--repeats 2 -J {}",
+                         table.string(), out.string()));
+  ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("sweep_regret"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("timed again together"), std::string::npos) << r.out;
+  const auto doc = nlohmann::json::parse(slurp(out));
+  ASSERT_EQ(doc["rows"].size(), 1u);  // 16 KiB, between the table's two sizes
+  const auto& row = doc["rows"][0];
+  EXPECT_EQ(row["bytes"], 16384);
+  const double chosen = row["chosen"]["time_us"], best = row["best"]["time_us"];
+  const double sweepChosen = row["sweep"]["chosen_us"], sweepBest = row["sweep"]["best_us"];
+  EXPECT_GT(best, 0);
+  EXPECT_LE(best, chosen);
+  EXPECT_LE(sweepBest, sweepChosen);
+  EXPECT_NEAR(row["regret"].get<double>(), chosen / best, 1e-9);
+  EXPECT_NEAR(row["sweep"]["regret"].get<double>(), sweepChosen / sweepBest, 1e-9);
+  // Without a confirmation (the sweep's best was the chosen) the two agree.
+  if (sweepChosen == sweepBest) {
+    EXPECT_DOUBLE_EQ(chosen, sweepChosen);
+  }
+  std::filesystem::remove(table);
+  std::filesystem::remove(out);
+}
+
 TEST(CalibrateCli, RecoversASimulatedNetworkFromPerfJson) {
   // A known two-class network: 2 hosts x 2 ranks, intra 3 us / 20 GB/s, inter 8 us / 5 GB/s, reductions 40 GB/s.
   const auto topo = temp("truth.json");
