@@ -48,18 +48,18 @@ struct RegretArgs {
 };
 
 struct Row {
-  int nranks;
-  std::size_t bytes;
+  int nranks = 0;
+  std::size_t bytes = 0;
   std::string chosen, chosenSource;
-  std::size_t chosenChunk;
-  int chosenChannels;
-  double chosenUs, predictedUs;
+  std::size_t chosenChunk = 0;
+  int chosenChannels = 1;
+  double chosenUs = -1, predictedUs = -1;
   std::string oracle;
-  std::size_t oracleChunk;
-  int oracleChannels;
-  double oracleUs;
+  std::size_t oracleChunk = 0;
+  int oracleChannels = 1;
+  double oracleUs = -1;
   /// The sweep's own chosen and best times, before the confirmation (equal to the above where there was none).
-  double sweepChosenUs, sweepOracleUs;
+  double sweepChosenUs = -1, sweepOracleUs = -1;
   double regret() const { return oracleUs > 0 ? chosenUs / oracleUs : 1.0; }
   double sweepRegret() const { return sweepOracleUs > 0 ? sweepChosenUs / sweepOracleUs : 1.0; }
 };
@@ -237,20 +237,14 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         }
         for (const Alternative& alt : choice.ranking) configs[alt.algorithm].push_back({alt.chunkBytes, alt.channels});
         configs[choice.algorithm].push_back({choice.chunkBytes, choice.channels});
-        Row row{n,
-                key,
-                choice.algorithm,
-                choice.source,
-                choice.chunkBytes,
-                choice.channels,
-                -1,
-                choice.predictedUs,
-                "",
-                0,
-                1,
-                -1,
-                -1,
-                -1};
+        Row row;
+        row.nranks = n;
+        row.bytes = key;
+        row.chosen = choice.algorithm;
+        row.chosenSource = choice.source;
+        row.chosenChunk = choice.chunkBytes;
+        row.chosenChannels = choice.channels;
+        row.predictedUs = choice.predictedUs;
         std::vector<TimedConfig> timed;
         for (auto& [alg, cfgs] : configs) {
           std::sort(cfgs.begin(), cfgs.end());
