@@ -195,6 +195,43 @@ const TuningSection* TuningTable::find(std::string_view fp, std::string_view lib
   return first;
 }
 
+TuningSection meanOfPasses(const std::vector<TuningSection>& passes) {
+  if (passes.empty()) throw Error(Errc::InvalidArgument, "meanOfPasses: no passes");
+  using CandidateKey = std::tuple<std::string, std::string, std::size_t, int>;
+  auto keyOf = [](const TuningCandidate& k) { return CandidateKey{k.algorithm, k.protocol, k.chunkBytes, k.channels}; };
+  TuningSection out = passes.front();
+  for (std::size_t p = 1; p < passes.size(); ++p) {
+    if (passes[p].entries.size() != out.entries.size()) {
+      throw Error(Errc::InvalidArgument, fmt::format("pass {} has {} points, pass 1 has {}", p + 1,
+                                                     passes[p].entries.size(), out.entries.size()));
+    }
+  }
+  for (TuningEntry& e : out.entries) {
+    std::map<CandidateKey, double> sumUs;
+    for (const TuningCandidate& k : e.candidates) sumUs[keyOf(k)] = 0;
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      const TuningEntry* other = passes[p].find(e.collective, e.nranks, e.bytes);
+      if (!other || other->candidates.size() != e.candidates.size()) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("pass {} has no {} at {} ranks, {} bytes with {} candidates", p + 1,
+                                toString(e.collective), e.nranks, e.bytes, e.candidates.size()));
+      }
+      for (const TuningCandidate& k : other->candidates) {
+        const auto it = sumUs.find(keyOf(k));
+        if (it == sumUs.end()) {
+          throw Error(Errc::InvalidArgument,
+                      fmt::format("pass {} has candidate {} (chunk {}, channels {}) at {} ranks, {} bytes, pass 1 not",
+                                  p + 1, k.algorithm, k.chunkBytes, k.channels, e.nranks, e.bytes));
+        }
+        it->second += k.timeUs;
+      }
+    }
+    for (TuningCandidate& k : e.candidates) k.timeUs = sumUs[keyOf(k)] / static_cast<double>(passes.size());
+    sortCandidates(e.candidates);
+  }
+  return out;
+}
+
 TuningTable parseTuningTable(const std::string& text, const std::string& source) {
   json doc;
   try {

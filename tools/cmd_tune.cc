@@ -101,10 +101,11 @@ std::string utcNow() {
 /// "\r[k/n] what" on stderr when it is a terminal (DESIGN.md: progress never mixes with results).
 class Progress {
  public:
-  explicit Progress(std::size_t total) : total_(total), tty_(isatty(STDERR_FILENO) != 0) {}
+  explicit Progress(std::size_t total, std::string prefix = "")
+      : total_(total), prefix_(std::move(prefix)), tty_(isatty(STDERR_FILENO) != 0) {}
   void step(const std::string& what) {
     ++done_;
-    if (tty_) std::fprintf(stderr, "\r\033[Ktune: [%zu/%zu] %s", done_, total_, what.c_str());
+    if (tty_) std::fprintf(stderr, "\r\033[Ktune: %s[%zu/%zu] %s", prefix_.c_str(), done_, total_, what.c_str());
   }
   ~Progress() {
     if (tty_ && done_ > 0) std::fprintf(stderr, "\r\033[K");
@@ -112,6 +113,7 @@ class Progress {
 
  private:
   std::size_t total_, done_ = 0;
+  std::string prefix_;
   bool tty_;
 };
 
@@ -164,7 +166,7 @@ struct TuneArgs {
   std::string ncclChannels = kDefaultNcclChannels;
   std::string minBytes = "1K", maxBytes = "1G", dtype = "float";
   double factor = 4;
-  int iters = 5, warmup = 1, repeats = 7;
+  int iters = 5, warmup = 1, repeats = 7, passes = 1;
   double timeoutSeconds = kDefaultTimeoutSeconds;
   double prune = 0;
   bool force = false;
@@ -260,6 +262,7 @@ class Tuner {
       throw Error(Errc::InvalidArgument,
                   fmt::format("sizes must satisfy 0 < -b ({}) <= -e ({})", pc.minBytes, pc.maxBytes));
     }
+    if (a.passes < 1) throw Error(Errc::InvalidArgument, fmt::format("--passes must be >= 1, got {}", a.passes));
     pc.stepFactor = a.factor;
     sizes_ = sizeSequence(pc);
     chunks_ = bytesList(a.chunks, "--chunks");
@@ -306,6 +309,8 @@ class Tuner {
   }
 
   bool writer() const { return localRank_ <= 0; }
+  /// Whether a sweep so far measured a backend that moves data (its times vary between passes).
+  bool measuresHardware() const { return measuresHardware_; }
 
   TuningProvenance provenance() const {
     TuningProvenance p;
@@ -357,8 +362,8 @@ class Tuner {
     return std::make_unique<ConfigTimer>(a_.backend, n, o, mo_);
   }
 
-  /// collbench's algorithms on the backend (or the model).
-  TuningSection sweepCollbench() {
+  /// collbench's algorithms on the backend (or the model); `pass` (1-based, of --passes) labels the progress.
+  TuningSection sweepCollbench(int pass) {
     TuningSection sec = newSection(kLibraryCollbench);
     std::size_t total = 0;
     for (int n : ranks_) {
@@ -367,7 +372,7 @@ class Tuner {
           total += sweepConfigs(p.collective, a, chunks_, channels_).size();
       }
     }
-    Progress progress(total);
+    Progress progress(total, a_.passes > 1 ? fmt::format("pass {}/{}: ", pass, a_.passes) : "");
     for (int n : ranks_) {
       const std::vector<int> hosts = topo_ ? rankHosts(*topo_, n) : std::vector<int>{};
       std::unique_ptr<ConfigTimer> timer;
@@ -376,6 +381,7 @@ class Tuner {
         model.emplace(topo_ ? CostModel(*topo_, n) : CostModel::defaultFlat(n));
       } else {
         timer = timerFor(n);
+        measuresHardware_ = measuresHardware_ || timer->measuresHardware();
       }
       std::optional<CostModel> pruner;
       if (a_.prune > 0) pruner.emplace(topo_ ? CostModel(*topo_, n) : CostModel::defaultFlat(n));
@@ -542,6 +548,7 @@ class Tuner {
   BackendOptions world_;
   int localRank_ = -1;
   MeasureOptions mo_;
+  bool measuresHardware_ = false;
 };
 
 /// A compact summary on stdout: the winner and the runner-up per point.
@@ -600,6 +607,10 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--repeats", a->repeats,
                   "repetitions, round-robin over a point's configurations; each one's fastest is kept (real backends)")
       ->default_val(7);
+  cmd->add_option("--passes", a->passes,
+                  "sweep the grid this many times; a configuration's time is its mean over the passes (measured "
+                  "backends: machine modes that outlast one point's repetitions)")
+      ->default_val(1);
   cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")
       ->default_val(kDefaultTimeoutSeconds);
   cmd->add_option("--prune", a->prune,
@@ -649,7 +660,15 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
       Tuner tuner(*a);
       const auto start = std::chrono::steady_clock::now();
       table.provenance = tuner.provenance();
-      if (library != "nccl") table.sections.push_back(tuner.sweepCollbench());
+      if (library != "nccl") {
+        // Passes minutes apart meet more of a machine's modes (meanOfPasses); the simulator and the model give the
+        // same times every pass.
+        std::vector<TuningSection> passes{tuner.sweepCollbench(1)};
+        while (tuner.measuresHardware() && static_cast<int>(passes.size()) < a->passes) {
+          passes.push_back(tuner.sweepCollbench(static_cast<int>(passes.size()) + 1));
+        }
+        table.sections.push_back(meanOfPasses(passes));
+      }
       if (library != "collbench") table.sections.push_back(tuner.sweepNccl());
       if (!tuner.writer()) return;  // process backends: rank 0 writes
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

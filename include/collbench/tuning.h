@@ -81,6 +81,12 @@ struct TuningTable {
                             std::string_view backend = {}) const;
 };
 
+/// One section from several sweeps of the same grid (`tune --passes`): each candidate's time is the mean of its times
+/// in the passes, and each entry is sorted again. A machine's modes can outlast one point's repetitions, so one pass
+/// ranks a point in whichever mode it met; the mean ranks by the expected time over the modes the passes met.
+/// Error{InvalidArgument} when the passes do not hold the same points and candidates.
+TuningSection meanOfPasses(const std::vector<TuningSection>& passes);
+
 /// Parses and validates (see the format above); `source` names the file in messages. Candidates are sorted by time.
 TuningTable parseTuningTable(const std::string& jsonText, const std::string& source);
 /// Reads and parses a file; Error{InvalidArgument} when it cannot be read.

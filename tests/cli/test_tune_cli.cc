@@ -85,6 +85,33 @@ TEST_F(TuneCli, RefusesToOverwriteWithoutForce) {
   std::filesystem::remove(other);
 }
 
+// --passes on the simulator: its times do not vary, so one pass is the table; a bad count is one error line, exit 2.
+TEST_F(TuneCli, PassesOnTheSimulatorGiveTheOnePassTable) {
+  const auto passes = temp("passes.json");
+  std::filesystem::remove(passes);
+  const CliResult r = runCli(
+      fmt::format("tune --backend sim --topology dgx-h100-8x1 -g 2,4 -b 1K -e 64K -f 8 --chunks 0,128K --channels 1,2 "
+                  "--passes 3 -o {}",
+                  passes.string()));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const TuningTable one = loadTuningTable(table_.string()), three = loadTuningTable(passes.string());
+  ASSERT_EQ(three.sections.size(), 1u);
+  ASSERT_EQ(three.sections[0].entries.size(), one.sections[0].entries.size());
+  for (std::size_t i = 0; i < one.sections[0].entries.size(); ++i) {
+    const auto &a = one.sections[0].entries[i].candidates, &b = three.sections[0].entries[i].candidates;
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      EXPECT_EQ(a[k].algorithm, b[k].algorithm);
+      EXPECT_DOUBLE_EQ(a[k].timeUs, b[k].timeUs);
+    }
+  }
+  std::filesystem::remove(passes);
+  const CliResult bad = runCli(fmt::format("tune --backend sim -g 2 --passes 0 -o {}", passes.string()));
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("--passes must be >= 1, got 0"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(passes));
+}
+
 TEST_F(TuneCli, NcclTunerExportParsesBackToTheTableChoices) {
   const auto csv = temp("nccl_tuner.conf"), tbl = temp("nccl_table.json");
   std::filesystem::remove(csv);
@@ -369,8 +396,9 @@ TEST(RegretCli, HostRowsReportTheConfirmationAndTheSweep) {
   const auto table = temp("host_table.json"), out = temp("host_regret.json");
   std::filesystem::remove(table);
   std::filesystem::remove(out);
-  const CliResult tune = runCli(fmt::format(
-      "tune --backend host -g 2 -b 4K -e 64K -f 16 --chunks 0 --channels 1,2 --repeats 2 -o {}", table.string()));
+  const CliResult tune = runCli(
+      fmt::format("tune --backend host -g 2 -b 4K -e 64K -f 16 --chunks 0 --channels 1,2 --repeats 2 --passes 2 -o {}",
+                  table.string()));
   ASSERT_EQ(tune.exitCode, 0) << tune.err;
   const CliResult r =
       runCli(fmt::format("regret --backend host --tuning {} -g 2 --chunks 0 --channels 1,2 "

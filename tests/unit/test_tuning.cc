@@ -150,6 +150,42 @@ TEST(TuningTable, ParamSpaceAndSweepConfigs) {
   EXPECT_EQ(sweepConfigs(Collective::AllReduce, "rabenseifner", {0, 1024}, {1, 2, 4}).size(), 1u);
 }
 
+// tune --passes: the mean of each candidate's pass times, re-ranked; a pass that mode favoured one algorithm does not
+// decide alone.
+TEST(TuningTable, MeanOfPassesAveragesEachCandidateAndReranks) {
+  TuningSection fast, slow;
+  fast.entries.push_back(
+      {Collective::AllReduce, 4, 1, 1024, {{"rabenseifner", "", 0, 1, 1.0}, {"recursive_doubling", "", 0, 1, 1.1}}});
+  slow.entries.push_back(
+      {Collective::AllReduce, 4, 1, 1024, {{"recursive_doubling", "", 0, 1, 2.9}, {"rabenseifner", "", 0, 1, 3.7}}});
+  fast.entries.push_back({Collective::AllReduce, 4, 1, 2048, {{"ring", "", 0, 2, 4.0}}});
+  slow.entries.push_back({Collective::AllReduce, 4, 1, 2048, {{"ring", "", 0, 2, 6.0}}});
+  const TuningSection mean = meanOfPasses({fast, slow});
+  ASSERT_EQ(mean.entries.size(), 2u);
+  const TuningEntry& small = mean.entries[0];
+  ASSERT_EQ(small.candidates.size(), 2u);
+  EXPECT_EQ(small.candidates[0].algorithm, "recursive_doubling");  // (1.1 + 2.9) / 2 = 2.0 < (1.0 + 3.7) / 2
+  EXPECT_DOUBLE_EQ(small.candidates[0].timeUs, 2.0);
+  EXPECT_DOUBLE_EQ(small.candidates[1].timeUs, 2.35);
+  EXPECT_DOUBLE_EQ(mean.entries[1].candidates[0].timeUs, 5.0);
+  EXPECT_DOUBLE_EQ(meanOfPasses({slow}).entries[0].candidates[0].timeUs, 2.9);  // one pass: unchanged
+
+  TuningSection otherConfig = slow;
+  otherConfig.entries[1].candidates[0].channels = 4;
+  try {
+    meanOfPasses({fast, otherConfig});
+    ADD_FAILURE() << "passes with different candidates were averaged";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass 2 has candidate ring (chunk 0, channels 4) at 4 ranks, 2048 bytes"),
+              std::string::npos)
+        << e.what();
+  }
+  TuningSection fewer = slow;
+  fewer.entries.pop_back();
+  EXPECT_THROW(meanOfPasses({fast, fewer}), Error);
+  EXPECT_THROW(meanOfPasses({}), Error);
+}
+
 TEST(TuningInterpolation, TablePointsGiveTheTableChoice) {
   const TuningTable t = sampleTable();
   for (const TuningEntry& e : t.sections[0].entries) {
