@@ -219,9 +219,10 @@ TuningSection meanOfPasses(const std::vector<TuningSection>& passes) {
       for (const TuningCandidate& k : other->candidates) {
         const auto it = sumUs.find(keyOf(k));
         if (it == sumUs.end()) {
-          throw Error(Errc::InvalidArgument,
-                      fmt::format("pass {} has candidate {} (chunk {}, channels {}) at {} ranks, {} bytes, pass 1 not",
-                                  p + 1, k.algorithm, k.chunkBytes, k.channels, e.nranks, e.bytes));
+          throw Error(
+              Errc::InvalidArgument,
+              fmt::format("pass {} has candidate {} (chunk {}, channels {}) at {} ranks, {} bytes, which pass 1 lacks",
+                          p + 1, k.algorithm, k.chunkBytes, k.channels, e.nranks, e.bytes));
         }
         it->second += k.timeUs;
       }

@@ -661,8 +661,8 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
       const auto start = std::chrono::steady_clock::now();
       table.provenance = tuner.provenance();
       if (library != "nccl") {
-        // Passes minutes apart meet more of a machine's modes (meanOfPasses); the simulator and the model give the
-        // same times every pass.
+        // Each pass sweeps the grid again later, meeting more of a machine's modes (meanOfPasses); the simulator and
+        // the model give the same times every pass.
         std::vector<TuningSection> passes{tuner.sweepCollbench(1)};
         while (tuner.measuresHardware() && static_cast<int>(passes.size()) < a->passes) {
           passes.push_back(tuner.sweepCollbench(static_cast<int>(passes.size()) + 1));
