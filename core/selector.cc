@@ -177,7 +177,9 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
       const int hosts = opt_.topology ? model(n).summary().hosts : 0;
       // Between points the topology's model gives the shape; without a topology the model is a made-up flat network
       // (free concurrency flatters direct), so measured times alone are interpolated: on this project's 2-vCPU host
-      // table, shaping by it picked direct for 3-rank all-reduces of 1-12 KiB, 1.2-1.5x slower than the best.
+      // table, shaping by it picked direct for 3-rank all-reduces of 1-12 KiB, 1.2-1.5x slower than the best. The
+      // price: between power-of-two rank counts nothing shows the fold step recursive doubling and Rabenseifner take
+      // at the others (3 ranks, 2.4 MiB from a sqrt(2)-step table: Rabenseifner chosen, 2.1-3x slower than direct).
       std::vector<TablePrediction> preds =
           predictFromTable(*section, spec.kind, n, bytes, opt_.topology ? modelFn : ModelTimeFn{}, hosts);
       preds.erase(std::remove_if(preds.begin(), preds.end(),
