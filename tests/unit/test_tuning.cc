@@ -150,7 +150,7 @@ TEST(TuningTable, ParamSpaceAndSweepConfigs) {
   EXPECT_EQ(sweepConfigs(Collective::AllReduce, "rabenseifner", {0, 1024}, {1, 2, 4}).size(), 1u);
 }
 
-// tune --passes: the mean of each candidate's pass times, re-ranked; a pass that mode favoured one algorithm does not
+// tune --passes: the mean of each candidate's pass times, re-ranked; a pass whose mode favoured one algorithm does not
 // decide alone.
 TEST(TuningTable, MeanOfPassesAveragesEachCandidateAndReranks) {
   TuningSection fast, slow;
