@@ -608,8 +608,8 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
                   "repetitions, round-robin over a point's configurations; each one's fastest is kept (real backends)")
       ->default_val(7);
   cmd->add_option("--passes", a->passes,
-                  "sweep the grid this many times; a configuration's time is its mean over the passes (measured "
-                  "backends: machine modes that outlast one point's repetitions)")
+                  "sweep collbench's algorithms this many times; a configuration's time is its mean over the passes "
+                  "(measured backends: machine modes that outlast one point's repetitions; the NCCL sweep runs once)")
       ->default_val(1);
   cmd->add_option("-T,--timeout", a->timeoutSeconds, "seconds a rank waits for a peer")
       ->default_val(kDefaultTimeoutSeconds);
