@@ -11,6 +11,11 @@
 
 #ifdef COLLBENCH_HAVE_SIM
 #include "sim_backend.h"
+#else
+namespace collbench::sim {
+/// Without SimGrid nothing constructs one; ConfigTimer's destructor only needs the type to be complete.
+class Simulator {};
+}  // namespace collbench::sim
 #endif
 
 namespace collbench::cli {
