@@ -17,6 +17,7 @@ Targets of issue #7, each a ratio of two measurements of this run:
 import glob
 import json
 import os
+import re
 import sys
 import traceback
 
@@ -170,7 +171,9 @@ class Summary:
                               f"(native {r.get('native_us', 0):.2f} us, bare {r.get('bare_us', 0):.2f} us per call)"
                               f"  {status} (<= {NATIVE_OVERHEAD_MAX_PCT:.0f}%)")
     def target_ring(self, results):
-        ring = sorted(p for p in glob.glob(self.path("perf_nccl_g*_ring_large.json")) if "_native_" not in p)
+        # The one-GPU steps write perf_nccl_g1_ring_large.json too; the comparison is between GPUs only.
+        ring = sorted(p for p in glob.glob(self.path("perf_nccl_g*_ring_large.json"))
+                      if "_native_" not in p and int(re.search(r"_g(\d+)_", os.path.basename(p)).group(1)) >= 2)
         if not ring:
             self.lines.append("  ring schedule vs NCCL ring busbw at >= 64 MiB: needs 2+ GPUs, not measured")
             results.append({"target": "ring_vs_nccl_ring", "status": "not measured"})

@@ -138,27 +138,35 @@ TEST(GpuSingleBackend, RejectsNativeSchedules) {
 TEST(GpuMonitor, TimeoutNamesRankAndAborts) {
   COLLBENCH_REQUIRE_GPUS(1);
   // A stream blocked by a host callback for longer than the timeout: the watchdog must give up, name the rank and
-  // call the abort hook (ncclCommAbort in the nccl backend), instead of waiting for the stream.
-  DeviceRank rank(3, 0);
-  rank.ensureIterationEvents(1);
-  bool aborted = false;
-  RunMonitor monitor({{&rank, nullptr}}, 0.05, [&aborted] { aborted = true; });
-  auto sleeper = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); };
-  ASSERT_EQ(cudaLaunchHostFunc(rank.stream(), sleeper, nullptr), cudaSuccess);
-  ASSERT_EQ(cudaEventRecord(rank.iterationEvents()[0], rank.stream()), cudaSuccess);
-  monitor.noteRecorded(0, 0);
-  ASSERT_EQ(cudaEventRecord(rank.stopEvent(), rank.stream()), cudaSuccess);
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    monitor.waitAll();
-    FAIL() << "expected a timeout";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::Timeout);
-    EXPECT_EQ(e.rank(), 3);
-    EXPECT_NE(std::string(e.what()).find("rank 3 timed out after 0.05 s"), std::string::npos) << e.what();
+  // call the abort hook (ncclCommAbort in the nccl backend), instead of waiting for the stream. With a stride of 4
+  // the only progress event is iteration 3's, which covers the four issued iterations.
+  for (const std::size_t stride : {std::size_t{1}, std::size_t{4}}) {
+    SCOPED_TRACE(fmt::format("stride {}", stride));
+    DeviceRank rank(3, 0);
+    rank.ensureIterationEvents(stride);
+    bool aborted = false;
+    RunMonitor monitor(
+        {{&rank, nullptr}}, 0.05, [&aborted] { aborted = true; }, stride);
+    auto sleeper = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); };
+    ASSERT_EQ(cudaLaunchHostFunc(rank.stream(), sleeper, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(rank.iterationEvents()[stride - 1], rank.stream()), cudaSuccess);
+    monitor.noteRecorded(0, stride - 1);
+    ASSERT_EQ(cudaEventRecord(rank.stopEvent(), rank.stream()), cudaSuccess);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      monitor.waitAll();
+      FAIL() << "expected a timeout";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::Timeout);
+      EXPECT_EQ(e.rank(), 3);
+      EXPECT_NE(std::string(e.what()).find("rank 3 timed out after 0.05 s"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fmt::format("(0 of {} issued iterations finished)", stride)),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(350));
+    EXPECT_TRUE(aborted);
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(350));
-  EXPECT_TRUE(aborted);
 }
 
 TEST(GpuNcclOneRank, NativeCollectivesMatchReference) {

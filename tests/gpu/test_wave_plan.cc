@@ -14,6 +14,7 @@
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
 #include "cuda_util.h"
+#include "device_rank.h"
 #include "nccl_backend.h"
 #include "wave_plan.h"
 
@@ -435,6 +436,47 @@ TEST(WavePlanBackends, FactoriesExplainMissingDevices) {
   bool sawNccl = false;
   for (const auto& [key, value] : describeGpuEnvironment()) sawNccl = sawNccl || key == "nccl_version";
   EXPECT_TRUE(sawNccl);
+}
+
+// The executors record a progress event only every progressStride() iterations and after the last; the watchdog
+// walks from one recorded event to the next. Every mark it queries must be an iteration that recorded one.
+TEST(WavePlanProgress, StrideCoversSixtyFourMiBAndTheWatchdogQueriesOnlyRecordedEvents) {
+  const auto spec = [](Collective c, std::size_t count) {
+    return CollectiveSpec{c, 4, count, DType::F32, ReduceOp::Sum, 0};
+  };
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  EXPECT_EQ(progressStride(spec(Collective::AllReduce, 16 * kMiB / 4)), 4U);
+  EXPECT_EQ(progressStride(spec(Collective::AllReduce, 64 * kMiB / 4)), 1U);
+  EXPECT_EQ(progressStride(spec(Collective::AllReduce, 256 * kMiB / 4)), 1U);
+  EXPECT_EQ(progressStride(spec(Collective::AllReduce, kMiB / 4)), kMaxProgressStride);
+  EXPECT_EQ(progressStride(spec(Collective::Barrier, 0)), kMaxProgressStride);
+  // All-gather's payload is its output: 4 ranks x 4 MiB.
+  EXPECT_EQ(progressStride(spec(Collective::AllGather, 4 * kMiB / 4)), 4U);
+
+  for (const std::size_t stride : {std::size_t{1}, std::size_t{16}, std::size_t{64}}) {
+    for (const std::size_t total : {std::size_t{1}, std::size_t{16}, std::size_t{105}}) {
+      std::vector<std::size_t> events;
+      for (std::size_t it = 0; it < total; ++it) {
+        if (recordsProgress(it, total, stride)) events.push_back(it);
+      }
+      ASSERT_FALSE(events.empty());
+      EXPECT_EQ(events.back(), total - 1) << "the last iteration always records";
+      EXPECT_LE(events.size(), (total + stride - 1) / stride + 1);
+      // The watchdog at any point of the issue: events up to some recorded one, walked from nothing finished.
+      for (const std::size_t last : events) {
+        std::size_t done = 0;
+        std::vector<std::size_t> queried;
+        while (done < last + 1) {
+          const std::size_t mark = nextProgressMark(done, last + 1, stride);
+          ASSERT_GT(mark, done);
+          queried.push_back(mark - 1);
+          done = mark;
+        }
+        const std::vector<std::size_t> expected(events.begin(), std::find(events.begin(), events.end(), last) + 1);
+        EXPECT_EQ(queried, expected) << "stride " << stride << ", total " << total << ", last " << last;
+      }
+    }
+  }
 }
 
 }  // namespace
