@@ -101,8 +101,11 @@ class Summary:
         smi = read_lines(self.path("environment.log"))
         for i, line in enumerate(smi):
             if line.startswith("name, compute_cap"):
+                # One row per GPU, up to the next "## " section of environment.log.
                 for row in smi[i + 1:i + 9]:
-                    if row and not row.startswith("#"):
+                    if row.startswith("#"):
+                        break
+                    if row:
                         self.lines.append(f"  nvidia-smi: {row}")
                 break
 
