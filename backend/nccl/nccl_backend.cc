@@ -181,7 +181,7 @@ class NcclBackend final : public Backend {
       // Native barrier all-reduces one int32 in the staging buffer.
       const std::size_t staging = native ? sizeof(std::int32_t) : plan.stagingBytes[g];
       r.bind(s.spec, bufs[all ? g : i], native ? 0 : s.ranks[g].scratchBytes, staging);
-      r.ensureIterationEvents(static_cast<std::size_t>(opt.warmup + opt.iterations));
+      r.ensureIterationEvents(static_cast<std::size_t>(opt.warmup) + static_cast<std::size_t>(opt.iterations));
       COLLBENCH_CUDA_RANK(r.rank(), cudaDeviceSynchronize());
     }
 

@@ -65,7 +65,7 @@ class SingleGpuBackend final : public Backend {
     for (int r = 0; r < nranks_; ++r) {
       DeviceRank& dr = *ranks_[static_cast<std::size_t>(r)];
       dr.bind(s.spec, bufs[static_cast<std::size_t>(r)], s.ranks[static_cast<std::size_t>(r)].scratchBytes, 0);
-      dr.ensureIterationEvents(static_cast<std::size_t>(opt.warmup + opt.iterations));
+      dr.ensureIterationEvents(static_cast<std::size_t>(opt.warmup) + static_cast<std::size_t>(opt.iterations));
     }
     COLLBENCH_CUDA(cudaSetDevice(device_));
     COLLBENCH_CUDA(cudaDeviceSynchronize());
