@@ -7,7 +7,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "collbench/algorithms.h"
 #include "collbench/reference.h"
@@ -89,8 +91,11 @@ void nativeOneGpu(benchmark::State& state, collbench::Collective c) {
 
 /// The "nccl" backend's native all-reduce (RunOptions{iterations, warmup}) and a bare ncclAllReduce loop of the same
 /// count, both in every benchmark iteration (in alternating order) so that clocks and interference hit both alike.
-/// Counters: the fastest of each (microseconds per call) and overhead_pct = native / bare - 1, in percent (the issue's
-/// target is at most 2%).
+/// Counters: overhead_pct = the median over the pairs of native / bare - 1, in percent (the target is at
+/// most 2%), and the fastest of each (native_us, bare_us; microseconds per call) with overhead_fastest_pct, their
+/// ratio - 1. At 1 MiB both loops are host-bound, and the ratio of the fastest times moved from -6.3% to +2.5% over
+/// three device checks on an H200: each loop's floor drifts on its own, while a pair timed back to back shares the
+/// machine's state.
 void nativeOverhead(benchmark::State& state) {
   if (!haveDevice(state)) return;
   const auto bytes = static_cast<std::size_t>(state.range(0));
@@ -102,6 +107,7 @@ void nativeOverhead(benchmark::State& state) {
   bufs.fill();
   nccl::BareAllReduceLoop bare(DType::F32, spec.count);
   double bestNative = 0, bestBare = 0;
+  std::vector<double> pairRatios;
   bool nativeFirst = true;
   for (auto _ : state) {
     const auto runNative = [&] {
@@ -121,10 +127,18 @@ void nativeOverhead(benchmark::State& state) {
     state.SetIterationTime(native);
     bestNative = bestNative == 0 ? native : std::min(bestNative, native);
     bestBare = bestBare == 0 ? loop : std::min(bestBare, loop);
+    if (loop > 0) pairRatios.push_back(native / loop);
+  }
+  double medianRatio = 1;
+  if (!pairRatios.empty()) {
+    const auto mid = pairRatios.begin() + static_cast<std::ptrdiff_t>(pairRatios.size() / 2);
+    std::nth_element(pairRatios.begin(), mid, pairRatios.end());
+    medianRatio = *mid;
   }
   state.counters["native_us"] = bestNative * 1e6;
   state.counters["bare_us"] = bestBare * 1e6;
-  state.counters["overhead_pct"] = bestBare > 0 ? (bestNative / bestBare - 1.0) * 100.0 : 0;
+  state.counters["overhead_pct"] = (medianRatio - 1.0) * 100.0;
+  state.counters["overhead_fastest_pct"] = bestBare > 0 ? (bestNative / bestBare - 1.0) * 100.0 : 0;
   setBandwidth(state, static_cast<double>(bytes), 2.0 * static_cast<double>(bytes), bestNative);
 }
 
