@@ -446,6 +446,15 @@ class GlooBackend final : public Backend {
     barrierPlan_.reset();
     gatherPlan_.reset();
     ctrlInBuf_.clear();
+    if (!afterFailure_.empty()) {
+      // Close first (a read in progress finishes before its connection closes), then free what it read into.
+      try {
+        context_->closeConnections();
+      } catch (const std::exception&) {
+        // Nothing left to tell anyone; the buffers go either way.
+      }
+      afterFailure_.clear();
+    }
   }
 
   std::string_view name() const override { return "gloo"; }
@@ -1234,6 +1243,21 @@ class GlooBackend final : public Backend {
     void* out = b.output;
     const void* in = b.input;
     std::unique_ptr<gloo::Algorithm> algo;
+    // After a failure a connection may still be receiving into `algo`'s buffers (bytes the peer sent before it went),
+    // and Gloo's ring frees its inbox before its buffers unregister from the connections (~AllreduceRing): ASan
+    // caught the late read writing freed memory (GlooFaults.KillDuringGloosOwnAllReduceNamesTheDeadRank, 2 runs in
+    // 6). A failed backend runs nothing more, so the algorithm is kept until the destructor has closed the
+    // connections.
+    struct KeepAfterFailure {
+      GlooBackend& backend;
+      std::unique_ptr<gloo::Algorithm>& algo;
+      KeepAfterFailure(GlooBackend& b, std::unique_ptr<gloo::Algorithm>& a) : backend(b), algo(a) {}
+      KeepAfterFailure(const KeepAfterFailure&) = delete;
+      KeepAfterFailure& operator=(const KeepAfterFailure&) = delete;
+      ~KeepAfterFailure() {
+        if (backend.failed_ && algo) backend.afterFailure_.push_back(std::move(algo));
+      }
+    } keep{*this, algo};
     auto once = [&] {
       if (in != out && bytes) std::memcpy(out, in, bytes);
       try {
@@ -1290,6 +1314,8 @@ class GlooBackend final : public Backend {
   Ms opTimeout_{static_cast<long long>(kDefaultTimeoutSeconds * 1000)};
   std::uint64_t sequence_ = 0;
   std::exception_ptr failed_;
+  /// Native algorithms of a failed run, kept until the connections that may still write into them are closed.
+  std::vector<std::unique_ptr<gloo::Algorithm>> afterFailure_;
 
   std::vector<std::byte> scratch_, staging_;
   Schedule barrierSchedule_, gatherSchedule_;
