@@ -153,6 +153,16 @@ RunMonitor::~RunMonitor() {
   thread_.join();
 }
 
+void RunMonitor::endIteration(std::size_t iteration, std::size_t total) {
+  if (!recordsProgress(iteration, total, stride_)) return;
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    const DeviceRank& r = *ranks_[i].rank;
+    r.activate();
+    COLLBENCH_CUDA_RANK(r.rank(), cudaEventRecord(r.iterationEvents()[iteration], r.stream()));
+    noteRecorded(i, iteration);
+  }
+}
+
 void RunMonitor::noteRecorded(std::size_t index, std::size_t iteration) {
   recorded_[index].store(iteration + 1, std::memory_order_release);
   lastProgressNs_.store(nowNs(), std::memory_order_relaxed);

@@ -90,6 +90,9 @@ class RunMonitor {
   RunMonitor& operator=(const RunMonitor&) = delete;
   ~RunMonitor();
 
+  /// The issuing thread finished issuing iteration `iteration` (0-based, in order) of `total` on every watched rank:
+  /// records each rank's progress event on its stream where recordsProgress() says so, and notes it.
+  void endIteration(std::size_t iteration, std::size_t total);
   /// The issuing thread recorded the progress event of iteration `iteration` of watched rank `index` (0-based, in
   /// order; only iterations where recordsProgress() holds).
   void noteRecorded(std::size_t index, std::size_t iteration);

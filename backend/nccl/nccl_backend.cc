@@ -188,13 +188,12 @@ class NcclBackend final : public Backend {
     std::vector<RunMonitor::Watched> watched;
     for (std::size_t i = 0; i < ranks_.size(); ++i) watched.push_back({ranks_[i].get(), comms_[i]});
     {
-      const std::size_t stride = progressStride(s.spec);
       RunMonitor monitor(
           std::move(watched), opt.timeoutSeconds,
           [toAbort = comms_] {
             for (ncclComm_t c : toAbort) (void)ncclCommAbort(c);
           },
-          stride);
+          progressStride(s.spec));
       try {
         const int total = opt.warmup + opt.iterations;
         for (int it = 0; it < total; ++it) {
@@ -204,14 +203,7 @@ class NcclBackend final : public Backend {
           } else {
             issueSchedule(s, plan, monitor);
           }
-          if (!recordsProgress(static_cast<std::size_t>(it), static_cast<std::size_t>(total), stride)) continue;
-          for (std::size_t i = 0; i < ranks_.size(); ++i) {
-            DeviceRank& r = *ranks_[i];
-            r.activate();
-            COLLBENCH_CUDA_RANK(r.rank(),
-                                cudaEventRecord(r.iterationEvents()[static_cast<std::size_t>(it)], r.stream()));
-            monitor.noteRecorded(i, static_cast<std::size_t>(it));
-          }
+          monitor.endIteration(static_cast<std::size_t>(it), static_cast<std::size_t>(total));
         }
         if (opt.iterations <= 0) recordAll(&DeviceRank::startEvent);
         recordAll(&DeviceRank::stopEvent);

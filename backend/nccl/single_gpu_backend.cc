@@ -76,20 +76,13 @@ class SingleGpuBackend final : public Backend {
     {
       // Nothing to abort on one device: kernels and copies cannot wait on a peer forever, so a timeout here only
       // reports a device that stopped making progress.
-      const std::size_t stride = progressStride(s.spec);
-      RunMonitor monitor(std::move(watched), opt.timeoutSeconds, nullptr, stride);
+      RunMonitor monitor(std::move(watched), opt.timeoutSeconds, nullptr, progressStride(s.spec));
       try {
         const int total = opt.warmup + opt.iterations;
         for (int it = 0; it < total; ++it) {
           if (it == opt.warmup) recordAll(&DeviceRank::startEvent);
           issueIteration(s, plan, monitor);
-          if (!recordsProgress(static_cast<std::size_t>(it), static_cast<std::size_t>(total), stride)) continue;
-          for (std::size_t r = 0; r < ranks_.size(); ++r) {
-            DeviceRank& dr = *ranks_[r];
-            COLLBENCH_CUDA_RANK(dr.rank(),
-                                cudaEventRecord(dr.iterationEvents()[static_cast<std::size_t>(it)], dr.stream()));
-            monitor.noteRecorded(r, static_cast<std::size_t>(it));
-          }
+          monitor.endIteration(static_cast<std::size_t>(it), static_cast<std::size_t>(total));
         }
         if (opt.iterations <= 0) recordAll(&DeviceRank::startEvent);
         recordAll(&DeviceRank::stopEvent);
