@@ -1243,21 +1243,6 @@ class GlooBackend final : public Backend {
     void* out = b.output;
     const void* in = b.input;
     std::unique_ptr<gloo::Algorithm> algo;
-    // After a failure a connection may still be receiving into `algo`'s buffers (bytes the peer sent before it went),
-    // and Gloo's ring frees its inbox before its buffers unregister from the connections (~AllreduceRing): ASan
-    // caught the late read writing freed memory (GlooFaults.KillDuringGloosOwnAllReduceNamesTheDeadRank, 2 runs in
-    // 6). A failed backend runs nothing more, so the algorithm is kept until the destructor has closed the
-    // connections.
-    struct KeepAfterFailure {
-      GlooBackend& backend;
-      std::unique_ptr<gloo::Algorithm>& algo;
-      KeepAfterFailure(GlooBackend& b, std::unique_ptr<gloo::Algorithm>& a) : backend(b), algo(a) {}
-      KeepAfterFailure(const KeepAfterFailure&) = delete;
-      KeepAfterFailure& operator=(const KeepAfterFailure&) = delete;
-      ~KeepAfterFailure() {
-        if (backend.failed_ && algo) backend.afterFailure_.push_back(std::move(algo));
-      }
-    } keep{*this, algo};
     auto once = [&] {
       if (in != out && bytes) std::memcpy(out, in, bytes);
       try {
@@ -1281,29 +1266,39 @@ class GlooBackend final : public Backend {
       if (s.needsAvgScale()) divideElements(dt, out, s.spec.count, world_.world);
     };
     // `algo` (Gloo's buffers) lives outside guarded() so that a failure's notices can leave behind its transfers.
-    return guarded([&] {
-      runEpochs(*headerPlan, 1);
-      switch (dt) {
-        case DType::F32:
-          algo = makeNative(s.algorithm, context_, static_cast<float*>(out), count, s.spec.op);
-          break;
-        case DType::F64:
-          algo = makeNative(s.algorithm, context_, static_cast<double*>(out), count, s.spec.op);
-          break;
-        case DType::I32:
-          algo = makeNative(s.algorithm, context_, static_cast<std::int32_t*>(out), count, s.spec.op);
-          break;
-        default:
-          algo = makeNative(s.algorithm, context_, static_cast<std::int64_t*>(out), count, s.spec.op);
-          break;
-      }
-      for (int i = 0; i < opt.warmup; ++i) once();
-      if (world_.world > 1) runEpochs(*barrierPlan_, 1);
-      const auto t0 = Clock::now();
-      for (int i = 0; i < opt.iterations; ++i) once();
-      const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-      return finish(s.algorithm, opt.iterations > 0 ? elapsed / opt.iterations : 0.0);
-    });
+    // After a failure a connection may still be receiving into `algo`'s buffers (bytes the peer sent before it went),
+    // and Gloo's ring frees its inbox before its buffers unregister from the connections (~AllreduceRing): ASan
+    // caught the late read writing freed memory (GlooFaults.KillDuringGloosOwnAllReduceNamesTheDeadRank, 2 runs in
+    // 6). guarded() throws only after fail(), and a failed backend runs nothing more, so the algorithm is kept until
+    // the destructor has closed the connections.
+    try {
+      return guarded([&] {
+        runEpochs(*headerPlan, 1);
+        switch (dt) {
+          case DType::F32:
+            algo = makeNative(s.algorithm, context_, static_cast<float*>(out), count, s.spec.op);
+            break;
+          case DType::F64:
+            algo = makeNative(s.algorithm, context_, static_cast<double*>(out), count, s.spec.op);
+            break;
+          case DType::I32:
+            algo = makeNative(s.algorithm, context_, static_cast<std::int32_t*>(out), count, s.spec.op);
+            break;
+          default:
+            algo = makeNative(s.algorithm, context_, static_cast<std::int64_t*>(out), count, s.spec.op);
+            break;
+        }
+        for (int i = 0; i < opt.warmup; ++i) once();
+        if (world_.world > 1) runEpochs(*barrierPlan_, 1);
+        const auto t0 = Clock::now();
+        for (int i = 0; i < opt.iterations; ++i) once();
+        const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+        return finish(s.algorithm, opt.iterations > 0 ? elapsed / opt.iterations : 0.0);
+      });
+    } catch (...) {
+      if (algo) afterFailure_.push_back(std::move(algo));
+      throw;
+    }
   }
 
   ProcessWorld world_;
