@@ -261,6 +261,44 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
   return c;
 }
 
+std::vector<Alternative> trialCandidates(const Choice& choice) {
+  std::vector<Alternative> out{{choice.algorithm, choice.chunkBytes, choice.channels, choice.predictedUs}};
+  if (choice.source == "forced" || !(choice.predictedUs > 0)) return out;
+  for (const Alternative& a : choice.ranking) {
+    if (out.size() >= kTrialMaxCandidates) break;
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const Alternative& o) { return o.algorithm == a.algorithm; });
+    if (seen || !(a.predictedUs > 0) || a.predictedUs > kTrialSpread * choice.predictedUs) continue;
+    out.push_back(a);
+  }
+  return out;
+}
+
+Choice settleTrial(const Choice& tableChoice, const std::vector<Alternative>& tried,
+                   const std::vector<double>& measuredUs) {
+  COLLBENCH_CHECK(!tried.empty() && tried.size() == measuredUs.size(), "{} candidates, {} times", tried.size(),
+                  measuredUs.size());
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < tried.size(); ++i) {
+    if (measuredUs[i] < measuredUs[best]) best = i;
+  }
+  Choice c = tableChoice;
+  c.algorithm = tried[best].algorithm;
+  c.chunkBytes = tried[best].chunkBytes;
+  c.channels = tried[best].channels;
+  c.predictedUs = measuredUs[best];
+  c.source = "trial";
+  std::vector<std::size_t> order(tried.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return measuredUs[x] < measuredUs[y]; });
+  c.ranking.clear();
+  for (std::size_t i : order) c.ranking.push_back({tried[i].algorithm, tried[i].chunkBytes, tried[i].channels, measuredUs[i]});
+  std::string times;
+  for (std::size_t i : order) times += fmt::format("{}{} {:.3g} us", times.empty() ? "" : ", ", describeAlt(tried[i]), measuredUs[i]);
+  c.reason = fmt::format("trial of {} near-tied candidates on this machine: {}; the table's choice was {} ({})",
+                         tried.size(), times, describeAlt(tried.front()), tableChoice.reason);
+  return c;
+}
+
 Choice chooseAlgorithm(const CollectiveSpec& spec) { return Selector(SelectorOptions{}).choose(spec); }
 
 Choice chooseAlgorithm(const CollectiveSpec& spec, const SelectorOptions& options) {

@@ -33,8 +33,8 @@ namespace {
 /// Held-out sizes are rounded down to this many bytes so that every element type and 16-byte RS/AG block divides them
 /// (nccl-tests rounds per-rank counts to 16 bytes).
 constexpr std::size_t kSizeAlignBytes = 16;
-/// The confirmation of a point times its two configurations for this many rounds per --repeats: a sweep's round
-/// holds ~20 configurations, so the confirmation's rounds are ~10x shorter, and 3x as many of them span a few
+/// The confirmation of a point times its two or three configurations for this many rounds per --repeats: a sweep's
+/// round holds ~20 configurations, so the confirmation's rounds are ~10x shorter, and 3x as many of them span a few
 /// milliseconds of noise as the sweep's do.
 constexpr int kConfirmationRoundsPerRepeat = 3;
 
@@ -59,8 +59,15 @@ struct Row {
   int oracleChannels = 1;
   double oracleUs = -1;
   /// The sweep's own chosen and best times, before the confirmation (equal to the above where there was none).
-  double sweepChosenUs = -1, sweepOracleUs = -1;
+  double sweepChosenUs = -1, sweepOracleUs = -1, sweepTableUs = -1;
+  /// What the table (or model) alone chose, before the trial that `--algo auto` runs on hardware (selector.h), and
+  /// its time where chosenUs and oracleUs come from.
+  std::string tableChosen;
+  std::size_t tableChunk = 0;
+  int tableChannels = 1;
+  double tableUs = -1;
   double regret() const { return oracleUs > 0 ? chosenUs / oracleUs : 1.0; }
+  double tableRegret() const { return oracleUs > 0 ? tableUs / oracleUs : 1.0; }
   double sweepRegret() const { return sweepOracleUs > 0 ? sweepChosenUs / sweepOracleUs : 1.0; }
 };
 
@@ -225,7 +232,9 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         if (spec.count == 0) continue;
         const std::size_t key = std::max(spec.inputBytes(), spec.outputBytes());
         if (section->find(coll, n, key)) ++tablePoints;
-        const Choice choice = selector.choose(spec);
+        const Choice tableChoice = selector.choose(spec);
+        // What --algo auto runs here: the choice after perf's trial.
+        const Choice choice = timer.trial(spec, tableChoice, AlgoParams{0, 1, hosts}, kTrialRounds);
         // Every algorithm at the configuration the selector would use for it, and at its defaults.
         std::map<std::string, std::vector<std::pair<std::size_t, int>>> configs;
         for (const auto& alg : algorithms()) {
@@ -235,8 +244,11 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
             configs[alg.name].push_back({p.chunkBytes, p.channels});
           }
         }
-        for (const Alternative& alt : choice.ranking) configs[alt.algorithm].push_back({alt.chunkBytes, alt.channels});
+        for (const Alternative& alt : tableChoice.ranking) {
+          configs[alt.algorithm].push_back({alt.chunkBytes, alt.channels});
+        }
         configs[choice.algorithm].push_back({choice.chunkBytes, choice.channels});
+        configs[tableChoice.algorithm].push_back({tableChoice.chunkBytes, tableChoice.channels});
         Row row;
         row.nranks = n;
         row.bytes = key;
@@ -244,7 +256,10 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         row.chosenSource = choice.source;
         row.chosenChunk = choice.chunkBytes;
         row.chosenChannels = choice.channels;
-        row.predictedUs = choice.predictedUs;
+        row.predictedUs = tableChoice.predictedUs;
+        row.tableChosen = tableChoice.algorithm;
+        row.tableChunk = tableChoice.chunkBytes;
+        row.tableChannels = tableChoice.channels;
         std::vector<TimedConfig> timed;
         for (auto& [alg, cfgs] : configs) {
           std::sort(cfgs.begin(), cfgs.end());
@@ -255,7 +270,7 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
           std::fprintf(stderr, "\r\033[Kregret: n=%d %s: %zu configurations", n, formatBytes(key).c_str(),
                        timed.size());
         const std::vector<double> us = timer.times(spec, timed);
-        std::size_t chosenAt = 0, oracleAt = 0;
+        std::size_t chosenAt = 0, oracleAt = 0, tableAt = 0;
         for (std::size_t i = 0; i < timed.size(); ++i) {
           const std::string& alg = timed[i].algorithm;
           const std::size_t chunk = timed[i].params.chunkBytes;
@@ -263,6 +278,10 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
           if (alg == choice.algorithm && chunk == choice.chunkBytes && ch == choice.channels) {
             row.chosenUs = us[i];
             chosenAt = i;
+          }
+          if (alg == tableChoice.algorithm && chunk == tableChoice.chunkBytes && ch == tableChoice.channels) {
+            row.tableUs = us[i];
+            tableAt = i;
           }
           if (row.oracleUs < 0 || us[i] < row.oracleUs) {
             row.oracle = alg;
@@ -274,49 +293,78 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         }
         row.sweepChosenUs = row.chosenUs;
         row.sweepOracleUs = row.oracleUs;
-        if (timer.measuresHardware() && row.chosenUs > row.oracleUs) {
-          // The sweep's best is the minimum of many noisy times, so it is biased low (the winner's curse): the chosen
-          // and the best are timed again, together, and the regret is their ratio there. A chosen configuration that
-          // is then the faster one is the best measured. Two configurations make short rounds, which one burst of
-          // other work can cover for several in a row: more of them.
-          const std::vector<double> again =
-              timer.times(spec, {timed[chosenAt], timed[oracleAt]}, kConfirmationRoundsPerRepeat * a->repeats);
+        row.sweepTableUs = row.tableUs;
+        if (timer.measuresHardware() && (row.chosenUs > row.oracleUs || row.tableUs > row.oracleUs)) {
+          // The sweep's best is the minimum of many noisy times, so it is biased low (the winner's curse): the chosen,
+          // the table's choice and the best are timed again, together, and the regrets are ratios there. A chosen
+          // configuration that is then the fastest one is the best measured. Few configurations make short rounds,
+          // which one burst of other work can cover for several in a row: more of them.
+          const std::vector<double> again = timer.times(spec, {timed[chosenAt], timed[oracleAt], timed[tableAt]},
+                                                        kConfirmationRoundsPerRepeat * a->repeats);
           row.chosenUs = again[0];
-          row.oracleUs = std::min(again[0], again[1]);
+          row.tableUs = again[2];
+          row.oracleUs = again[1];
+          for (const std::size_t k : {chosenAt, tableAt}) {  // a faster one of those is the best measured
+            const double t = k == chosenAt ? again[0] : again[2];
+            if (t < row.oracleUs) {
+              row.oracle = timed[k].algorithm;
+              row.oracleChunk = timed[k].params.chunkBytes;
+              row.oracleChannels = timed[k].params.channels;
+              row.oracleUs = t;
+            }
+          }
         }
         rows.push_back(row);
       }
     }
     if (tty) std::fprintf(stderr, "\r\033[K");
-    double worst = 1, logSum = 0;
+    double worst = 1, logSum = 0, tableWorst = 1, tableLogSum = 0;
     const Row* worstRow = nullptr;
+    bool trialled = false;  // some point's choice differs from the table's
     for (const Row& r : rows) {
       logSum += std::log(r.regret());
+      tableLogSum += std::log(r.tableRegret());
+      tableWorst = std::max(tableWorst, r.tableRegret());
+      trialled = trialled || r.tableChosen != r.chosen || r.tableChunk != r.chosenChunk ||
+                 r.tableChannels != r.chosenChannels;
       if (!worstRow || r.regret() > worst) {
         worst = r.regret();
         worstRow = &r;
       }
     }
-    const double geomean = rows.empty() ? 1 : std::exp(logSum / static_cast<double>(rows.size()));
+    const auto points = static_cast<double>(std::max<std::size_t>(rows.size(), 1));
+    const double geomean = std::exp(logSum / points);
+    const double tableGeomean = std::exp(tableLogSum / points);
     fmt::print("# collbench regret: {} on backend {}, topology {}, table {}\n", toString(coll), a->backend,
                topo ? topo->name : "(none)", a->tuning);
     if (!note.empty()) fmt::print("# note: {}\n", note);
     if (tablePoints) fmt::print("# warning: {} of the points are table points\n", tablePoints);
     if (measured) {
       fmt::print(
-          "# where the sweep's best beat the chosen, both were timed again together: chosen_us, best_us and "
-          "regret are from that run, sweep_regret from the sweep\n");
+          "# chosen: what --algo auto runs here, the table's choice after a trial of its near-tied runner-ups "
+          "(source 'trial'); table: the table's choice alone\n"
+          "# where the sweep's best beat the chosen or the table's choice, they were timed again together: chosen_us, "
+          "best_us, regret and table_regret are from that run, sweep_regret from the sweep\n");
     }
-    fmt::print("# {:>6}  {:>12}  {:<26} {:<13} {:>12}  {:>12}  {:<26} {:>12}  {:>7}  {:>12}\n", "nranks", "bytes",
+    fmt::print("# {:>6}  {:>12}  {:<26} {:<13} {:>12}  {:>12}  {:<26} {:>12}  {:>7}  {:>12}", "nranks", "bytes",
                "chosen", "source", "predicted_us", "chosen_us", "best measured", "best_us", "regret", "sweep_regret");
+    if (measured) fmt::print("  {:<26} {:>12}", "table", "table_regret");
+    fmt::print("\n");
     for (const Row& r : rows) {
-      fmt::print("  {:>6}  {:>12}  {:<26} {:<13} {:>12.3f}  {:>12.3f}  {:<26} {:>12.3f}  {:>7.4f}  {:>12.4f}\n",
-                 r.nranks, r.bytes, describeCfg(r.chosen, r.chosenChunk, r.chosenChannels), r.chosenSource,
-                 r.predictedUs, r.chosenUs, describeCfg(r.oracle, r.oracleChunk, r.oracleChannels), r.oracleUs,
-                 r.regret(), r.sweepRegret());
+      fmt::print("  {:>6}  {:>12}  {:<26} {:<13} {:>12.3f}  {:>12.3f}  {:<26} {:>12.3f}  {:>7.4f}  {:>12.4f}", r.nranks,
+                 r.bytes, describeCfg(r.chosen, r.chosenChunk, r.chosenChannels), r.chosenSource, r.predictedUs,
+                 r.chosenUs, describeCfg(r.oracle, r.oracleChunk, r.oracleChannels), r.oracleUs, r.regret(),
+                 r.sweepRegret());
+      if (measured) fmt::print("  {:<26} {:>12.4f}", describeCfg(r.tableChosen, r.tableChunk, r.tableChannels),
+                               r.tableRegret());
+      fmt::print("\n");
     }
     fmt::print("# points {}  worst {:.4f}{}  geomean {:.4f}\n", rows.size(), worst,
                worstRow ? fmt::format(" (n={}, {})", worstRow->nranks, formatBytes(worstRow->bytes)) : "", geomean);
+    if (measured) {
+      fmt::print("# the table's choices alone: worst {:.4f}  geomean {:.4f}{}\n", tableWorst, tableGeomean,
+                 trialled ? "" : " (the trial kept every one)");
+    }
     if (!a->json.empty()) {
       nlohmann::json jr = nlohmann::json::array();
       for (const Row& r : rows) {
@@ -335,8 +383,18 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
                {"chunk_bytes", r.oracleChunk},
                {"channels", r.oracleChannels},
                {"time_us", r.oracleUs}}},
+             {"table_choice",
+              {{"algorithm", r.tableChosen},
+               {"chunk_bytes", r.tableChunk},
+               {"channels", r.tableChannels},
+               {"time_us", r.tableUs}}},
              {"regret", r.regret()},
-             {"sweep", {{"chosen_us", r.sweepChosenUs}, {"best_us", r.sweepOracleUs}, {"regret", r.sweepRegret()}}}});
+             {"table_regret", r.tableRegret()},
+             {"sweep",
+              {{"chosen_us", r.sweepChosenUs},
+               {"best_us", r.sweepOracleUs},
+               {"table_us", r.sweepTableUs},
+               {"regret", r.sweepRegret()}}}});
       }
       const nlohmann::json doc = {{"format", "collbench-regret"},
                                   {"version", 1},
@@ -348,7 +406,12 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
                                   {"command_line", gCommandLine},
                                   {"environment", describeEnvironment()},
                                   {"rows", jr},
-                                  {"summary", {{"points", rows.size()}, {"worst", worst}, {"geomean", geomean}}}};
+                                  {"summary",
+                                   {{"points", rows.size()},
+                                    {"worst", worst},
+                                    {"geomean", geomean},
+                                    {"table_worst", tableWorst},
+                                    {"table_geomean", tableGeomean}}}};
       std::ofstream f(a->json);
       if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(a->json)));
       f << doc.dump(2) << '\n';

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "collbench/reference.h"
+#include "world_options.h"
 
 #ifdef COLLBENCH_HAVE_SIM
 #include "sim_backend.h"
@@ -49,8 +50,12 @@ ConfigTimer::ConfigTimer(const std::string& backend, int nranks, const BackendOp
     return;
   }
 #endif
-  backend_ = makeBackend(backend, nranks, options);
+  owned_ = makeBackend(backend, nranks, options);
+  backend_ = owned_.get();
 }
+
+ConfigTimer::ConfigTimer(Backend& backend, const MeasureOptions& measure, int localRank)
+    : backend_(&backend), measure_(measure), localRank_(localRank) {}
 
 ConfigTimer::~ConfigTimer() = default;
 
@@ -82,7 +87,7 @@ std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::ve
     if (fresh) schedules.push_back(std::move(s));
     scheduleOf.push_back(it->second);
   }
-  RankBufferSet bufs(spec, /*inPlace=*/false);
+  PerfBuffers bufs(spec, /*inPlace=*/false, localRank_);
   bufs.fill();
   std::vector<double> best(schedules.size(), std::numeric_limits<double>::infinity());
   std::vector<int> iterations(schedules.size(), std::max(measure_.iterations, 1));
@@ -91,14 +96,32 @@ std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::ve
       const RunOptions ro{iterations[j], k == 0 ? measure_.warmup : 0, measure_.timeoutSeconds};
       const double seconds = backend_->run(schedules[j], bufs.views(), ro).seconds;
       best[j] = std::min(best[j], seconds * 1e6);
-      if (k == 0) iterations[j] = repetitionIterations(seconds, iterations[j]);
+      // Every process must then run as many calls: the count comes from the agreed first time.
+      if (k == 0) iterations[j] = repetitionIterations(agreed(seconds * 1e6) / 1e6, iterations[j]);
     }
   }
+  for (double& us : best) us = agreed(us);
   for (std::size_t i = 0; i < configs.size(); ++i) out[i] = best[scheduleOf[i]];
   return out;
 }
 
+double ConfigTimer::agreed(double us) const {
+  if (localRank_ < 0) return us;
+  // The mean over processes through the backend: a sum of whole nanoseconds is exact, so every process sees the same
+  // number and picks the same configuration.
+  const long long ns = sumOverProcesses(*backend_, std::llround(us * 1e3), true, measure_.timeoutSeconds);
+  return static_cast<double>(ns) / 1e3 / backend_->nranks();
+}
+
 bool ConfigTimer::measuresHardware() const { return backend_ && backend_->movesData(); }
+
+Choice ConfigTimer::trial(const CollectiveSpec& spec, const Choice& choice, const AlgoParams& params, int rounds) {
+  const std::vector<Alternative> tried = trialCandidates(choice);
+  if (!measuresHardware() || tried.size() < 2) return choice;
+  std::vector<TimedConfig> configs;
+  for (const Alternative& a : tried) configs.push_back({a.algorithm, AlgoParams{a.chunkBytes, a.channels, params.rankHost}});
+  return settleTrial(choice, tried, times(spec, configs, rounds));
+}
 
 double ConfigTimer::time(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params) {
   return times(spec, {TimedConfig{std::string(algorithm), params}}).front();

@@ -7,6 +7,7 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/selector.h"
 #include "collbench/tuning.h"
 
 namespace collbench::sim {
@@ -32,21 +33,39 @@ struct TimedConfig {
 /// every repetition of one, so the comparison between configurations survives a loaded machine. After the first
 /// repetition, a configuration's later ones time enough calls to last a millisecond (short collectives would
 /// otherwise be timed mostly as wake-up jitter).
+/// Rounds of an --algo auto trial (`perf`, and `regret`'s chosen): round-robin over up to 5 candidates, each round at
+/// least a millisecond of each, the fastest round kept. A trial's rounds are ~4x shorter than a tune sweep's (~20
+/// configurations), so one burst of other work covers several in a row: as many rounds as regret's confirmation
+/// takes (3 per repetition, 7 repetitions). 105 ms per size of 5 candidates below a 1 ms collective.
+inline constexpr int kTrialRounds = 21;
+
 class ConfigTimer {
  public:
   ConfigTimer(const std::string& backend, int nranks, const BackendOptions& options, const MeasureOptions& measure);
+  /// Times on `backend`, which must outlive this. With `localRank` >= 0 the backend runs one rank per process: this
+  /// process holds that rank's buffers only, and every process must time the same configurations in the same order,
+  /// since the times are agreed through the backend (summed over the processes) so that all of them pick alike.
+  ConfigTimer(Backend& backend, const MeasureOptions& measure, int localRank);
   ~ConfigTimer();
   /// Microseconds of one call of each configuration of `spec`, in order; `repeats` > 0 overrides
   /// MeasureOptions::repeats.
   std::vector<double> times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs, int repeats = 0);
   double time(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params);
+  /// `--algo auto` on hardware: times trialCandidates(choice) together for `rounds` rounds and returns settleTrial's
+  /// choice; the choice unchanged on a simulator or when it has no near-tied runner-up. `params` gives the
+  /// configurations their hosts.
+  Choice trial(const CollectiveSpec& spec, const Choice& choice, const AlgoParams& params, int rounds);
   /// Whether times vary from one measurement to the next (a backend that moves data, not a simulation).
   bool measuresHardware() const;
 
  private:
-  std::unique_ptr<Backend> backend_;
+  /// `us` measured by this process, agreed over the processes of a one-rank-per-process backend (their mean).
+  double agreed(double us) const;
+  std::unique_ptr<Backend> owned_;
+  Backend* backend_ = nullptr;
   std::unique_ptr<sim::Simulator> sim_;
   MeasureOptions measure_;
+  int localRank_ = -1;
 };
 
 }  // namespace collbench::cli

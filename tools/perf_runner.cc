@@ -17,6 +17,7 @@
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
+#include "config_timer.h"
 #include "environment.h"
 #include "process_world.h"
 #include "world_options.h"
@@ -301,13 +302,16 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     const CollectiveSpec spec{c.collective, n, countForSize(c.collective, bytes, es, n), dtype, op, c.root};
     PlannedRow row{std::max(spec.inputBytes(), spec.outputBytes()), spec, {}, params};
     row.choice = c.algo == "auto" ? selector.choose(row.spec) : Choice{c.algo, "forced by --algo"};
-    if (c.algo == "auto" && c.chunkBytes == 0 && c.channels == 1) {
-      // The selector's chunk and channels unless given on the command line.
-      row.params.chunkBytes = row.choice.chunkBytes;
-      row.params.channels = row.choice.channels;
-    }
     plan.push_back(std::move(row));
   }
+  // The selector's chunk and channels unless given on the command line (then every candidate runs with those).
+  const bool autoConfig = c.algo == "auto" && c.chunkBytes == 0 && c.channels == 1;
+  auto useChoice = [&](PlannedRow& row) {
+    if (!autoConfig) return;
+    row.params.chunkBytes = row.choice.chunkBytes;
+    row.params.channels = row.choice.channels;
+  };
+  for (PlannedRow& row : plan) useChoice(row);
 
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(localRank > 0 ? std::fopen("/dev/null", "w") : nullptr,
                                                         [](std::FILE* f) { return f ? std::fclose(f) : 0; });
@@ -315,6 +319,27 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   auto backend = makeBackend(backendName, n, bopts);
   n = backend->nranks();
   const std::vector<RankLine> rankLines = describeRanks(*backend, bopts, localRank, c.timeoutSeconds);
+  if (c.algo == "auto" && backend->movesData()) {
+    // Near-tied candidates are timed here before the table (selector.h, kTrialSpread), every process alike.
+    ConfigTimer timer(*backend, MeasureOptions{1, std::max(c.warmup, 1), kTrialRounds, c.timeoutSeconds},
+                      processMode ? localRank : -1);
+    const bool tty = localRank <= 0 && isatty(STDERR_FILENO) != 0;
+    for (PlannedRow& row : plan) {
+      if (tty) std::fprintf(stderr, "\r\033[Kperf: trying near-tied algorithms at %s", formatBytes(row.bytes).c_str());
+      Choice asked = row.choice;
+      if (!autoConfig) {
+        asked.chunkBytes = c.chunkBytes;
+        asked.channels = c.channels;
+        for (Alternative& alt : asked.ranking) {
+          alt.chunkBytes = c.chunkBytes;
+          alt.channels = c.channels;
+        }
+      }
+      row.choice = timer.trial(row.spec, asked, row.params, kTrialRounds);
+      useChoice(row);
+    }
+    if (tty) std::fprintf(stderr, "\r\033[K");
+  }
 
   const bool reduces = probe.reduces();
   std::fprintf(out, "# collbench %s perf %s: backend %s, %d ranks%s%s, algorithm %s\n", COLLBENCH_VERSION,

@@ -40,7 +40,8 @@ struct Choice {
   std::string reason;  ///< what the choice rests on, for `collbench plan` and run headers (one line)
   std::size_t chunkBytes = 0;
   int channels = 1;
-  /// "forced", "table", "interpolated", "extrapolated", "model", or "" for choices made without the selector.
+  /// "forced", "table", "interpolated", "extrapolated", "model", "trial" (settleTrial), or "" for choices made
+  /// without the selector.
   std::string source;
   double predictedUs = -1;  ///< < 0: unknown
   /// Every candidate considered, fastest first (the choice first when chosen by time): plan prints the runner-up.
@@ -67,6 +68,27 @@ class Selector {
   SelectorOptions opt_;
   mutable std::map<int, std::unique_ptr<CostModel>> models_;
 };
+
+/// Trial (`--algo auto` on a backend that moves data): a table predicts from other sizes, rank counts and another
+/// hour of the same machine, and on a shared 2-vCPU host the fastest algorithm of a point can change between runs by
+/// 1.3-1.9x (a cache cliff between two table sizes; which handoff mode the scheduler is in). Collectives of training
+/// repeat one size every step (gradient buckets), so, like STAR-MPI's delayed finalisation and cuDNN's benchmark
+/// mode, the harness times the choice and its near-tied runner-ups on the machine before the run and keeps the
+/// fastest. Only algorithms predicted within this factor of the choice are tried: the worst regret the table alone
+/// showed here was 1.9x, so a runner-up further off than 2x is not worth the trial's time.
+inline constexpr double kTrialSpread = 2.0;
+/// ... and at most this many (the choice included): every schedule algorithm of all-reduce but hierarchical.
+inline constexpr std::size_t kTrialMaxCandidates = 5;
+
+/// The configurations a trial times: the choice first, then the fastest-predicted configuration of each other
+/// algorithm in the choice's ranking predicted within kTrialSpread of it, at most kTrialMaxCandidates. Just the choice
+/// when it was forced or nothing was predicted (a lone candidate needs no trial).
+std::vector<Alternative> trialCandidates(const Choice& choice);
+
+/// The choice after a trial: the fastest of `tried` by `measuredUs` (same order; the earlier one on a tie), its
+/// source "trial", and a reason naming the table's choice, the times and the runner-up.
+Choice settleTrial(const Choice& tableChoice, const std::vector<Alternative>& tried,
+                   const std::vector<double>& measuredUs);
 
 /// Without a topology or table: the default flat cost model over kDefaultModelAlgorithms (COLLBENCH_ALGO applies).
 Choice chooseAlgorithm(const CollectiveSpec& spec);

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cli_runner.h"
+#include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 
@@ -418,12 +419,66 @@ TEST(RegretCli, HostRowsReportTheConfirmationAndTheSweep) {
   EXPECT_LE(sweepBest, sweepChosen);
   EXPECT_NEAR(row["regret"].get<double>(), chosen / best, 1e-9);
   EXPECT_NEAR(row["sweep"]["regret"].get<double>(), sweepChosen / sweepBest, 1e-9);
-  // Without a confirmation (the sweep's best was the chosen) the two agree.
-  if (sweepChosen == sweepBest) {
+  // The table's choice alone, before perf's trial, is reported beside it and timed in the same runs.
+  const double tableUs = row["table_choice"]["time_us"];
+  EXPECT_LE(best, tableUs);
+  EXPECT_NEAR(row["table_regret"].get<double>(), tableUs / best, 1e-9);
+  EXPECT_GE(doc["summary"]["table_worst"].get<double>(), 1.0);
+  EXPECT_NE(r.out.find("# the table's choices alone: worst "), std::string::npos) << r.out;
+  // Without a confirmation (the sweep's best was the chosen and the table's choice) the sweep's times stand.
+  if (sweepChosen == sweepBest && row["sweep"]["table_us"].get<double>() == sweepBest) {
     EXPECT_DOUBLE_EQ(chosen, sweepChosen);
   }
   std::filesystem::remove(table);
   std::filesystem::remove(out);
+}
+
+/// A host table at 2 ranks, 4 KiB and 64 KiB: direct fastest, tree `treeFactor` x slower, recursive doubling 5x.
+std::filesystem::path hostTable(const std::string& name, double treeFactor) {
+  TuningTable t;
+  TuningSection s;
+  s.backend = "host";
+  for (const std::size_t bytes : {std::size_t{4096}, std::size_t{65536}}) {
+    const double us = 2.0 * static_cast<double>(bytes) / 4096;
+    s.entries.push_back({Collective::AllReduce,
+                         2,
+                         1,
+                         bytes,
+                         {{"direct", "", 0, 1, us}, {"tree", "", 0, 1, treeFactor * us}, {"recursive_doubling", "", 0, 1, 5 * us}}});
+  }
+  t.sections.push_back(s);
+  const auto path = temp(name);
+  std::ofstream(path) << toJson(t);
+  return path;
+}
+
+// perf --algo auto on a backend that moves data times the table's choice against algorithms predicted within 2x
+// (kTrialSpread) and runs the fastest; a runner-up further off is not tried.
+TEST(TrialCli, PerfAutoTriesNearTiedAlgorithmsOnHardware) {
+  for (const double treeFactor : {1.2, 3.0}) {
+    const auto table = hostTable("host_near_ties.json", treeFactor), out = temp("near_ties_perf.json");
+    std::filesystem::remove(out);
+    const CliResult r = runCli(fmt::format("perf --backend host -g 2 -b 4K -e 64K -f 4 -n 2 --algo auto --tuning {} -J {}",
+                                           table.string(), out.string()));
+    ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
+    const auto doc = nlohmann::json::parse(slurp(out));
+    ASSERT_EQ(doc["results"].size(), 3u);  // 4K, 16K (between the table's sizes), 64K
+    for (const auto& row : doc["results"]) {
+      const std::string reason = row["algorithm_reason"];
+      EXPECT_EQ(row["out_of_place"]["wrong"], 0) << row.dump();
+      if (treeFactor < kTrialSpread) {
+        EXPECT_NE(reason.find("trial of 2 near-tied candidates on this machine: "), std::string::npos) << reason;
+        EXPECT_NE(reason.find("the table's choice was direct"), std::string::npos) << reason;
+        EXPECT_TRUE(row["algorithm"] == "direct" || row["algorithm"] == "tree") << row.dump();
+        EXPECT_EQ(reason.find("recursive_doubling"), std::string::npos) << reason;  // 5x: not tried
+      } else {
+        EXPECT_EQ(reason.find("near-tied"), std::string::npos) << reason;
+        EXPECT_EQ(row["algorithm"], "direct") << reason;
+      }
+    }
+    std::filesystem::remove(table);
+    std::filesystem::remove(out);
+  }
 }
 
 TEST(CalibrateCli, RecoversASimulatedNetworkFromPerfJson) {

@@ -274,5 +274,62 @@ TEST(Selector, ForcedChoices) {
   EXPECT_EQ(forcedAlgorithm("", Collective::AllReduce), "");
 }
 
+// A trial times the choice and each other algorithm predicted within kTrialSpread of it (its best configuration
+// only), and keeps the fastest measured.
+TEST(SelectorTrial, CandidatesAreTheNearTiedAlgorithms) {
+  Choice c{"direct", "table"};
+  c.source = "interpolated";
+  c.predictedUs = 10;
+  c.ranking = {{"direct", 0, 1, 10},
+               {"tree", 0, 2, 12},
+               {"tree", 131072, 1, 13},  // a slower configuration of an algorithm already in
+               {"rabenseifner", 0, 1, 19.9},
+               {"ring", 131072, 4, 20.1},  // just outside 2x
+               {"recursive_doubling", 0, 1, 40}};
+  const std::vector<Alternative> tried = trialCandidates(c);
+  ASSERT_EQ(tried.size(), 3u);
+  EXPECT_EQ(tried[0].algorithm, "direct");
+  EXPECT_EQ(tried[1].algorithm, "tree");
+  EXPECT_EQ(tried[1].channels, 2);
+  EXPECT_EQ(tried[2].algorithm, "rabenseifner");
+
+  // At most kTrialMaxCandidates, the choice first.
+  Choice crowded = c;
+  crowded.ranking.clear();
+  for (const char* a : {"direct", "tree", "ring", "rabenseifner", "recursive_doubling", "hierarchical", "chain"}) {
+    crowded.ranking.push_back({a, 0, 1, 10});
+  }
+  EXPECT_EQ(trialCandidates(crowded).size(), kTrialMaxCandidates);
+
+  // Forced or unpredicted choices are not tried against anything.
+  Choice forced = c;
+  forced.source = "forced";
+  EXPECT_EQ(trialCandidates(forced).size(), 1u);
+  Choice unknown = c;
+  unknown.predictedUs = -1;
+  EXPECT_EQ(trialCandidates(unknown).size(), 1u);
+}
+
+TEST(SelectorTrial, SettlesOnTheFastestMeasured) {
+  Choice c{"direct", "table t.json: fastest measured"};
+  c.source = "table";
+  c.predictedUs = 10;
+  const std::vector<Alternative> tried = {{"direct", 0, 1, 10}, {"tree", 131072, 2, 12}, {"rabenseifner", 0, 1, 15}};
+  const Choice won = settleTrial(c, tried, {30, 21, 25});
+  EXPECT_EQ(won.algorithm, "tree");
+  EXPECT_EQ(won.chunkBytes, 131072u);
+  EXPECT_EQ(won.channels, 2);
+  EXPECT_EQ(won.source, "trial");
+  EXPECT_DOUBLE_EQ(won.predictedUs, 21);
+  ASSERT_EQ(won.ranking.size(), 3u);  // by measured time
+  EXPECT_EQ(won.ranking[1].algorithm, "rabenseifner");
+  EXPECT_EQ(won.ranking[2].algorithm, "direct");
+  EXPECT_NE(won.reason.find("the table's choice was direct"), std::string::npos) << won.reason;
+  EXPECT_NE(won.reason.find("fastest measured"), std::string::npos) << won.reason;
+  // A tie keeps the earlier one: the table's choice.
+  EXPECT_EQ(settleTrial(c, tried, {21, 21, 25}).algorithm, "direct");
+  EXPECT_THROW(settleTrial(c, tried, {1, 2}), Error);
+}
+
 }  // namespace
 }  // namespace collbench
