@@ -266,7 +266,8 @@ std::vector<Alternative> trialCandidates(const Choice& choice) {
   if (choice.source == "forced" || !(choice.predictedUs > 0)) return out;
   for (const Alternative& a : choice.ranking) {
     if (out.size() >= kTrialMaxCandidates) break;
-    const bool seen = std::any_of(out.begin(), out.end(), [&](const Alternative& o) { return o.algorithm == a.algorithm; });
+    const bool seen =
+        std::any_of(out.begin(), out.end(), [&](const Alternative& o) { return o.algorithm == a.algorithm; });
     if (seen || !(a.predictedUs > 0) || a.predictedUs > kTrialSpread * choice.predictedUs) continue;
     out.push_back(a);
   }
@@ -289,11 +290,14 @@ Choice settleTrial(const Choice& tableChoice, const std::vector<Alternative>& tr
   c.source = "trial";
   std::vector<std::size_t> order(tried.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return measuredUs[x] < measuredUs[y]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return measuredUs[x] < measuredUs[y]; });
   c.ranking.clear();
-  for (std::size_t i : order) c.ranking.push_back({tried[i].algorithm, tried[i].chunkBytes, tried[i].channels, measuredUs[i]});
+  for (std::size_t i : order)
+    c.ranking.push_back({tried[i].algorithm, tried[i].chunkBytes, tried[i].channels, measuredUs[i]});
   std::string times;
-  for (std::size_t i : order) times += fmt::format("{}{} {:.3g} us", times.empty() ? "" : ", ", describeAlt(tried[i]), measuredUs[i]);
+  for (std::size_t i : order)
+    times += fmt::format("{}{} {:.3g} us", times.empty() ? "" : ", ", describeAlt(tried[i]), measuredUs[i]);
   c.reason = fmt::format("trial of {} near-tied candidates on this machine: {}; the table's choice was {} ({})",
                          tried.size(), times, describeAlt(tried.front()), tableChoice.reason);
   return c;

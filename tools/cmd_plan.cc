@@ -87,6 +87,13 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
                             : "then:     ",
                    r.algorithm, r.chunkBytes, r.channels, r.predictedUs);
       }
+      const std::vector<Alternative> tried = trialCandidates(choice);
+      if (tried.size() > 1) {
+        std::string names;
+        for (const Alternative& t : tried) names += (names.empty() ? "" : ", ") + t.algorithm;
+        fmt::print("on a backend that moves data, perf first times {} (within {:g}x) and runs the fastest\n", names,
+                   kTrialSpread);
+      }
     }
     if (a->dump) fmt::print("{}", dump(s));
     exitCode = 0;

@@ -325,8 +325,8 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
       logSum += std::log(r.regret());
       tableLogSum += std::log(r.tableRegret());
       tableWorst = std::max(tableWorst, r.tableRegret());
-      trialled = trialled || r.tableChosen != r.chosen || r.tableChunk != r.chosenChunk ||
-                 r.tableChannels != r.chosenChannels;
+      trialled =
+          trialled || r.tableChosen != r.chosen || r.tableChunk != r.chosenChunk || r.tableChannels != r.chosenChannels;
       if (!worstRow || r.regret() > worst) {
         worst = r.regret();
         worstRow = &r;
@@ -355,8 +355,8 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
                  r.bytes, describeCfg(r.chosen, r.chosenChunk, r.chosenChannels), r.chosenSource, r.predictedUs,
                  r.chosenUs, describeCfg(r.oracle, r.oracleChunk, r.oracleChannels), r.oracleUs, r.regret(),
                  r.sweepRegret());
-      if (measured) fmt::print("  {:<26} {:>12.4f}", describeCfg(r.tableChosen, r.tableChunk, r.tableChannels),
-                               r.tableRegret());
+      if (measured)
+        fmt::print("  {:<26} {:>12.4f}", describeCfg(r.tableChosen, r.tableChunk, r.tableChannels), r.tableRegret());
       fmt::print("\n");
     }
     fmt::print("# points {}  worst {:.4f}{}  geomean {:.4f}\n", rows.size(), worst,
@@ -368,33 +368,32 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
     if (!a->json.empty()) {
       nlohmann::json jr = nlohmann::json::array();
       for (const Row& r : rows) {
-        jr.push_back(
-            {{"nranks", r.nranks},
-             {"bytes", r.bytes},
-             {"chosen",
-              {{"algorithm", r.chosen},
-               {"chunk_bytes", r.chosenChunk},
-               {"channels", r.chosenChannels},
-               {"source", r.chosenSource},
-               {"predicted_us", r.predictedUs},
-               {"time_us", r.chosenUs}}},
-             {"best",
-              {{"algorithm", r.oracle},
-               {"chunk_bytes", r.oracleChunk},
-               {"channels", r.oracleChannels},
-               {"time_us", r.oracleUs}}},
-             {"table_choice",
-              {{"algorithm", r.tableChosen},
-               {"chunk_bytes", r.tableChunk},
-               {"channels", r.tableChannels},
-               {"time_us", r.tableUs}}},
-             {"regret", r.regret()},
-             {"table_regret", r.tableRegret()},
-             {"sweep",
-              {{"chosen_us", r.sweepChosenUs},
-               {"best_us", r.sweepOracleUs},
-               {"table_us", r.sweepTableUs},
-               {"regret", r.sweepRegret()}}}});
+        jr.push_back({{"nranks", r.nranks},
+                      {"bytes", r.bytes},
+                      {"chosen",
+                       {{"algorithm", r.chosen},
+                        {"chunk_bytes", r.chosenChunk},
+                        {"channels", r.chosenChannels},
+                        {"source", r.chosenSource},
+                        {"predicted_us", r.predictedUs},
+                        {"time_us", r.chosenUs}}},
+                      {"best",
+                       {{"algorithm", r.oracle},
+                        {"chunk_bytes", r.oracleChunk},
+                        {"channels", r.oracleChannels},
+                        {"time_us", r.oracleUs}}},
+                      {"table_choice",
+                       {{"algorithm", r.tableChosen},
+                        {"chunk_bytes", r.tableChunk},
+                        {"channels", r.tableChannels},
+                        {"time_us", r.tableUs}}},
+                      {"regret", r.regret()},
+                      {"table_regret", r.tableRegret()},
+                      {"sweep",
+                       {{"chosen_us", r.sweepChosenUs},
+                        {"best_us", r.sweepOracleUs},
+                        {"table_us", r.sweepTableUs},
+                        {"regret", r.sweepRegret()}}}});
       }
       const nlohmann::json doc = {{"format", "collbench-regret"},
                                   {"version", 1},

@@ -119,7 +119,8 @@ Choice ConfigTimer::trial(const CollectiveSpec& spec, const Choice& choice, cons
   const std::vector<Alternative> tried = trialCandidates(choice);
   if (!measuresHardware() || tried.size() < 2) return choice;
   std::vector<TimedConfig> configs;
-  for (const Alternative& a : tried) configs.push_back({a.algorithm, AlgoParams{a.chunkBytes, a.channels, params.rankHost}});
+  for (const Alternative& a : tried)
+    configs.push_back({a.algorithm, AlgoParams{a.chunkBytes, a.channels, params.rankHost}});
   return settleTrial(choice, tried, times(spec, configs, rounds));
 }
 

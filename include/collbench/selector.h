@@ -10,6 +10,8 @@
 ///      fastest candidate; between points predictFromTable() (model-shaped interpolation in log bytes and nranks).
 ///   3. the cost model on the topology (or, without one, CostModel::defaultFlat over kDefaultModelAlgorithms),
 ///      minimised over each algorithm's kModelChunkCandidates x kModelChannelCandidates.
+///   4. on a backend that moves data, `collbench perf` (tools/config_timer.h) times the choice of 2 or 3 against its
+///      near-tied runner-ups (trialCandidates) and runs the fastest (settleTrial).
 #include <cstddef>
 #include <map>
 #include <memory>

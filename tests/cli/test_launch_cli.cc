@@ -193,14 +193,16 @@ TEST(LaunchCli, PerfOverGlooEveryAllReduceAlgorithm) {
 TEST(LaunchCli, PerfAutoTrialAgreesAcrossProcesses) {
   const auto json = std::filesystem::temp_directory_path() / ("launch_trial_" + std::to_string(::getpid()) + ".json");
   std::filesystem::remove(json);
-  const Launched r = runCollbench({"launch", "-n", "3", "--", COLLBENCH_CLI, "perf", "--backend", "gloo", "--algo",
-                                   "auto", "-b", "4K", "-e", "256K", "-f", "8", "-n", "2", "-J", json.string()});
+  const Launched r =
+      runCollbench({"launch", "-n", "3",  "--",   COLLBENCH_CLI, "perf", "--backend", "gloo", "--algo", "auto",
+                    "-b",     "4K", "-e", "256K", "-f",          "8",    "-n",        "2",    "-J",     json.string()});
   expectCorrectTable(r, 3);  // 4K, 32K, 256K bytes
   const auto doc = nlohmann::json::parse(testing::slurp(json));
   std::filesystem::remove(json);
   int tried = 0;
   for (const auto& row : doc["results"]) {
-    tried += row["algorithm_reason"].get<std::string>().find("near-tied candidates on this machine") != std::string::npos;
+    tried +=
+        row["algorithm_reason"].get<std::string>().find("near-tied candidates on this machine") != std::string::npos;
   }
   EXPECT_GT(tried, 0) << doc["results"].dump();
 }

@@ -440,14 +440,15 @@ std::filesystem::path hostTable(const std::string& name, double treeFactor) {
   s.backend = "host";
   for (const std::size_t bytes : {std::size_t{4096}, std::size_t{65536}}) {
     const double us = 2.0 * static_cast<double>(bytes) / 4096;
-    s.entries.push_back({Collective::AllReduce,
-                         2,
-                         1,
-                         bytes,
-                         {{"direct", "", 0, 1, us}, {"tree", "", 0, 1, treeFactor * us}, {"recursive_doubling", "", 0, 1, 5 * us}}});
+    s.entries.push_back(
+        {Collective::AllReduce,
+         2,
+         1,
+         bytes,
+         {{"direct", "", 0, 1, us}, {"tree", "", 0, 1, treeFactor * us}, {"recursive_doubling", "", 0, 1, 5 * us}}});
   }
   t.sections.push_back(s);
-  const auto path = temp(name);
+  auto path = temp(name);
   std::ofstream(path) << toJson(t);
   return path;
 }
@@ -458,8 +459,8 @@ TEST(TrialCli, PerfAutoTriesNearTiedAlgorithmsOnHardware) {
   for (const double treeFactor : {1.2, 3.0}) {
     const auto table = hostTable("host_near_ties.json", treeFactor), out = temp("near_ties_perf.json");
     std::filesystem::remove(out);
-    const CliResult r = runCli(fmt::format("perf --backend host -g 2 -b 4K -e 64K -f 4 -n 2 --algo auto --tuning {} -J {}",
-                                           table.string(), out.string()));
+    const CliResult r = runCli(fmt::format(
+        "perf --backend host -g 2 -b 4K -e 64K -f 4 -n 2 --algo auto --tuning {} -J {}", table.string(), out.string()));
     ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
     const auto doc = nlohmann::json::parse(slurp(out));
     ASSERT_EQ(doc["results"].size(), 3u);  // 4K, 16K (between the table's sizes), 64K
@@ -476,6 +477,12 @@ TEST(TrialCli, PerfAutoTriesNearTiedAlgorithmsOnHardware) {
         EXPECT_EQ(row["algorithm"], "direct") << reason;
       }
     }
+    // plan names what perf will try.
+    const CliResult plan = runCli(fmt::format("plan -g 2 --bytes 16K --backend host --tuning {}", table.string()));
+    ASSERT_EQ(plan.exitCode, 0) << plan.err;
+    EXPECT_EQ(plan.out.find("perf first times direct, tree (within 2x)") != std::string::npos,
+              treeFactor < kTrialSpread)
+        << plan.out;
     std::filesystem::remove(table);
     std::filesystem::remove(out);
   }
