@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "collbench/algorithms.h"
@@ -20,6 +22,9 @@ constexpr std::size_t kMaxCachedSchedules = 256;
 constexpr const char* kLocalAlgorithm = "in_process";
 /// The generator of core/algorithms that reduces within each host of the topology, then across hosts.
 constexpr std::string_view kHierarchicalAlgorithm = "hierarchical";
+/// Calls of each candidate in an AUTO trial: regret's and tune's default repetitions (7); the fastest call counts.
+/// A program that all-reduces the same gradient packs every step pays it once, over its first 7-35 steps.
+constexpr int kEngineTrialRounds = 7;
 }  // namespace
 
 namespace {
@@ -170,7 +175,7 @@ Trace CollectiveEngine::trace() const {
 void CollectiveEngine::runCollective(Backend& backend, const CollectiveSpec& spec, const std::vector<std::byte*>& bufs,
                                      const CommunicationOptions& opts, std::string_view group, std::int64_t step,
                                      int pack) {
-  const Choice choice = choiceFor(spec, opts);
+  const Choice choice = trialTurn(spec, choiceFor(spec, opts), backend);
   const Schedule& s = schedule(spec, choice);
   Buffers buffers;
   const bool data = backend.movesData();
@@ -197,6 +202,60 @@ void CollectiveEngine::runCollective(Backend& backend, const CollectiveSpec& spe
   e.step = step;
   e.pack = pack;
   record(std::move(e), start, end, result.seconds);
+  trialResult(backend, spec, bufs, result.seconds, opts, group, step, pack);
+}
+
+Choice CollectiveEngine::trialTurn(const CollectiveSpec& spec, const Choice& choice, const Backend& backend) {
+  // Only the selector's choices (forced RING, NCCL and hierarchical ones have no source), on data, not simulated.
+  if (choice.source.empty() || config_.simulate || !backend.movesData()) return choice;
+  const SpecKey key = keyOf(spec);
+  auto it = trials_.find(key);
+  if (it == trials_.end()) {
+    if (autoChoices_.at(key).source == "trial") return choice;  // settled
+    std::vector<Alternative> candidates = trialCandidates(choice);
+    if (candidates.size() < 2) return choice;
+    if (trials_.size() >= kMaxCachedSchedules) trials_.clear();
+    Trial t;
+    t.bestUs.assign(candidates.size(), std::numeric_limits<double>::infinity());
+    t.candidates = std::move(candidates);
+    it = trials_.emplace(key, std::move(t)).first;
+  }
+  const Trial& t = it->second;
+  const Alternative& a = t.candidates[static_cast<std::size_t>(t.calls) % t.candidates.size()];
+  Choice turn = choice;
+  turn.algorithm = a.algorithm;
+  turn.chunkBytes = a.chunkBytes;
+  turn.channels = a.channels;
+  return turn;
+}
+
+void CollectiveEngine::trialResult(Backend& backend, const CollectiveSpec& spec, const std::vector<std::byte*>& bufs,
+                                   double seconds, const CommunicationOptions& opts, std::string_view group,
+                                   std::int64_t step, int pack) {
+  const SpecKey key = keyOf(spec);
+  const auto it = trials_.find(key);
+  if (it == trials_.end()) return;
+  Trial& t = it->second;
+  const std::size_t k = t.candidates.size();
+  double& best = t.bestUs[static_cast<std::size_t>(t.calls) % k];
+  best = std::min(best, seconds * 1e6);
+  if (++t.calls < kEngineTrialRounds * static_cast<int>(k)) return;
+  Trial done = std::move(t);
+  trials_.erase(it);
+  if (static_cast<int>(bufs.size()) < spec.nranks) {
+    // One rank per process: every process settles on the mean over processes (a sum of whole nanoseconds is exact,
+    // so all of them pick alike), with a RING all-reduce recorded like the program's own.
+    std::vector<std::int64_t> ns(k);
+    for (std::size_t i = 0; i < k; ++i) ns[i] = std::llround(done.bestUs[i] * 1e3);
+    CommunicationOptions ring = opts;
+    ring.implementation = CommunicationImplementation::Ring;
+    const CollectiveSpec sum{Collective::AllReduce, spec.nranks, k, DType::I64, collbench::ReduceOp::Sum, 0};
+    runCollective(backend, sum, {reinterpret_cast<std::byte*>(ns.data())}, ring, group, step, pack);
+    for (std::size_t i = 0; i < k; ++i) done.bestUs[i] = static_cast<double>(ns[i]) / 1e3 / spec.nranks;
+  }
+  Choice& chosen = autoChoices_.at(key);
+  chosen = settleTrial(chosen, done.candidates, done.bestUs);
+  spdlog::debug("AUTO: {} -> {} ({})", describe(spec), chosen.algorithm, chosen.reason);
 }
 
 void CollectiveEngine::recordLocal(Collective kind, DType dtype, std::size_t count, Clock::time_point start,

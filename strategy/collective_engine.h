@@ -93,6 +93,21 @@ class CollectiveEngine {
   static SpecKey keyOf(const CollectiveSpec& spec);
   Selector selector_;
   std::map<SpecKey, Choice> autoChoices_;
+  /// An AUTO choice on a backend that moves data, being tried against its near-tied runner-ups (trialCandidates):
+  /// the program's own calls of that spec run the candidates in turn, kEngineTrialRounds each, and the fastest call
+  /// of each decides (settleTrial); until then autoChoices_ holds the selector's choice.
+  struct Trial {
+    std::vector<Alternative> candidates;
+    std::vector<double> bestUs;
+    int calls = 0;
+  };
+  std::map<SpecKey, Trial> trials_;
+  /// The candidate this call of an AUTO `choice` runs: the choice itself, or the next one of its trial.
+  Choice trialTurn(const CollectiveSpec& spec, const Choice& choice, const Backend& backend);
+  /// Records the call's time; after the last one settles the trial (agreeing over processes through `backend` when
+  /// this process holds fewer of its ranks than the spec has).
+  void trialResult(Backend& backend, const CollectiveSpec& spec, const std::vector<std::byte*>& bufs, double seconds,
+                   const CommunicationOptions& opts, std::string_view group, std::int64_t step, int pack);
   std::map<std::tuple<SpecKey, std::string, std::size_t, int>, Schedule> schedules_;
   std::vector<std::vector<std::byte>> staging_;
 

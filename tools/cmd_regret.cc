@@ -234,7 +234,7 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         if (section->find(coll, n, key)) ++tablePoints;
         const Choice tableChoice = selector.choose(spec);
         // What --algo auto runs here: the choice after perf's trial.
-        const Choice choice = timer.trial(spec, tableChoice, AlgoParams{0, 1, hosts}, kTrialRounds);
+        const Choice choice = timer.trial(spec, tableChoice, AlgoParams{0, 1, hosts});
         // Every algorithm at the configuration the selector would use for it, and at its defaults.
         std::map<std::string, std::vector<std::pair<std::size_t, int>>> configs;
         for (const auto& alg : algorithms()) {

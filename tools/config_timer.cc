@@ -59,8 +59,8 @@ ConfigTimer::ConfigTimer(Backend& backend, const MeasureOptions& measure, int lo
 
 ConfigTimer::~ConfigTimer() = default;
 
-std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs,
-                                       int repeats) {
+std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs, int repeats,
+                                       double budgetSeconds) {
   std::vector<double> out(configs.size(), 0);
 #ifdef COLLBENCH_HAVE_SIM
   if (sim_) {
@@ -91,13 +91,22 @@ std::vector<double> ConfigTimer::times(const CollectiveSpec& spec, const std::ve
   bufs.fill();
   std::vector<double> best(schedules.size(), std::numeric_limits<double>::infinity());
   std::vector<int> iterations(schedules.size(), std::max(measure_.iterations, 1));
-  for (int k = 0; k < std::max(repeats > 0 ? repeats : measure_.repeats, 1); ++k) {
+  int rounds = std::max(repeats > 0 ? repeats : measure_.repeats, 1);
+  for (int k = 0; k < rounds; ++k) {
+    double roundSeconds = 0;  // what each later round will take
     for (std::size_t j = 0; j < schedules.size(); ++j) {
       const RunOptions ro{iterations[j], k == 0 ? measure_.warmup : 0, measure_.timeoutSeconds};
       const double seconds = backend_->run(schedules[j], bufs.views(), ro).seconds;
       best[j] = std::min(best[j], seconds * 1e6);
-      // Every process must then run as many calls: the count comes from the agreed first time.
-      if (k == 0) iterations[j] = repetitionIterations(agreed(seconds * 1e6) / 1e6, iterations[j]);
+      if (k > 0) continue;
+      // Every process must then run as many calls and rounds: both come from the agreed first time.
+      const double call = agreed(seconds * 1e6) / 1e6;
+      iterations[j] = repetitionIterations(call, iterations[j]);
+      roundSeconds += call * iterations[j];
+    }
+    if (k == 0 && budgetSeconds > 0 && roundSeconds > 0) {
+      const double affordable = std::floor(budgetSeconds / roundSeconds);
+      rounds = std::min(rounds, std::max(kMinBudgetRounds, static_cast<int>(std::min(affordable, 1e6))));
     }
   }
   for (double& us : best) us = agreed(us);
@@ -115,13 +124,13 @@ double ConfigTimer::agreed(double us) const {
 
 bool ConfigTimer::measuresHardware() const { return backend_ && backend_->movesData(); }
 
-Choice ConfigTimer::trial(const CollectiveSpec& spec, const Choice& choice, const AlgoParams& params, int rounds) {
+Choice ConfigTimer::trial(const CollectiveSpec& spec, const Choice& choice, const AlgoParams& params) {
   const std::vector<Alternative> tried = trialCandidates(choice);
   if (!measuresHardware() || tried.size() < 2) return choice;
   std::vector<TimedConfig> configs;
   for (const Alternative& a : tried)
     configs.push_back({a.algorithm, AlgoParams{a.chunkBytes, a.channels, params.rankHost}});
-  return settleTrial(choice, tried, times(spec, configs, rounds));
+  return settleTrial(choice, tried, times(spec, configs, kTrialRounds, kTrialBudgetSeconds));
 }
 
 double ConfigTimer::time(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params) {

@@ -38,6 +38,11 @@ struct TimedConfig {
 /// configurations), so one burst of other work covers several in a row: as many rounds as regret's confirmation
 /// takes (3 per repetition, 7 repetitions). 105 ms per size of 5 candidates below a 1 ms collective.
 inline constexpr int kTrialRounds = 21;
+/// ... but fewer where 21 rounds would take longer than this (a 1 GiB host all-reduce takes ~0.3 s a call: 5
+/// candidates x 21 rounds would be half a minute per size), down to kMinBudgetRounds.
+inline constexpr double kTrialBudgetSeconds = 2.0;
+/// Rounds a time budget leaves at least: the fastest of three survives one burst of other work.
+inline constexpr int kMinBudgetRounds = 3;
 
 class ConfigTimer {
  public:
@@ -48,13 +53,15 @@ class ConfigTimer {
   ConfigTimer(Backend& backend, const MeasureOptions& measure, int localRank);
   ~ConfigTimer();
   /// Microseconds of one call of each configuration of `spec`, in order; `repeats` > 0 overrides
-  /// MeasureOptions::repeats.
-  std::vector<double> times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs, int repeats = 0);
+  /// MeasureOptions::repeats. With `budgetSeconds` > 0, fewer repetitions (kMinBudgetRounds at least) where the
+  /// first one shows that all would take longer.
+  std::vector<double> times(const CollectiveSpec& spec, const std::vector<TimedConfig>& configs, int repeats = 0,
+                            double budgetSeconds = 0);
   double time(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params);
-  /// `--algo auto` on hardware: times trialCandidates(choice) together for `rounds` rounds and returns settleTrial's
-  /// choice; the choice unchanged on a simulator or when it has no near-tied runner-up. `params` gives the
-  /// configurations their hosts.
-  Choice trial(const CollectiveSpec& spec, const Choice& choice, const AlgoParams& params, int rounds);
+  /// `--algo auto` on hardware: times trialCandidates(choice) together (kTrialRounds rounds, kTrialBudgetSeconds)
+  /// and returns settleTrial's choice; the choice unchanged on a simulator or when it has no near-tied runner-up.
+  /// `params` gives the configurations their hosts.
+  Choice trial(const CollectiveSpec& spec, const Choice& choice, const AlgoParams& params);
   /// Whether times vary from one measurement to the next (a backend that moves data, not a simulation).
   bool measuresHardware() const;
 

@@ -335,7 +335,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
           alt.channels = c.channels;
         }
       }
-      row.choice = timer.trial(row.spec, asked, row.params, kTrialRounds);
+      row.choice = timer.trial(row.spec, asked, row.params);
       useChoice(row);
     }
     if (tty) std::fprintf(stderr, "\r\033[K");

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,8 @@
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
+#include "commands.h"
+#include "config_timer.h"
 
 namespace collbench {
 namespace {
@@ -486,6 +489,21 @@ TEST(TrialCli, PerfAutoTriesNearTiedAlgorithmsOnHardware) {
     std::filesystem::remove(table);
     std::filesystem::remove(out);
   }
+}
+
+// A time budget cuts the rounds where all of them would take long: every round lasts a millisecond at least, so 2000
+// rounds would take 2 s or more; a 20 ms budget leaves a few dozen (kMinBudgetRounds at least).
+TEST(ConfigTimerBudget, StopsTheRoundsAtTheBudget) {
+  cli::registerLinkedBackends();
+  cli::ConfigTimer timer("host", 2, {}, MeasureOptions{1, 0, 1, 30});
+  const CollectiveSpec spec{Collective::AllReduce, 2, (1u << 20) / 4, DType::F32};
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<double> us = timer.times(spec, {{"ring", AlgoParams{}}, {"direct", AlgoParams{}}}, 2000, 0.02);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 1.5);
+  ASSERT_EQ(us.size(), 2u);
+  EXPECT_GT(us[0], 0);
+  EXPECT_GT(us[1], 0);
 }
 
 TEST(CalibrateCli, RecoversASimulatedNetworkFromPerfJson) {

@@ -102,16 +102,22 @@ TEST(ProcessWorker, DISABLED_Train) {
   c.examples = 256;
   c.hidden = 8;
   c.globalBatch = 32;
-  c.steps = 5;
+  c.steps = 40;  // past the AUTO trial of the gradient pack's all-reduce (7 calls per candidate)
   const TrainResult r = trainExample(*s, c);
   json weights = json::array();
   for (const Tensor& w : r.weights) weights.push_back(w.toDoubles());
+  json algorithms = json::array();  // of the all-reduces across workers, in order
+  for (const TraceEvent& e : s->trace().events) {
+    const bool gradients = e.group == kTraceGroupWorkers && e.kind == Collective::AllReduce && e.dtype == DType::F32;
+    if (gradients) algorithms.push_back(e.algorithm);
+  }
   // Mirrored: this worker's local copies hold the same values.
   bool copiesEqual = true;
   for (const Variable& v : r.variables) {
     for (int h = 1; h < v.numCopies(); ++h) copiesEqual = copiesEqual && v.copy(h) == v.copy(0);
   }
-  writeWorkerResult(*s, {{"weights", weights}, {"copies_equal", copiesEqual}, {"chief", s->isChief()}});
+  writeWorkerResult(
+      *s, {{"weights", weights}, {"copies_equal", copiesEqual}, {"chief", s->isChief()}, {"algorithms", algorithms}});
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -216,6 +222,13 @@ TEST(Processes, NonChiefWeightsEqualTheChiefs) {
   // Bit for bit: every worker applies the same all-reduced gradients to the same (broadcast) initial weights.
   EXPECT_EQ(run.results[1]["weights"], run.results[0]["weights"]);
   EXPECT_FALSE(run.results[0]["weights"].empty());
+  // AUTO tried near-tied algorithms on the gradients' all-reduce and both workers settled on the same one (they agree
+  // on the times through the backend; a disagreement would have mismatched the schedules).
+  const json& algorithms = run.results[0]["algorithms"];
+  EXPECT_EQ(run.results[1]["algorithms"], algorithms);
+  ASSERT_GE(algorithms.size(), 40u);
+  EXPECT_GT(std::set<std::string>(algorithms.begin(), algorithms.end()).size(), 1u) << algorithms.dump();
+  EXPECT_EQ(algorithms.back(), algorithms[algorithms.size() - 2]) << "settled";
 }
 
 }  // namespace

@@ -636,6 +636,34 @@ TEST(StrategyTrace, AutoAsksTheSelectorRingIsRing) {
   EXPECT_EQ(t.events[2].algorithm, "ring");
 }
 
+// AUTO on a backend that moves data: the program's own calls of one spec run the selector's choice and its near-tied
+// runner-ups in turn, 7 calls each (kEngineTrialRounds), then every later call runs the fastest; every call sums.
+TEST(StrategyTrace, AutoTriesNearTiedAlgorithmsOnTheProgramsOwnCalls) {
+  auto s = makeStrategy(1, 4);
+  constexpr std::size_t kCount = 4096;
+  constexpr std::size_t kRounds = 7;
+  const CollectiveSpec spec{Collective::AllReduce, 4, kCount, DType::F32, collbench::ReduceOp::Sum, 0};
+  const std::vector<Alternative> tried = trialCandidates(chooseAlgorithm(spec));
+  ASSERT_GE(tried.size(), 2u) << "the default model has no near tie at 16 KiB any more: pick another size";
+  const std::size_t trialCalls = kRounds * tried.size(), calls = trialCalls + 5;
+  std::atomic<int> wrong{0};
+  s->run([&] {
+    ReplicaContext* ctx = getReplicaContext();
+    const auto mine = static_cast<float>(ctx->replicaIdInSyncGroup() + 1);
+    for (std::size_t i = 0; i < calls; ++i) {
+      const Tensor sum = ctx->allReduce(ReduceOp::Sum, Tensor::fromVector(std::vector<float>(kCount, mine)));
+      if (sum.at(0) != 10 || sum.at(kCount - 1) != 10) ++wrong;  // 1 + 2 + 3 + 4
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+  const Trace t = s->trace();
+  ASSERT_EQ(t.events.size(), calls);
+  for (std::size_t i = 0; i < trialCalls; ++i) EXPECT_EQ(t.events[i].algorithm, tried[i % tried.size()].algorithm) << i;
+  const std::string settled = t.events.back().algorithm;
+  EXPECT_TRUE(std::any_of(tried.begin(), tried.end(), [&](const Alternative& a) { return a.algorithm == settled; }));
+  for (std::size_t i = trialCalls; i < calls; ++i) EXPECT_EQ(t.events[i].algorithm, settled) << i;
+}
+
 TEST(StrategyTrace, SimulatedRunReducesHereAndTimesOnTheSimulator) {
   StrategyOptions sim;
   sim.simulate = true;

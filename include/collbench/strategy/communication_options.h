@@ -13,7 +13,9 @@ namespace collbench::strategy {
 /// TF: tf.distribute.experimental.CommunicationImplementation {AUTO, RING, NCCL}.
 ///   Auto: collbench picks per collective (chooseAlgorithm: the selector's cost model or tuning table, by size)
 ///         and, on GPU replicas with an nccl backend registered, NCCL; the choice is reported (see
-///         ImplementationChoice) and recorded per event in the trace.
+///         ImplementationChoice) and recorded per event in the trace. On a backend that moves data the first calls
+///         of each collective shape try the choice's near-tied runner-ups (selector.h, trialCandidates) and later
+///         calls run the fastest.
 ///   Ring: collbench's ring schedules on the strategy's backend.
 ///   Nccl: NCCL for GPU all-reduce; as in TF, CPU tensors and other collectives still use RING.
 enum class CommunicationImplementation { Auto, Ring, Nccl };
