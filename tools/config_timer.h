@@ -1,5 +1,6 @@
 #pragma once
-/// Timing the configurations (algorithm, chunk, channels) of one point for `collbench tune` and `collbench regret`.
+/// Timing the configurations (algorithm, chunk, channels) of one point for `collbench tune` and `collbench regret`,
+/// and the `--algo auto` trial.
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,6 +22,17 @@ struct TimedConfig {
   AlgoParams params;
 };
 
+/// Rounds of an --algo auto trial (`perf`, and `regret`'s chosen): round-robin over up to 5 candidates, each round at
+/// least a millisecond of each, the fastest round kept. A trial's rounds are ~4x shorter than a tune sweep's (~20
+/// configurations), so one burst of other work covers several in a row: as many rounds as regret's confirmation
+/// takes (3 per repetition, 7 repetitions). 105 ms per size of 5 candidates below a 1 ms collective.
+inline constexpr int kTrialRounds = 21;
+/// ... but fewer where 21 rounds would take longer than this (a 1 GiB host all-reduce takes ~0.3 s a call: 5
+/// candidates x 21 rounds would be half a minute per size), down to kMinBudgetRounds.
+inline constexpr double kTrialBudgetSeconds = 2.0;
+/// Rounds a time budget leaves at least: the fastest of three survives one burst of other work.
+inline constexpr int kMinBudgetRounds = 3;
+
 /// On the simulator (backend "sim" with at most a "topology" option) each configuration is simulated once with
 /// Simulator::runAlgorithm, as `collbench sim` does: schedules too large to build (rings in small chunks, long
 /// pipelines) go through the data-free ring model and the pipeline extrapolation instead of millions of ops built and
@@ -33,17 +45,6 @@ struct TimedConfig {
 /// every repetition of one, so the comparison between configurations survives a loaded machine. After the first
 /// repetition, a configuration's later ones time enough calls to last a millisecond (short collectives would
 /// otherwise be timed mostly as wake-up jitter).
-/// Rounds of an --algo auto trial (`perf`, and `regret`'s chosen): round-robin over up to 5 candidates, each round at
-/// least a millisecond of each, the fastest round kept. A trial's rounds are ~4x shorter than a tune sweep's (~20
-/// configurations), so one burst of other work covers several in a row: as many rounds as regret's confirmation
-/// takes (3 per repetition, 7 repetitions). 105 ms per size of 5 candidates below a 1 ms collective.
-inline constexpr int kTrialRounds = 21;
-/// ... but fewer where 21 rounds would take longer than this (a 1 GiB host all-reduce takes ~0.3 s a call: 5
-/// candidates x 21 rounds would be half a minute per size), down to kMinBudgetRounds.
-inline constexpr double kTrialBudgetSeconds = 2.0;
-/// Rounds a time budget leaves at least: the fastest of three survives one burst of other work.
-inline constexpr int kMinBudgetRounds = 3;
-
 class ConfigTimer {
  public:
   ConfigTimer(const std::string& backend, int nranks, const BackendOptions& options, const MeasureOptions& measure);
