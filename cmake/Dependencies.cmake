@@ -8,7 +8,7 @@ find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 find_package(PkgConfig REQUIRED)
 
-# SIMD reduction kernels (core/reduce.cc), dispatched at run time to the CPU's best instruction set.
+# SIMD reduction kernels (core/ir/reduce.cc), dispatched at run time to the CPU's best instruction set.
 pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)
 pkg_check_modules(SIMGRID IMPORTED_TARGET simgrid>=3.32)
 option(COLLBENCH_WITH_SIMGRID "Build the SimGrid simulator backend" ${SIMGRID_FOUND})

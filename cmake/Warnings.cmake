@@ -15,7 +15,7 @@ if(COLLBENCH_SANITIZE)
   add_link_options(-fsanitize=${COLLBENCH_SANITIZE})
   if(COLLBENCH_SANITIZE MATCHES "undefined")
     # UBSan's null, alignment and vptr checks instrument every member access and reference binding: with them GCC 12
-    # takes 4x as long on the JSON-heavy sources (core/topology.cc: 72 s with, 18 s without, at -O1 -g1 vs -O2 -g),
+    # takes 4x as long on the JSON-heavy sources (core/topology/topology.cc: 72 s with, 18 s without, at -O1 -g1 vs -O2 -g),
     # which is what keeps the asan stage inside CI's budget. ASan still reports a null dereference (SEGV with the
     # stack); the remaining UBSan checks (overflow, shifts, bounds, enum/bool loads, float casts...) stay on.
     add_compile_options(-fno-sanitize=null,alignment,vptr)

@@ -176,7 +176,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
           "ExecutionMode processes needs a process backend such as gloo; 'host' runs every rank as a thread of one "
           "process (use ExecutionMode threads)");
     }
-    // The process backend's world (keys of backend/host/process_world.h), unless the caller gave them.
+    // The process backend's world (keys of rendezvous/process_world.h), unless the caller gave them.
     cfg.backendOptions.emplace("rank", std::to_string(workerRank()));
     cfg.backendOptions.emplace("world", std::to_string(numWorkers()));
     if (numWorkers() > 1) {

@@ -26,7 +26,7 @@ bool isProcessBackend(std::string_view backend);
 /// Without one the cluster resolver falls back to a world of one.
 bool clusterEnvironmentPresent(const strategy::EnvLookup& env = strategy::systemEnvironment());
 
-/// BackendOptions for a process backend (keys in backend/host/process_world.h): rank, world, addresses and task
+/// BackendOptions for a process backend (keys in rendezvous/process_world.h): rank, world, addresses and task
 /// names from makeClusterResolverFromEnvironment(); token from COLLBENCH_CLUSTER_TOKEN, else derived from the
 /// cluster spec; timeout from COLLBENCH_TIMEOUT_SECONDS when set, else `timeoutSeconds` (the command's -T) when given:
 /// it bounds rendezvous too, so a missing worker is reported after it. Throws Error{InvalidArgument} for a ps task or

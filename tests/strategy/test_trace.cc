@@ -1,4 +1,4 @@
-// The trace format (core/trace.cc): round trip and validation messages naming the event index and field.
+// The trace format (core/ir/trace.cc): round trip and validation messages naming the event index and field.
 #include <gtest/gtest.h>
 
 #include <filesystem>

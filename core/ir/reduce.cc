@@ -7,7 +7,7 @@
 // kernels at ~1 GB/s; see bench_host's reduce/ benchmarks.
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "reduce.cc"  // this file, found through core/ on the include path
+#define HWY_TARGET_INCLUDE "ir/reduce.cc"  // this file, found through core/ on the include path
 #include "collbench/reduce.h"
 
 #include <hwy/foreach_target.h>  // IWYU pragma: keep

@@ -19,7 +19,7 @@
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
 #include "collbench/topology.h"
-#include "topology_internal.h"
+#include "topology/topology_internal.h"
 
 namespace collbench {
 namespace {

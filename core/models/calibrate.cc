@@ -14,7 +14,7 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
-#include "topology_internal.h"
+#include "topology/topology_internal.h"
 
 namespace collbench {
 namespace {
