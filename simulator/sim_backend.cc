@@ -42,6 +42,13 @@ class SimBackend : public Backend {
     out.algorithm = s.algorithm;
     return out;
   }
+  RunResult runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params,
+                         const RunOptions&) override {
+    RunResult out;
+    out.seconds = sim_.runAlgorithm(spec, algorithm, params).seconds;
+    out.algorithm = std::string(algorithm);
+    return out;
+  }
 
  private:
   Simulator sim_;

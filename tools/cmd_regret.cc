@@ -21,7 +21,7 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "commands.h"
-#include "config_timer.h"
+#include "collbench/run.h"
 #include "environment.h"
 #include "perf_runner.h"
 
@@ -208,12 +208,6 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
       if (v < 1) throw Error(Errc::InvalidArgument, fmt::format("--channels: '{}' is not a count >= 1", printable(c)));
       channelList.push_back(v);
     }
-    SelectorOptions so;
-    so.topology = topo ? &*topo : nullptr;
-    so.table = &table;
-    so.backend = a->backend;
-    so.tableSource = a->tuning;
-    Selector selector(so);
     const MeasureOptions mo{a->iters, a->warmup, a->repeats, kDefaultTimeoutSeconds};
     const bool tty = isatty(STDERR_FILENO) != 0;
     std::vector<Row> rows;
@@ -222,19 +216,21 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
     for (int n : ranks) {
       BackendOptions bo;
       if (!a->topology.empty()) bo["topology"] = a->topology;
-      ConfigTimer timer(a->backend, n, bo, mo);
-      measured = timer.measuresHardware();
+      // The runner chooses as `perf --algo auto` does: this table (or the model), then the trial on hardware.
+      OwnedRunner timer(a->backend, n, bo, RunnerOptions{topo ? &*topo : nullptr, &table, a->tuning});
+      measured = timer.backend->movesData();
       const std::vector<int> hosts = topo ? rankHosts(*topo, n) : std::vector<int>{};
       std::optional<CostModel> model;
       if (topo) model.emplace(*topo, n);
       for (std::size_t b : sizes) {
-        CollectiveSpec spec{coll, n, countForSize(coll, b, dtypeSize(dtype), n), dtype};
+        CollectiveSpec spec{coll, n, countForBytes(coll, n, b, dtype), dtype};
         if (spec.count == 0) continue;
         const std::size_t key = std::max(spec.inputBytes(), spec.outputBytes());
         if (section->find(coll, n, key)) ++tablePoints;
-        const Choice tableChoice = selector.choose(spec);
+        const Plan tablePlan = timer.runner->plan(spec, CallConfig{});
+        const Choice& tableChoice = tablePlan.choice;
         // What --algo auto runs here: the choice after perf's trial.
-        const Choice choice = timer.trial(spec, tableChoice, AlgoParams{0, 1, hosts});
+        const Choice choice = timer.runner->trial(spec, tablePlan).choice;
         // Every algorithm at the configuration the selector would use for it, and at its defaults.
         std::map<std::string, std::vector<std::pair<std::size_t, int>>> configs;
         for (const auto& alg : algorithms()) {
@@ -260,19 +256,19 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         row.tableChosen = tableChoice.algorithm;
         row.tableChunk = tableChoice.chunkBytes;
         row.tableChannels = tableChoice.channels;
-        std::vector<TimedConfig> timed;
+        std::vector<Plan> timed;
         for (auto& [alg, cfgs] : configs) {
           std::sort(cfgs.begin(), cfgs.end());
           cfgs.erase(std::unique(cfgs.begin(), cfgs.end()), cfgs.end());
-          for (const auto& [chunk, ch] : cfgs) timed.push_back({alg, AlgoParams{chunk, ch, hosts}});
+          for (const auto& [chunk, ch] : cfgs) timed.push_back(Plan{Choice{alg, ""}, AlgoParams{chunk, ch, hosts}});
         }
         if (tty)
           std::fprintf(stderr, "\r\033[Kregret: n=%d %s: %zu configurations", n, formatBytes(key).c_str(),
                        timed.size());
-        const std::vector<double> us = timer.times(spec, timed);
+        const std::vector<double> us = timer.runner->times(spec, timed, mo);
         std::size_t chosenAt = 0, oracleAt = 0, tableAt = 0;
         for (std::size_t i = 0; i < timed.size(); ++i) {
-          const std::string& alg = timed[i].algorithm;
+          const std::string& alg = timed[i].choice.algorithm;
           const std::size_t chunk = timed[i].params.chunkBytes;
           const int ch = timed[i].params.channels;
           if (alg == choice.algorithm && chunk == choice.chunkBytes && ch == choice.channels) {
@@ -294,20 +290,20 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         row.sweepChosenUs = row.chosenUs;
         row.sweepOracleUs = row.oracleUs;
         row.sweepTableUs = row.tableUs;
-        if (timer.measuresHardware() && (row.chosenUs > row.oracleUs || row.tableUs > row.oracleUs)) {
+        if (measured && (row.chosenUs > row.oracleUs || row.tableUs > row.oracleUs)) {
           // The sweep's best is the minimum of many noisy times, so it is biased low (the winner's curse): the chosen,
           // the table's choice and the best are timed again, together, and the regrets are ratios there. A chosen
           // configuration that is then the fastest one is the best measured. Few configurations make short rounds,
           // which one burst of other work can cover for several in a row: more of them.
-          const std::vector<double> again = timer.times(spec, {timed[chosenAt], timed[oracleAt], timed[tableAt]},
-                                                        kConfirmationRoundsPerRepeat * a->repeats);
+          const std::vector<double> again = timer.runner->times(spec, {timed[chosenAt], timed[oracleAt], timed[tableAt]},
+                                                                mo, kConfirmationRoundsPerRepeat * a->repeats);
           row.chosenUs = again[0];
           row.tableUs = again[2];
           row.oracleUs = again[1];
           for (const std::size_t k : {chosenAt, tableAt}) {  // a faster one of those is the best measured
             const double t = k == chosenAt ? again[0] : again[2];
             if (t < row.oracleUs) {
-              row.oracle = timed[k].algorithm;
+              row.oracle = timed[k].choice.algorithm;
               row.oracleChunk = timed[k].params.chunkBytes;
               row.oracleChannels = timed[k].params.channels;
               row.oracleUs = t;

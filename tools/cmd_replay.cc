@@ -21,6 +21,7 @@
 #include "collbench/backend.h"
 #include "collbench/error.h"
 #include "collbench/reference.h"
+#include "collbench/run.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/trace.h"
@@ -79,12 +80,6 @@ struct StepStats {
 bool rooted(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
 
 /// Per-rank element count of `bytes` in the CollectiveSpec convention (trace bytes are CollectiveSpec::inputBytes).
-std::size_t countFor(Collective c, std::size_t bytes, DType dt, int n) {
-  if (c == Collective::Barrier) return 0;
-  const std::size_t elems = bytes / dtypeSize(dt);
-  return c == Collective::ReduceScatter ? elems / static_cast<std::size_t>(n) : elems;
-}
-
 /// Step statistics from a timeline of (step, gap, start, end): a step ends when its last collective does and
 /// starts where the previous step (or the collectives before the first step, or the origin) ended.
 template <typename Get>
@@ -149,17 +144,6 @@ double meanSeconds(const std::vector<StepStats>& v) {
 }
 
 /// Host memory the kernel could give without swapping (MemAvailable), or the free pages where /proc has no such line.
-double availableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return static_cast<double>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-}
-
 std::string formatBytesD(double bytes) {
   return bytes >= 1.8e19 ? fmt::format("{:.3g} B", bytes) : formatBytes(static_cast<std::size_t>(bytes));
 }
@@ -169,7 +153,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpinBelow = std::chrono::microseconds(200);
 
 class Replayer {
-  using Key = std::tuple<int, std::size_t, int, int, int, int, std::string>;
 
  public:
   Replayer(const ReplayArgs& a, Trace trace) : a_(a), trace_(std::move(trace)) {
@@ -287,7 +270,9 @@ class Replayer {
       compute += e.gap;
       e.issue = compute;
       e.start = std::max(compute, commEnd);
-      if (waitGaps_ && !e.algorithm.empty() && backendFor(e.spec.nranks).movesData()) waitUntil(t0, e.start);
+      if (waitGaps_ && !e.algorithm.empty() && runnerFor(e.spec.nranks).backend().movesData()) {
+        waitUntil(t0, e.start);
+      }
       e.end = e.start + duration(e);
       commEnd = e.end;
     }
@@ -405,9 +390,8 @@ class Replayer {
 
   /// Wrong elements over every process (one all-reduce through the backend in process mode).
   std::size_t wrong() {
-    if (!processMode_ || backends_.empty()) return wrong_;
-    Backend& b = *backends_.begin()->second;
-    return static_cast<std::size_t>(sumOverProcesses(b, static_cast<long long>(wrong_), true, a_.timeoutSeconds));
+    if (!processMode_ || runners_.empty()) return wrong_;
+    return static_cast<std::size_t>(runners_.begin()->second->runner->sumOverProcesses(static_cast<long long>(wrong_)));
   }
   /// Only rank 0 of a process backend prints and writes files.
   bool reports() const { return localRank_ <= 0; }
@@ -490,14 +474,20 @@ class Replayer {
       const std::size_t es = dtypeSize(e.dtype), elements = e.bytes / es;
       r.bytes = static_cast<std::size_t>(std::llround(static_cast<double>(elements) * computeScale_)) * es;
     }
-    r.spec = CollectiveSpec{e.kind,  n,    countFor(e.kind, r.bytes, e.dtype, n),
+    // Trace bytes are a rank's input: the nccl-tests size is n times that for all-gather.
+    const std::size_t size = e.kind == Collective::AllGather ? r.bytes * static_cast<std::size_t>(n) : r.bytes;
+    r.spec = CollectiveSpec{e.kind,  n,    e.kind == Collective::Barrier ? 0 : countForBytes(e.kind, n, size, e.dtype, 1),
                             e.dtype, e.op, rooted(e.kind) ? std::min(e.root, n - 1) : 0};
     r.gap = e.computeGapSeconds * computeScale_;
     if (n > 1) r.algorithm = chooseFor(e, r.spec);
     return r;
   }
 
-  std::string chooseFor(const TraceEvent& e, const CollectiveSpec& spec) const {
+  std::string chooseFor(const TraceEvent& e, const CollectiveSpec& spec) {
+    // What `perf --algo auto` would choose on the same backend and topology (the trial aside).
+    const auto chooseAlgorithm = [&](const CollectiveSpec& sp) {
+      return runnerFor(sp.nranks).plan(sp, CallConfig{}).choice;
+    };
     std::string want = a_.algo == "trace" ? e.algorithm : a_.algo;
     if (want.empty() || want == "auto") return chooseAlgorithm(spec).algorithm;
     try {
@@ -511,9 +501,9 @@ class Replayer {
     }
   }
 
-  Backend& backendFor(int n) {
-    auto it = backends_.find(n);
-    if (it != backends_.end()) return *it->second;
+  Runner& runnerFor(int n) {
+    auto it = runners_.find(n);
+    if (it != runners_.end()) return *it->second->runner;
     if (processMode_ && n != world_) {
       throw Error(Errc::Unsupported,
                   fmt::format("a {}-rank group cannot run on the {} backend's world of {} processes (every process "
@@ -522,15 +512,21 @@ class Replayer {
     }
     BackendOptions opts = processOptions_;
     if (!topology_.empty()) opts["topology"] = topology_;
-    return *backends_.emplace(n, makeBackend(a_.backend, n, opts)).first->second;
+    const Topology* topo = topologyFor(n);
+    RunnerOptions ro{topo, nullptr, "", localRank_, a_.timeoutSeconds};
+    return *runners_.emplace(n, std::make_unique<OwnedRunner>(a_.backend, n, opts, ro)).first->second->runner;
+  }
+
+  /// The replay's topology when it has at least n ranks (hosts for hierarchical algorithms, the selector's model).
+  const Topology* topologyFor(int n) {
+    if (topology_.empty()) return nullptr;
+    if (!topo_) topo_ = std::make_unique<Topology>(loadTopology(topology_));
+    return static_cast<int>(topo_->ranks.size()) >= n ? topo_.get() : nullptr;
   }
 
   AlgoParams paramsFor(int n) {
     AlgoParams p;
-    if (!topology_.empty()) {
-      if (!topo_) topo_ = std::make_unique<Topology>(loadTopology(topology_));
-      if (static_cast<int>(topo_->ranks.size()) >= n) p.rankHost = rankHosts(*topo_, n);
-    }
+    if (const Topology* topo = topologyFor(n)) p.rankHost = rankHosts(*topo, n);
     if (p.rankHost.empty()) {
       // Without a topology, replicas sit on their workers as in the trace: replica r on worker r / local.
       for (int r = 0; r < n; ++r) p.rankHost.push_back(n == world_ ? r / local_ : r);
@@ -538,60 +534,46 @@ class Replayer {
     return p;
   }
 
-  Key keyOf(const ReplayEvent& e) const {
-    const CollectiveSpec& s = e.spec;
-    return Key(static_cast<int>(s.kind), s.count, static_cast<int>(s.dtype), static_cast<int>(s.op), s.root, s.nranks,
-               e.algorithm);
-  }
-
   void prepare(const ReplayEvent& e, std::size_t index) {
-    const Key key = keyOf(e);
-    Backend& b = backendFor(e.spec.nranks);
-    if (!schedules_.count(key)) schedules_.emplace(key, buildSchedule(e.spec, e.algorithm, paramsFor(e.spec.nranks)));
-    if (b.movesData() && !buffers_.count(key)) {
-      // Each distinct collective keeps its buffers for the whole replay: every rank's input and output here, or this
-      // process's rank's alone. Checked before allocating, so that a trace too big for this machine is bad input
-      // naming the event rather than an allocation failure.
-      const double ranksHere = localRank_ < 0 ? e.spec.nranks : 1;
-      const double need =
-          ranksHere * (static_cast<double>(e.spec.inputBytes()) + static_cast<double>(e.spec.outputBytes()));
-      const double available = availableMemoryBytes();
-      if (bufferBytes_ + need > available) {
-        throw Error(Errc::InvalidArgument,
-                    fmt::format("{}: events[{}]: a {} {} on {} rank{} needs {} of host buffers{}, more than the {} "
-                                "available here; replay it on --backend sim",
-                                a_.trace, index, formatBytes(e.bytes), toString(e.spec.kind), e.spec.nranks,
-                                e.spec.nranks == 1 ? "" : "s", formatBytesD(need),
-                                bufferBytes_ > 0
-                                    ? fmt::format(" (besides {} for earlier collectives)", formatBytesD(bufferBytes_))
-                                    : "",
-                                formatBytesD(available)));
-      }
-      bufferBytes_ += need;
-      buffers_.emplace(key, std::make_unique<PerfBuffers>(e.spec, false, localRank_));
+    Runner& runner = runnerFor(e.spec.nranks);
+    if (!runner.backend().movesData()) return;
+    runner.schedule(e.spec, e.algorithm, paramsFor(e.spec.nranks));
+    if (!prepared_.insert(std::make_pair(describe(e.spec), e.spec.nranks)).second) return;
+    // Each distinct collective keeps its buffers for the whole replay: every rank's input and output here, or this
+    // process's rank's alone. Checked before allocating, so that a trace too big for this machine is bad input
+    // naming the event rather than an allocation failure.
+    const double ranksHere = localRank_ < 0 ? e.spec.nranks : 1;
+    const double need =
+        ranksHere * (static_cast<double>(e.spec.inputBytes()) + static_cast<double>(e.spec.outputBytes()));
+    const double available = availableMemoryBytes();
+    if (bufferBytes_ + need > available) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("{}: events[{}]: a {} {} on {} rank{} needs {} of host buffers{}, more than the {} "
+                              "available here; replay it on --backend sim",
+                              a_.trace, index, formatBytes(e.bytes), toString(e.spec.kind), e.spec.nranks,
+                              e.spec.nranks == 1 ? "" : "s", formatBytesD(need),
+                              bufferBytes_ > 0
+                                  ? fmt::format(" (besides {} for earlier collectives)", formatBytesD(bufferBytes_))
+                                  : "",
+                              formatBytesD(available)));
     }
+    bufferBytes_ += need;
+    runner.buffers(e.spec);
   }
 
   /// Seconds the collective takes on the backend (0 for a one-rank group).
   double duration(ReplayEvent& e) {
     if (e.algorithm.empty()) return 0;
     const CollectiveSpec& s = e.spec;
-    const Key key = keyOf(e);
-    Backend& b = backendFor(s.nranks);
-    const Schedule& sched = schedules_.at(key);
-    const bool first = seen_.insert(key).second;
-    if (!b.movesData()) {
-      // A simulator returns the same time for the same schedule: simulate each distinct collective once.
-      auto t = simulated_.find(key);
-      if (t == simulated_.end()) {
-        Buffers none(static_cast<std::size_t>(s.nranks));
-        t = simulated_.emplace(key, b.run(sched, none, RunOptions{1, 0, a_.timeoutSeconds}).seconds).first;
-      }
-      return t->second;
-    }
-    PerfBuffers& bufs = *buffers_.at(key);
+    Runner& runner = runnerFor(s.nranks);
+    const AlgoParams params = paramsFor(s.nranks);
+    // A simulator returns the same time for the same collective: the runner simulates each distinct one once.
+    if (!runner.backend().movesData()) return runner.simulate(s, e.algorithm, params);
+    const Schedule& sched = runner.schedule(s, e.algorithm, params);
+    const bool first = seen_.insert(&sched).second;
+    ProcessBuffers& bufs = runner.buffers(s);
     if (a_.check) bufs.fill();
-    const RunResult r = b.run(sched, bufs.views(), RunOptions{1, first ? a_.warmup : 0, a_.timeoutSeconds});
+    const RunResult r = runner.backend().run(sched, bufs.views(), RunOptions{1, first ? a_.warmup : 0, a_.timeoutSeconds});
     if (a_.check) {
       e.wrong = bufs.countWrong();
       wrong_ += e.wrong;
@@ -624,12 +606,10 @@ class Replayer {
   std::string topology_;
   std::unique_ptr<Topology> topo_;
   std::vector<ReplayEvent> events_;
-  std::map<int, std::unique_ptr<Backend>> backends_;
-  std::map<Key, Schedule> schedules_;
-  std::map<Key, double> simulated_;
-  std::map<Key, std::unique_ptr<PerfBuffers>> buffers_;
-  std::set<Key> seen_;
-  double bufferBytes_ = 0;  ///< host buffers held (buffers_)
+  std::map<int, std::unique_ptr<OwnedRunner>> runners_;  ///< one per group size
+  std::set<std::pair<std::string, int>> prepared_;       ///< collectives whose buffers are held
+  std::set<const Schedule*> seen_;                       ///< schedules run once (warm-up before the first run)
+  double bufferBytes_ = 0;                               ///< host buffers held
   std::size_t wrong_ = 0;
 };
 

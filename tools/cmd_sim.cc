@@ -99,7 +99,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     spec.op = parseReduceOp(a->op);
     spec.root = a->root;
     const std::size_t bytes = parseBytes(a->bytes, "--bytes");
-    spec.count = countForSize(spec.kind, bytes, spec.elementSize(), n);
+    spec.count = countForBytes(spec.kind, n, bytes, spec.dtype);
     AlgoParams params;
     params.chunkBytes = parseBytes(a->chunk, "--chunk-bytes");
     params.channels = a->channels;

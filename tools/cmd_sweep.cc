@@ -171,7 +171,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
         params.channels = a->channels;
         params.rankHost = rankHosts(v.topo, n);
         for (std::size_t bytes : sizes) {
-          CollectiveSpec spec{kind, n, countForSize(kind, bytes, dtypeSize(dtype), n), dtype, op, a->root};
+          CollectiveSpec spec{kind, n, countForBytes(kind, n, bytes, dtype), dtype, op, a->root};
           checkSpec(spec, params);
           for (const std::string& algo : a->algos) {
             const std::string chosen = algo == "auto" ? chooseAlgorithm(spec).algorithm : algo;

@@ -18,11 +18,11 @@
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
+#include "collbench/run.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "commands.h"
-#include "config_timer.h"
 #include "environment.h"
 #include "perf_runner.h"
 #include "world_options.h"
@@ -185,7 +185,7 @@ std::vector<Point> pointsFor(const std::vector<Collective>& colls, int n, const 
   std::vector<Point> out;
   for (Collective c : colls) {
     for (std::size_t b : sizes) {
-      CollectiveSpec spec{c, n, countForSize(c, b, dtypeSize(dtype), n), dtype};
+      CollectiveSpec spec{c, n, countForBytes(c, n, b, dtype), dtype};
       const std::size_t key = std::max(spec.inputBytes(), spec.outputBytes());
       if (spec.count == 0) continue;
       out.push_back({c, n, key, spec});
@@ -355,11 +355,14 @@ class Tuner {
     return out;
   }
 
-  std::unique_ptr<ConfigTimer> timerFor(int n, const std::string& topologyPath = "") const {
+  std::unique_ptr<OwnedRunner> timerFor(int n, const std::string& topologyPath = "") const {
     BackendOptions o = world_;
     const std::string t = topologyPath.empty() ? a_.topology : topologyPath;
     if (!t.empty()) o["topology"] = t;
-    return std::make_unique<ConfigTimer>(a_.backend, n, o, mo_);
+    RunnerOptions ro;
+    ro.localRank = localRank_;
+    ro.timeoutSeconds = mo_.timeoutSeconds;
+    return std::make_unique<OwnedRunner>(a_.backend, n, o, ro);
   }
 
   /// collbench's algorithms on the backend (or the model); `pass` (1-based, of --passes) labels the progress.
@@ -375,13 +378,13 @@ class Tuner {
     Progress progress(total, a_.passes > 1 ? fmt::format("pass {}/{}: ", pass, a_.passes) : "");
     for (int n : ranks_) {
       const std::vector<int> hosts = topo_ ? rankHosts(*topo_, n) : std::vector<int>{};
-      std::unique_ptr<ConfigTimer> timer;
+      std::unique_ptr<OwnedRunner> timer;
       std::optional<CostModel> model;
       if (a_.backend == kModelBackend) {
         model.emplace(topo_ ? CostModel(*topo_, n) : CostModel::defaultFlat(n));
       } else {
         timer = timerFor(n);
-        measuresHardware_ = measuresHardware_ || timer->measuresHardware();
+        measuresHardware_ = measuresHardware_ || timer->backend->movesData();
       }
       std::optional<CostModel> pruner;
       if (a_.prune > 0) pruner.emplace(topo_ ? CostModel(*topo_, n) : CostModel::defaultFlat(n));
@@ -397,7 +400,7 @@ class Tuner {
             }
           }
         }
-        std::vector<TimedConfig> configs;
+        std::vector<Plan> configs;
         for (const std::string& a : algorithmsFor(p.collective, n)) {
           for (const AlgoParams& params : sweepConfigs(p.collective, a, chunks_, channels_, hosts)) {
             progress.step(fmt::format("{} n={} {} {} chunk {} x{}", toString(p.collective), n, formatBytes(p.bytes), a,
@@ -411,14 +414,14 @@ class Tuner {
               if (est.supported)
                 addCandidate(e, TuningCandidate{a, "", params.chunkBytes, params.channels, est.terms.us});
             } else {
-              configs.push_back({a, params});
+              configs.push_back(Plan{Choice{a, ""}, params});
             }
           }
         }
         if (timer) {  // every configuration of the point together (interleaved repetitions on real backends)
-          const std::vector<double> us = timer->times(p.spec, configs);
+          const std::vector<double> us = timer->runner->times(p.spec, configs, mo_);
           for (std::size_t i = 0; i < configs.size(); ++i) {
-            addCandidate(e, TuningCandidate{configs[i].algorithm, "", configs[i].params.chunkBytes,
+            addCandidate(e, TuningCandidate{configs[i].choice.algorithm, "", configs[i].params.chunkBytes,
                                             configs[i].params.channels, us[i]});
           }
         }
@@ -485,7 +488,7 @@ class Tuner {
       for (NcclAlgo algo : kNcclAlgos) {
         for (NcclProto proto : kNcclProtos) {
           for (int ch : ncclChannels_) {
-            std::unique_ptr<ConfigTimer> timer;
+            std::unique_ptr<OwnedRunner> timer;
             std::optional<ScopedEnv> env;
             std::unique_ptr<Backend> backend;
             if (sim) {
@@ -515,10 +518,10 @@ class Tuner {
                 us = *t;
               } else if (sim) {
                 const std::string a = algo == NcclAlgo::Tree ? "tree" : "ring";
-                us = timer->time(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts}) +
+                us = timer->runner->timeUs(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts}, mo_) +
                      ncclBaseLatencyUs(algo, proto);
               } else {
-                us = timer->time(p.spec, "nccl", {});
+                us = timer->runner->timeUs(p.spec, "nccl", {}, mo_);
               }
               auto [it, fresh] =
                   entries.try_emplace({p.collective, p.bytes}, TuningEntry{p.collective, n, nnodes, p.bytes, {}});

@@ -13,11 +13,11 @@
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/reference.h"
+#include "collbench/run.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
-#include "config_timer.h"
 #include "environment.h"
 #include "process_world.h"
 #include "world_options.h"
@@ -27,9 +27,6 @@
 
 namespace collbench::cli {
 namespace {
-
-/// nccl-tests rounds per-rank counts of reduce-scatter and all-gather down to multiples of 16 bytes.
-constexpr std::size_t kBlockAlignBytes = 16;
 
 struct Half {
   double seconds = 0;
@@ -44,30 +41,13 @@ std::string timeString(double us) {
   return fmt::format("{:7.2f}", us);
 }
 
-/// nccl-tests -a: which rank's time a row reports.
-double combineRanks(const RunResult& r, int average) {
-  if (r.rankSeconds.empty()) return r.seconds;
-  const auto& t = r.rankSeconds;
-  switch (average) {
-    case 0:
-      return t.front();
-    case 2:
-      return *std::min_element(t.begin(), t.end());
-    case 3:
-      return *std::max_element(t.begin(), t.end());
-    default:
-      return r.seconds;
-  }
-}
-
 bool hasRoot(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
 
 /// One size of the sweep, planned before the header is printed.
 struct PlannedRow {
   std::size_t bytes;  ///< the size column: max(input, output) bytes
   CollectiveSpec spec;
-  Choice choice;
-  AlgoParams params;
+  Plan plan;
 };
 
 /// The header's algorithm: the forced name, or what auto chose: "ring (auto)" when every size got the same one,
@@ -80,8 +60,8 @@ std::string describeAlgorithms(const std::string& algo, const std::vector<Planne
   };
   std::vector<Run> runs;
   for (const PlannedRow& r : plan) {
-    if (runs.empty() || runs.back().algorithm != r.choice.algorithm) {
-      runs.push_back({r.choice.algorithm, r.bytes, r.bytes});
+    if (runs.empty() || runs.back().algorithm != r.plan.choice.algorithm) {
+      runs.push_back({r.plan.choice.algorithm, r.bytes, r.bytes});
     } else {
       runs.back().last = r.bytes;
     }
@@ -171,15 +151,6 @@ std::vector<std::size_t> sizeSequence(const PerfConfig& c) {
   return sizes;
 }
 
-std::size_t countForSize(Collective c, std::size_t bytes, std::size_t elemSize, int n) {
-  const std::size_t count = bytes / elemSize;
-  if (c == Collective::ReduceScatter || c == Collective::AllGather) {
-    const std::size_t align = std::max<std::size_t>(1, kBlockAlignBytes / elemSize);
-    return (count / (static_cast<std::size_t>(n) * align)) * align;
-  }
-  return count;
-}
-
 void checkOutputFile(const PerfConfig& c) {
   if (c.outputFile.empty()) return;
   namespace fs = std::filesystem;
@@ -252,6 +223,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   if (c.algo == "mpi") return runMpiPerf(c, out);  // peer baseline: Open MPI's own driver under mpirun
   const std::string backendName = c.backend.empty() ? "host" : c.backend;
   checkBackendRuns(backendName, c.collective, c.algo);
+  if (c.iters < 1) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be >= 1, got {}", c.iters));
   std::string topology = c.topology;
 #ifdef COLLBENCH_HAVE_SIM
   // Name what is simulated (header, JSON, selector) rather than leave the simulator's default implicit.
@@ -284,64 +256,46 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   if (c.root < 0 || c.root >= n) {
     throw Error(Errc::InvalidArgument, fmt::format("-r/--root {} is not a rank of {} (0..{})", c.root, n, n - 1));
   }
-  AlgoParams params{c.chunkBytes, c.channels, {}};
   std::optional<Topology> topo;
   if (!topology.empty()) topo = loadTopology(topology);
-  if (topo) params.rankHost = rankHosts(*topo, n);
-  CollectiveSpec probe{c.collective, n, 0, dtype, op, c.root};
-  checkSpec(probe, params);
+  if (topo && n > static_cast<int>(topo->ranks.size())) {
+    throw Error(Errc::InvalidArgument, fmt::format("-g/--ngpus {}: topology '{}' has {} ranks", n, topology,
+                                                   topo->ranks.size()));
+  }
+  const CallConfig call{c.algo, c.chunkBytes, c.channels};
+  checkSpec(CollectiveSpec{c.collective, n, 0, dtype, op, c.root}, AlgoParams{c.chunkBytes, c.channels, {}});
+  std::vector<CollectiveSpec> specs;
+  for (std::size_t bytes : sizeSequence(c)) {
+    specs.push_back(CollectiveSpec{c.collective, n, countForBytes(c.collective, n, bytes, dtype), dtype, op, c.root});
+  }
   // --algo auto: the selector, with the table of --tuning, COLLBENCH_TUNING_FILE or the topology's shipped one.
-  // Every row's choice is made before the header, which names them.
   const FoundTuningTable found =
       c.algo == "auto" ? findTuningTable(c.tuningFile, topo ? &*topo : nullptr, backendName) : FoundTuningTable{};
-  const Selector selector(
-      SelectorOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, backendName, "auto", found.path});
-  const std::size_t es = dtypeSize(dtype);
-  std::vector<PlannedRow> plan;
-  for (std::size_t bytes : sizeSequence(c)) {
-    const CollectiveSpec spec{c.collective, n, countForSize(c.collective, bytes, es, n), dtype, op, c.root};
-    PlannedRow row{std::max(spec.inputBytes(), spec.outputBytes()), spec, {}, params};
-    row.choice = c.algo == "auto" ? selector.choose(row.spec) : Choice{c.algo, "forced by --algo"};
-    plan.push_back(std::move(row));
-  }
-  // The selector's chunk and channels unless given on the command line (then every candidate runs with those).
-  const bool autoConfig = c.algo == "auto" && c.chunkBytes == 0 && c.channels == 1;
-  auto useChoice = [&](PlannedRow& row) {
-    if (!autoConfig) return;
-    row.params.chunkBytes = row.choice.chunkBytes;
-    row.params.channels = row.choice.channels;
-  };
-  for (PlannedRow& row : plan) useChoice(row);
 
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(localRank > 0 ? std::fopen("/dev/null", "w") : nullptr,
                                                         [](std::FILE* f) { return f ? std::fclose(f) : 0; });
   if (quiet) out = quiet.get();
   auto backend = makeBackend(backendName, n, bopts);
   n = backend->nranks();
-  const std::vector<RankLine> rankLines = describeRanks(*backend, bopts, localRank, c.timeoutSeconds);
-  if (c.algo == "auto" && backend->movesData()) {
-    // Near-tied candidates are timed here before the table (selector.h, kTrialSpread), every process alike.
-    ConfigTimer timer(*backend, MeasureOptions{1, std::max(c.warmup, 1), kTrialRounds, c.timeoutSeconds},
-                      processMode ? localRank : -1);
-    const bool tty = localRank <= 0 && isatty(STDERR_FILENO) != 0;
-    for (PlannedRow& row : plan) {
-      if (tty) std::fprintf(stderr, "\r\033[Kperf: trying near-tied algorithms at %s", formatBytes(row.bytes).c_str());
-      Choice asked = row.choice;
-      if (!autoConfig) {
-        asked.chunkBytes = c.chunkBytes;
-        asked.channels = c.channels;
-        for (Alternative& alt : asked.ranking) {
-          alt.chunkBytes = c.chunkBytes;
-          alt.channels = c.channels;
-        }
-      }
-      row.choice = timer.trial(row.spec, asked, row.params);
-      useChoice(row);
-    }
-    if (tty) std::fprintf(stderr, "\r\033[K");
+  // Admission: the buffers this process would hold at the largest size, before any is allocated.
+  if (!specs.empty() && backend->movesData()) {
+    admitBuffers(specs.back(), localRank, fmt::format("-e/--maxbytes {}", formatBytes(c.maxBytes)));
   }
+  Runner runner(*backend, RunnerOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, found.path,
+                                        localRank, c.timeoutSeconds, std::max(c.warmup, 1)});
+  const std::vector<RankLine> rankLines = describeRanks(*backend, bopts, localRank, c.timeoutSeconds);
+  // Every row's choice is made before the header, which names them; on a backend that moves data, near-tied
+  // candidates are timed here (selector.h, kTrialSpread), every process alike.
+  std::vector<PlannedRow> plan;
+  const bool tty = localRank <= 0 && isatty(STDERR_FILENO) != 0 && c.algo == "auto" && backend->movesData();
+  for (const CollectiveSpec& spec : specs) {
+    const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
+    if (tty) std::fprintf(stderr, "\r\033[Kperf: trying near-tied algorithms at %s", formatBytes(rowBytes).c_str());
+    plan.push_back(PlannedRow{rowBytes, spec, runner.choose(spec, call)});
+  }
+  if (tty) std::fprintf(stderr, "\r\033[K");
 
-  const bool reduces = probe.reduces();
+  const bool reduces = CollectiveSpec{c.collective, n, 0, dtype, op, c.root}.reduces();
   std::fprintf(out, "# collbench %s perf %s: backend %s, %d ranks%s%s, algorithm %s\n", COLLBENCH_VERSION,
                std::string(toString(c.collective)).c_str(), std::string(backend->name()).c_str(), n,
                topology.empty() ? "" : ", topology ", topology.c_str(), describeAlgorithms(c.algo, plan).c_str());
@@ -371,51 +325,24 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   double busSum = 0;
   int busRows = 0;
   const double factor = busBandwidthFactor(c.collective, n);
-  for (const PlannedRow& planned : plan) {
-    const CollectiveSpec& spec = planned.spec;
-    const Choice& choice = planned.choice;
-    const Schedule schedule = buildSchedule(spec, choice.algorithm, planned.params);
-    const std::size_t rowBytes = planned.bytes;
+  const std::size_t es = dtypeSize(dtype);
+  for (const PlannedRow& row : plan) {
     Half halves[2];
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
+      const Timing t = runner.measure(row.spec, row.plan,
+                                      MeasureSpec{inPlace == 1, c.iters, c.warmup, c.blocking != 0, c.check != 0,
+                                                  c.average});
       Half& h = halves[inPlace];
-      RunOptions ro;
-      ro.timeoutSeconds = c.timeoutSeconds;
-      if (backend->movesData()) {
-        PerfBuffers bufs(spec, inPlace == 1, localRank);
-        bufs.fill();
-        if (c.blocking) {
-          backend->run(schedule, bufs.views(), RunOptions{0, c.warmup, c.timeoutSeconds});
-          double total = 0;
-          for (int i = 0; i < c.iters; ++i) {
-            total += combineRanks(backend->run(schedule, bufs.views(), RunOptions{1, 0, c.timeoutSeconds}), c.average);
-          }
-          h.seconds = c.iters ? total / c.iters : 0;
-        } else {
-          ro.iterations = c.iters;
-          ro.warmup = c.warmup;
-          h.seconds = combineRanks(backend->run(schedule, bufs.views(), ro), c.average);
-        }
-        if (c.check) {
-          bufs.fill();
-          backend->run(schedule, bufs.views(), RunOptions{1, 0, c.timeoutSeconds});
-          h.wrong =
-              sumOverProcesses(*backend, static_cast<long long>(bufs.countWrong()), processMode, c.timeoutSeconds);
-          record.wrongTotal += h.wrong;
-        }
-      } else {
-        Buffers none(static_cast<std::size_t>(n));
-        ro.iterations = c.iters;
-        ro.warmup = c.warmup;
-        h.seconds = combineRanks(backend->run(schedule, none, ro), c.average);
-      }
-      h.algbw = h.seconds > 0 ? static_cast<double>(rowBytes) / h.seconds / 1e9 : 0;
+      h.seconds = t.seconds;
+      h.wrong = t.wrong;
+      if (h.wrong > 0) record.wrongTotal += h.wrong;
+      h.algbw = h.seconds > 0 ? static_cast<double>(row.bytes) / h.seconds / 1e9 : 0;
       h.busbw = h.algbw * factor;
     }
     const std::string type(toString(dtype));
     const std::string redop = reduces ? std::string(toString(op)) : "none";
     const int rootCol = hasRoot(c.collective) ? c.root : -1;
-    std::fprintf(out, "  %10zu  %12zu  %8s  %6s  %6d", rowBytes, rowBytes / es, type.c_str(), redop.c_str(), rootCol);
+    std::fprintf(out, "  %10zu  %12zu  %8s  %6s  %6d", row.bytes, row.bytes / es, type.c_str(), redop.c_str(), rootCol);
     for (const Half& h : halves) {
       const std::string wrong = h.wrong < 0 ? "N/A" : std::to_string(h.wrong);
       std::fprintf(out, "  %s  %6.2f  %6.2f  %6s", timeString(h.seconds * 1e6).c_str(), h.algbw, h.busbw,
@@ -425,23 +352,23 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     std::fflush(out);
     for (const Half& h : halves) busSum += h.busbw;
     busRows += 2;
-    nlohmann::json row = {{"size", rowBytes},
-                          {"count", rowBytes / es},
-                          {"type", type},
-                          {"redop", redop},
-                          {"root", rootCol},
-                          {"algorithm", choice.algorithm},
-                          {"algorithm_reason", choice.reason},
-                          {"chunk_bytes", planned.params.chunkBytes},
-                          {"channels", planned.params.channels}};
+    nlohmann::json j = {{"size", row.bytes},
+                        {"count", row.bytes / es},
+                        {"type", type},
+                        {"redop", redop},
+                        {"root", rootCol},
+                        {"algorithm", row.plan.choice.algorithm},
+                        {"algorithm_reason", row.plan.choice.reason},
+                        {"chunk_bytes", row.plan.params.chunkBytes},
+                        {"channels", row.plan.params.channels}};
     const char* names[2] = {"out_of_place", "in_place"};
     for (int k = 0; k < 2; ++k) {
-      row[names[k]] = {{"time_us", halves[k].seconds * 1e6},
-                       {"algbw_GBps", halves[k].algbw},
-                       {"busbw_GBps", halves[k].busbw},
-                       {"wrong", halves[k].wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(halves[k].wrong)}};
+      j[names[k]] = {{"time_us", halves[k].seconds * 1e6},
+                     {"algbw_GBps", halves[k].algbw},
+                     {"busbw_GBps", halves[k].busbw},
+                     {"wrong", halves[k].wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(halves[k].wrong)}};
     }
-    record.rows.push_back(row);
+    record.rows.push_back(j);
   }
   record.avgBusbw = busRows ? busSum / busRows : 0;
   std::fprintf(out, "# Out of bounds values : %lld %s\n", record.wrongTotal, record.wrongTotal == 0 ? "OK" : "FAILED");

@@ -41,8 +41,6 @@ struct PerfConfig {
 
 /// Sizes as nccl-tests walks them: multiply by stepFactor when > 1, else add stepBytes.
 std::vector<std::size_t> sizeSequence(const PerfConfig& c);
-/// Per-rank element count for a size row, as nccl-tests computes it (16-byte aligned blocks for RS/AG).
-std::size_t countForSize(Collective c, std::size_t bytes, std::size_t elemSize, int n);
 
 /// Runs the sweep, prints the table to `out`; returns the process exit code (1 if any #wrong > 0). Everything a user
 /// can get wrong (flags, -J path, an algorithm the backend cannot run, the world of a process backend) throws

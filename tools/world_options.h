@@ -34,30 +34,6 @@ bool clusterEnvironmentPresent(const strategy::EnvLookup& env = strategy::system
 BackendOptions processWorldOptions(const strategy::EnvLookup& env = strategy::systemEnvironment(),
                                    std::optional<double> timeoutSeconds = std::nullopt);
 
-/// One perf row's buffers in this process: every rank's (RankBufferSet) for thread and simulator backends, only
-/// `localRank`'s for a process backend (localRank >= 0), laid out the same way.
-class PerfBuffers {
- public:
-  PerfBuffers(const CollectiveSpec& spec, bool inPlace, int localRank);
-  const Buffers& views() const { return local_ ? localViews_ : all_->views(); }
-  void fill();
-  /// Wrong elements among the ranks this process holds.
-  std::size_t countWrong() const;
-
- private:
-  CollectiveSpec spec_;
-  int rank_;
-  std::optional<RankBufferSet> all_;
-  bool local_ = false;
-  PageAlignedBytes in_, out_;
-  std::size_t inBytes_ = 0, outBytes_ = 0, allocBytes_ = 0;
-  Buffers localViews_;
-};
-
-/// `value` summed over every process of the backend's world (a one-element all-reduce through the backend itself);
-/// `value` unchanged when the backend holds every rank in this process.
-long long sumOverProcesses(Backend& backend, long long value, bool processMode, double timeoutSeconds);
-
 /// The process id of every rank of a process backend (one all-reduce through it, so every process calls this at the
 /// same point); `rank` is this process's rank.
 std::vector<long long> pidsOfRanks(Backend& backend, int rank, double timeoutSeconds);

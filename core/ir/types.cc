@@ -151,6 +151,14 @@ Collective parseCollective(std::string_view s) {
   return parseName("collective", s, kNames, "all_reduce, reduce_scatter, all_gather, broadcast, reduce, barrier");
 }
 
+std::size_t countForBytes(Collective kind, int nranks, std::size_t bytes, DType dtype, std::size_t alignBytes) {
+  const std::size_t es = dtypeSize(dtype);
+  const std::size_t count = bytes / es;
+  if (kind != Collective::ReduceScatter && kind != Collective::AllGather) return count;
+  const std::size_t align = std::max<std::size_t>(1, alignBytes / es);
+  return (count / (static_cast<std::size_t>(std::max(nranks, 1)) * align)) * align;
+}
+
 std::size_t CollectiveSpec::inputBytes() const {
   const std::size_t b = count * elementSize();
   switch (kind) {

@@ -42,12 +42,6 @@ std::string trim(std::string_view s) {
 /// The nccl-tests size of a spec (what tables are keyed by): the larger of the per-rank input and output.
 std::size_t tableBytes(const CollectiveSpec& s) { return std::max(s.inputBytes(), s.outputBytes()); }
 
-/// Element count of a spec of `bytes` table bytes on n ranks (inverse of tableBytes, rounding down).
-std::size_t countFor(Collective c, std::size_t bytes, std::size_t es, int n) {
-  const std::size_t count = bytes / es;
-  return (c == Collective::ReduceScatter || c == Collective::AllGather) ? count / static_cast<std::size_t>(n) : count;
-}
-
 std::string describeAlt(const Alternative& a) {
   std::string s = a.algorithm;
   if (a.chunkBytes) s += fmt::format(" chunk {}", formatBytes(a.chunkBytes));
@@ -111,7 +105,6 @@ const CostModel& Selector::model(int nranks) const {
 
 Choice Selector::choose(const CollectiveSpec& spec) const {
   const int n = spec.nranks;
-  const std::size_t es = spec.elementSize();
   const std::size_t bytes = tableBytes(spec);
 
   // 1. Forced.
@@ -149,7 +142,7 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
       const CostModel& m = model(nr);
       CollectiveSpec q = spec;
       q.nranks = nr;
-      q.count = countFor(spec.kind, b, es, nr);
+      q.count = countForBytes(spec.kind, nr, b, spec.dtype, /*alignBytes=*/1);
       q.root = std::min(spec.root, nr - 1);
       const Estimate e = m.estimate(q, a, AlgoParams{chunk, channels, m.rankHost()});
       if (!e.supported) return std::nullopt;

@@ -423,6 +423,18 @@ ParamSpace paramSpace(Collective c, std::string_view algorithm) {
   return {};
 }
 
+std::vector<AlgoParams> sweepConfigs(Collective c, std::string_view algorithm, const std::vector<std::size_t>& chunks,
+                                     const std::vector<int>& channels, const std::vector<int>& rankHost) {
+  const ParamSpace ps = paramSpace(c, algorithm);
+  const std::vector<std::size_t> cs = ps.chunk && !chunks.empty() ? chunks : std::vector<std::size_t>{0};
+  const std::vector<int> hs = ps.channels && !channels.empty() ? channels : std::vector<int>{1};
+  std::vector<AlgoParams> out;
+  for (std::size_t chunk : cs) {
+    for (int ch : hs) out.push_back(AlgoParams{chunk, ch, rankHost});
+  }
+  return out;
+}
+
 // ---- Interpolation -----------------------------------------------------------------------------------------------
 
 std::string_view toString(TableFit f) {

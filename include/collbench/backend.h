@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "collbench/algorithms.h"
 #include "collbench/schedule.h"
 
 namespace collbench {
@@ -47,6 +48,11 @@ class Backend {
   virtual bool movesData() const { return true; }
   /// Runs one schedule on every rank (or this process's ranks); throws Error on timeout or fault.
   virtual RunResult run(const Schedule& s, const Buffers& bufs, const RunOptions& opt) = 0;
+  /// One call of `algorithm` for `spec` on a backend that moves no data, which may time it without building the
+  /// schedule (the simulator's data-free methods for schedules too large to build). Every command that simulates
+  /// reaches this, so one question gets one method. The default builds the schedule and runs it once.
+  virtual RunResult runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params,
+                                 const RunOptions& opt);
 };
 
 /// Free-form options a backend understands ("topology" for the simulator, "timeout" ...).

@@ -126,7 +126,7 @@ ParamSpace paramSpace(Collective c, std::string_view algorithm);
 std::vector<AlgoParams> sweepConfigs(Collective c, std::string_view algorithm, const std::vector<std::size_t>& chunks,
                                      const std::vector<int>& channels, const std::vector<int>& rankHost = {});
 
-// ---- Measurement (tune and regret) ----
+// ---- Measurement (tune and regret: Runner::times, run.h) ----
 
 struct MeasureOptions {
   int iterations = 5;  ///< timed iterations per repetition (RunOptions::iterations)
@@ -134,11 +134,6 @@ struct MeasureOptions {
   int repeats = 7;  ///< repetitions; the fastest repetition's mean is the result (one run on simulators)
   double timeoutSeconds = kDefaultTimeoutSeconds;
 };
-/// Time of one call of `s` on `backend` in microseconds: filled reference buffers (out of place) on backends that
-/// move data, none on simulators. The minimum over repetitions, not the mean or median: on a shared machine the
-/// noise is one-sided (preemption and other jobs only add time), so the fastest repetition is the least disturbed
-/// estimate of the collective's own cost, and comparisons between algorithms (tune, regret) stay stable.
-double measureUs(Backend& backend, const Schedule& s, const MeasureOptions& options);
 
 // ---- Interpolation ----
 

@@ -52,6 +52,15 @@ struct CollectiveSpec {
   bool reduces() const;
 };
 
+/// nccl-tests rounds the per-rank counts of reduce-scatter and all-gather down to 16-byte blocks (src/common.cu).
+inline constexpr std::size_t kNcclTestsBlockAlignBytes = 16;
+
+/// The one rule from a size in bytes to CollectiveSpec::count. `bytes` is the nccl-tests size (the larger of a
+/// rank's input and output: the whole buffer for reduce-scatter and all-gather, whose count is then per rank,
+/// rounded down to a multiple of `alignBytes`). Inverse of max(inputBytes(), outputBytes()), rounding down.
+std::size_t countForBytes(Collective kind, int nranks, std::size_t bytes, DType dtype,
+                          std::size_t alignBytes = kNcclTestsBlockAlignBytes);
+
 /// "all_reduce(n=4, count=1000, float, sum, root=0)" for messages.
 std::string describe(const CollectiveSpec& s);
 

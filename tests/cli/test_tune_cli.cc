@@ -21,7 +21,7 @@
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "commands.h"
-#include "config_timer.h"
+#include "collbench/run.h"
 
 namespace collbench {
 namespace {
@@ -493,12 +493,14 @@ TEST(TrialCli, PerfAutoTriesNearTiedAlgorithmsOnHardware) {
 
 // A time budget cuts the rounds where all of them would take long: every round lasts a millisecond at least, so 2000
 // rounds would take 2 s or more; a 20 ms budget leaves a few dozen (kMinBudgetRounds at least).
-TEST(ConfigTimerBudget, StopsTheRoundsAtTheBudget) {
+TEST(RunnerBudget, StopsTheRoundsAtTheBudget) {
   cli::registerLinkedBackends();
-  cli::ConfigTimer timer("host", 2, {}, MeasureOptions{1, 0, 1, 30});
+  OwnedRunner timer("host", 2, {}, RunnerOptions{});
   const CollectiveSpec spec{Collective::AllReduce, 2, (1u << 20) / 4, DType::F32};
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<double> us = timer.times(spec, {{"ring", AlgoParams{}}, {"direct", AlgoParams{}}}, 2000, 0.02);
+  const std::vector<double> us = timer.runner->times(
+      spec, {Plan{Choice{"ring", ""}, AlgoParams{}}, Plan{Choice{"direct", ""}, AlgoParams{}}},
+      MeasureOptions{1, 0, 1, 30}, 2000, 0.02);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 1.5);
   ASSERT_EQ(us.size(), 2u);
