@@ -413,13 +413,10 @@ FoundTuningTable findTuningTable(const std::string& explicitPath, const Topology
 }
 
 ParamSpace paramSpace(Collective c, std::string_view algorithm) {
-  // Which generators read chunk_bytes and channels (core/algorithms/*.cc).
-  if (c == Collective::Barrier) return {};
-  if (c == Collective::AllReduce) {
-    if (algorithm == "ring" || algorithm == "tree") return {true, true};
-    return {};
+  // What the generator reads (AlgorithmTraits); unknown names read nothing.
+  for (const auto& a : algorithms()) {
+    if (a.collective == c && a.name == algorithm) return {a.traits.usesChunkBytes, a.traits.usesChannels};
   }
-  if (algorithm == "ring") return {true, true};  // RS/AG rings, broadcast/reduce chains
   return {};
 }
 
