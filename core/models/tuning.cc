@@ -134,7 +134,7 @@ TuningCandidate parseCandidate(const json& j, const std::string& path, const std
       const json v = k.algorithm;
       fail(source, f.at("algorithm"), "unknown NCCL algorithm (tree, ring)", &v);
     }
-    if (k.algorithm == "tree" && c != Collective::AllReduce) {
+    if (parseNcclAlgo(k.algorithm) == NcclAlgo::Tree && c != Collective::AllReduce) {
       const json v = k.algorithm;
       fail(source, f.at("algorithm"), fmt::format("NCCL has no tree {}", toString(c)), &v);
     }
