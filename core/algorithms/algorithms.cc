@@ -55,6 +55,7 @@ const std::vector<AlgorithmInfo>& algorithms() {
       algo::chainBroadcastAlgorithm(),
       algo::chainReduceAlgorithm(),
       algo::disseminationBarrierAlgorithm(),
+      algo::ringBidirAllReduceAlgorithm(),
       // Peer libraries' own implementations, measured in the same harness (backends nccl, gloo, mpi).
       native("nccl", C::AllReduce, "ncclAllReduce (nccl backends; NCCL_ALGO/NCCL_PROTO apply)"),
       native("nccl", C::ReduceScatter, "ncclReduceScatter (nccl backends)"),

@@ -28,6 +28,7 @@ AlgorithmInfo ringAllGatherAlgorithm();
 AlgorithmInfo chainBroadcastAlgorithm();
 AlgorithmInfo chainReduceAlgorithm();
 AlgorithmInfo disseminationBarrierAlgorithm();
+AlgorithmInfo ringBidirAllReduceAlgorithm();
 
 /// Parent of `rank` in NCCL's binary tree over n ranks rooted at 0 (-1 for the root): the lowest set bit b of the
 /// rank picks parent (rank ^ b) | (b << 1), or rank ^ b when that is out of range.

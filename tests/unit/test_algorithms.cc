@@ -148,6 +148,24 @@ TEST(Generators, RingChannelsRotateOverHosts) {
   EXPECT_EQ(exits.size(), 4u);
 }
 
+TEST(Generators, RingBidirSendsHalfEachWay) {
+  // Two counter-rotating rings per channel: every rank sends to both neighbours, each half of the ring's volume,
+  // the forward ring on even channels and the reversed one on odd channels.
+  const int n = 5;
+  const std::size_t count = 1000;
+  const Schedule s = buildSchedule({Collective::AllReduce, n, count, DType::F32}, "ring_bidir", AlgoParams{0, 2, {}});
+  for (int r = 0; r < n; ++r) {
+    std::size_t toNext = 0, toPrev = 0;
+    for (const auto& op : s.ranks[static_cast<std::size_t>(r)].ops) {
+      if (op.kind != OpKind::Send) continue;
+      EXPECT_EQ(op.peer == (r + 1) % n, op.channel % 2 == 0) << "rank " << r << " channel " << op.channel;
+      (op.peer == (r + 1) % n ? toNext : toPrev) += op.bytes;
+    }
+    EXPECT_EQ(toNext, (n - 1) * count * 4 / n) << r;
+    EXPECT_EQ(toPrev, (n - 1) * count * 4 / n) << r;
+  }
+}
+
 TEST(Registry, TransferEstimatesBoundTheSchedules) {
   // The simulator sizes its method by AlgorithmTraits::transfers before building anything: it must not undercount.
   for (const auto& a : algorithms()) {
