@@ -251,52 +251,10 @@ std::size_t part(std::size_t total, std::size_t parts, std::size_t i) {
   return total / parts + (i < total % parts ? 1 : 0);
 }
 
-bool pipelined(const CollectiveSpec& spec, std::string_view algo) {
-  return (spec.kind == Collective::AllReduce && algo == "tree") ||
-         ((spec.kind == Collective::Broadcast || spec.kind == Collective::Reduce) && algo == "ring");
-}
-
-/// Slices a pipelined algorithm splits its data into before chunking (tree: 2 trees x channels).
-std::size_t pipelineSlices(const CollectiveSpec& spec, const AlgoParams& p) {
-  return static_cast<std::size_t>(p.channels) * (spec.kind == Collective::AllReduce ? 2 : 1);
-}
-
-/// Upper bound of the transfers the generator would emit (empty blocks are elided there, not here).
-std::size_t estimateTransfers(const CollectiveSpec& spec, std::string_view algo, const AlgoParams& p) {
-  const auto n = static_cast<std::size_t>(spec.nranks);
-  const std::size_t es = spec.elementSize(), ch = static_cast<std::size_t>(p.channels);
-  if (n <= 1) return 0;
-  if (pipelined(spec, algo)) {
-    std::size_t chunks = 0;
-    const std::size_t slices = pipelineSlices(spec, p);
-    for (std::size_t i = 0; i < slices; ++i) {
-      chunks += chunksOf(part(spec.count, slices, i), es, p.chunkBytes, kDefaultPipelineChunkBytes);
-    }
-    return chunks * (spec.kind == Collective::AllReduce ? 2 * (n - 1) : n - 1);
-  }
-  if (algo == "ring") {
-    const std::size_t perRoundBlocks = spec.kind == Collective::AllReduce ? n : 1;
-    std::size_t pieces = 0;
-    for (std::size_t c = 0; c < ch; ++c) {
-      const std::size_t len = part(spec.count, ch, c);
-      std::size_t rounds = 1;
-      if (p.chunkBytes != 0 && len != 0) {
-        const std::size_t per = std::max<std::size_t>(1, p.chunkBytes / es) * perRoundBlocks;
-        rounds = (len + per - 1) / per;
-      }
-      pieces += rounds;
-    }
-    return pieces * n * (spec.kind == Collective::AllReduce ? 2 * (n - 1) : n - 1);
-  }
-  if (algo == "recursive_doubling") return n * (ceilLog2(n) + 2);
-  if (algo == "rabenseifner") return n * (2 * ceilLog2(n) + 2);
-  if (algo == "direct") return 2 * n * (n - 1);
-  if (algo == "hierarchical" && p.rankHost.size() == n) {
-    const std::size_t hosts = static_cast<std::size_t>(*std::max_element(p.rankHost.begin(), p.rankHost.end())) + 1;
-    return 2 * n * (n / hosts - 1 + hosts - 1);
-  }
-  if (algo == "dissemination") return n * ceilLog2(n);
-  return n * n;  // unknown generator: assume all pairs
+/// Slices a pipelined algorithm splits its data into before chunking (tree: 2 trees x channels); 0 when it is not a
+/// pipeline (AlgorithmTraits::pipelineSlices).
+std::size_t pipelineSlices(const AlgorithmInfo& info, const AlgoParams& p) {
+  return static_cast<std::size_t>(p.channels) * static_cast<std::size_t>(info.traits.pipelineSlices);
 }
 
 /// The Auto policy (sim_backend.h, kAlwaysExactTransfers); Exact and Aggregated do what they say.
@@ -371,9 +329,9 @@ namespace {
 /// (Four separate runs of a few chunks each, the earlier method, measured their slope inside the pipeline's fill
 /// and were 3 % off at 1 GiB on h100-4x8-rail; the round times of one longer run cost the same and see the steady
 /// state.)
-SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_view algo, const AlgoParams& p,
+SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const AlgorithmInfo& algo, const AlgoParams& p,
                       const SimConfig& cfg) {
-  const std::size_t es = spec.elementSize(), slices = pipelineSlices(spec, p);
+  const std::size_t es = spec.elementSize(), slices = pipelineSlices(algo, p);
   std::size_t chunks = 0, chunkElems = 0;
   bool uniform = true;
   for (std::size_t i = 0; i < slices; ++i) {
@@ -384,10 +342,10 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
     chunkElems = std::max(chunkElems, (len + c - 1) / c);
   }
   const auto n = static_cast<std::size_t>(spec.nranks);
-  const std::size_t perRound = estimateTransfers(spec, algo, p) / std::max<std::size_t>(1, chunks);
+  const std::size_t perRound = estimateTransfers(algo, spec, p) / std::max<std::size_t>(1, chunks);
   const std::size_t window = std::max(pipelineWindow(n, perRound), pipelineDrain(n) + kPeriodicRounds + 2);
   if (chunks <= window) {
-    const Schedule s = buildSchedule(spec, algo, p);
+    const Schedule s = buildSchedule(spec, algo.name, p);
     return simulateWithPolicy(w, s, matchSchedule(s), cfg, false);
   }
   AlgoParams subParams = p;
@@ -397,10 +355,10 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
   SimConfig subCfg = cfg;
   if (cfg.mode == SimMode::Auto) {
     // Op by op when affordable (kPipelineExactBudget), else aggregated, itself approximate for pipelines.
-    const double transfers = static_cast<double>(estimateTransfers(sub, algo, subParams));
+    const double transfers = static_cast<double>(estimateTransfers(algo, sub, subParams));
     subCfg.mode = transfers * static_cast<double>(n) <= kPipelineExactBudget ? SimMode::Exact : SimMode::Aggregated;
   }
-  const Schedule s = buildSchedule(sub, algo, subParams);
+  const Schedule s = buildSchedule(sub, algo.name, subParams);
   const Matching m = matchSchedule(s);
   const SimResult r = simulateWithPolicy(w, s, m, subCfg, /*timeline=*/true);
   // Every slice holds `window` chunks of chunkElems elements, slice after slice, so an op's chunk follows from its
@@ -449,7 +407,7 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, std::string_
                          : capped ? "the busiest link's bytes per round: the window measured less, an estimate"
                                   : "increments vary around the mean: an estimate",
                          uniform ? "" : "; the real chunks differ by one element");
-  out.transfers = estimateTransfers(spec, algo, p);
+  out.transfers = estimateTransfers(algo, spec, p);
   out.ops = 2 * out.transfers;
   return out;
 }
@@ -463,17 +421,17 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
                                                    describe(spec), spec.nranks, nranks_, topo_.name));
   }
   checkSpec(spec, params);
-  if (findAlgorithm(spec.kind, algorithm).native) {
+  const AlgorithmInfo& info = findAlgorithm(spec.kind, algorithm);
+  if (info.native) {
     throw Error(Errc::Unsupported, fmt::format("algorithm '{}' is a library's own collective; the simulator runs "
                                                "collbench's schedules",
                                                algorithm));
   }
-  const std::size_t est = estimateTransfers(spec, algorithm, params);
+  const std::size_t est = estimateTransfers(info, spec, params);
   const bool small = est <= config_.exactTransferLimit || config_.mode == SimMode::Exact;
   // The method does not depend on whether a timeline is wanted: the answer must not change with --timeline.
-  const bool ringModel =
-      !small && spec.kind == Collective::AllReduce && algorithm == "ring" && detail::ringModelApplies(spec, params);
-  const bool extra = !small && !ringModel && pipelined(spec, algorithm);
+  const bool ringModel = !small && info.traits.simRingModel && detail::ringModelApplies(spec, params);
+  const bool extra = !small && !ringModel && info.traits.pipelineSlices > 0;
   if (!ringModel && !extra) {
     if (est > kMaterializeTransferLimit) {
       throw Error(Errc::Unsupported, fmt::format("{} with '{}' would need about {} transfers: too large to build",
@@ -491,7 +449,7 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
     Topology tiered;
     detail::World w(callTopology(topo_, spec, tiered), nranks_, config_);
     if (ringModel) return detail::simulateRingModel(w, spec, params);
-    return extrapolate(w, spec, algorithm, params, config_);
+    return extrapolate(w, spec, info, params, config_);
   });
   r.wallSeconds = secondsSince(t0);
   if (config_.timeline) {

@@ -2,6 +2,9 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <bit>
+
 #include "collbench/error.h"
 #include "generators.h"
 
@@ -20,8 +23,20 @@ Schedule nativeSchedule(const CollectiveSpec& spec, std::string name) {
 
 AlgorithmInfo native(std::string name, Collective c, std::string summary) {
   const std::string n = name;
-  return {std::move(name), c, std::move(summary),
-          [n](const CollectiveSpec& spec, const AlgoParams&) { return nativeSchedule(spec, n); }, true};
+  return {.name = std::move(name),
+          .collective = c,
+          .summary = std::move(summary),
+          .build = [n](const CollectiveSpec& spec, const AlgoParams&) { return nativeSchedule(spec, n); },
+          .native = true,
+          .traits = {.defaultModel = false}};
+}
+
+/// The rank counts `t` admits, in words.
+std::string rankLimits(const AlgorithmTraits& t) {
+  std::string s = fmt::format("at least {}", t.minRanks);
+  if (t.maxRanks > 0) s += fmt::format(", at most {}", t.maxRanks);
+  if (t.powerOfTwo) s += ", a power of two";
+  return s;
 }
 
 }  // namespace
@@ -29,20 +44,18 @@ AlgorithmInfo native(std::string name, Collective c, std::string summary) {
 const std::vector<AlgorithmInfo>& algorithms() {
   using C = Collective;
   static const std::vector<AlgorithmInfo> kAll = {
-      {"ring", C::AllReduce, "ring reduce-scatter + all-gather, 2(n-1) steps, bandwidth optimal", algo::ringAllReduce},
-      {"tree", C::AllReduce, "NCCL double binary tree, pipelined in chunks, log-depth latency", algo::treeAllReduce},
-      {"recursive_doubling", C::AllReduce, "log2(n) full-buffer exchanges, latency optimal for small messages",
-       algo::recursiveDoublingAllReduce},
-      {"rabenseifner", C::AllReduce, "recursive-halving reduce-scatter + recursive-doubling all-gather",
-       algo::rabenseifnerAllReduce},
-      {"direct", C::AllReduce, "all-to-all reduce-scatter + all-gather, one step each way", algo::directAllReduce},
-      {"hierarchical", C::AllReduce, "ring reduce-scatter in each host, ring all-reduce across hosts, all-gather",
-       algo::hierarchicalAllReduce},
-      {"ring", C::ReduceScatter, "ring reduce-scatter, n-1 steps", algo::ringReduceScatter},
-      {"ring", C::AllGather, "ring all-gather, n-1 steps", algo::ringAllGather},
-      {"ring", C::Broadcast, "pipelined chain from the root around the ring", algo::chainBroadcast},
-      {"ring", C::Reduce, "pipelined chain around the ring ending at the root", algo::chainReduce},
-      {"dissemination", C::Barrier, "ceil(log2 n) rounds of zero-byte messages", algo::disseminationBarrier},
+      algo::ringAllReduceAlgorithm(),
+      algo::treeAllReduceAlgorithm(),
+      algo::recursiveDoublingAlgorithm(),
+      algo::rabenseifnerAlgorithm(),
+      algo::directAlgorithm(),
+      algo::hierarchicalAlgorithm(),
+      algo::ringReduceScatterAlgorithm(),
+      algo::ringAllGatherAlgorithm(),
+      algo::chainBroadcastAlgorithm(),
+      algo::chainReduceAlgorithm(),
+      algo::disseminationBarrierAlgorithm(),
+      algo::ringBidirAllReduceAlgorithm(),
       // Peer libraries' own implementations, measured in the same harness (backends nccl, gloo, mpi).
       native("nccl", C::AllReduce, "ncclAllReduce (nccl backends; NCCL_ALGO/NCCL_PROTO apply)"),
       native("nccl", C::ReduceScatter, "ncclReduceScatter (nccl backends)"),
@@ -74,6 +87,17 @@ const AlgorithmInfo& findAlgorithm(Collective c, std::string_view name) {
                                                  fmt::join(algorithmNames(c), ", ")));
 }
 
+bool AlgorithmTraits::admits(int nranks) const {
+  if (nranks < minRanks || (maxRanks > 0 && nranks > maxRanks)) return false;
+  return !powerOfTwo || std::has_single_bit(static_cast<unsigned>(nranks));
+}
+
+std::size_t estimateTransfers(const AlgorithmInfo& info, const CollectiveSpec& spec, const AlgoParams& params) {
+  const auto n = static_cast<std::size_t>(std::max(spec.nranks, 0));
+  if (n <= 1) return 0;
+  return info.traits.transfers ? info.traits.transfers(spec, params) : n * n;  // unknown: every pair once
+}
+
 void checkSpec(const CollectiveSpec& spec, const AlgoParams& params) {
   if (spec.nranks < 1) {
     throw Error(Errc::InvalidArgument, fmt::format("number of ranks must be at least 1, got {}", spec.nranks));
@@ -89,7 +113,12 @@ void checkSpec(const CollectiveSpec& spec, const AlgoParams& params) {
 
 Schedule buildSchedule(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params) {
   checkSpec(spec, params);
-  return findAlgorithm(spec.kind, algorithm).build(spec, params);
+  const AlgorithmInfo& info = findAlgorithm(spec.kind, algorithm);
+  if (!info.traits.admits(spec.nranks)) {
+    throw Error(Errc::InvalidArgument, fmt::format("algorithm '{}' cannot run {} ranks ({})", info.name, spec.nranks,
+                                                   rankLimits(info.traits)));
+  }
+  return info.build(spec, params);
 }
 
 }  // namespace collbench

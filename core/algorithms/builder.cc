@@ -1,6 +1,7 @@
 #include "builder.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "collbench/error.h"
 
@@ -119,6 +120,18 @@ std::size_t pipelineChunks(std::size_t elems, std::size_t elemSize, std::size_t 
   if (elems == 0 || chunk == 0) return 1;
   const std::size_t chunkElems = std::max<std::size_t>(1, chunk / elemSize);
   return (elems + chunkElems - 1) / chunkElems;
+}
+
+std::size_t ceilLog2(std::size_t n) { return n <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(n - 1)); }
+
+std::size_t pipelineTransfers(const CollectiveSpec& spec, const AlgoParams& p, int slicesPerChannel,
+                              std::size_t transfersPerChunk) {
+  const Partition slices{spec.count, static_cast<std::size_t>(p.channels) * static_cast<std::size_t>(slicesPerChannel)};
+  std::size_t chunks = 0;
+  for (std::size_t i = 0; i < slices.parts; ++i) {
+    chunks += pipelineChunks(slices.size(i), spec.elementSize(), p.chunkBytes, kDefaultPipelineChunkBytes);
+  }
+  return chunks * transfersPerChunk;
 }
 
 }  // namespace collbench::algo

@@ -69,6 +69,14 @@ struct Partition {
 std::size_t pipelineChunks(std::size_t elems, std::size_t elemSize, std::size_t chunkBytes,
                            std::size_t defaultChunkBytes);
 
+/// ceil(log2 n); 0 for n <= 1.
+std::size_t ceilLog2(std::size_t n);
+
+/// Transfers of a pipeline over `slicesPerChannel` x p.channels slices in chunks (pipelineChunks with
+/// kDefaultPipelineChunkBytes) with `transfersPerChunk` transfers per chunk.
+std::size_t pipelineTransfers(const CollectiveSpec& spec, const AlgoParams& p, int slicesPerChannel,
+                              std::size_t transfersPerChunk);
+
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace collbench::algo

@@ -1,7 +1,10 @@
 // Pipelined chains for broadcast (root -> root+1 -> ... -> root-1) and reduce (root+1 -> ... -> root), as NCCL
 // runs broadcast and reduce over its ring: the data moves in chunks so that every link is busy at once.
+#include <algorithm>
+
 #include "builder.h"
 #include "generators.h"
+#include "models/cost_context.h"
 
 namespace collbench::algo {
 namespace {
@@ -83,6 +86,97 @@ Schedule disseminationBarrier(const CollectiveSpec& spec, const AlgoParams&) {
     }
   }
   return b.finish();
+}
+
+namespace {
+
+/// Pipelined chain of broadcast (`reduce` false) or reduce.
+CostTerms chainTerms(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p, bool reduce) {
+  const int n = ctx.n;
+  const std::size_t es = s.elementSize();
+  const double S = static_cast<double>(s.count * es);
+  if (n == 1) return ctx.gammaCost(S, 0);
+  const std::size_t slice = ceilDiv(s.count, static_cast<std::size_t>(p.channels));
+  const std::size_t k = pipelineChunks(slice, es, p.chunkBytes, kDefaultPipelineChunkBytes);
+  const double C = static_cast<double>(ceilDiv(slice, k) * es);
+  const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(p.channels), s.count));
+  // Broadcast: root -> root+1 -> ... -> root-1. Reduce: root+1 -> ... -> root, each receiver folding.
+  std::vector<CostContext::Flow> hops;
+  std::vector<int> receivers;
+  for (int h = 0; h < n - 1; ++h) {
+    const int from = reduce ? (s.root + 1 + h) % n : (s.root + h) % n;
+    hops.push_back({from, (from + 1) % n, C, mult});
+    receivers.push_back((from + 1) % n);
+  }
+  const std::vector<CostTerms> x = ctx.phase(hops);
+  CostTerms fillT, period;
+  for (std::size_t h = 0; h < x.size(); ++h) {
+    const CostTerms g = reduce ? ctx.gammaCost(C * mult, receivers[h]) : CostTerms{};
+    fillT += x[h] + g;
+    period = CostTerms::max(period, CostTerms::max(x[h], g));
+  }
+  CostTerms t = fillT + period * static_cast<double>(k - 1);
+  if (!reduce) t = CostTerms::max(t, ctx.gammaCost(S, s.root));  // the root's own copy runs beside the chain
+  return t;
+}
+
+Estimate chainBroadcastCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
+  return estimateOf(chainTerms(ctx, s, p, false));
+}
+
+Estimate chainReduceCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
+  return estimateOf(chainTerms(ctx, s, p, true));
+}
+
+Estimate disseminationCost(const CostContext& ctx, const CollectiveSpec&, const AlgoParams&) {
+  const int n = ctx.n;
+  CostTerms t;
+  for (int d = 1; d < n; d *= 2) {
+    std::vector<CostContext::Flow> flows;
+    for (int r = 0; r < n; ++r) flows.push_back({r, (r + d) % n, 0});
+    t += ctx.phaseMax(flows, /*keepEmpty=*/true);
+  }
+  return estimateOf(t);
+}
+
+/// Every chunk of every channel crosses the n-1 hops of the chain.
+std::size_t chainTransfers(const CollectiveSpec& spec, const AlgoParams& p) {
+  return pipelineTransfers(spec, p, 1, static_cast<std::size_t>(spec.nranks) - 1);
+}
+
+/// ceil(log2 n) rounds of one message per rank.
+std::size_t disseminationTransfers(const CollectiveSpec& spec, const AlgoParams&) {
+  const auto n = static_cast<std::size_t>(spec.nranks);
+  return n * ceilLog2(n);
+}
+
+}  // namespace
+
+AlgorithmInfo chainBroadcastAlgorithm() {
+  return {.name = "ring",
+          .collective = Collective::Broadcast,
+          .summary = "pipelined chain from the root around the ring",
+          .build = chainBroadcast,
+          .cost = chainBroadcastCost,
+          .traits = {.pipelineSlices = 1, .usesChunkBytes = true, .usesChannels = true, .transfers = chainTransfers}};
+}
+
+AlgorithmInfo chainReduceAlgorithm() {
+  return {.name = "ring",
+          .collective = Collective::Reduce,
+          .summary = "pipelined chain around the ring ending at the root",
+          .build = chainReduce,
+          .cost = chainReduceCost,
+          .traits = {.pipelineSlices = 1, .usesChunkBytes = true, .usesChannels = true, .transfers = chainTransfers}};
+}
+
+AlgorithmInfo disseminationBarrierAlgorithm() {
+  return {.name = "dissemination",
+          .collective = Collective::Barrier,
+          .summary = "ceil(log2 n) rounds of zero-byte messages",
+          .build = disseminationBarrier,
+          .cost = disseminationCost,
+          .traits = {.transfers = disseminationTransfers}};
 }
 
 }  // namespace collbench::algo

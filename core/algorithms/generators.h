@@ -1,5 +1,6 @@
 #pragma once
-// The generator functions registered in algorithms.cc.
+// The algorithms registered in algorithms.cc: each file defines its generator, cost term and traits and returns them
+// as one AlgorithmInfo.
 #include "collbench/algorithms.h"
 
 namespace collbench::algo {
@@ -15,6 +16,19 @@ Schedule ringAllGather(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule chainBroadcast(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule chainReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule disseminationBarrier(const CollectiveSpec& spec, const AlgoParams& params);
+
+AlgorithmInfo ringAllReduceAlgorithm();
+AlgorithmInfo treeAllReduceAlgorithm();
+AlgorithmInfo recursiveDoublingAlgorithm();
+AlgorithmInfo rabenseifnerAlgorithm();
+AlgorithmInfo directAlgorithm();
+AlgorithmInfo hierarchicalAlgorithm();
+AlgorithmInfo ringReduceScatterAlgorithm();
+AlgorithmInfo ringAllGatherAlgorithm();
+AlgorithmInfo chainBroadcastAlgorithm();
+AlgorithmInfo chainReduceAlgorithm();
+AlgorithmInfo disseminationBarrierAlgorithm();
+AlgorithmInfo ringBidirAllReduceAlgorithm();
 
 /// Parent of `rank` in NCCL's binary tree over n ranks rooted at 0 (-1 for the root): the lowest set bit b of the
 /// rank picks parent (rank ^ b) | (b << 1), or rank ^ b when that is out of range.

@@ -4,14 +4,25 @@
 // 2(H-1)/(H L) of the buffer instead of the flat ring's 2(n-1)/n over the slowest link.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "builder.h"
 #include "collbench/error.h"
 #include "generators.h"
+#include "models/cost_context.h"
 
 namespace collbench::algo {
 namespace {
+
+/// The ranks of each host in rank order, hosts in the order of their index.
+std::vector<std::vector<int>> groupByHost(const std::vector<int>& rankHost) {
+  std::map<int, std::vector<int>> byHost;
+  for (std::size_t r = 0; r < rankHost.size(); ++r) byHost[rankHost[r]].push_back(static_cast<int>(r));
+  std::vector<std::vector<int>> hosts;
+  for (auto& [h, ranks] : byHost) hosts.push_back(std::move(ranks));
+  return hosts;
+}
 
 /// Ring reduce-scatter then all-gather over `ring` (ranks in ring order) on elements [off, off+len), in the
 /// output. `after[r]` gates each rank's first op and is updated to a join of every op the phase added on the rank
@@ -87,10 +98,7 @@ Schedule hierarchicalAllReduce(const CollectiveSpec& spec, const AlgoParams& par
                 fmt::format("hierarchical all-reduce needs the host of each of the {} ranks (give --topology); got {}",
                             n, params.rankHost.size()));
   }
-  std::map<int, std::vector<int>> byHost;
-  for (int r = 0; r < n; ++r) byHost[params.rankHost[static_cast<std::size_t>(r)]].push_back(r);
-  std::vector<std::vector<int>> hosts;
-  for (auto& [h, ranks] : byHost) hosts.push_back(ranks);
+  const std::vector<std::vector<int>> hosts = groupByHost(params.rankHost);
   const std::size_t local = hosts.front().size();
   for (const auto& h : hosts) {
     if (h.size() != local) {
@@ -124,6 +132,61 @@ Schedule hierarchicalAllReduce(const CollectiveSpec& spec, const AlgoParams& par
     for (const auto& h : hosts) RingPhase{b, h, 0, spec.count, after, intraSends, 0}.allGather();
   }
   return b.finish();
+}
+
+namespace {
+
+Estimate hierarchicalCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams&) {
+  Estimate e;
+  const std::vector<std::vector<int>> hosts = groupByHost(ctx.host);
+  const std::size_t L = hosts.front().size();
+  for (const auto& h : hosts) {
+    if (h.size() != L) {
+      e.supported = false;
+      e.note = fmt::format("hierarchical needs the same number of ranks on every host ({} and {} here)", L, h.size());
+      return e;
+    }
+  }
+  const std::size_t es = s.elementSize();
+  const std::size_t H = hosts.size();
+  const double S = static_cast<double>(s.count * es);
+  const std::size_t localElems = ceilDiv(s.count, L);
+  CostTerms t;
+  if (L == 1) {
+    t = ctx.gammaMax(S);
+  } else {  // ring reduce-scatter inside every host at once
+    t = ctx.ringsPhase(hosts, static_cast<double>(localElems * es), static_cast<int>(L) - 1, static_cast<int>(L) - 1);
+  }
+  if (H > 1) {  // one ring all-reduce across hosts per local index, all at once
+    std::vector<std::vector<int>> rings(L);
+    for (std::size_t i = 0; i < L; ++i) {
+      for (const auto& h : hosts) rings[i].push_back(h[i]);
+    }
+    const double block = static_cast<double>(ceilDiv(localElems, H) * es);
+    t += ctx.ringsPhase(rings, block, 2 * static_cast<int>(H - 1), static_cast<int>(H) - 1);
+  }
+  if (L > 1) t += ctx.ringsPhase(hosts, static_cast<double>(localElems * es), static_cast<int>(L) - 1, 0);
+  e.terms = t;
+  return e;
+}
+
+/// A ring inside every host and one across hosts per local index: each rank exchanges 2(L-1 + H-1) times.
+std::size_t hierarchicalTransfers(const CollectiveSpec& spec, const AlgoParams& p) {
+  const auto n = static_cast<std::size_t>(spec.nranks);
+  if (p.rankHost.size() != n) return n * n;
+  const std::size_t hosts = static_cast<std::size_t>(*std::max_element(p.rankHost.begin(), p.rankHost.end())) + 1;
+  return 2 * n * (n / hosts - 1 + hosts - 1);
+}
+
+}  // namespace
+
+AlgorithmInfo hierarchicalAlgorithm() {
+  return {.name = "hierarchical",
+          .collective = Collective::AllReduce,
+          .summary = "ring reduce-scatter in each host, ring all-reduce across hosts, all-gather",
+          .build = hierarchicalAllReduce,
+          .cost = hierarchicalCost,
+          .traits = {.needsHosts = true, .defaultModel = false, .transfers = hierarchicalTransfers}};
 }
 
 }  // namespace collbench::algo

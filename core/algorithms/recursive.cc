@@ -5,6 +5,7 @@
 
 #include "builder.h"
 #include "generators.h"
+#include "models/cost_context.h"
 
 namespace collbench::algo {
 namespace {
@@ -114,6 +115,89 @@ Schedule rabenseifnerAllReduce(const CollectiveSpec& spec, const AlgoParams&) {
     if (f.absorbs(r)) b.send(r, r - 1, out(0), count, {last});
   }
   return b.finish();
+}
+
+namespace {
+
+/// Even ranks below 2 rem hand their whole buffer to r+1 (and get the result back at the end).
+std::vector<CostContext::Flow> foldFlows(const Fold& f, double bytes, bool back) {
+  std::vector<CostContext::Flow> flows;
+  for (int r = 0; r < 2 * f.rem; r += 2)
+    flows.push_back(back ? CostContext::Flow{r + 1, r, bytes} : CostContext::Flow{r, r + 1, bytes});
+  return flows;
+}
+
+/// Every active rank sends `bytes` to its partner at distance `mask` in the folded numbering.
+std::vector<CostContext::Flow> butterfly(const Fold& f, int mask, double bytes) {
+  std::vector<CostContext::Flow> flows;
+  for (int r = 0; r < f.n; ++r) {
+    if (f.sitsOut(r)) continue;
+    flows.push_back({r, f.oldRank(f.newRank(r) ^ mask), bytes});
+  }
+  return flows;
+}
+
+Estimate recursiveDoublingCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams&) {
+  const double S = static_cast<double>(s.count * s.elementSize());
+  const Fold f(ctx.n);
+  // Every staying rank copies in -> out first; absorbing ranks meanwhile receive their partner's buffer, then fold.
+  CostTerms t = ctx.gammaMax(S);
+  if (f.rem > 0) t = CostTerms::max(ctx.phaseMax(foldFlows(f, S, false)), ctx.gammaMax(S)) + ctx.gammaMax(S);
+  for (int k = 0; k < f.steps(); ++k) t += ctx.phaseMax(butterfly(f, 1 << k, S)) + ctx.gammaMax(S);  // exchange, fold
+  if (f.rem > 0) t += ctx.phaseMax(foldFlows(f, S, true));
+  return estimateOf(t);
+}
+
+Estimate rabenseifnerCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams&) {
+  const std::size_t es = s.elementSize();
+  const double S = static_cast<double>(s.count * es);
+  if (ctx.n == 1) return estimateOf(ctx.gammaCost(S, 0));
+  const Fold f(ctx.n);
+  const Partition blocks{s.count, static_cast<std::size_t>(f.p)};
+  CostTerms t;
+  if (f.rem > 0) t = ctx.phaseMax(foldFlows(f, S, false)) + ctx.gammaMax(S);  // absorbing ranks receive-and-reduce
+  for (int k = 0; k < f.steps(); ++k) {
+    // New rank 0 keeps blocks [0, p >> (k+1)) at step k, the largest of the even partition: the longest chain.
+    const int mask = f.p >> (k + 1);
+    const double keep = static_cast<double>(blocks.offset(static_cast<std::size_t>(mask)) * es);
+    const CostTerms x = ctx.phaseMax(butterfly(f, mask, keep));
+    t += x + ctx.gammaMax(keep);  // reduce-scatter step: receive-and-reduce the kept half
+    t += x;                       // the all-gather step that retraces it
+  }
+  if (f.rem > 0) t += ctx.phaseMax(foldFlows(f, S, true));
+  return estimateOf(t);
+}
+
+/// Every rank exchanges once per step, plus the fold's hand-over and return.
+std::size_t recursiveDoublingTransfers(const CollectiveSpec& spec, const AlgoParams&) {
+  const auto n = static_cast<std::size_t>(spec.nranks);
+  return n * (ceilLog2(n) + 2);
+}
+
+/// Twice the steps of recursive doubling: the halving reduce-scatter, then the doubling all-gather.
+std::size_t rabenseifnerTransfers(const CollectiveSpec& spec, const AlgoParams&) {
+  const auto n = static_cast<std::size_t>(spec.nranks);
+  return n * (2 * ceilLog2(n) + 2);
+}
+
+}  // namespace
+
+AlgorithmInfo recursiveDoublingAlgorithm() {
+  return {.name = "recursive_doubling",
+          .collective = Collective::AllReduce,
+          .summary = "log2(n) full-buffer exchanges, latency optimal for small messages",
+          .build = recursiveDoublingAllReduce,
+          .cost = recursiveDoublingCost,
+          .traits = {.transfers = recursiveDoublingTransfers}};
+}
+
+AlgorithmInfo rabenseifnerAlgorithm() {
+  return {.name = "rabenseifner",
+          .collective = Collective::AllReduce,
+          .summary = "recursive-halving reduce-scatter + recursive-doubling all-gather",
+          .build = rabenseifnerAllReduce,
+          .cost = rabenseifnerCost,
+          .traits = {.transfers = rabenseifnerTransfers}};
 }
 
 }  // namespace collbench::algo

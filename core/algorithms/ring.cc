@@ -1,24 +1,14 @@
 // Ring algorithms (NCCL/Baidu ring): all-reduce = reduce-scatter then all-gather around the ring r -> r+1, and the
 // reduce-scatter and all-gather halves on their own. Data is split across channels, then into pipeline rounds
 // of n blocks (chunk_bytes per block; 0 = one round), each round a complete ring on its channel.
+#include "ring.h"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
 
-#include "builder.h"
-#include "generators.h"
-
 namespace collbench::algo {
-namespace {
 
-/// A contiguous element range of every block that one ring instance (channel c, round k) handles.
-struct Piece {
-  std::size_t offset;
-  std::size_t length;
-  int channel;
-};
-
-/// Pieces of [0, elems): split across channels, then into rounds of at most chunk elements (per block).
 std::vector<Piece> pieces(std::size_t elems, std::size_t elemSize, const AlgoParams& p, std::size_t blocksPerRound) {
   std::vector<Piece> out;
   const Partition byChannel{elems, static_cast<std::size_t>(p.channels)};
@@ -37,8 +27,6 @@ std::vector<Piece> pieces(std::size_t elems, std::size_t elemSize, const AlgoPar
   }
   return out;
 }
-
-}  // namespace
 
 }  // namespace collbench::algo
 
@@ -71,6 +59,39 @@ std::vector<int> ringOrder(int nranks, const AlgoParams& params, int channel) {
 
 namespace collbench::algo {
 
+void ringAllReducePiece(ScheduleBuilder& b, const Piece& piece, const std::vector<int>& ring) {
+  const int n = b.nranks();
+  const auto nu = static_cast<std::size_t>(n);
+  const Partition blocks{piece.length, nu};
+  auto at = [&](int block) { return piece.offset + blocks.offset(static_cast<std::size_t>(block)); };
+  auto len = [&](int block) { return blocks.size(static_cast<std::size_t>(block)); };
+  // Blocks are numbered by ring position (any numbering is an all-reduce); q is the position of rank `me`.
+  for (int q = 0; q < n; ++q) {
+    const int me = ring[static_cast<std::size_t>(q)];
+    const int next = ring[static_cast<std::size_t>(mod(q + 1, n))],
+              prev = ring[static_cast<std::size_t>(mod(q - 1, n))];
+    std::vector<OpId> rsSend(nu);
+    OpId reduced = kNoOp;
+    // Reduce-scatter: at step s send block q-s, fold block q-s-1 arriving from prev.
+    for (int s = 0; s < n - 1; ++s) {
+      const int sb = mod(q - s, n);
+      rsSend[static_cast<std::size_t>(s)] =
+          b.send(me, next, s == 0 ? in(at(sb)) : out(at(sb)), len(sb), {reduced}, piece.channel);
+      const int rb = mod(q - s - 1, n);
+      reduced = b.recvReduce(me, prev, in(at(rb)), out(at(rb)), len(rb), {}, piece.channel);
+    }
+    // All-gather: block q+1 is complete here; pass blocks on, receiving block q-t.
+    OpId received = reduced;
+    for (int t = 0; t < n - 1; ++t) {
+      const int sb = mod(q + 1 - t, n);
+      b.send(me, next, out(at(sb)), len(sb), {received}, piece.channel);
+      const int rb = mod(q - t, n);
+      // rsSend[t] read block q-t (from the input, which may alias the output) before it is overwritten.
+      received = b.recv(me, prev, out(at(rb)), len(rb), {rsSend[static_cast<std::size_t>(t)]}, piece.channel);
+    }
+  }
+}
+
 Schedule ringAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
   ScheduleBuilder b(spec, "ring");
   const int n = spec.nranks;
@@ -78,37 +99,8 @@ Schedule ringAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
     b.copy(0, in(0), out(0), spec.count, {});
     return b.finish();
   }
-  const auto nu = static_cast<std::size_t>(n);
-  for (const Piece& piece : pieces(spec.count, b.elemSize(), params, nu)) {
-    const Partition blocks{piece.length, nu};
-    auto at = [&](int block) { return piece.offset + blocks.offset(static_cast<std::size_t>(block)); };
-    auto len = [&](int block) { return blocks.size(static_cast<std::size_t>(block)); };
-    // Blocks are numbered by ring position (any numbering is an all-reduce); q is the position of rank `me`.
-    const std::vector<int> ring = ringOrder(n, params, piece.channel);
-    for (int q = 0; q < n; ++q) {
-      const int me = ring[static_cast<std::size_t>(q)];
-      const int next = ring[static_cast<std::size_t>(mod(q + 1, n))],
-                prev = ring[static_cast<std::size_t>(mod(q - 1, n))];
-      std::vector<OpId> rsSend(nu);
-      OpId reduced = kNoOp;
-      // Reduce-scatter: at step s send block q-s, fold block q-s-1 arriving from prev.
-      for (int s = 0; s < n - 1; ++s) {
-        const int sb = mod(q - s, n);
-        rsSend[static_cast<std::size_t>(s)] =
-            b.send(me, next, s == 0 ? in(at(sb)) : out(at(sb)), len(sb), {reduced}, piece.channel);
-        const int rb = mod(q - s - 1, n);
-        reduced = b.recvReduce(me, prev, in(at(rb)), out(at(rb)), len(rb), {}, piece.channel);
-      }
-      // All-gather: block q+1 is complete here; pass blocks on, receiving block q-t.
-      OpId received = reduced;
-      for (int t = 0; t < n - 1; ++t) {
-        const int sb = mod(q + 1 - t, n);
-        b.send(me, next, out(at(sb)), len(sb), {received}, piece.channel);
-        const int rb = mod(q - t, n);
-        // rsSend[t] read block q-t (from the input, which may alias the output) before it is overwritten.
-        received = b.recv(me, prev, out(at(rb)), len(rb), {rsSend[static_cast<std::size_t>(t)]}, piece.channel);
-      }
-    }
+  for (const Piece& piece : pieces(spec.count, b.elemSize(), params, static_cast<std::size_t>(n))) {
+    ringAllReducePiece(b, piece, ringOrder(n, params, piece.channel));
   }
   return b.finish();
 }
@@ -172,6 +164,80 @@ Schedule ringAllGather(const CollectiveSpec& spec, const AlgoParams& params) {
     }
   }
   return b.finish();
+}
+
+std::size_t ringTransfers(const CollectiveSpec& spec, const AlgoParams& p) {
+  const auto n = static_cast<std::size_t>(spec.nranks);
+  const std::size_t perRoundBlocks = spec.kind == Collective::AllReduce ? n : 1;
+  const std::size_t rounds = pieces(spec.count, spec.elementSize(), p, perRoundBlocks).size();
+  return rounds * n * (spec.kind == Collective::AllReduce ? 2 * (n - 1) : n - 1);
+}
+
+CostTerms ringAllReduceTerms(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p,
+                             const CostContext::ChannelRings& rings) {
+  const int n = ctx.n;
+  const std::size_t es = s.elementSize();
+  const CostContext::RingPieces pc = CostContext::ringPieces(s.count, es, p, static_cast<std::size_t>(n));
+  const double block = static_cast<double>(ceilDiv(pc.pieceElems, static_cast<std::size_t>(n)) * es);
+  return ctx.ringsPhase(rings.rings, rings.mult, block, rings.channels, 2 * (n - 1), n - 1, pc.rounds);
+}
+
+namespace {
+
+Estimate ringAllReduceCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
+  if (ctx.n == 1) return estimateOf(ctx.gammaCost(static_cast<double>(s.count * s.elementSize()), 0));
+  return estimateOf(ringAllReduceTerms(ctx, s, p, ctx.channelRings(p, s.count)));
+}
+
+Estimate ringReduceScatterCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
+  const int n = ctx.n;
+  const std::size_t es = s.elementSize();
+  if (n == 1) return estimateOf(ctx.gammaCost(static_cast<double>(s.count * es), 0));
+  const CostContext::RingPieces pc = CostContext::ringPieces(s.count, es, p, 1);
+  const CostContext::ChannelRings cr = ctx.channelRings(p, s.count);
+  return estimateOf(ctx.ringsPhase(cr.rings, cr.mult, static_cast<double>(pc.pieceElems * es), cr.channels, n - 1,
+                                   n - 1, pc.rounds, /*recvWaitsSend=*/true));
+}
+
+Estimate ringAllGatherCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
+  const int n = ctx.n;
+  const std::size_t es = s.elementSize();
+  const CostTerms copy = ctx.gammaMax(static_cast<double>(s.count * es));  // own block in -> out, beside the ring
+  if (n == 1) return estimateOf(copy);
+  const CostContext::RingPieces pc = CostContext::ringPieces(s.count, es, p, 1);
+  const CostContext::ChannelRings cr = ctx.channelRings(p, s.count);
+  return estimateOf(CostTerms::max(
+      ctx.ringsPhase(cr.rings, cr.mult, static_cast<double>(pc.pieceElems * es), cr.channels, n - 1, 0, pc.rounds),
+      copy));
+}
+
+}  // namespace
+
+AlgorithmInfo ringAllReduceAlgorithm() {
+  return {.name = "ring",
+          .collective = Collective::AllReduce,
+          .summary = "ring reduce-scatter + all-gather, 2(n-1) steps, bandwidth optimal",
+          .build = ringAllReduce,
+          .cost = ringAllReduceCost,
+          .traits = {.usesChunkBytes = true, .usesChannels = true, .simRingModel = true, .transfers = ringTransfers}};
+}
+
+AlgorithmInfo ringReduceScatterAlgorithm() {
+  return {.name = "ring",
+          .collective = Collective::ReduceScatter,
+          .summary = "ring reduce-scatter, n-1 steps",
+          .build = ringReduceScatter,
+          .cost = ringReduceScatterCost,
+          .traits = {.usesChunkBytes = true, .usesChannels = true, .transfers = ringTransfers}};
+}
+
+AlgorithmInfo ringAllGatherAlgorithm() {
+  return {.name = "ring",
+          .collective = Collective::AllGather,
+          .summary = "ring all-gather, n-1 steps",
+          .build = ringAllGather,
+          .cost = ringAllGatherCost,
+          .traits = {.usesChunkBytes = true, .usesChannels = true, .transfers = ringTransfers}};
 }
 
 }  // namespace collbench::algo

@@ -1,5 +1,5 @@
-// The alpha-beta-gamma cost model (see cost_model.h for the model and its sources). Each algorithm's phases are
-// read off its generator in core/algorithms/; comments name the generator behaviour each formula relies on.
+// The alpha-beta-gamma cost model (see cost_model.h for the model and its sources). Each algorithm's closed form is
+// registered with its generator in core/algorithms/ (AlgorithmInfo::cost) and composes cost_context.h's blocks.
 #include "collbench/cost_model.h"
 
 #include <fmt/format.h>
@@ -12,25 +12,12 @@
 #include <limits>
 #include <map>
 
-#include "algorithms/builder.h"
-#include "algorithms/generators.h"
 #include "collbench/error.h"
+#include "cost_context.h"
 
 namespace collbench {
 
 namespace {
-
-/// Topology bandwidths are GB/s = 1e9 bytes/s = 1e3 bytes/us.
-constexpr double kBytesPerUsPerGBps = 1e3;
-
-std::size_t ceilDiv(std::size_t a, std::size_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
-
-bool isNative(std::string_view algorithm) {
-  for (const auto& a : algorithms()) {
-    if (a.name == algorithm && a.native) return true;
-  }
-  return false;
-}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -73,606 +60,26 @@ CostTerms CostTerms::operator*(double k) const {
 
 // ---------------------------------------------------------------------------------------------------------------
 
-struct CostModel::Impl {
-  /// `mult` identical flows between the same pair (channels): each counts on the links it crosses.
-  struct Flow {
-    int src, dst;
-    double bytes;
-    int mult = 1;
-  };
-
-  Topology topo;
-  int n = 0;
+/// The model of one topology: its building blocks, the per-call overhead, and one model per memory tier.
+struct CostModel::Impl : CostContext {
   double callOverheadUs = 0;
-  std::unique_ptr<Router> router;  // points into `topo`; Impl never moves (held by unique_ptr)
-  std::vector<int> node;           // node index per rank
-  std::vector<int> host;
-  std::vector<double> gammaUsPerByte;  // per rank; 0 = free
-  std::vector<double> capBytesPerUs;   // per link, after switch port limits
-  CostSummary summary;
-  // Scratch for phase(): load per directed link (link * 2 + (forward ? 0 : 1)) and the entries touched.
-  mutable std::vector<double> load;
-  mutable std::vector<int> touched;
   std::vector<std::unique_ptr<Impl>> tiers;  ///< per memory tier (topo.memoryTiers); empty without tiers
 
-  Impl(Topology t, int nranks, double overheadUs) : topo(std::move(t)), callOverheadUs(overheadUs) {
-    if (!(overheadUs >= 0) || !std::isfinite(overheadUs)) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("call overhead must be a finite number >= 0 us, got {}", overheadUs));
-    }
-    if (nranks <= 0) nranks = static_cast<int>(topo.ranks.size());
-    if (nranks > static_cast<int>(topo.ranks.size())) {
-      throw Error(Errc::InvalidArgument, fmt::format("topology '{}' has {} ranks, the cost model was asked for {}",
-                                                     printable(topo.name), topo.ranks.size(), nranks));
-    }
-    n = nranks;
-    router = std::make_unique<Router>(topo);
-    host = rankHosts(topo, n);
-    for (int r = 0; r < n; ++r) {
-      const int idx = router->rankNode(r);
-      node.push_back(idx);
-      const double gbps = topo.nodes[static_cast<std::size_t>(idx)].reduceGBps;
-      gammaUsPerByte.push_back(gbps > 0 ? 1.0 / (gbps * kBytesPerUsPerGBps) : 0.0);
-    }
-    std::map<std::string, double> switchCap;
-    for (const TopoNode& tn : topo.nodes) {
-      if (tn.kind == NodeKind::Switch && tn.switchGBps > 0) switchCap[tn.id] = tn.switchGBps;
-    }
-    for (const TopoLink& l : topo.links) {
-      double gbps = l.bandwidthGBps;
-      for (const std::string* end : {&l.a, &l.b}) {
-        auto it = switchCap.find(*end);
-        if (it != switchCap.end()) gbps = std::min(gbps, it->second);
-      }
-      capBytesPerUs.push_back(gbps * kBytesPerUsPerGBps);
-    }
-    load.assign(2 * topo.links.size(), 0.0);
-    summarize();
+  Impl(Topology t, int nranks, double overheadUs)
+      : CostContext(std::move(t), checkedRanks(nranks, overheadUs)), callOverheadUs(overheadUs) {
     // A call runs on its memory tier's rates: one model per tier, chosen per call by its working set.
     for (std::size_t k = 0; k < topo.memoryTiers.size(); ++k) {
       tiers.push_back(std::make_unique<Impl>(applyMemoryTier(topo, k), n, overheadUs));
     }
   }
 
-  void summarize() {
-    summary.ranks = n;
-    std::map<int, int> perHost;
-    for (int h : host) ++perHost[h];
-    summary.hosts = static_cast<int>(perHost.size());
-    summary.ranksPerHost = perHost.begin()->second;
-    for (const auto& [h, k] : perHost) {
-      if (k != summary.ranksPerHost) summary.ranksPerHost = 0;
+  /// `nranks`, once the overhead is known to be valid (checked before the topology is routed).
+  static int checkedRanks(int nranks, double overheadUs) {
+    if (!(overheadUs >= 0) || !std::isfinite(overheadUs)) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("call overhead must be a finite number >= 0 us, got {}", overheadUs));
     }
-    double minRate = 0;
-    for (int r = 0; r < n; ++r) {
-      const double g = topo.nodes[static_cast<std::size_t>(node[static_cast<std::size_t>(r)])].reduceGBps;
-      if (g > 0) minRate = minRate == 0 ? g : std::min(minRate, g);
-    }
-    summary.gammaGBps = minRate;
-    for (int c = 0; c < kLinkClasses; ++c) {
-      for (int r = 1; r < n && !summary.cls[c].present; ++r) {
-        const bool same = host[0] == host[static_cast<std::size_t>(r)];
-        if (same != (c == static_cast<int>(LinkClassKind::Intra))) continue;
-        const auto& hops = router->route(0, r);
-        LinkClassCost lc;
-        lc.present = true;
-        double cap = std::numeric_limits<double>::infinity();
-        for (const Hop& h : hops) {
-          lc.alphaUs += topo.links[static_cast<std::size_t>(h.link)].latencyUs;
-          cap = std::min(cap, capBytesPerUs[static_cast<std::size_t>(h.link)]);
-        }
-        lc.betaGBps = hops.empty() ? 0 : cap / kBytesPerUsPerGBps;
-        summary.cls[c] = lc;
-      }
-    }
-  }
-
-  int classOf(int a, int b) const {
-    return host[static_cast<std::size_t>(a)] == host[static_cast<std::size_t>(b)]
-               ? static_cast<int>(LinkClassKind::Intra)
-               : static_cast<int>(LinkClassKind::Inter);
-  }
-
-  CostTerms gammaCost(double bytes, int rank) const {
-    CostTerms t;
-    // gammaBytes is counted even when reductions are free (g == 0): it says what the time depends on, so a fit
-    // that passes through gamma = 0 can still move away from it.
-    if (bytes > 0) {
-      t.us = bytes * gammaUsPerByte[static_cast<std::size_t>(rank)];
-      t.gammaBytes = bytes;
-    }
-    return t;
-  }
-
-  /// Reduction of `bytes` at the slowest reducer among `ranks` (symmetric phases: every rank reduces as much).
-  CostTerms gammaMax(double bytes) const {
-    int slowest = 0;
-    for (int r = 1; r < n; ++r) {
-      if (gammaUsPerByte[static_cast<std::size_t>(r)] > gammaUsPerByte[static_cast<std::size_t>(slowest)]) slowest = r;
-    }
-    return gammaCost(bytes, slowest);
-  }
-
-  /// Costs of concurrent flows: each flow's route latency plus its bytes at the rate of its most loaded link
-  /// (capacity / concurrent flows). Zero-byte flows cost their latency only when `keepEmpty` (barrier messages);
-  /// otherwise the generators elide them and they cost nothing.
-  std::vector<CostTerms> phase(const std::vector<Flow>& flows, bool keepEmpty = false) const {
-    for (const Flow& f : flows) {
-      if (f.bytes <= 0 && !keepEmpty) continue;
-      for (const Hop& h : router->route(f.src, f.dst)) {
-        const int k = h.link * 2 + (h.forward ? 0 : 1);
-        if (load[static_cast<std::size_t>(k)] == 0) touched.push_back(k);
-        load[static_cast<std::size_t>(k)] += f.mult;
-      }
-    }
-    std::vector<CostTerms> out(flows.size());
-    for (std::size_t i = 0; i < flows.size(); ++i) {
-      const Flow& f = flows[i];
-      if (f.bytes <= 0 && !keepEmpty) continue;
-      const auto& hops = router->route(f.src, f.dst);
-      CostTerms& t = out[i];
-      if (hops.empty()) {  // same node: a memory copy at the node's rate
-        t = gammaCost(f.bytes, f.dst);
-        continue;
-      }
-      double lat = 0, rate = std::numeric_limits<double>::infinity(), alone = rate;
-      for (const Hop& h : hops) {
-        const auto li = static_cast<std::size_t>(h.link);
-        lat += topo.links[li].latencyUs;
-        const double cap = capBytesPerUs[li];
-        rate = std::min(rate, cap / load[li * 2 + (h.forward ? 0 : 1)]);
-        alone = std::min(alone, cap);
-      }
-      const int c = classOf(f.src, f.dst);
-      t.us = lat + f.bytes / rate;
-      t.alphaCount[c] = 1;
-      t.betaBytes[c] = f.bytes * alone / rate;
-    }
-    for (int k : touched) load[static_cast<std::size_t>(k)] = 0;
-    touched.clear();
-    return out;
-  }
-
-  CostTerms phaseMax(const std::vector<Flow>& flows, bool keepEmpty = false) const {
-    CostTerms worst;
-    for (const CostTerms& t : phase(flows, keepEmpty)) worst = CostTerms::max(worst, t);
-    return worst;
-  }
-
-  // ---- Rings ----
-
-  /// A ring phase over `ring` (ranks in ring order, transfer i -> i+1) of `steps` steps per round, the first
-  /// `reduceSteps` of which are received with a reduction (RecvReduce) before the data moves on, `rounds` rounds
-  /// that share the connections (ring.cc: every round is a complete ring on the same channel, so round k+1 starts
-  /// on a connection when round k's last transfer there ends). d[i]: transfer i -> i+1; g[i]: reduction at i.
-  /// Recurrence: t(i, s) = max(t(i-1, s-1) + g_i [if s-1 reduced], t(i, s-1), t(i+1, s-1) [if recvWaitsSend]) + d_i.
-  /// recvWaitsSend: a rank posts the receive of step s only once its own send of step s-1 is done (reduce-scatter's
-  /// scratch slot written at s was read by the send of s-1); it binds where the ring's links differ (several hosts).
-  CostTerms ringRecurrence(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g, int steps, int reduceSteps,
-                           std::size_t rounds, bool recvWaitsSend = false) const {
-    const std::size_t m = d.size();
-    if (m < 2 || steps == 0 || rounds == 0) return {};
-    auto finalTime = [&](const std::vector<CostTerms>& cur, int lastStep) {
-      CostTerms end;
-      for (std::size_t i = 0; i < m; ++i) {
-        CostTerms t = cur[i];
-        if (lastStep < reduceSteps) t += g[(i + 1) % m];  // the last receive is folded in at i+1
-        end = CostTerms::max(end, t);
-      }
-      return end;
-    };
-    if (static_cast<int>(m) > kRingRecurrenceMaxRanks) {
-      // Closed form of the recurrence for a uniform ring at the slowest link and reducer: exact when uniform, an
-      // upper bound (by the reduction time hidden behind a slow link) otherwise.
-      CostTerms dm, gm;
-      for (const auto& x : d) dm = CostTerms::max(dm, x);
-      for (const auto& x : g) gm = CostTerms::max(gm, x);
-      const CostTerms round = (dm + gm) * reduceSteps + dm * (steps - reduceSteps);
-      return round * static_cast<double>(rounds);
-    }
-    std::vector<CostTerms> cur(m), prev(m);
-    CostTerms endOf[3];
-    const std::size_t simulated = std::min<std::size_t>(rounds, 3);
-    for (std::size_t k = 0; k < simulated; ++k) {
-      for (int s = 0; s < steps; ++s) {
-        for (std::size_t i = 0; i < m; ++i) {
-          CostTerms ready;  // data: the block received at step s-1 (from i-1), folded if it was a reduce step
-          if (s > 0) {
-            ready = prev[(i + m - 1) % m];
-            if (s - 1 < reduceSteps) ready += g[i];
-          }
-          cur[i] = CostTerms::max(ready, prev[i]);  // prev[i]: this connection's previous transfer
-          if (recvWaitsSend && s > 0) cur[i] = CostTerms::max(cur[i], prev[(i + 1) % m]);
-          cur[i] += d[i];
-        }
-        std::swap(cur, prev);
-      }
-      endOf[k] = finalTime(prev, steps - 1);
-    }
-    if (rounds <= simulated) return endOf[rounds - 1];
-    // Steady state: every further round adds what the third added (the rounds are identical).
-    const CostTerms perRound = endOf[2] + endOf[1] * -1.0;
-    return endOf[2] + perRound * static_cast<double>(rounds - 3);
-  }
-
-  /// Delays of one ring step: transfer ring[i] -> ring[i+1] of `bytes` on `mult[r]` identical channels of ring r
-  /// (flows of every ring share the links), and the receiver's reduction of `reduceShare` x `bytes` (every channel's
-  /// ring passes through every rank and their reductions run at once, sharing the node's rate).
-  void ringDelays(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes,
-                  int reduceShare, std::vector<std::vector<CostTerms>>& d,
-                  std::vector<std::vector<CostTerms>>& g) const {
-    std::vector<Flow> flows;
-    for (std::size_t r = 0; r < rings.size(); ++r) {
-      const auto& ring = rings[r];
-      for (std::size_t i = 0; i < ring.size(); ++i)
-        flows.push_back({ring[i], ring[(i + 1) % ring.size()], bytes, mult[r]});
-    }
-    const std::vector<CostTerms> cost = phase(flows);
-    d.assign(rings.size(), {});
-    g.assign(rings.size(), {});
-    std::size_t f = 0;
-    for (std::size_t r = 0; r < rings.size(); ++r) {
-      for (std::size_t i = 0; i < rings[r].size(); ++i) {
-        d[r].push_back(cost[f++]);
-        g[r].push_back(gammaCost(bytes * reduceShare, rings[r][i]));
-      }
-    }
-  }
-
-  /// Rings run concurrently (their flows share links); the phase ends with the slowest.
-  CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes,
-                       int reduceShare, int steps, int reduceSteps, std::size_t rounds,
-                       bool recvWaitsSend = false) const {
-    if (bytes <= 0) return {};
-    std::vector<std::vector<CostTerms>> d, g;
-    ringDelays(rings, mult, bytes, reduceShare, d, g);
-    CostTerms worst;
-    for (std::size_t r = 0; r < rings.size(); ++r) {
-      worst = CostTerms::max(worst, ringRecurrence(d[r], g[r], steps, reduceSteps, rounds, recvWaitsSend));
-    }
-    return worst;
-  }
-
-  /// Disjoint rings of one flow each (hierarchical's per-host and per-local-index rings).
-  CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, double bytes, int steps, int reduceSteps) const {
-    return ringsPhase(rings, std::vector<int>(rings.size(), 1), bytes, 1, steps, reduceSteps, 1);
-  }
-
-  /// The rings ring.cc builds: channel c runs on ringOrder(n, p, c) (with several hosts in p.rankHost consecutive
-  /// channels enter and leave hosts through different GPUs and NICs), and channels whose slice is empty are elided.
-  /// Channels on the same ring are one ring of `mult` parallel flows (one host: every channel is 0..n-1).
-  struct ChannelRings {
-    std::vector<std::vector<int>> rings;
-    std::vector<int> mult;
-    int channels = 1;  ///< channels that carry data: every rank reduces that many pieces at once
-  };
-  ChannelRings channelRings(const AlgoParams& p, std::size_t count) const {
-    ChannelRings cr;
-    cr.channels =
-        static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(p.channels), count)));
-    for (int c = 0; c < cr.channels; ++c) {
-      std::vector<int> ring = ringOrder(n, p, c);
-      const auto it = std::find(cr.rings.begin(), cr.rings.end(), ring);
-      if (it == cr.rings.end()) {
-        cr.rings.push_back(std::move(ring));
-        cr.mult.push_back(1);
-      } else {
-        ++cr.mult[static_cast<std::size_t>(it - cr.rings.begin())];
-      }
-    }
-    return cr;
-  }
-
-  /// ring.cc's pieces: the largest channel slice, its round count and the largest piece (elements).
-  struct RingPieces {
-    std::size_t rounds, pieceElems;
-  };
-  static RingPieces ringPieces(std::size_t count, std::size_t es, const AlgoParams& p, std::size_t blocksPerRound) {
-    const std::size_t slice = ceilDiv(count, static_cast<std::size_t>(p.channels));
-    std::size_t rounds = 1;
-    if (p.chunkBytes != 0 && slice != 0) {
-      const std::size_t perRound = std::max<std::size_t>(1, p.chunkBytes / es) * blocksPerRound;
-      rounds = ceilDiv(slice, perRound);
-    }
-    return {rounds, ceilDiv(slice, rounds)};
-  }
-
-  CostTerms ringAllReduce(const CollectiveSpec& s, const AlgoParams& p) const {
-    const std::size_t es = s.elementSize();
-    if (n == 1) return gammaCost(static_cast<double>(s.count * es), 0);
-    const RingPieces pc = ringPieces(s.count, es, p, static_cast<std::size_t>(n));
-    const double block = static_cast<double>(ceilDiv(pc.pieceElems, static_cast<std::size_t>(n)) * es);
-    const ChannelRings cr = channelRings(p, s.count);
-    return ringsPhase(cr.rings, cr.mult, block, cr.channels, 2 * (n - 1), n - 1, pc.rounds);
-  }
-
-  CostTerms ringReduceScatter(const CollectiveSpec& s, const AlgoParams& p) const {
-    const std::size_t es = s.elementSize();
-    if (n == 1) return gammaCost(static_cast<double>(s.count * es), 0);
-    const RingPieces pc = ringPieces(s.count, es, p, 1);
-    const ChannelRings cr = channelRings(p, s.count);
-    return ringsPhase(cr.rings, cr.mult, static_cast<double>(pc.pieceElems * es), cr.channels, n - 1, n - 1, pc.rounds,
-                      /*recvWaitsSend=*/true);
-  }
-
-  CostTerms ringAllGather(const CollectiveSpec& s, const AlgoParams& p) const {
-    const std::size_t es = s.elementSize();
-    const CostTerms copy = gammaMax(static_cast<double>(s.count * es));  // own block in -> out, beside the ring
-    if (n == 1) return copy;
-    const RingPieces pc = ringPieces(s.count, es, p, 1);
-    const ChannelRings cr = channelRings(p, s.count);
-    return CostTerms::max(
-        ringsPhase(cr.rings, cr.mult, static_cast<double>(pc.pieceElems * es), cr.channels, n - 1, 0, pc.rounds), copy);
-  }
-
-  // ---- Recursive doubling and Rabenseifner (recursive.cc's Fold) ----
-
-  struct Fold {
-    int p, rem, steps;
-    explicit Fold(int nranks)
-        : p(static_cast<int>(std::bit_floor(static_cast<unsigned>(nranks)))),
-          rem(nranks - p),
-          steps(std::countr_zero(static_cast<unsigned>(p))) {}
-    bool sitsOut(int r) const { return r < 2 * rem && r % 2 == 0; }
-    int newRank(int r) const { return r < 2 * rem ? r / 2 : r - rem; }
-    int oldRank(int nr) const { return nr < rem ? 2 * nr + 1 : nr + rem; }
-  };
-
-  /// Even ranks below 2 rem hand their whole buffer to r+1 (and get the result back at the end).
-  std::vector<Flow> foldFlows(const Fold& f, double bytes, bool back) const {
-    std::vector<Flow> flows;
-    for (int r = 0; r < 2 * f.rem; r += 2) flows.push_back(back ? Flow{r + 1, r, bytes} : Flow{r, r + 1, bytes});
-    return flows;
-  }
-
-  /// Every active rank sends `bytes` to its partner at distance `mask` in the folded numbering.
-  std::vector<Flow> butterfly(const Fold& f, int mask, double bytes) const {
-    std::vector<Flow> flows;
-    for (int r = 0; r < n; ++r) {
-      if (f.sitsOut(r)) continue;
-      flows.push_back({r, f.oldRank(f.newRank(r) ^ mask), bytes});
-    }
-    return flows;
-  }
-
-  CostTerms recursiveDoubling(const CollectiveSpec& s) const {
-    const double S = static_cast<double>(s.count * s.elementSize());
-    const Fold f(n);
-    // Every staying rank copies in -> out first; absorbing ranks meanwhile receive their partner's buffer, then fold.
-    CostTerms t = gammaMax(S);
-    if (f.rem > 0) t = CostTerms::max(phaseMax(foldFlows(f, S, false)), gammaMax(S)) + gammaMax(S);
-    for (int k = 0; k < f.steps; ++k) t += phaseMax(butterfly(f, 1 << k, S)) + gammaMax(S);  // exchange, fold
-    if (f.rem > 0) t += phaseMax(foldFlows(f, S, true));
-    return t;
-  }
-
-  CostTerms rabenseifner(const CollectiveSpec& s) const {
-    const std::size_t es = s.elementSize();
-    const double S = static_cast<double>(s.count * es);
-    if (n == 1) return gammaCost(S, 0);
-    const Fold f(n);
-    const algo::Partition blocks{s.count, static_cast<std::size_t>(f.p)};
-    CostTerms t;
-    if (f.rem > 0) t = phaseMax(foldFlows(f, S, false)) + gammaMax(S);  // absorbing ranks receive-and-reduce
-    for (int k = 0; k < f.steps; ++k) {
-      // New rank 0 keeps blocks [0, p >> (k+1)) at step k, the largest of the even partition: the longest chain.
-      const int mask = f.p >> (k + 1);
-      const double keep = static_cast<double>(blocks.offset(static_cast<std::size_t>(mask)) * es);
-      const CostTerms x = phaseMax(butterfly(f, mask, keep));
-      t += x + gammaMax(keep);  // reduce-scatter step: receive-and-reduce the kept half
-      t += x;                   // the all-gather step that retraces it
-    }
-    if (f.rem > 0) t += phaseMax(foldFlows(f, S, true));
-    return t;
-  }
-
-  // ---- Direct (direct.cc) ----
-
-  CostTerms directPhase(double block) const {
-    if (n <= kDirectExactMaxRanks) {
-      std::vector<Flow> flows;
-      flows.reserve(static_cast<std::size_t>(n) * static_cast<std::size_t>(n - 1));
-      for (int r = 0; r < n; ++r) {
-        for (int d = 1; d < n; ++d) flows.push_back({r, (r + d) % n, block});
-      }
-      return phaseMax(flows);
-    }
-    // Per-rank-link bound: rank 0's n-1 flows share its first link and each destination's last link with n-1
-    // others; interior links are assumed not to be the bottleneck.
-    CostTerms worst;
-    for (int d = 1; d < n; ++d) {
-      const auto& hops = router->route(0, d);
-      if (hops.empty()) {
-        worst = CostTerms::max(worst, gammaCost(block, d));
-        continue;
-      }
-      double lat = 0, alone = std::numeric_limits<double>::infinity();
-      for (const Hop& h : hops) {
-        lat += topo.links[static_cast<std::size_t>(h.link)].latencyUs;
-        alone = std::min(alone, capBytesPerUs[static_cast<std::size_t>(h.link)]);
-      }
-      const double ends = std::min(capBytesPerUs[static_cast<std::size_t>(hops.front().link)],
-                                   capBytesPerUs[static_cast<std::size_t>(hops.back().link)]);
-      const double rate = std::min(alone, ends / (n - 1));
-      CostTerms t;
-      const int c = classOf(0, d);
-      t.us = lat + block / rate;
-      t.alphaCount[c] = 1;
-      t.betaBytes[c] = block * alone / rate;
-      worst = CostTerms::max(worst, t);
-    }
-    return worst;
-  }
-
-  CostTerms direct(const CollectiveSpec& s) const {
-    const std::size_t es = s.elementSize();
-    const double block = static_cast<double>(ceilDiv(s.count, static_cast<std::size_t>(n)) * es);
-    if (n == 1) return gammaCost(block, 0);
-    // All n-1 blocks leave at once (reduce-scatter), the arrivals are folded one after the other, then all-gather.
-    const CostTerms rs = CostTerms::max(directPhase(block), gammaMax(block));
-    return rs + gammaMax(block * (n - 1)) + directPhase(block);
-  }
-
-  // ---- Pipelined double binary tree (tree.cc) ----
-
-  CostTerms tree(const CollectiveSpec& s, const AlgoParams& p) const {
-    const std::size_t es = s.elementSize();
-    if (n == 1) return gammaCost(static_cast<double>(s.count * es), 0);
-    const algo::Partition byTree{s.count, 2};
-    const int c = p.channels;
-    std::vector<std::vector<int>> parent(2), children[2];
-    double chunkBytes[2] = {0, 0};
-    std::size_t chunks = 0;
-    CostTerms fill;
-    std::vector<Flow> steady;
-    for (int t = 0; t < 2; ++t) {
-      children[t].assign(static_cast<std::size_t>(n), {});
-      parent[static_cast<std::size_t>(t)].resize(static_cast<std::size_t>(n));
-      int root = 0;
-      for (int r = 0; r < n; ++r) {
-        const int up = algo::dtreeParent(n, r, t);
-        parent[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)] = up;
-        if (up < 0)
-          root = r;
-        else
-          children[t][static_cast<std::size_t>(up)].push_back(r);
-      }
-      const std::size_t slice = ceilDiv(byTree.size(static_cast<std::size_t>(t)), static_cast<std::size_t>(c));
-      if (slice == 0) continue;
-      const std::size_t k = algo::pipelineChunks(slice, es, p.chunkBytes, kDefaultPipelineChunkBytes);
-      chunks = std::max(chunks, k);
-      const double C = static_cast<double>(ceilDiv(slice, k) * es);
-      chunkBytes[t] = C;
-      const int mult = static_cast<int>(
-          std::min<std::size_t>(static_cast<std::size_t>(c), byTree.size(static_cast<std::size_t>(t))));
-      // Fill: one chunk up (a node folds its children one after the other, then sends up) and down (a node sends
-      // to all its children at once, sharing its links).
-      const auto& kids = children[t];
-      std::function<CostTerms(int)> up = [&](int r) {
-        CostTerms acc;
-        bool first = true;
-        for (int ch : kids[static_cast<std::size_t>(r)]) {
-          const CostTerms ready = up(ch);
-          const CostTerms start = first ? ready : CostTerms::max(ready, acc);
-          acc = start + phaseMax({{ch, r, C, mult}}) + gammaCost(C * mult, r);
-          first = false;
-        }
-        return acc;
-      };
-      CostTerms last;
-      std::function<void(int, const CostTerms&)> down = [&](int r, const CostTerms& at) {
-        last = CostTerms::max(last, at);
-        const auto& ch = kids[static_cast<std::size_t>(r)];
-        if (ch.empty()) return;
-        std::vector<Flow> flows;
-        for (int x : ch) flows.push_back({r, x, C, mult});
-        const std::vector<CostTerms> cost = phase(flows);
-        for (std::size_t i = 0; i < ch.size(); ++i) down(ch[i], at + cost[i]);
-      };
-      down(root, up(root));
-      fill = CostTerms::max(fill, last);
-      for (int r = 0; r < n; ++r) {
-        const int up2 = parent[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)];
-        if (up2 < 0) continue;
-        steady.push_back({r, up2, C, mult});
-        steady.push_back({up2, r, C, mult});
-      }
-    }
-    if (chunks <= 1) return fill;
-    // Steady state: every connection carries one chunk per period while all of them share the links; each node
-    // folds its children's chunks of both trees and all channels at its rate.
-    // Steady state: every connection carries one chunk per period while all of them share the links (each flow
-    // at its most loaded link's share, latency included: a connection's next transfer starts when the last ended);
-    // each node folds its children's chunks of both trees and all channels at its rate. Measured against the
-    // simulator this is within 5% on flat and NVSwitch topologies and 15% pessimistic for 64 KiB chunks over NICs.
-    CostTerms period;
-    for (const CostTerms& x : phase(steady)) period = CostTerms::max(period, x);
-    for (int r = 0; r < n; ++r) {
-      double bytes = 0;
-      for (int t = 0; t < 2; ++t)
-        bytes += static_cast<double>(children[t][static_cast<std::size_t>(r)].size()) * chunkBytes[t] * c;
-      period = CostTerms::max(period, gammaCost(bytes, r));
-    }
-    return fill + period * static_cast<double>(chunks - 1);
-  }
-
-  // ---- Chains for broadcast and reduce (chain.cc) ----
-
-  CostTerms chain(const CollectiveSpec& s, const AlgoParams& p, bool reduce) const {
-    const std::size_t es = s.elementSize();
-    const double S = static_cast<double>(s.count * es);
-    if (n == 1) return gammaCost(S, 0);
-    const std::size_t slice = ceilDiv(s.count, static_cast<std::size_t>(p.channels));
-    const std::size_t k = algo::pipelineChunks(slice, es, p.chunkBytes, kDefaultPipelineChunkBytes);
-    const double C = static_cast<double>(ceilDiv(slice, k) * es);
-    const int mult = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(p.channels), s.count));
-    // Broadcast: root -> root+1 -> ... -> root-1. Reduce: root+1 -> ... -> root, each receiver folding.
-    std::vector<Flow> hops;
-    std::vector<int> receivers;
-    for (int h = 0; h < n - 1; ++h) {
-      const int from = reduce ? (s.root + 1 + h) % n : (s.root + h) % n;
-      hops.push_back({from, (from + 1) % n, C, mult});
-      receivers.push_back((from + 1) % n);
-    }
-    const std::vector<CostTerms> x = phase(hops);
-    CostTerms fillT, period;
-    for (std::size_t h = 0; h < x.size(); ++h) {
-      const CostTerms g = reduce ? gammaCost(C * mult, receivers[h]) : CostTerms{};
-      fillT += x[h] + g;
-      period = CostTerms::max(period, CostTerms::max(x[h], g));
-    }
-    CostTerms t = fillT + period * static_cast<double>(k - 1);
-    if (!reduce) t = CostTerms::max(t, gammaCost(S, s.root));  // the root's own copy runs beside the chain
-    return t;
-  }
-
-  CostTerms barrier() const {
-    CostTerms t;
-    for (int d = 1; d < n; d *= 2) {
-      std::vector<Flow> flows;
-      for (int r = 0; r < n; ++r) flows.push_back({r, (r + d) % n, 0});
-      t += phaseMax(flows, /*keepEmpty=*/true);
-    }
-    return t;
-  }
-
-  // ---- Hierarchical (hierarchical.cc) ----
-
-  Estimate hierarchical(const CollectiveSpec& s) const {
-    Estimate e;
-    std::map<int, std::vector<int>> byHost;
-    for (int r = 0; r < n; ++r) byHost[host[static_cast<std::size_t>(r)]].push_back(r);
-    std::vector<std::vector<int>> hosts;
-    for (auto& [h, ranks] : byHost) hosts.push_back(ranks);
-    const std::size_t L = hosts.front().size();
-    for (const auto& h : hosts) {
-      if (h.size() != L) {
-        e.supported = false;
-        e.note = fmt::format("hierarchical needs the same number of ranks on every host ({} and {} here)", L, h.size());
-        return e;
-      }
-    }
-    const std::size_t es = s.elementSize();
-    const std::size_t H = hosts.size();
-    const double S = static_cast<double>(s.count * es);
-    const std::size_t localElems = ceilDiv(s.count, L);
-    CostTerms t;
-    if (L == 1) {
-      t = gammaMax(S);
-    } else {  // ring reduce-scatter inside every host at once
-      t = ringsPhase(hosts, static_cast<double>(localElems * es), static_cast<int>(L) - 1, static_cast<int>(L) - 1);
-    }
-    if (H > 1) {  // one ring all-reduce across hosts per local index, all at once
-      std::vector<std::vector<int>> rings(L);
-      for (std::size_t i = 0; i < L; ++i) {
-        for (const auto& h : hosts) rings[i].push_back(h[i]);
-      }
-      const double block = static_cast<double>(ceilDiv(localElems, H) * es);
-      t += ringsPhase(rings, block, 2 * static_cast<int>(H - 1), static_cast<int>(H) - 1);
-    }
-    if (L > 1) t += ringsPhase(hosts, static_cast<double>(localElems * es), static_cast<int>(L) - 1, 0);
-    e.terms = t;
-    return e;
+    return nranks;
   }
 
   Estimate estimate(const CollectiveSpec& s, std::string_view algorithm, const AlgoParams& p) const {
@@ -687,7 +94,7 @@ struct CostModel::Impl {
     return e;
   }
 
-  /// The estimate without the per-call overhead.
+  /// The estimate without the per-call overhead: the algorithm's registered cost term (AlgorithmInfo::cost).
   Estimate estimateNetwork(const CollectiveSpec& s, std::string_view algorithm, const AlgoParams& p) const {
     Estimate e;
     if (s.nranks != n) {
@@ -696,52 +103,30 @@ struct CostModel::Impl {
     if (p.channels < 1) {
       throw Error(Errc::InvalidArgument, fmt::format("channels must be at least 1, got {}", p.channels));
     }
-    if (isNative(algorithm)) {
+    const AlgorithmInfo* info = nullptr;
+    for (const auto& a : algorithms()) {
+      if (a.name != algorithm) continue;
+      if (a.native) {
+        e.supported = false;
+        e.note = fmt::format("'{}' is a peer library's own implementation; the model has no closed form for it",
+                             printable(algorithm));
+        return e;
+      }
+      if (a.collective == s.kind) info = &a;
+    }
+    if (!info || !info->cost) {
       e.supported = false;
-      e.note = fmt::format("'{}' is a peer library's own implementation; the model has no closed form for it",
-                           printable(algorithm));
+      e.note = info ? fmt::format("'{}' has no closed form in the model", printable(algorithm))
+                    : fmt::format("no algorithm '{}' for {}", printable(algorithm), toString(s.kind));
       return e;
     }
-    bool known = false;
-    for (const auto& a : algorithms()) known = known || (a.collective == s.kind && a.name == algorithm);
-    if (!known) {
+    if (!info->traits.admits(n)) {
       e.supported = false;
-      e.note = fmt::format("no algorithm '{}' for {}", printable(algorithm), toString(s.kind));
+      e.note = fmt::format("'{}' cannot run {} ranks", printable(algorithm), n);
       return e;
     }
     if (s.count == 0 && s.kind != Collective::Barrier) return e;
-    switch (s.kind) {
-      case Collective::AllReduce:
-        if (algorithm == "ring")
-          e.terms = ringAllReduce(s, p);
-        else if (algorithm == "tree")
-          e.terms = tree(s, p);
-        else if (algorithm == "recursive_doubling")
-          e.terms = recursiveDoubling(s);
-        else if (algorithm == "rabenseifner")
-          e.terms = rabenseifner(s);
-        else if (algorithm == "direct")
-          e.terms = direct(s);
-        else if (algorithm == "hierarchical")
-          return hierarchical(s);
-        break;
-      case Collective::ReduceScatter:
-        e.terms = ringReduceScatter(s, p);
-        break;
-      case Collective::AllGather:
-        e.terms = ringAllGather(s, p);
-        break;
-      case Collective::Broadcast:
-        e.terms = chain(s, p, false);
-        break;
-      case Collective::Reduce:
-        e.terms = chain(s, p, true);
-        break;
-      case Collective::Barrier:
-        e.terms = barrier();
-        break;
-    }
-    return e;
+    return info->cost(*this, s, p);
   }
 };
 

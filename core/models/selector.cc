@@ -129,7 +129,7 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
     candidates.push_back(forced);
   } else {
     for (const auto& a : algorithms()) {
-      if (a.collective == spec.kind && !a.native) candidates.push_back(a.name);
+      if (a.collective == spec.kind && !a.native && a.traits.admits(n)) candidates.push_back(a.name);
     }
   }
   auto isCandidate = [&](const std::string& a) {
@@ -208,16 +208,13 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
     }
   }
 
-  // 3. Cost model; without a topology over kDefaultModelAlgorithms only (the table above measured them all).
+  // 3. Cost model; without a topology over the algorithms AlgorithmTraits::defaultModel offers (the table above
+  // measured them all).
   const CostModel& m = model(n);
   std::vector<Alternative> ranking;
   std::string unsupported;
   for (const std::string& a : candidates) {
-    if (forced.empty() && !opt_.topology && spec.kind == Collective::AllReduce &&
-        std::find(std::begin(kDefaultModelAlgorithms), std::end(kDefaultModelAlgorithms), a) ==
-            std::end(kDefaultModelAlgorithms)) {
-      continue;
-    }
+    if (forced.empty() && !opt_.topology && !findAlgorithm(spec.kind, a).traits.defaultModel) continue;
     const ParamSpace ps = paramSpace(spec.kind, a);
     Alternative best{a, 0, 1, -1};
     for (std::size_t chunk : kModelChunkCandidates) {

@@ -134,7 +134,7 @@ TuningCandidate parseCandidate(const json& j, const std::string& path, const std
       const json v = k.algorithm;
       fail(source, f.at("algorithm"), "unknown NCCL algorithm (tree, ring)", &v);
     }
-    if (k.algorithm == "tree" && c != Collective::AllReduce) {
+    if (parseNcclAlgo(k.algorithm) == NcclAlgo::Tree && c != Collective::AllReduce) {
       const json v = k.algorithm;
       fail(source, f.at("algorithm"), fmt::format("NCCL has no tree {}", toString(c)), &v);
     }
@@ -413,13 +413,10 @@ FoundTuningTable findTuningTable(const std::string& explicitPath, const Topology
 }
 
 ParamSpace paramSpace(Collective c, std::string_view algorithm) {
-  // Which generators read chunk_bytes and channels (core/algorithms/*.cc).
-  if (c == Collective::Barrier) return {};
-  if (c == Collective::AllReduce) {
-    if (algorithm == "ring" || algorithm == "tree") return {true, true};
-    return {};
+  // What the generator reads (AlgorithmTraits); unknown names read nothing.
+  for (const auto& a : algorithms()) {
+    if (a.collective == c && a.name == algorithm) return {a.traits.usesChunkBytes, a.traits.usesChannels};
   }
-  if (algorithm == "ring") return {true, true};  // RS/AG rings, broadcast/reduce chains
   return {};
 }
 

@@ -24,12 +24,49 @@ inline constexpr std::size_t kDefaultPipelineChunkBytes = 512 * 1024;
 
 using Generator = std::function<Schedule(const CollectiveSpec&, const AlgoParams&)>;
 
+class CostContext;  // the cost model's building blocks (core/models/cost_context.h)
+struct Estimate;    // collbench/cost_model.h
+/// An algorithm's closed form in the alpha-beta-gamma model: its time for `spec` (count > 0, or a barrier) without
+/// the per-call overhead, which the model adds.
+using CostFn = Estimate (*)(const CostContext& ctx, const CollectiveSpec& spec, const AlgoParams& params);
+/// Upper bound of the transfers the generator emits for `spec` (empty blocks are elided there, not here): what the
+/// simulator weighs before building a schedule.
+using TransferFn = std::size_t (*)(const CollectiveSpec& spec, const AlgoParams& params);
+
+/// What the cost model, the simulator, the tuner, the selector and the CLI need to know of an algorithm besides its
+/// schedule, so that none of them names algorithms.
+struct AlgorithmTraits {
+  /// Slices of each channel pipelined in chunks of AlgoParams::chunkBytes (tree: its two trees; chains: one); 0 when
+  /// the algorithm is not a pipeline. The simulator extrapolates pipelines with many chunks from a window of them.
+  int pipelineSlices = 0;
+  bool usesChunkBytes = false;  ///< the generator reads AlgoParams::chunkBytes (the tuner sweeps it)
+  bool usesChannels = false;    ///< the generator reads AlgoParams::channels (the tuner sweeps it)
+  /// Needs AlgoParams::rankHost (the topology's hosts): left out where no topology says where ranks live.
+  bool needsHosts = false;
+  /// Offered by the cost model when there is no topology (CostModel::defaultFlat). Off for algorithms that model
+  /// flatters on an ideal flat switch (direct: n-1 concurrent flows per rank cost nothing extra there), that need
+  /// hosts, or that match another one there; the model then picks recursive doubling for latency-bound sizes and
+  /// Rabenseifner above, as MPICH does (Thakur, Rabenseifner, Gropp 2005).
+  bool defaultModel = true;
+  /// The schedule is the ring the simulator times in closed form at scale (simulator/ring_model.cc).
+  bool simRingModel = false;
+  int minRanks = 1;                ///< smallest rank count the generator accepts
+  int maxRanks = 0;                ///< largest rank count the generator accepts; 0 = no limit
+  bool powerOfTwo = false;         ///< only power-of-two rank counts
+  TransferFn transfers = nullptr;  ///< nullptr: assume every pair exchanges once (n^2)
+
+  /// Whether the generator accepts `nranks` ranks (minRanks, maxRanks, powerOfTwo).
+  bool admits(int nranks) const;
+};
+
 struct AlgorithmInfo {
   std::string name;       ///< e.g. "ring"
   Collective collective;  ///< what it implements
   std::string summary;    ///< one line for --help and plan
   Generator build;
-  bool native = false;  ///< a peer library's own call, run only by its backend (baseline in the same harness)
+  bool native = false;     ///< a peer library's own call, run only by its backend (baseline in the same harness)
+  CostFn cost = nullptr;   ///< nullptr for native algorithms: the model has no closed form for them
+  AlgorithmTraits traits;  ///< what callers may ask of the algorithm without naming it
 };
 
 /// Every generator, in a stable order.
@@ -38,7 +75,9 @@ const std::vector<AlgorithmInfo>& algorithms();
 std::vector<std::string> algorithmNames(Collective c);
 /// Finds (collective, name); throws Error{InvalidArgument} listing the valid names.
 const AlgorithmInfo& findAlgorithm(Collective c, std::string_view name);
-/// Validates the spec and builds the schedule.
+/// The transfers `info` would emit for `spec` (AlgorithmTraits::transfers; n^2 without an estimate).
+std::size_t estimateTransfers(const AlgorithmInfo& info, const CollectiveSpec& spec, const AlgoParams& params);
+/// Validates the spec (rank-count limits of the algorithm included) and builds the schedule.
 Schedule buildSchedule(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params = {});
 
 /// The ring of `channel`: position -> rank; every ring algorithm sends from position q to q+1. With one host (or no

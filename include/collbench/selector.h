@@ -8,7 +8,8 @@
 ///      leaves this one to the steps below. The configuration comes from the table or the model.
 ///   2. the tuning table's section for the topology's fingerprint ("" without a topology): at a table point its
 ///      fastest candidate; between points predictFromTable() (model-shaped interpolation in log bytes and nranks).
-///   3. the cost model on the topology (or, without one, CostModel::defaultFlat over kDefaultModelAlgorithms),
+///   3. the cost model on the topology (or, without one, CostModel::defaultFlat over the algorithms
+///      whose AlgorithmTraits::defaultModel is set),
 ///      minimised over each algorithm's kModelChunkCandidates x kModelChannelCandidates.
 ///   4. on a backend that moves data, `collbench perf` (tools/config_timer.h) times the choice of 2 or 3 against its
 ///      near-tied runner-ups (trialCandidates) and runs the fastest (settleTrial).
@@ -92,7 +93,8 @@ std::vector<Alternative> trialCandidates(const Choice& choice);
 Choice settleTrial(const Choice& tableChoice, const std::vector<Alternative>& tried,
                    const std::vector<double>& measuredUs);
 
-/// Without a topology or table: the default flat cost model over kDefaultModelAlgorithms (COLLBENCH_ALGO applies).
+/// Without a topology or table: the default flat cost model over the algorithms AlgorithmTraits::defaultModel
+/// offers (COLLBENCH_ALGO applies).
 Choice chooseAlgorithm(const CollectiveSpec& spec);
 Choice chooseAlgorithm(const CollectiveSpec& spec, const SelectorOptions& options);
 
@@ -100,11 +102,6 @@ Choice chooseAlgorithm(const CollectiveSpec& spec, const SelectorOptions& option
 /// Error{InvalidArgument} for names no collective has or malformed entries.
 std::string forcedAlgorithm(std::string_view value, Collective c);
 
-/// All-reduce algorithms the default model chooses from when there is no topology: direct (its n-1 concurrent
-/// flows per rank cost nothing extra on the ideal flat switch, which flatters it on unknown hardware) and
-/// hierarchical (needs hosts) are left out. The model then picks recursive doubling for latency-bound sizes and
-/// Rabenseifner above, as MPICH does (Thakur, Rabenseifner, Gropp 2005).
-inline constexpr std::string_view kDefaultModelAlgorithms[] = {"ring", "tree", "recursive_doubling", "rabenseifner"};
 /// Configurations the model tries for algorithms that read them (paramSpace): 0 = the generator's default.
 inline constexpr std::size_t kModelChunkCandidates[] = {0, 128 * 1024, 2 * 1024 * 1024};
 inline constexpr int kModelChannelCandidates[] = {1, 2, 4};

@@ -32,6 +32,10 @@ constexpr double kMultiHostDirectTol = 0.07;
 /// the reductions overlap only in part: reduce-scatter up to 1.6% pessimistic at 8 channels (0.8% at 4).
 constexpr double kMultiHostChannelsTol = 0.02;
 constexpr double kMultiHostPipelinedTol = 0.16;
+/// ring_bidir's two rings pass blocks of different indices through a port at the same step; where blocks differ by
+/// one element the smaller ends first and the simulator's max-min sharing hands the port to the other, which the
+/// model (each flow at its share for the largest block) does not: measured at most 0.033% pessimistic.
+constexpr double kBidirUnevenBlocksTol = 5e-4;
 
 struct Case {
   Collective coll;
@@ -60,6 +64,8 @@ std::vector<Case> cases() {
         out.push_back({Collective::AllReduce, a, n, b, {}, 1});
       }
       out.push_back({Collective::AllReduce, "ring", n, b, AlgoParams{256 * 1024, 2, {}}, 1});
+      out.push_back({Collective::AllReduce, "ring_bidir", n, b, {}, 1});
+      out.push_back({Collective::AllReduce, "ring_bidir", n, b, AlgoParams{256 * 1024, 2, {}}, 1});
       out.push_back({Collective::AllReduce, "tree", n, b, {}, 1});
       out.push_back({Collective::AllReduce, "tree", n, b, AlgoParams{128 * 1024, 2, {}}, 1});
       out.push_back({Collective::ReduceScatter, "ring", n, b, {}, 1});
@@ -100,7 +106,7 @@ TEST_P(CostModelVsSim, FlatTopology) {
   p.rankHost = model.rankHost();
   const auto [e, simUs] = modelAndSim(t, model, k.coll, k.n, k.bytes, k.algo, p);
   ASSERT_TRUE(e.supported) << e.note;
-  const double tol = k.algo == "tree" ? kPipelinedTol : kExactTol;
+  const double tol = k.algo == "tree" ? kPipelinedTol : k.algo == "ring_bidir" ? kBidirUnevenBlocksTol : kExactTol;
   EXPECT_NEAR(e.terms.us, simUs, tol * simUs) << "model " << e.terms.us << " us, simulated " << simUs << " us";
 }
 

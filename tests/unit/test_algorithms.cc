@@ -148,6 +148,67 @@ TEST(Generators, RingChannelsRotateOverHosts) {
   EXPECT_EQ(exits.size(), 4u);
 }
 
+TEST(Generators, RingBidirSendsHalfEachWay) {
+  // Two counter-rotating rings per channel: every rank sends to both neighbours, each half of the ring's volume,
+  // the forward ring on even channels and the reversed one on odd channels.
+  const int n = 5;
+  const std::size_t count = 1000;
+  const Schedule s = buildSchedule({Collective::AllReduce, n, count, DType::F32}, "ring_bidir", AlgoParams{0, 2, {}});
+  for (int r = 0; r < n; ++r) {
+    std::size_t toNext = 0, toPrev = 0;
+    for (const auto& op : s.ranks[static_cast<std::size_t>(r)].ops) {
+      if (op.kind != OpKind::Send) continue;
+      EXPECT_EQ(op.peer == (r + 1) % n, op.channel % 2 == 0) << "rank " << r << " channel " << op.channel;
+      (op.peer == (r + 1) % n ? toNext : toPrev) += op.bytes;
+    }
+    EXPECT_EQ(toNext, (n - 1) * count * 4 / n) << r;
+    EXPECT_EQ(toPrev, (n - 1) * count * 4 / n) << r;
+  }
+}
+
+TEST(Registry, TransferEstimatesBoundTheSchedules) {
+  // The simulator sizes its method by AlgorithmTraits::transfers before building anything: it must not undercount.
+  for (const auto& a : algorithms()) {
+    if (a.native) continue;
+    for (int n : {1, 2, 5, 8, 12}) {
+      for (const AlgoParams& p : {AlgoParams{}, AlgoParams{64, 3, {}}}) {
+        const CollectiveSpec spec{a.collective, n, a.collective == Collective::Barrier ? 0u : 65537u, DType::F32};
+        const AlgoParams params = testing::paramsFor(a.name, n, p);
+        const Schedule s = buildSchedule(spec, a.name, params);
+        std::size_t sends = 0;
+        for (const auto& r : s.ranks) {
+          for (const auto& op : r.ops) sends += op.kind == OpKind::Send ? 1 : 0;
+        }
+        EXPECT_LE(sends, estimateTransfers(a, spec, params)) << a.name << " " << toString(a.collective) << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(Registry, TraitsAnswerWhatCallersAsked) {
+  // What the simulator, tuner and selector used to decide by name, now read from the traits.
+  const AlgorithmInfo& tree = findAlgorithm(Collective::AllReduce, "tree");
+  EXPECT_EQ(tree.traits.pipelineSlices, 2);
+  EXPECT_EQ(findAlgorithm(Collective::Broadcast, "ring").traits.pipelineSlices, 1);
+  EXPECT_EQ(findAlgorithm(Collective::AllReduce, "ring").traits.pipelineSlices, 0);
+  EXPECT_TRUE(findAlgorithm(Collective::AllReduce, "ring").traits.simRingModel);
+  EXPECT_FALSE(findAlgorithm(Collective::ReduceScatter, "ring").traits.simRingModel);
+  EXPECT_TRUE(findAlgorithm(Collective::AllReduce, "hierarchical").traits.needsHosts);
+  EXPECT_FALSE(findAlgorithm(Collective::AllReduce, "direct").traits.defaultModel);
+  EXPECT_FALSE(findAlgorithm(Collective::AllReduce, "recursive_doubling").traits.usesChannels);
+  EXPECT_TRUE(findAlgorithm(Collective::AllGather, "ring").traits.usesChunkBytes);
+  for (const auto& a : algorithms()) EXPECT_EQ(a.cost == nullptr, a.native) << a.name;
+  AlgorithmTraits pow2;
+  pow2.minRanks = 2;
+  pow2.maxRanks = 64;
+  pow2.powerOfTwo = true;
+  EXPECT_FALSE(pow2.admits(1));
+  EXPECT_TRUE(pow2.admits(2));
+  EXPECT_FALSE(pow2.admits(12));
+  EXPECT_TRUE(pow2.admits(64));
+  EXPECT_FALSE(pow2.admits(128));
+}
+
 TEST(Generators, RejectsBadSpecs) {
   EXPECT_THROW(buildSchedule({Collective::AllReduce, 0, 4, DType::F32}, "ring"), Error);
   try {

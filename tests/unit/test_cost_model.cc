@@ -48,6 +48,22 @@ TEST(CostModel, RingClosedForm) {
   }
 }
 
+TEST(CostModel, RingBidirIsTheRingOnTwiceTheChannelsOnOneSwitch) {
+  // On a flat switch the reversed ring loads every port like the forward one: C channels of both rings cost what the
+  // ring costs on 2C channels (ring_bidir.cc's pieces are the ring's on 2C channels).
+  for (int n : {2, 3, 8}) {
+    const CostModel m(flat(n), n);
+    for (std::size_t count : {std::size_t{1000}, std::size_t{1} << 20}) {
+      for (const AlgoParams& p : {AlgoParams{}, AlgoParams{64 * 1024, 2, {}}}) {
+        AlgoParams twice = p;
+        twice.channels = 2 * p.channels;
+        const double ring = us(m, Collective::AllReduce, count, "ring", twice);
+        EXPECT_NEAR(us(m, Collective::AllReduce, count, "ring_bidir", p), ring, 1e-9 * ring) << n << " " << count;
+      }
+    }
+  }
+}
+
 TEST(CostModel, MemoryTierScalesIntraHostRatesByWorkingSet) {
   // One host of 4 ranks, 2 us / 10 GB/s routes, free reductions; calls above 4 MiB of working set (4 ranks x input +
   // output) move at half the rate: ring = 2(n-1) (alpha + block / (beta x scale)).
