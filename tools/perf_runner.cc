@@ -251,7 +251,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   checkOutputFile(c);
   if (c.algo == "mpi") return runMpiPerf(c, out);  // peer baseline: Open MPI's own driver under mpirun
   const std::string backendName = c.backend.empty() ? "host" : c.backend;
-  checkBackendRuns(backendName, c.collective, c.algo);
+  if (!c.scheduleFile) checkBackendRuns(backendName, c.collective, c.algo);
   std::string topology = c.topology;
 #ifdef COLLBENCH_HAVE_SIM
   // Name what is simulated (header, JSON, selector) rather than leave the simulator's default implicit.
@@ -302,6 +302,10 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     const CollectiveSpec spec{c.collective, n, countForSize(c.collective, bytes, es, n), dtype, op, c.root};
     PlannedRow row{std::max(spec.inputBytes(), spec.outputBytes()), spec, {}, params};
     row.choice = c.algo == "auto" ? selector.choose(row.spec) : Choice{c.algo, "forced by --algo"};
+    if (c.scheduleFile) {  // the file's schedule; a size it cannot run is refused here, before the header
+      row.choice = Choice{c.algo, "from --schedule"};
+      instantiate(*c.scheduleFile, row.spec);
+    }
     plan.push_back(std::move(row));
   }
   // The selector's chunk and channels unless given on the command line (then every candidate runs with those).
@@ -374,7 +378,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   for (const PlannedRow& planned : plan) {
     const CollectiveSpec& spec = planned.spec;
     const Choice& choice = planned.choice;
-    const Schedule schedule = buildSchedule(spec, choice.algorithm, planned.params);
+    const Schedule schedule =
+        c.scheduleFile ? instantiate(*c.scheduleFile, spec) : buildSchedule(spec, choice.algorithm, planned.params);
     const std::size_t rowBytes = planned.bytes;
     Half halves[2];
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
