@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli_runner.h"
 
@@ -33,10 +34,28 @@ std::filesystem::path writeTemp(const std::string& name, const std::string& text
   return p;
 }
 
+/// The example with one textual replacement (the first occurrence of `from`).
+std::string mutated(const std::string& from, const std::string& to) {
+  std::string text = testing::slurp(kExample);
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
 /// The op listing of `plan --dump` (from its "# schedule" line).
 std::string dumpPart(const std::string& out) {
   const auto at = out.find("# schedule ");
   return at == std::string::npos ? "" : out.substr(at);
+}
+
+/// What rank 0 printed under `collbench launch` (its "[rank 0] " prefix removed); other ranks print no table.
+std::string rankZeroLines(const std::string& out) {
+  std::istringstream in(out);
+  std::string table;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("[rank 0] ", 0) == 0) table += line.substr(9) + "\n";
+  }
+  return table;
 }
 
 /// Every data row has 0 wrong elements in both halves; returns the row count.
@@ -93,17 +112,34 @@ TEST(ScheduleCli, ExampleRunsOnHostThreadsWithNoWrongElement) {
                                  kExample));
 }
 
+// The check behind "0 wrong" is live: a schedule that passes every structural check but receives instead of
+// reducing (rank 0 drops rank 3's contribution to chunk 3) is run, and its wrong elements are counted.
+TEST(ScheduleCli, WrongScheduleIsCaughtByTheResultCheck) {
+  const auto path = writeTemp(
+      "wrong_sum",
+      mutated(
+          R"({"kind": "recv_reduce", "peer": 3, "src": {"buffer": "input", "chunk": 3}, "dst": {"buffer": "output", "chunk": 3}, "chunk_count": 1})",
+          R"({"kind": "recv", "peer": 3, "dst": {"buffer": "output", "chunk": 3}, "chunk_count": 1})"));
+  const CliResult r = runCli("perf --backend host --schedule " + path.string() + " -b 1K -e 1K -n 1 -w 0");
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  const auto rows = tableRows(r.out);
+  ASSERT_EQ(rows.size(), 1u) << r.out;
+  // Chunk 3 (32 of the 256 floats) is wrong on every rank: rank 0 reduced it last and gathered it to all.
+  EXPECT_EQ(rows[0][8], std::to_string(4 * 32));
+  EXPECT_EQ(rows[0][12], std::to_string(4 * 32));
+  std::filesystem::remove(path);
+}
+
 TEST(ScheduleCli, ExampleRunsOnGlooProcessesWithNoWrongElement) {
   const CliResult r = runCli(fmt::format("launch -n 4 -- {} perf --backend gloo --schedule {} -b 32 -e 1M -f 32 -n 2",
                                          COLLBENCH_CLI, kExample));
   ASSERT_EQ(r.exitCode, 0) << r.err << r.out;
-  // Only rank 0 prints the table: 32 B, 1K, 32K, 1M.
-  EXPECT_EQ(expectNoWrong(r.out), 4u);
+  EXPECT_EQ(expectNoWrong(rankZeroLines(r.out)), 4u);  // 32 B, 1K, 32K, 1M
   EXPECT_NE(r.out.find("[rank 0] # nThread 1 nGpus 4"), std::string::npos) << r.out;
   // The world must be the file's: 3 processes are refused by each of them.
   const CliResult three = runCli(
       fmt::format("launch -n 3 -- {} perf --backend gloo --schedule {} -b 1K -e 1K -n 1", COLLBENCH_CLI, kExample));
-  EXPECT_NE(three.exitCode, 0);
+  EXPECT_EQ(three.exitCode, 2);
   EXPECT_NE((three.out + three.err).find("collective.nranks: the file is for 4 ranks; this run has 3"),
             std::string::npos)
       << three.err;
@@ -161,14 +197,6 @@ TEST(ScheduleCli, BytesFileRunsAtItsOwnSize) {
   std::filesystem::remove(file);
 }
 
-/// The example with one textual replacement (the first occurrence of `from`).
-std::string mutated(const std::string& from, const std::string& to) {
-  std::string text = testing::slurp(kExample);
-  const auto at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  return at == std::string::npos ? text : text.replace(at, from.size(), to);
-}
-
 TEST(ScheduleCli, BadFilesAreOneLineAndExit2) {
   struct Case {
     std::string name, text, message;
@@ -177,7 +205,7 @@ TEST(ScheduleCli, BadFilesAreOneLineAndExit2) {
       R"({"kind": "send", "peer": 1, "src": {"buffer": "input", "chunk": 0}, "chunk_count": 1})";
   const std::vector<Case> cases = {
       {"unknown_field", mutated("\"chunks\": 8", "\"chunks\": 8, \"chunk\": 8"),
-       "(top level).chunk: unknown field (known here: algorithm, chunks, collective, command, description, format, "
+       "chunk: unknown field (known here: algorithm, chunks, collective, command, description, format, "
        "ranks, tool, version)"},
       {"bad_peer",
        mutated(rank0op0, R"({"kind": "send", "peer": 9, "src": {"buffer": "input", "chunk": 0}, "chunk_count": 1})"),
@@ -198,15 +226,15 @@ TEST(ScheduleCli, BadFilesAreOneLineAndExit2) {
        "ranks[0].ops[0].deps[0]: 0 is not an earlier op: op 0 of rank 0 has none"},
       {"wrong_type", mutated("\"nranks\": 4", "\"nranks\": \"4\""),
        "collective.nranks: expected an integer, got string \"4\""},
-      {"missing_field", mutated("\"algorithm\": \"bidir_ring\",", ""), "(top level).algorithm: missing required field"},
-      {"bad_json", mutated("\"chunks\": 8,", "\"chunks\": 8,,"), "malformed JSON at line 7, column 17 (byte "},
+      {"missing_field", mutated("\"algorithm\": \"bidir_ring\",", ""), "algorithm: missing required field"},
+      {"bad_json", mutated("\"chunks\": 8,", "\"chunks\": 8,,"),
+       "malformed JSON at line 7, column 15 (byte 549): syntax error"},
       {"wrong_format", mutated("collbench-schedule", "collbench-trace"),
        "format: expected \"collbench-schedule\", got \"collbench-trace\""},
       {"bytes_in_chunk_file", mutated("\"chunk_count\": 1}", "\"bytes\": 4}"),
        "ranks[0].ops[0].bytes: this file counts chunks (top-level chunks is set): write chunk_count"},
-      {"rs_chunks", mutated("\"all_reduce\"", "\"reduce_scatter\""),
-       "chunks: 8 is not a multiple of nranks 4: reduce_scatter's output is 1/nranks of its input, which must be "
-       "whole chunks"},
+      {"reduce_scatter_output", mutated("\"all_reduce\"", "\"reduce_scatter\""),
+       "ranks[0].ops[1].dst.chunk: chunks [3, 4) of the output are out of bounds (it has 2 chunks)"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -249,6 +249,11 @@ TEST(ScheduleFile, EachBadFieldIsOneLineNamingRankOpAndField) {
   EXPECT_EQ(mutatedError([](json& d) { op(d, 0, 4).erase("deps"); }),
             "schedule.json: ranks[0].ops[4]: rank 0 op 4 (send to rank 1): races with op 1: both touch bytes [12, 16) "
             "of the output and neither is ordered before the other (checked with one float element per chunk)");
+  EXPECT_EQ(mutatedError([](json& d) { d["collective"]["kind"] = "reduce_scatter", d["chunks"] = 6; }),
+            "schedule.json: chunks: 6 is not a multiple of nranks 4: reduce_scatter's output is 1/nranks of its input, "
+            "which must be whole chunks");
+  EXPECT_EQ(mutatedError([](json& d) { d["algorithm"] = "auto"; }),
+            "schedule.json: algorithm: \"auto\" cannot name a schedule (empty, or auto: the selector's choice)");
   EXPECT_EQ(mutatedError([](json& d) { d["version"] = 2; }),
             "schedule.json: version: version 2 is not supported (this collbench reads version 1)");
   try {
