@@ -114,6 +114,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     }
     const Schedule s = buildSchedule(spec, choice.algorithm, params);
     validate(s, ValidateOptions{a->inPlace});
+    // Before any output: a native algorithm has no ops to write.
+    if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, gCommandLine), a->scheduleOut);
     printPlan(s, choice, a->inPlace);
     if (a->algo == "auto") fmt::print("tuning table: {}\n", found.describe());
     if (!choice.ranking.empty()) {  // --algo auto: what the choice rests on and what came next
@@ -136,7 +138,6 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
       }
     }
     if (a->dump) fmt::print("{}", dump(s));
-    if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, gCommandLine), a->scheduleOut);
     exitCode = 0;
   });
 }

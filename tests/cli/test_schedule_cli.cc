@@ -98,6 +98,16 @@ TEST(ScheduleCli, PlanWritesWhatItGeneratedAndReadsItBack) {
   }
 }
 
+TEST(ScheduleCli, NativeAlgorithmsHaveNoScheduleToWrite) {
+  const auto out = temp("plan_native");
+  std::filesystem::remove(out);
+  const CliResult r = runCli("plan all_reduce --algo nccl --schedule-out " + out.string());
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "collbench: error: algorithm 'nccl' is a library's own call: it has no ops to write\n");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 TEST(ScheduleCli, ExampleRunsOnHostThreadsWithNoWrongElement) {
   // 32 B (8 floats, one per chunk) .. 4 MiB: every size of the sweep divides into the file's 8 chunks.
   const CliResult r = runCli("perf --backend host --schedule " + kExample + " -b 32 -e 4M -f 8 -n 2 -w 1");
