@@ -48,6 +48,14 @@ std::string dumpPart(const std::string& out) {
   return at == std::string::npos ? "" : out.substr(at);
 }
 
+/// `collbench ARGS` exits 2 before any output with the one line "collbench: error: MESSAGE".
+void expectRefused(const std::string& args, const std::string& message) {
+  const CliResult r = runCli(args);
+  EXPECT_EQ(r.exitCode, 2) << args;
+  EXPECT_EQ(r.out, "") << args;
+  EXPECT_EQ(r.err, "collbench: error: " + message + "\n") << args;
+}
+
 /// What rank 0 printed under `collbench launch` (its "[rank 0] " prefix removed); other ranks print no table.
 std::string rankZeroLines(const std::string& out) {
   std::istringstream in(out);
@@ -89,10 +97,8 @@ TEST(ScheduleCli, PlanWritesWhatItGeneratedAndReadsItBack) {
     EXPECT_EQ(doc["format"], "collbench-schedule");
     EXPECT_NE(doc["command"].get<std::string>().find("--schedule-out"), std::string::npos);
     // An existing file is kept unless --force.
-    const CliResult again = runCli(fmt::format("plan {} --schedule-out {}", args, out.string()));
-    EXPECT_EQ(again.exitCode, 2);
-    EXPECT_EQ(again.err, fmt::format("collbench: error: --schedule-out '{}' exists; pass --force to overwrite it\n",
-                                     out.string()));
+    expectRefused(fmt::format("plan {} --schedule-out {}", args, out.string()),
+                  fmt::format("--schedule-out '{}' exists; pass --force to overwrite it", out.string()));
     EXPECT_EQ(runCli(fmt::format("plan {} --schedule-out {} --force", args, out.string())).exitCode, 0);
     std::filesystem::remove(out);
   }
@@ -101,10 +107,8 @@ TEST(ScheduleCli, PlanWritesWhatItGeneratedAndReadsItBack) {
 TEST(ScheduleCli, NativeAlgorithmsHaveNoScheduleToWrite) {
   const auto out = temp("plan_native");
   std::filesystem::remove(out);
-  const CliResult r = runCli("plan all_reduce --algo nccl --schedule-out " + out.string());
-  EXPECT_EQ(r.exitCode, 2);
-  EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "collbench: error: algorithm 'nccl' is a library's own call: it has no ops to write\n");
+  expectRefused("plan all_reduce --algo nccl --schedule-out " + out.string(),
+                "algorithm 'nccl' is a library's own call: it has no ops to write");
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
@@ -115,11 +119,9 @@ TEST(ScheduleCli, ExampleRunsOnHostThreadsWithNoWrongElement) {
   EXPECT_EQ(expectNoWrong(r.out), 6u);  // 32, 256, 2K, 16K, 128K, 1M
   EXPECT_NE(r.out.find("perf all_reduce: backend host, 4 ranks, algorithm bidir_ring"), std::string::npos) << r.out;
   // Other dtypes and ops are other files; the check itself is live: a double file would be refused.
-  const CliResult avg = runCli("perf --backend host --schedule " + kExample + " -b 1K -e 1K -o max");
-  EXPECT_EQ(avg.exitCode, 2);
-  EXPECT_EQ(avg.err, fmt::format("collbench: error: --op max disagrees with the schedule file '{}' (op sum); drop "
-                                 "--op or use another file\n",
-                                 kExample));
+  expectRefused(
+      "perf --backend host --schedule " + kExample + " -b 1K -e 1K -o max",
+      fmt::format("--op max disagrees with the schedule file '{}' (op sum); drop --op or use another file", kExample));
 }
 
 // The check behind "0 wrong" is live: a schedule that passes every structural check but receives instead of
@@ -173,16 +175,13 @@ TEST(ScheduleCli, ExampleSimulatesAsTheGeneratedTwoChannelRing) {
     EXPECT_GT(file, 0);
     EXPECT_NEAR(file, ring, 1e-6 * ring);
   }
-  const CliResult odd = runCli("sim --schedule " + kExample + " --bytes 1000");
-  EXPECT_EQ(odd.exitCode, 2);
-  EXPECT_EQ(odd.err, fmt::format("collbench: error: {}: chunks: 8 chunks do not divide the input of size 1000 B (250 "
-                                 "float elements); run sizes whose input element count is a multiple of 8\n",
-                                 kExample));
-  const CliResult algo = runCli("sim --schedule " + kExample + " --algo ring");
-  EXPECT_EQ(algo.exitCode, 2);
-  EXPECT_EQ(algo.err, fmt::format("collbench: error: --algo cannot be used with --schedule: the schedule file '{}' is "
-                                  "the algorithm\n",
-                                  kExample));
+  expectRefused("sim --schedule " + kExample + " --bytes 1000",
+                fmt::format("{}: chunks: 8 chunks do not divide the input of size 1000 B (250 float elements); run "
+                            "sizes whose input element count is a multiple of 8",
+                            kExample));
+  expectRefused(
+      "sim --schedule " + kExample + " --algo ring",
+      fmt::format("--algo cannot be used with --schedule: the schedule file '{}' is the algorithm", kExample));
 }
 
 TEST(ScheduleCli, BytesFileRunsAtItsOwnSize) {
@@ -193,17 +192,14 @@ TEST(ScheduleCli, BytesFileRunsAtItsOwnSize) {
   ASSERT_EQ(r.exitCode, 0) << r.err;
   ASSERT_EQ(expectNoWrong(r.out), 1u);
   EXPECT_EQ(tableRows(r.out)[0][0], "12288");
-  const CliResult other = runCli("perf --backend host --schedule " + file.string() + " -b 4K -e 4K -n 1");
-  EXPECT_EQ(other.exitCode, 2);
-  EXPECT_EQ(other.err, fmt::format("collbench: error: {}: collective.count: a file in bytes runs only at its own size, "
-                                   "3072 elements (12288 B), not at 1024 elements (4096 B); write offsets in chunks to "
-                                   "run at several sizes\n",
-                                   file.string()));
-  const CliResult ranks = runCli("perf --backend host --schedule " + file.string() + " -g 4");
-  EXPECT_EQ(ranks.exitCode, 2);
-  EXPECT_EQ(ranks.err, fmt::format("collbench: error: --ngpus 4 disagrees with the schedule file '{}' (nranks 3); drop "
-                                   "--ngpus or use another file\n",
-                                   file.string()));
+  expectRefused("perf --backend host --schedule " + file.string() + " -b 4K -e 4K -n 1",
+                fmt::format("{}: collective.count: a file in bytes runs only at its own size, 3072 elements (12288 B), "
+                            "not at 1024 elements (4096 B); write offsets in chunks to run at several sizes",
+                            file.string()));
+  expectRefused("perf --backend host --schedule " + file.string() + " -g 4",
+                fmt::format("--ngpus 4 disagrees with the schedule file '{}' (nranks 3); drop --ngpus or use another "
+                            "file",
+                            file.string()));
   std::filesystem::remove(file);
 }
 
