@@ -127,7 +127,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     params.channels = a->channels;
     params.rankHost = rankHosts(simulator.topology(), n);
     checkSpec(spec, params);
-    const Choice choice = file                ? Choice{file->schedule.algorithm, "from --schedule"}
+    const Choice choice = file                ? Choice{file->schedule.algorithm, "from --schedule " + a->schedule}
                           : a->algo == "auto" ? chooseAlgorithm(spec)
                                               : Choice{a->algo, "forced by --algo"};
 

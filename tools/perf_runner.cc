@@ -303,7 +303,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     PlannedRow row{std::max(spec.inputBytes(), spec.outputBytes()), spec, {}, params};
     row.choice = c.algo == "auto" ? selector.choose(row.spec) : Choice{c.algo, "forced by --algo"};
     if (c.scheduleFile) {  // the file's schedule; a size it cannot run is refused here, before the header
-      row.choice = Choice{c.algo, "from --schedule"};
+      row.choice = Choice{c.algo, "from --schedule " + c.scheduleFile->source};
       instantiate(*c.scheduleFile, row.spec);
     }
     plan.push_back(std::move(row));

@@ -118,7 +118,17 @@ TEST(ScheduleCli, ExampleRunsOnHostThreadsWithNoWrongElement) {
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_EQ(expectNoWrong(r.out), 6u);  // 32, 256, 2K, 16K, 128K, 1M
   EXPECT_NE(r.out.find("perf all_reduce: backend host, 4 ranks, algorithm bidir_ring"), std::string::npos) << r.out;
-  // Other dtypes and ops are other files; the check itself is live: a double file would be refused.
+  // -J names the file as each row's reason.
+  const auto out = temp("perf_json");
+  std::filesystem::remove(out);
+  ASSERT_EQ(runCli("perf --backend host --schedule " + kExample + " -b 64K -e 64K -n 1 -J " + out.string()).exitCode,
+            0);
+  const json doc = json::parse(testing::slurp(out));
+  EXPECT_EQ(doc["config"]["algorithm"], "bidir_ring");
+  EXPECT_EQ(doc["results"][0]["algorithm_reason"], "from --schedule " + kExample);
+  EXPECT_EQ(doc["wrong_total"], 0);
+  std::filesystem::remove(out);
+  // The file decides the op: another one on the command line is refused.
   expectRefused(
       "perf --backend host --schedule " + kExample + " -b 1K -e 1K -o max",
       fmt::format("--op max disagrees with the schedule file '{}' (op sum); drop --op or use another file", kExample));
