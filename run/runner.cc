@@ -127,10 +127,20 @@ ProcessBuffers& Runner::buffers(const CollectiveSpec& spec) {
 Timing Runner::measure(const CollectiveSpec& spec, const Plan& plan, const MeasureSpec& how) {
   Timing t;
   if (!backend_->movesData()) {
-    t.seconds = simulate(spec, plan.choice.algorithm, plan.params);
+    if (!plan.schedule) {
+      t.seconds = simulate(spec, plan.choice.algorithm, plan.params);
+    } else {
+      auto it = simulatedGiven_.find(plan.schedule.get());
+      if (it == simulatedGiven_.end()) {
+        const RunResult r = backend_->run(*plan.schedule, Buffers(static_cast<std::size_t>(spec.nranks)),
+                                          RunOptions{1, 0, opt_.timeoutSeconds});
+        it = simulatedGiven_.emplace(plan.schedule.get(), r.seconds).first;
+      }
+      t.seconds = it->second;
+    }
     return t;
   }
-  const Schedule& s = schedule(spec, plan.choice.algorithm, plan.params);
+  const Schedule& s = plan.schedule ? *plan.schedule : schedule(spec, plan.choice.algorithm, plan.params);
   ProcessBuffers bufs(spec, how.inPlace, opt_.localRank);
   bufs.fill();
   if (how.blocking) {

@@ -11,6 +11,7 @@
 #include "collbench/units.h"
 #include "commands.h"
 #include "perf_runner.h"
+#include "schedule_cli.h"
 
 namespace collbench::cli {
 std::string gCommandLine;  // set by main for provenance in outputs
@@ -32,6 +33,31 @@ void printBackends(std::FILE* out) {
     std::fprintf(out, "  %-14s %-22s %s\n", std::string(toString(a.collective)).c_str(), a.name.c_str(),
                  a.summary.c_str());
   }
+}
+
+/// --schedule FILE and the flags it decides.
+struct PerfScheduleArgs {
+  std::string path;
+  ScheduleFlags flags;
+  const CLI::Option* minBytes = nullptr;
+  const CLI::Option* maxBytes = nullptr;
+};
+
+/// The file decides the collective, ranks, dtype, op, root and algorithm name; a file in bytes, unless -b/-e say
+/// otherwise, the size.
+void applyScheduleFile(const PerfScheduleArgs& s, PerfConfig& c) {
+  const CollectiveSpec flags{c.collective, c.ranks, 0, parseDType(c.datatype), parseReduceOp(c.op), c.root};
+  auto file = std::make_shared<const ScheduleFile>(loadScheduleFlags(s.path, s.flags, flags));
+  const CollectiveSpec& fs = file->schedule.spec;
+  c.collective = fs.kind;
+  c.ranks = fs.nranks;  // a process backend's world is checked against it by instantiate()
+  c.datatype = toString(fs.dtype);
+  c.op = toString(fs.op);
+  c.root = fs.root;
+  c.algo = file->schedule.algorithm;
+  if (file->chunks == 0 && s.minBytes->count() == 0) c.minBytes = ownSizeBytes(*file);
+  if (file->chunks == 0 && s.maxBytes->count() == 0) c.maxBytes = ownSizeBytes(*file);
+  c.scheduleFile = std::move(file);
 }
 
 }  // namespace
@@ -76,7 +102,15 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--channels", cfg->channels, "parallel channels")->default_val(1);
   cmd->add_option("--tuning", cfg->tuningFile, "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE)");
   cmd->add_option("--chunk-bytes", *chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
-  cmd->callback([cfg, sizes, chunk, factor, collective, listBackends, ngpus, &exitCode] {
+  auto sched = std::make_shared<PerfScheduleArgs>();
+  cmd->add_option("--schedule", sched->path,
+                  "run this schedule file (docs/schedule-format.md): its collective and ranks; a file in bytes at its "
+                  "own size, one in chunks at every size of the sweep");
+  sched->flags = {cmd->get_option("--algo"),     cmd->get_option("collective"), ngpus,
+                  cmd->get_option("--datatype"), cmd->get_option("--op"),       cmd->get_option("--root")};
+  sched->minBytes = cmd->get_option("--minbytes");
+  sched->maxBytes = cmd->get_option("--maxbytes");
+  cmd->callback([cfg, sizes, chunk, factor, collective, listBackends, ngpus, sched, &exitCode] {
     if (*listBackends) {
       printBackends(stdout);
       return;
@@ -88,6 +122,7 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
     c.maxBytes = parseBytes((*sizes)[1], "-e/--maxbytes");
     c.stepBytes = parseBytes((*sizes)[2], "-i/--stepbytes");
     c.chunkBytes = parseBytes(*chunk, "--chunk-bytes");
+    if (!sched->path.empty()) applyScheduleFile(*sched, c);
     // nccl-tests: -f 1 (the default) is "off", sizes then step by -i; a factor below 1 would never reach -e.
     if (!(*factor >= 1)) {
       throw Error(Errc::InvalidArgument,

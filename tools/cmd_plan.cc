@@ -10,15 +10,45 @@
 #include "collbench/units.h"
 #include "collbench/validator.h"
 #include "commands.h"
+#include "schedule_cli.h"
 
 namespace collbench::cli {
+extern std::string gCommandLine;
+
+namespace {
+
+/// The summary lines of a validated schedule.
+void printPlan(const Schedule& s, const Choice& choice, bool inPlace) {
+  std::size_t sent = 0, maxOps = 0;
+  for (const auto& r : s.ranks) {
+    maxOps = std::max(maxOps, r.ops.size());
+    for (const auto& op : r.ops) sent += op.kind == OpKind::Send ? op.bytes : 0;
+  }
+  fmt::print("{}\nalgorithm: {} ({})\nops: {} total, at most {} per rank; bytes sent: {} total\nvalid: yes{}\n",
+             describe(s.spec), s.algorithm, choice.reason, s.totalOps(), maxOps, sent, inPlace ? " (in place)" : "");
+}
+
+/// `plan --schedule FILE`: the file's schedule (a file in chunks at --bytes, one in bytes at its size unless --bytes
+/// is given) with the summary and, with --dump, the ops.
+Schedule planFromFile(const std::string& path, const ScheduleFlags& flags, CollectiveSpec spec,
+                      const std::string& bytes, bool bytesGiven, bool inPlace) {
+  const ScheduleFile file = loadScheduleFlags(path, flags, spec);
+  spec = file.schedule.spec;
+  if (file.chunks > 0 || bytesGiven) spec.count = parseBytes(bytes, "--bytes") / spec.elementSize();
+  Schedule s = instantiate(file, spec);
+  validate(s, ValidateOptions{inPlace});
+  printPlan(s, Choice{s.algorithm, fmt::format("from --schedule {}", path)}, inPlace);
+  return s;
+}
+
+}  // namespace
 
 void addPlanCommand(CLI::App& app, int& exitCode) {
   struct Args {
     std::string collective = "all_reduce", algo = "auto", bytes = "1M", chunk = "0", dtype = "float", op = "sum";
-    std::string topology, tuning;
+    std::string topology, tuning, schedule, scheduleOut;
     int ranks = 4, root = 0, channels = 1;
-    bool dump = false, inPlace = false;
+    bool dump = false, inPlace = false, force = false;
     std::string backend;
   };
   auto a = std::make_shared<Args>();
@@ -40,13 +70,29 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--backend", a->backend, "prefer the table section measured on this backend");
   cmd->add_flag("--dump", a->dump, "print every op of every rank");
   cmd->add_flag("--in-place", a->inPlace, "validate for in-place buffers");
-  cmd->callback([a, &exitCode] {
+  cmd->add_option("--schedule", a->schedule,
+                  "show this schedule file (docs/schedule-format.md) instead of a generated schedule; a file in chunks "
+                  "at --bytes");
+  cmd->add_option("--schedule-out", a->scheduleOut, "write the schedule as a schedule file (JSON, in bytes)");
+  cmd->add_flag("--force", a->force, "overwrite an existing --schedule-out file");
+  const ScheduleFlags flags{cmd->get_option("--algo"),     cmd->get_option("collective"), cmd->get_option("--ranks"),
+                            cmd->get_option("--datatype"), cmd->get_option("--op"),       cmd->get_option("--root")};
+  const CLI::Option* bytesOpt = cmd->get_option("--bytes");
+  cmd->callback([a, flags, bytesOpt, &exitCode] {
+    checkScheduleOut(a->scheduleOut, a->force);
     CollectiveSpec spec;
     spec.kind = parseCollective(a->collective);
     spec.nranks = a->ranks;
     spec.dtype = parseDType(a->dtype);
     spec.op = parseReduceOp(a->op);
     spec.root = a->root;
+    if (!a->schedule.empty()) {
+      const Schedule s = planFromFile(a->schedule, flags, spec, a->bytes, bytesOpt->count() > 0, a->inPlace);
+      if (a->dump) fmt::print("{}", dump(s));
+      if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, gCommandLine), a->scheduleOut);
+      exitCode = 0;
+      return;
+    }
     spec.count = spec.kind == Collective::Barrier ? 0 : parseBytes(a->bytes, "--bytes") / spec.elementSize();
     AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), a->channels, {}};
     std::optional<Topology> topo;
@@ -68,13 +114,9 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     }
     const Schedule s = buildSchedule(spec, choice.algorithm, params);
     validate(s, ValidateOptions{a->inPlace});
-    std::size_t sent = 0, maxOps = 0;
-    for (const auto& r : s.ranks) {
-      maxOps = std::max(maxOps, r.ops.size());
-      for (const auto& op : r.ops) sent += op.kind == OpKind::Send ? op.bytes : 0;
-    }
-    fmt::print("{}\nalgorithm: {} ({})\nops: {} total, at most {} per rank; bytes sent: {} total\nvalid: yes{}\n",
-               describe(spec), s.algorithm, choice.reason, s.totalOps(), maxOps, sent, a->inPlace ? " (in place)" : "");
+    // Before any output: a native algorithm has no ops to write.
+    if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, gCommandLine), a->scheduleOut);
+    printPlan(s, choice, a->inPlace);
     if (a->algo == "auto") fmt::print("tuning table: {}\n", found.describe());
     if (!choice.ranking.empty()) {  // --algo auto: what the choice rests on and what came next
       fmt::print("choice: {} ({}), chunk {} B, channels {}\n", choice.algorithm, choice.source, choice.chunkBytes,

@@ -9,12 +9,14 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "collbench/error.h"
 #include "collbench/selector.h"
 #include "collbench/units.h"
 #include "commands.h"
 #include "perf_runner.h"
+#include "schedule_cli.h"
 #include "sim_backend.h"
 
 namespace collbench::cli {
@@ -46,7 +48,7 @@ void checkOutputPath(const std::string& path, bool force, const char* what) {
 void addSimCommand(CLI::App& app, int& exitCode) {
   struct Args {
     std::string topology = sim::kDefaultTopology, collective = "all_reduce", algo = "auto", bytes = "32M";
-    std::string dtype = "float", op = "sum", chunk = "0", model = "CM02", mode = "auto", timeline;
+    std::string dtype = "float", op = "sum", chunk = "0", model = "CM02", mode = "auto", timeline, schedule;
     std::vector<std::string> sets;
     int ranks = 0, root = 0, channels = 1;
     bool crossTraffic = false, force = false, json = false;
@@ -72,13 +74,31 @@ void addSimCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--timeline", a->timeline, "write a Chrome-trace/Perfetto JSON of every op");
   cmd->add_flag("--force", a->force, "overwrite an existing --timeline file");
   cmd->add_flag("--json", a->json, "print the result as JSON");
-  cmd->callback([a, ranksOpt, &exitCode] {
+  cmd->add_option("--schedule", a->schedule,
+                  "simulate this schedule file (docs/schedule-format.md): its collective and ranks; a file in chunks "
+                  "at --bytes");
+  const ScheduleFlags flags{cmd->get_option("--algo"),     cmd->get_option("--collective"), ranksOpt,
+                            cmd->get_option("--datatype"), cmd->get_option("--op"),         cmd->get_option("--root")};
+  const CLI::Option* bytesOpt = cmd->get_option("--bytes");
+  cmd->callback([a, ranksOpt, flags, bytesOpt, &exitCode] {
     if (ranksOpt->count() > 0 && a->ranks < 1) {
       throw Error(
           Errc::InvalidArgument,
           fmt::format("-g/--ranks must be >= 1, got {} (omit it to use all of the topology's ranks)", a->ranks));
     }
     checkOutputPath(a->timeline, a->force, "timeline");
+    std::optional<ScheduleFile> file;  // --schedule: the file decides the collective and the ranks
+    if (!a->schedule.empty()) {
+      file = loadScheduleFlags(a->schedule, flags,
+                               CollectiveSpec{parseCollective(a->collective), a->ranks, 0, parseDType(a->dtype),
+                                              parseReduceOp(a->op), a->root});
+      const CollectiveSpec& fs = file->schedule.spec;
+      a->ranks = fs.nranks;
+      a->collective = toString(fs.kind);
+      a->dtype = toString(fs.dtype);
+      a->op = toString(fs.op);
+      a->root = fs.root;
+    }
     std::string overrides;
     for (const std::string& s : a->sets) overrides += s + ";";
     Topology topo = sim::loadTopologyWithOverrides(a->topology, overrides);
@@ -99,15 +119,20 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     spec.op = parseReduceOp(a->op);
     spec.root = a->root;
     const std::size_t bytes = parseBytes(a->bytes, "--bytes");
-    spec.count = countForBytes(spec.kind, n, bytes, spec.dtype);
+    // A schedule file in bytes runs at its own size (instantiate refuses another --bytes).
+    const bool fileSize = file && file->chunks == 0 && bytesOpt->count() == 0;
+    spec.count = fileSize ? file->schedule.spec.count : countForBytes(spec.kind, n, bytes, spec.dtype);
     AlgoParams params;
     params.chunkBytes = parseBytes(a->chunk, "--chunk-bytes");
     params.channels = a->channels;
     params.rankHost = rankHosts(simulator.topology(), n);
     checkSpec(spec, params);
-    const Choice choice = a->algo == "auto" ? chooseAlgorithm(spec) : Choice{a->algo, "forced by --algo"};
+    const Choice choice = file                ? Choice{file->schedule.algorithm, "from --schedule " + a->schedule}
+                          : a->algo == "auto" ? chooseAlgorithm(spec)
+                                              : Choice{a->algo, "forced by --algo"};
 
-    const sim::SimResult r = simulator.runAlgorithm(spec, choice.algorithm, params);
+    const sim::SimResult r = file ? simulator.run(instantiate(*file, spec))  // validated when read
+                                  : simulator.runAlgorithm(spec, choice.algorithm, params);
     const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
     const double algbw = r.seconds > 0 ? static_cast<double>(rowBytes) / r.seconds / 1e9 : 0;
     const double busbw = algbw * busBandwidthFactor(spec.kind, n);

@@ -14,6 +14,7 @@
 #include "collbench/error.h"
 #include "collbench/reference.h"
 #include "collbench/run.h"
+#include "collbench/schedule_file.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
@@ -222,7 +223,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   checkOutputFile(c);
   if (c.algo == "mpi") return runMpiPerf(c, out);  // peer baseline: Open MPI's own driver under mpirun
   const std::string backendName = c.backend.empty() ? "host" : c.backend;
-  checkBackendRuns(backendName, c.collective, c.algo);
+  if (!c.scheduleFile) checkBackendRuns(backendName, c.collective, c.algo);
   if (c.iters < 1) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be >= 1, got {}", c.iters));
   std::string topology = c.topology;
 #ifdef COLLBENCH_HAVE_SIM
@@ -291,6 +292,12 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   for (const CollectiveSpec& spec : specs) {
     const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
     if (tty) std::fprintf(stderr, "\r\033[Kperf: trying near-tied algorithms at %s", formatBytes(rowBytes).c_str());
+    if (c.scheduleFile) {  // the file's schedule; a size it cannot run is refused here, before the header
+      Plan fromFile{Choice{c.algo, "from --schedule " + c.scheduleFile->source}, AlgoParams{}};
+      fromFile.schedule = std::make_shared<const Schedule>(instantiate(*c.scheduleFile, spec));
+      plan.push_back(PlannedRow{rowBytes, spec, std::move(fromFile)});
+      continue;
+    }
     plan.push_back(PlannedRow{rowBytes, spec, runner.choose(spec, call)});
   }
   if (tty) std::fprintf(stderr, "\r\033[K");

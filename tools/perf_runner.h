@@ -1,12 +1,14 @@
 #pragma once
 // The nccl-tests style sweep behind `collbench perf`, shared with tests through its printed table and JSON.
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/schedule_file.h"
 
 namespace collbench::cli {
 
@@ -37,6 +39,8 @@ struct PerfConfig {
   std::size_t chunkBytes = 0;
   std::string commandLine;
   std::string tuningFile;  ///< --tuning: table for --algo auto (else $COLLBENCH_TUNING_FILE)
+  /// --schedule: every row runs this file's schedule (instantiate) instead of a generated one; algo names it.
+  std::shared_ptr<const ScheduleFile> scheduleFile;
 };
 
 /// Sizes as nccl-tests walks them: multiply by stepFactor when > 1, else add stepBytes.

@@ -43,10 +43,12 @@ struct CallConfig {
   int channels = 1;
 };
 
-/// What runs: the choice (with the reason the header and -J report) and the generator's parameters.
+/// What runs: the choice (with the reason the header and -J report) and the generator's parameters, or a schedule
+/// given whole (a user-written file, `--schedule`), which then runs instead of the generator's.
 struct Plan {
   Choice choice;
   AlgoParams params;
+  std::shared_ptr<const Schedule> schedule;
 };
 
 struct RunnerOptions {
@@ -184,6 +186,7 @@ class Runner {
   std::map<Key, Schedule> schedules_;
   std::map<Key, double> simulated_;
   std::map<Key, std::unique_ptr<ProcessBuffers>> buffers_;
+  std::map<const Schedule*, double> simulatedGiven_;  ///< simulated times of given schedules (Plan::schedule)
 };
 
 /// A backend made by name (makeBackend) and a runner over it: tune and regret make one per rank count.

@@ -8,9 +8,11 @@
 #include <functional>
 #include <sstream>
 
+#include "collbench/algorithms.h"
 #include "collbench/calibrate.h"
 #include "collbench/error.h"
 #include "collbench/gate.h"
+#include "collbench/schedule_file.h"
 #include "collbench/topology.h"
 #include "collbench/trace.h"
 #include "collbench/tuning.h"
@@ -44,6 +46,24 @@ TEST(ParserFuzz, TopologyJson) {
   }
   // Most mutations must be rejected (they break the format), but some stay valid (a changed description, a swapped
   // latency): the fuzzer reaches past the JSON syntax into the topology checks, and it is not only garbage.
+  EXPECT_GT(parsed, 0);
+  EXPECT_LT(parsed, cases);
+}
+
+// Schedule files: the hand-written chunk example and a generated file in bytes. Mutations reach the field checks, the
+// bounds and the validator (a changed peer, offset or dep), not only the JSON syntax.
+TEST(ParserFuzz, ScheduleJson) {
+  const CollectiveSpec spec{Collective::AllReduce, 3, 96, DType::F32, ReduceOp::Sum, 0};
+  const std::vector<std::string> seeds = {
+      readFile(std::filesystem::path(COLLBENCH_SOURCE_DIR) / "examples" / "schedules" / "bidir-ring-4.json"),
+      toJson(toScheduleFile(buildSchedule(spec, "ring")))};
+  testing::Mutator m(20261206);
+  int parsed = 0;
+  const int cases = testing::fuzzCases();
+  for (int i = 0; i < cases; ++i) {
+    const std::string input = m.mutate(seeds[static_cast<std::size_t>(i) % seeds.size()]);
+    parsed += survives([](const std::string& s) { parseScheduleFile(s, "fuzz.json"); }, input, i);
+  }
   EXPECT_GT(parsed, 0);
   EXPECT_LT(parsed, cases);
 }
