@@ -14,7 +14,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
-#include "host_backend.h"
+#include "collbench/backends/host.h"
 
 namespace {
 

@@ -129,7 +129,12 @@ std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& option
 }
 
 void registerSimBackend() {
-  registerBackend("sim", "SimGrid simulation of the topology (--topology, default dgx-h100-8x1)", makeSimBackend);
+  BackendCapabilities caps;
+  caps.device = DeviceKind::Simulated;
+  caps.ranksPerProcess = RanksPerProcess::All;
+  caps.movesData = false;
+  caps.defaultTopology = kDefaultTopology;
+  registerBackend("sim", "SimGrid simulation of the topology (--topology, default dgx-h100-8x1)", makeSimBackend, caps);
 }
 
 }  // namespace collbench::sim

@@ -1,4 +1,5 @@
-// ConfigTimer: the simulator's data-free paths for `tune` and `regret` on "sim", interleaved repetitions elsewhere.
+// ConfigTimer: the simulator's data-free paths for `tune` and `regret` on a simulated backend, interleaved repetitions
+// elsewhere.
 #include "config_timer.h"
 
 #include <algorithm>
@@ -43,9 +44,11 @@ ConfigTimer::ConfigTimer(const std::string& backend, int nranks, const BackendOp
     : measure_(measure) {
 #ifdef COLLBENCH_HAVE_SIM
   const bool topologyOnly = options.empty() || (options.size() == 1 && options.count("topology"));
-  if (backend == "sim" && topologyOnly) {
+  // The simulated backend this build links is SimGrid's: its Simulator times a configuration without a schedule run.
+  const BackendCapabilities caps = backendCapabilities(backend);
+  if (caps.device == DeviceKind::Simulated && topologyOnly) {
     const auto it = options.find("topology");
-    const std::string topology = it == options.end() || it->second.empty() ? sim::kDefaultTopology : it->second;
+    const std::string topology = it == options.end() || it->second.empty() ? caps.defaultTopology : it->second;
     sim_ = std::make_unique<sim::Simulator>(loadTopology(topology), nranks);
     return;
   }

@@ -33,7 +33,7 @@ inline constexpr double kTrialBudgetSeconds = 2.0;
 /// Rounds a time budget leaves at least: the fastest of three survives one burst of other work.
 inline constexpr int kMinBudgetRounds = 3;
 
-/// On the simulator (backend "sim" with at most a "topology" option) each configuration is simulated once with
+/// On the simulator (a simulated backend, with at most a "topology" option) each configuration is simulated once with
 /// Simulator::runAlgorithm, as `collbench sim` does: schedules too large to build (rings in small chunks, long
 /// pipelines) go through the data-free ring model and the pipeline extrapolation instead of millions of ops built and
 /// simulated one by one (a 2.8 GiB all-reduce over 31 ranks: regret's 22 configurations of that point took 218 s,

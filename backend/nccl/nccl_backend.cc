@@ -1,6 +1,6 @@
 // The "nccl" backend: one rank per GPU, native NCCL collectives and our schedules as ncclSend/ncclRecv groups plus
 // reduce kernels, issued wave by wave (wave_plan.h) on each rank's stream.
-#include "nccl_backend.h"
+#include "collbench/backends/nccl.h"
 
 #include <spdlog/spdlog.h>
 

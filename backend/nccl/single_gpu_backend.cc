@@ -13,7 +13,7 @@
 #include "collbench/error.h"
 #include "device_rank.h"
 #include "kernels.h"
-#include "nccl_backend.h"
+#include "collbench/backends/nccl.h"
 #include "wave_plan.h"
 
 namespace collbench::nccl {

@@ -13,7 +13,7 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/reference.h"
-#include "nccl_backend.h"
+#include "collbench/backends/nccl.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/reference.h"
-#include "nccl_backend.h"
+#include "collbench/backends/nccl.h"
 
 namespace {
 

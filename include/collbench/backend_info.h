@@ -1,7 +1,7 @@
 #pragma once
-/// What the backend registry (backend.h) knows beyond the factories, filled by the same register functions: the
-/// peer-library algorithms each backend runs, and what each backend library can read about the machine. Tools ask
-/// here rather than include a backend's header.
+/// What the backend registry (backend.h) knows beyond the factories and capabilities, filled by the same register
+/// functions: the peer-library algorithms each backend runs, and what each backend library can read about the
+/// machine. Tools ask here rather than include a backend's header.
 #include <functional>
 #include <map>
 #include <string>
@@ -10,11 +10,12 @@
 
 namespace collbench {
 
-/// Declares the native algorithms (AlgorithmInfo::native: a peer library's own call, e.g. "nccl", "gloo_ring") that
-/// backend `backend` runs; every backend that moves data runs collbench's own schedules.
-void registerNativeAlgorithms(std::string backend, std::vector<std::string> algorithms);
-/// The native algorithms of backend `name` (none for backends that declared none); throws Error{InvalidArgument}
-/// listing the registered backends when there is no backend of that name (the message makeBackend gives).
+/// The native algorithm that runs NCCL's own collective (core/algorithms registers it as AlgorithmInfo::native; a
+/// backend that runs it lists it in BackendCapabilities::nativeAlgorithms).
+inline constexpr std::string_view kNcclNativeAlgorithm = "nccl";
+
+/// The native algorithms of backend `name` (BackendCapabilities::nativeAlgorithms: none for backends that declared
+/// none); throws Error{InvalidArgument} listing the registered backends when there is no backend of that name.
 std::vector<std::string> backendNativeAlgorithms(std::string_view name);
 
 /// What a backend library can read about this machine for run records (perf -J "environment"): "gpu", "gpu_count",

@@ -12,7 +12,7 @@
 #include "collbench/backend.h"
 #include "collbench/reference.h"
 #include "commands.h"
-#include "host_backend.h"
+#include "collbench/backends/host.h"
 #include "perf_runner.h"
 
 namespace collbench {

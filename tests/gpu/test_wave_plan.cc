@@ -15,7 +15,7 @@
 #include "collbench/reference.h"
 #include "cuda_util.h"
 #include "device_rank.h"
-#include "nccl_backend.h"
+#include "collbench/backends/nccl.h"
 #include "wave_plan.h"
 
 namespace collbench::nccl {

@@ -26,7 +26,7 @@
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
-#include "gloo_backend.h"
+#include "collbench/backends/host.h"
 #include "loopback_ports.h"
 
 namespace collbench::host {

@@ -16,7 +16,7 @@
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
-#include "host_backend.h"
+#include "collbench/backends/host.h"
 
 namespace collbench {
 namespace {
