@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 
 namespace collbench::sim {

@@ -15,6 +15,7 @@
 #include "cli_common.h"
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/backend_info.h"
 #include "collbench/calibrate.h"
 #include "collbench/error.h"
 #include "collbench/nccl_tests_log.h"

@@ -20,6 +20,7 @@
 #include "cli_common.h"
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/reference.h"
 #include "collbench/selector.h"

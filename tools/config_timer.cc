@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "collbench/backend_info.h"
 #include "collbench/reference.h"
 #include "world_options.h"
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collbench/algorithms.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"

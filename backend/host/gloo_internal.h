@@ -4,6 +4,9 @@
 // handshake, heartbeats, watchers and failure reports), gloo_plan.cc (a schedule as this rank's plan of Gloo
 // buffers), gloo_executor.cc (runs plans), gloo_native.cc (Gloo's own all-reduce algorithms). Gloo's types are only
 // declared here; their headers are included by the gloo_*.cc files, the only ones built with Gloo.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>

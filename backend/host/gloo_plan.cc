@@ -7,7 +7,6 @@
 #include <map>
 #include <tuple>
 
-#include "collbench/validator.h"
 #include "gloo_internal.h"
 
 namespace collbench::host::gloo_impl {

@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "collbench/backend_info.h"
 #include "collbench/backends/host.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"

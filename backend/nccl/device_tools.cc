@@ -101,7 +101,7 @@ void registerNcclBackends(NcclIdExchange exchange) {
         }
         return makeNcclBackend(nranks, o);
       },
-      nccl);
+      multiGpu);
   registerBackend(
       "cuda-1gpu", "several ranks on one GPU (device copies and reduce kernels), for validation",
       [](int nranks, const BackendOptions& o) { return makeSingleGpuBackend(nranks, o); }, oneGpu);

@@ -35,8 +35,11 @@ std::vector<std::pair<std::string, EnvironmentProbe>>& probes() {
 
 }  // namespace
 
-void registerBackend(std::string name, std::string summary, BackendFactory factory,
-                     BackendCapabilities capabilities) {
+void registerBackend(std::string name, std::string summary, BackendFactory factory) {
+  registerBackend(std::move(name), std::move(summary), std::move(factory), BackendCapabilities{});
+}
+
+void registerBackend(std::string name, std::string summary, BackendFactory factory, BackendCapabilities capabilities) {
   std::lock_guard lock(registryMutex());
   registry()[std::move(name)] = Entry{std::move(summary), std::move(factory), std::move(capabilities)};
 }

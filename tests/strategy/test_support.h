@@ -21,6 +21,7 @@
 
 #include "cli/cli_runner.h"
 #include "collbench/backend.h"
+#include "collbench/backend_info.h"
 #include "collbench/backends/host.h"
 #include "collbench/error.h"
 #include "collbench/strategy/cluster_resolver.h"
