@@ -1,4 +1,4 @@
-// Process backend over Gloo's TCP transport. One thread executes this rank's ops: it posts every op whose deps are
+// The gloo backend's executor. One thread executes this rank's ops: it posts every op whose deps are
 // done (Gloo sends and receives progress in Gloo's own I/O thread) and waits on one posted op at a time, always the
 // one with the smallest logical time (its round in a lockstep execution of the whole schedule). Every op a peer
 // needs before it can complete ours has a smaller time, so by induction every wait ends: the executor never

@@ -1,5 +1,6 @@
 // What this rank knows about its peers: the hello handshake after rendezvous, per-peer watcher threads and
 // heartbeats, and the failure reports every rank agrees on.
+//
 // Around the executor (gloo_executor.cc): per-peer watcher threads hold a receive on a control slot, which fails the
 // moment the peer's connection closes (or delivers a peer's abort notice), and a watchdog enforces the per-op timeout
 // by aborting the current wait (Gloo's own wait timeout closes every connection, so it is only a backstop).

@@ -14,9 +14,8 @@ namespace collbench::host::gloo_impl {
 
 namespace {
 
-// Rendezvous store: our TCP store or Gloo's file store, with keys scoped to this cluster and timeouts turned into
-// errors that name the task that did not arrive.
-
+/// Our TCP store or Gloo's file store, with keys scoped to this cluster and timeouts turned into errors that name the
+/// task that did not arrive.
 class RendezvousStore final : public gloo::rendezvous::Store {
  public:
   RendezvousStore(const ProcessWorld& w, Ms timeout) : world_(w), timeout_(timeout) {

@@ -14,22 +14,13 @@
 #include "collbench/backend.h"
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "error_of.h"
 #include "world_options.h"
 
 namespace collbench {
 namespace {
 
-/// The message of the Error `f` throws ("" when it throws none).
-template <typename F>
-std::string errorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::InvalidArgument);
-    return e.what();
-  }
-  return "";
-}
+using testing::errorOf;
 
 TEST(CliLists, SplitSkipsEmptyItems) {
   EXPECT_EQ(cli::splitList("a,b,,c,"), (std::vector<std::string>{"a", "b", "c"}));
