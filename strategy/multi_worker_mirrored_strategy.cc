@@ -183,9 +183,10 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
     // A CPU backend with every rank in one process cannot span the workers' processes.
     const std::optional<BackendCapabilities> caps = findBackendCapabilities(cfg.backend);
     if (caps && caps->device == DeviceKind::Cpu && caps->ranksPerProcess == RanksPerProcess::All) {
-      fail(fmt::format("ExecutionMode processes needs a process backend such as gloo; '{}' runs every rank as a "
-                       "thread of one process (use ExecutionMode threads)",
-                       cfg.backend));
+      fail(
+          fmt::format("ExecutionMode processes needs a process backend such as gloo; '{}' runs every rank as a "
+                      "thread of one process (use ExecutionMode threads)",
+                      cfg.backend));
     }
     // The process backend's world (keys of rendezvous/process_world.h), unless the caller gave them.
     cfg.backendOptions.emplace("rank", std::to_string(workerRank()));
