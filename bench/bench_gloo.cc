@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "collbench/algorithms.h"
+#include "collbench/backends/host.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
-#include "gloo_backend.h"
 
 namespace {
 

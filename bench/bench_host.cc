@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "collbench/algorithms.h"
+#include "collbench/backends/host.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
-#include "host_backend.h"
 
 namespace {
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 
 namespace collbench::sim {
@@ -136,7 +137,12 @@ std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& option
 }
 
 void registerSimBackend() {
-  registerBackend("sim", "SimGrid simulation of the topology (--topology, default dgx-h100-8x1)", makeSimBackend);
+  BackendCapabilities caps;
+  caps.device = DeviceKind::Simulated;
+  caps.ranksPerProcess = RanksPerProcess::All;
+  caps.movesData = false;
+  caps.defaultTopology = kDefaultTopology;
+  registerBackend("sim", "SimGrid simulation of the topology (--topology, default dgx-h100-8x1)", makeSimBackend, caps);
 }
 
 }  // namespace collbench::sim

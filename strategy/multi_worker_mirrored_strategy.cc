@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/json_document.h"
 #include "collbench/units.h"
@@ -25,11 +26,18 @@ std::shared_ptr<const ClusterResolver> orDefaultResolver(std::shared_ptr<const C
   return std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolver::fromEnvironment());
 }
 
-bool ncclBackendRegistered() {
+/// The registered backend that runs NCCL's collectives with one rank per GPU ("" when none is linked in): a GPU
+/// backend whose ranks each have their own device and that runs the native algorithm "nccl".
+std::string ncclBackendName() {
   for (const auto& [name, summary] : backendNames()) {
-    if (name == "nccl") return true;
+    const BackendCapabilities caps = backendCapabilities(name);
+    const auto& natives = caps.nativeAlgorithms;
+    if (caps.device == DeviceKind::Gpu && !caps.sharedDevice &&
+        std::find(natives.begin(), natives.end(), kNcclNativeAlgorithm) != natives.end()) {
+      return name;
+    }
   }
-  return false;
+  return "";
 }
 
 }  // namespace
@@ -120,7 +128,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
     fail("StrategyOptions.simulate needs a topology (a topology file or shipped name)");
   }
   // NCCL runs GPU replicas of one process (threads mode); processes mode's cross-worker stage is a process backend.
-  const bool ncclAvailable = !processes && ncclBackendRegistered();
+  const std::string ncclBackend = processes ? "" : ncclBackendName();
+  const bool ncclAvailable = !ncclBackend.empty();
   choice_ = resolveImplementation(communication_.implementation, options_.gpuReplicas, ncclAvailable);
   spdlog::debug("MultiWorkerMirroredStrategy: {} worker(s) x {} local replica(s) = {} replicas in sync; {}",
                 numWorkers(), localReplicas(), numReplicasInSync(), choice_.reason);
@@ -143,7 +152,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
   } else if (options_.simulate) {
     cfg.backend = "sim";
   } else if (options_.gpuReplicas && ncclAvailable) {
-    cfg.backend = "nccl";  // GPU replicas' collectives run on the GPUs, RING's schedules included
+    cfg.backend = ncclBackend;  // GPU replicas' collectives run on the GPUs, RING's schedules included
   } else {
     cfg.backend = processes ? "gloo" : "host";
   }
@@ -171,10 +180,13 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions co
           "ExecutionMode processes needs hierarchical all-reduce (one backend rank per worker): hierarchy flat is "
           "for threads mode");
     }
-    if (cfg.backend == "host") {
+    // A CPU backend with every rank in one process cannot span the workers' processes.
+    const std::optional<BackendCapabilities> caps = findBackendCapabilities(cfg.backend);
+    if (caps && caps->device == DeviceKind::Cpu && caps->ranksPerProcess == RanksPerProcess::All) {
       fail(
-          "ExecutionMode processes needs a process backend such as gloo; 'host' runs every rank as a thread of one "
-          "process (use ExecutionMode threads)");
+          fmt::format("ExecutionMode processes needs a process backend such as gloo; '{}' runs every rank as a "
+                      "thread of one process (use ExecutionMode threads)",
+                      cfg.backend));
     }
     // The process backend's world (keys of rendezvous/process_world.h), unless the caller gave them.
     cfg.backendOptions.emplace("rank", std::to_string(workerRank()));

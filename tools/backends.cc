@@ -1,11 +1,11 @@
 // Composition root: the only place that knows which backend libraries are linked in.
+#include "collbench/backends/host.h"
 #include "commands.h"
-#include "host_backend.h"
 #ifdef COLLBENCH_HAVE_SIM
 #include "sim_backend.h"
 #endif
 #ifdef COLLBENCH_HAVE_NCCL
-#include "nccl_backend.h"
+#include "collbench/backends/nccl.h"
 #include "world_options.h"
 #endif
 

@@ -12,8 +12,10 @@
 #include <sstream>
 #include <tuple>
 
+#include "cli_common.h"
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/backend_info.h"
 #include "collbench/calibrate.h"
 #include "collbench/error.h"
 #include "collbench/nccl_tests_log.h"
@@ -23,7 +25,6 @@
 #include "environment.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -161,7 +162,7 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
     const CalibrationResult r = calibrate(samples, opt);
     {
       Topology out = r.topology;  // provenance rides in the description (the format has no other free field)
-      out.description += fmt::format("; collbench {}: {}", COLLBENCH_VERSION, gCommandLine);
+      out.description += fmt::format("; collbench {}: {}", COLLBENCH_VERSION, commandLine());
       std::ofstream f(a->output);
       if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(a->output)));
       f << toJson(out);
@@ -169,14 +170,18 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
     // The calibrated simulator on every sample (the topology just written, by path).
     std::vector<double> simUs(r.fits.size(), -1);
     if (a->verifySim) {
-      bool haveSim = false;
-      for (const auto& [name, summary] : backendNames()) haveSim = haveSim || name == "sim";
-      if (!haveSim) throw Error(Errc::Unsupported, "--verify-sim: this collbench was built without the simulator");
+      std::string simulator;  // the first simulated backend linked in
+      for (const auto& [name, summary] : backendNames()) {
+        if (simulator.empty() && backendCapabilities(name).device == DeviceKind::Simulated) simulator = name;
+      }
+      if (simulator.empty()) {
+        throw Error(Errc::Unsupported, "--verify-sim: this collbench was built without the simulator");
+      }
       std::map<int, std::unique_ptr<Backend>> sims;
       for (std::size_t i = 0; i < r.fits.size(); ++i) {
         const CalibrationSample& s = r.fits[i].sample;
         auto& b = sims[s.nranks];
-        if (!b) b = makeBackend("sim", s.nranks, {{"topology", a->output}});
+        if (!b) b = makeBackend(simulator, s.nranks, {{"topology", a->output}});
         const std::size_t es = dtypeSize(s.dtype);
         const bool perRank = s.collective == Collective::ReduceScatter || s.collective == Collective::AllGather;
         CollectiveSpec spec{s.collective, s.nranks,
@@ -263,7 +268,7 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
       const nlohmann::json doc = {
           {"format", "collbench-calibration"},
           {"version", 1},
-          {"command_line", gCommandLine},
+          {"command_line", commandLine()},
           {"environment", describeEnvironment()},
           {"topology_file", a->output},
           {"topology_fingerprint", fingerprint(r.topology)},

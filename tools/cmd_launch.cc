@@ -31,6 +31,7 @@
 #include <system_error>
 #include <vector>
 
+#include "cli_common.h"
 #include "collbench/error.h"
 #include "commands.h"
 #include "process_world.h"
@@ -75,19 +76,6 @@ struct Child {
   bool exited = false;
   int status = 0;
 };
-
-std::vector<std::string> splitComma(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t c = s.find(',', start);
-    std::string item = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
-    if (!item.empty()) out.push_back(item);
-    if (c == std::string::npos) break;
-    start = c + 1;
-  }
-  return out;
-}
 
 /// A socket bound to host:0, left open so that the next call cannot pick the same port.
 struct PortHold {
@@ -191,7 +179,7 @@ int launch(const Args& a) {
   if (a.nprocs < 1) throw Error(Errc::InvalidArgument, fmt::format("-n/--nprocs must be at least 1, got {}", a.nprocs));
   if (a.command.empty()) throw Error(Errc::InvalidArgument, "launch needs a command after --");
   if (!(a.grace >= 0)) throw Error(Errc::InvalidArgument, fmt::format("--grace must be >= 0, got {}", a.grace));
-  const std::vector<std::string> hosts = splitComma(a.hosts);
+  const std::vector<std::string> hosts = splitList(a.hosts);
   if (hosts.empty()) throw Error(Errc::InvalidArgument, "--hosts lists no host");
 
   // Addresses: rank i on hosts[i % H], each on a port free right now (held until the children start, so that no

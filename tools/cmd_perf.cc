@@ -4,6 +4,7 @@
 #include <array>
 #include <memory>
 
+#include "cli_common.h"
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
 #include "collbench/backend_info.h"
@@ -14,7 +15,6 @@
 #include "schedule_cli.h"
 
 namespace collbench::cli {
-std::string gCommandLine;  // set by main for provenance in outputs
 
 namespace {
 
@@ -153,7 +153,7 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
       throw Error(Errc::InvalidArgument, "perf does not time barrier (no bytes)");
     parseDType(c.datatype);
     parseReduceOp(c.op);
-    c.commandLine = gCommandLine;
+    c.commandLine = commandLine();
     exitCode = runPerf(c, stdout);
   });
 }

@@ -9,11 +9,11 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "collbench/validator.h"
+#include "cli_common.h"
 #include "commands.h"
 #include "schedule_cli.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -89,7 +89,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     if (!a->schedule.empty()) {
       const Schedule s = planFromFile(a->schedule, flags, spec, a->bytes, bytesOpt->count() > 0, a->inPlace);
       if (a->dump) fmt::print("{}", dump(s));
-      if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, gCommandLine), a->scheduleOut);
+      if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, commandLine()), a->scheduleOut);
       exitCode = 0;
       return;
     }
@@ -115,7 +115,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     const Schedule s = buildSchedule(spec, choice.algorithm, params);
     validate(s, ValidateOptions{a->inPlace});
     // Before any output: a native algorithm has no ops to write.
-    if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, gCommandLine), a->scheduleOut);
+    if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, commandLine()), a->scheduleOut);
     printPlan(s, choice, a->inPlace);
     if (a->algo == "auto") fmt::print("tuning table: {}\n", found.describe());
     if (!choice.ranking.empty()) {  // --algo auto: what the choice rests on and what came next

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "cli_common.h"
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
@@ -26,7 +27,6 @@
 #include "perf_runner.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -70,18 +70,6 @@ struct Row {
   double tableRegret() const { return oracleUs > 0 ? tableUs / oracleUs : 1.0; }
   double sweepRegret() const { return sweepOracleUs > 0 ? sweepChosenUs / sweepOracleUs : 1.0; }
 };
-
-std::vector<std::string> splitComma(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t comma = s.find(',', start);
-    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
 
 std::string describeCfg(const std::string& a, std::size_t chunk, int ch) {
   std::string s = a;
@@ -155,16 +143,7 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
     std::vector<int> ranks;
     std::string note;
     if (!a->ranks.empty()) {
-      for (const std::string& r : splitComma(a->ranks)) {
-        int n = 0;
-        try {
-          n = std::stoi(r);
-        } catch (const std::exception&) {
-          throw Error(Errc::InvalidArgument, fmt::format("--ranks: '{}' is not an integer", printable(r)));
-        }
-        if (n < 1) throw Error(Errc::InvalidArgument, fmt::format("--ranks: {} is not a rank count", n));
-        ranks.push_back(n);
-      }
+      ranks = parseIntList("-g/--ranks", a->ranks, 1);
     } else {
       const int maxRanks = topo ? static_cast<int>(topo->ranks.size()) : *tableRanks.rbegin();
       for (int n = *tableRanks.begin(); n <= std::min(*tableRanks.rbegin(), maxRanks); ++n) {
@@ -195,19 +174,8 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
 
     // The oracle's configuration space: every algorithm at every (chunk, channels) it reads, as `tune` sweeps them,
     // plus whatever configuration the selector picks.
-    std::vector<std::size_t> chunkList;
-    std::vector<int> channelList;
-    for (const std::string& c : splitComma(a->chunks)) chunkList.push_back(parseBytes(c, "--chunks"));
-    for (const std::string& c : splitComma(a->channels)) {
-      int v = 0;
-      try {
-        v = std::stoi(c);
-      } catch (const std::exception&) {
-        v = 0;
-      }
-      if (v < 1) throw Error(Errc::InvalidArgument, fmt::format("--channels: '{}' is not a count >= 1", printable(c)));
-      channelList.push_back(v);
-    }
+    const std::vector<std::size_t> chunkList = parseBytesList("--chunks", a->chunks);
+    const std::vector<int> channelList = parseIntList("--channels", a->channels, 1);
     const MeasureOptions mo{a->iters, a->warmup, a->repeats, kDefaultTimeoutSeconds};
     const bool tty = isatty(STDERR_FILENO) != 0;
     std::vector<Row> rows;
@@ -398,7 +366,7 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
                                   {"topology", topo ? topo->name : ""},
                                   {"topology_fingerprint", fp},
                                   {"tuning", a->tuning},
-                                  {"command_line", gCommandLine},
+                                  {"command_line", commandLine()},
                                   {"environment", describeEnvironment()},
                                   {"rows", jr},
                                   {"summary",

@@ -17,8 +17,10 @@
 #include <thread>
 #include <tuple>
 
+#include "cli_common.h"
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/reference.h"
 #include "collbench/run.h"
@@ -30,7 +32,6 @@
 #include "world_options.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -183,11 +184,13 @@ class Replayer {
     if (!(a_.timeoutSeconds > 0)) {
       throw Error(Errc::InvalidArgument, fmt::format("-T/--timeout must be > 0, got {}", a_.timeoutSeconds));
     }
-    if (!a_.topology.empty() && a_.backend != "sim") {
+    const std::optional<BackendCapabilities> caps = findBackendCapabilities(a_.backend);
+    const bool simulated = caps && caps->device == DeviceKind::Simulated;
+    if (!a_.topology.empty() && !simulated) {
       throw Error(Errc::InvalidArgument,
-                  fmt::format("--topology {} applies to --backend sim only ({} runs on this machine's own links); "
+                  fmt::format("--topology {} applies to --backend {} only ({} runs on this machine's own links); "
                               "remove it",
-                              printable(a_.topology), printable(a_.backend)));
+                              printable(a_.topology), simulatedBackendNames(), printable(a_.backend)));
     }
     if (trace_.events.empty()) {
       throw Error(Errc::InvalidArgument, fmt::format("{}: events: the trace has no collectives to replay", a_.trace));
@@ -200,7 +203,7 @@ class Replayer {
     world_ = a_.worldSize > 0 ? a_.worldSize : trace_.worldSize;
     // Process backends (gloo) run one rank per process, launched together (`collbench launch -n N -- collbench
     // replay ...`): the world comes from the cluster resolver and each process holds only its rank's buffers.
-    processMode_ = isProcessBackend(a_.backend);
+    processMode_ = oneRankPerProcess(a_.backend);
     if (processMode_) {
       processOptions_ = processWorldOptions();
       localRank_ = std::stoi(processOptions_.at("rank"));
@@ -236,7 +239,7 @@ class Replayer {
     }
     if (a_.warmup < 0) throw Error(Errc::InvalidArgument, fmt::format("--warmup must be >= 0, got {}", a_.warmup));
     topology_ = a_.topology;
-    if (topology_.empty() && a_.backend == "sim") {
+    if (topology_.empty() && simulated) {
       // A simulated recording names its topology; use it when it is one this build can find.
       try {
         resolveTopologyPath(trace_.topology.name);
@@ -352,7 +355,7 @@ class Replayer {
     return json{{"format", "collbench-replay"},
                 {"version", 1},
                 {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-                {"command_line", gCommandLine},
+                {"command_line", commandLine()},
                 {"trace",
                  {{"path", a_.trace},
                   {"world_size", trace_.worldSize},

@@ -5,12 +5,12 @@
 #include <fstream>
 #include <memory>
 
+#include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/report.h"
 #include "commands.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -37,7 +37,7 @@ void run(const ReportArgs& a) {
   const ReportInputs in = loadReportInputs(a.inputs);
   ReportOptions o;
   o.title = a.title;
-  o.commandLine = gCommandLine;
+  o.commandLine = commandLine();
   const std::string text = format == "md" ? renderReportMarkdown(in, o) : renderReportHtml(in, o);
   if (a.output.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);

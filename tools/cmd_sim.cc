@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/selector.h"
 #include "collbench/units.h"
@@ -20,7 +21,6 @@
 #include "sim_backend.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 /// Fails (InvalidArgument: exit 2) unless `path` can be written: an existing file only with --force, else a new file
 /// in an existing writable directory. Commands call it before simulating, so a mistyped output path costs no
@@ -140,7 +140,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
       nlohmann::json doc = {{"format", "collbench-sim"},
                             {"version", 1},
                             {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-                            {"command_line", gCommandLine},
+                            {"command_line", commandLine()},
                             {"topology", topoName},
                             {"topology_fingerprint", fp},
                             {"model", sim::toString(cfg.model)},

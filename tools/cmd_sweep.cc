@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/selector.h"
 #include "collbench/units.h"
@@ -16,7 +17,6 @@
 #include "sim_backend.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 // cmd_sim.cc: fails with exit 2 unless the output file can be written (before anything is simulated).
 void checkOutputPath(const std::string& path, bool force, const char* what);
 
@@ -134,18 +134,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
         Variant v{name, set, sim::loadTopologyWithOverrides(name, set), {}};
         const int available = static_cast<int>(v.topo.ranks.size());
         for (const std::string& rs : a->ranks) {
-          int n = 0;
-          if (rs == "all") {
-            n = available;
-          } else {
-            try {
-              std::size_t used = 0;
-              n = std::stoi(rs, &used);
-              if (used != rs.size()) throw std::invalid_argument(rs);
-            } catch (const std::exception&) {
-              throw Error(Errc::InvalidArgument, fmt::format("-g/--ranks: '{}' is not a rank count or 'all'", rs));
-            }
-          }
+          const int n = rs == "all" ? available : parseIntItem("-g/--ranks", rs, 1, " or 'all'");
           if (n < 1 || n > available) {
             throw Error(Errc::InvalidArgument,
                         fmt::format("-g/--ranks {}: topology '{}' has {} ranks (use 1..{} or all)", rs, name, available,
@@ -277,7 +266,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       const nlohmann::json doc = {{"format", "collbench-sweep"},
                                   {"version", 1},
                                   {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-                                  {"command_line", gCommandLine},
+                                  {"command_line", commandLine()},
                                   {"collective", toString(kind)},
                                   {"datatype", toString(dtype)},
                                   {"op", toString(op)},

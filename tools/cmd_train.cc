@@ -15,17 +15,17 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "collbench/strategy/train_example.h"
 #include "commands.h"
 #include "world_options.h"
 #ifdef COLLBENCH_HAVE_NCCL
-#include "nccl_backend.h"
+#include "collbench/backends/nccl.h"
 #endif
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -101,7 +101,7 @@ void writeWeights(const TrainResult& r, const TrainArgs& a, const MultiWorkerMir
   json j = {{"format", "collbench-weights"},
             {"version", 1},
             {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-            {"command", gCommandLine},
+            {"command", commandLine()},
             {"replicas_in_sync", s.numReplicasInSync()},
             {"steps", a.config.steps},
             {"final_loss", r.log.empty() ? 0.0 : r.log.back().loss},
@@ -188,7 +188,7 @@ void runTrain(const TrainArgs& a) {
     }
     resolver = makeClusterResolverFromEnvironment();
     if (opts.backend.empty()) opts.backend = "gloo";
-    if (isProcessBackend(opts.backend) && resolver->numWorkers() > 1) {
+    if (oneRankPerProcess(opts.backend) && resolver->numWorkers() > 1) {
       opts.backendOptions = processWorldOptions();
       // An explicit --timeout bounds the collectives rather than COLLBENCH_TIMEOUT_SECONDS (which the backend's
       // "timeout" option would apply to them).
@@ -231,7 +231,7 @@ void runTrain(const TrainArgs& a) {
     // The collectives recorded so far are the user's data too: write them before giving up.
     if (!tracePath.empty() && (chief || traceAll)) {
       try {
-        strategy.writeTrace(tracePath, gCommandLine);
+        strategy.writeTrace(tracePath, commandLine());
         std::fprintf(stderr,
                      "collbench train: worker %d wrote the trace of its %zu collectives before the failure to "
                      "%s\n",
@@ -266,7 +266,7 @@ void runTrain(const TrainArgs& a) {
     throw;
   }
   const Trace trace = strategy.trace();
-  if (!tracePath.empty() && (chief || traceAll)) strategy.writeTrace(tracePath, gCommandLine);
+  if (!tracePath.empty() && (chief || traceAll)) strategy.writeTrace(tracePath, commandLine());
   if (!a.weightsOut.empty() && chief) writeWeights(result, a, strategy);
   double commSeconds = 0;
   for (const TraceEvent& e : trace.events) commSeconds += e.endSeconds - e.startSeconds;

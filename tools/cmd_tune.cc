@@ -15,7 +15,9 @@
 #include <memory>
 #include <optional>
 
+#include "cli_common.h"
 #include "collbench/algorithms.h"
+#include "collbench/backend_info.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
 #include "collbench/run.h"
@@ -28,7 +30,6 @@
 #include "world_options.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -36,45 +37,6 @@ namespace {
 constexpr const char* kModelBackend = "model";
 /// Default NCCL channel counts swept for the export: H100 NCCL uses up to 32 channels (NCCL_MAX_NCHANNELS).
 constexpr const char* kDefaultNcclChannels = "2,8,16,32";
-
-std::vector<std::string> splitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t comma = s.find(',', start);
-    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!item.empty()) out.push_back(item);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
-std::vector<int> intList(const std::string& s, const char* what, int lo) {
-  std::vector<int> out;
-  for (const std::string& item : splitList(s)) {
-    std::size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v < lo) {
-      throw Error(Errc::InvalidArgument, fmt::format("{}: '{}' is not an integer >= {}", what, printable(item), lo));
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) throw Error(Errc::InvalidArgument, fmt::format("{}: empty list", what));
-  return out;
-}
-
-std::vector<std::size_t> bytesList(const std::string& s, const char* what) {
-  std::vector<std::size_t> out;
-  for (const std::string& item : splitList(s)) out.push_back(parseBytes(item, what));
-  if (out.empty()) throw Error(Errc::InvalidArgument, fmt::format("{}: empty list", what));
-  return out;
-}
 
 void refuseOverwrite(const std::string& path, bool force, const char* flag) {
   if (!path.empty() && std::filesystem::exists(path) && !force) {
@@ -265,12 +227,12 @@ class Tuner {
     if (a.passes < 1) throw Error(Errc::InvalidArgument, fmt::format("--passes must be >= 1, got {}", a.passes));
     pc.stepFactor = a.factor;
     sizes_ = sizeSequence(pc);
-    chunks_ = bytesList(a.chunks, "--chunks");
-    channels_ = intList(a.channels, "--channels", 1);
-    ncclChannels_ = intList(a.ncclChannels, "--nccl-channels", 1);
+    chunks_ = parseBytesList("--chunks", a.chunks);
+    channels_ = parseIntList("--channels", a.channels, 1);
+    ncclChannels_ = parseIntList("--nccl-channels", a.ncclChannels, 1);
     const int topoRanks = topo_ ? static_cast<int>(topo_->ranks.size()) : 0;
     if (!a.ranks.empty()) {
-      ranks_ = intList(a.ranks, "--ranks", 1);
+      ranks_ = parseIntList("-g/--ranks", a.ranks, 1);
     } else if (topo_) {
       ranks_ = defaultRanks(*topo_);
     } else {
@@ -294,7 +256,7 @@ class Tuner {
                     fmt::format("--algos: '{}' is not a schedule algorithm of the collectives swept", printable(f)));
       }
     }
-    if (isProcessBackend(a.backend)) {
+    if (oneRankPerProcess(a.backend)) {
       // One rank per process: the world is fixed by the launcher, so is the rank count.
       world_ = processWorldOptions();
       const int world = std::stoi(world_.at("world"));
@@ -315,7 +277,7 @@ class Tuner {
   TuningProvenance provenance() const {
     TuningProvenance p;
     p.tool = std::string("collbench ") + COLLBENCH_VERSION;
-    p.commandLine = gCommandLine;
+    p.commandLine = commandLine();
     p.backend = a_.backend;
     p.host = hostName();
     p.date = utcNow();
@@ -438,7 +400,11 @@ class Tuner {
   /// or with NCCL's own model (backend "model").
   TuningSection sweepNccl() {
     TuningSection sec = newSection(kLibraryNccl);
-    const bool sim = a_.backend == "sim", hw = a_.backend == "nccl", mdl = a_.backend == kModelBackend;
+    // Hardware: a backend that runs NCCL's own collective; the model is not a registered backend.
+    const std::optional<BackendCapabilities> caps = findBackendCapabilities(a_.backend);
+    const auto& natives = caps ? caps->nativeAlgorithms : std::vector<std::string>{};
+    const bool sim = caps && caps->device == DeviceKind::Simulated, mdl = a_.backend == kModelBackend;
+    const bool hw = std::find(natives.begin(), natives.end(), kNcclNativeAlgorithm) != natives.end();
     if (!sim && !hw && !mdl) {
       throw Error(Errc::InvalidArgument, fmt::format("--export nccl-tuner sweeps NCCL's algorithms: use --backend nccl "
                                                      "(hardware), sim or model, not '{}'",
@@ -521,7 +487,7 @@ class Tuner {
                 us = timer->runner->timeUs(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts}, mo_) +
                      ncclBaseLatencyUs(algo, proto);
               } else {
-                us = timer->runner->timeUs(p.spec, "nccl", {}, mo_);
+                us = timer->runner->timeUs(p.spec, std::string(kNcclNativeAlgorithm), {}, mo_);
               }
               auto [it, fresh] =
                   entries.try_emplace({p.collective, p.bytes}, TuningEntry{p.collective, n, nnodes, p.bytes, {}});

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/units.h"
 #include "collbench/workload.h"
@@ -13,7 +14,6 @@
 #endif
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -67,7 +67,7 @@ void run(const WorkloadArgs& a) {
   o.tflops = a.tflops;
   o.bytesPerPack = static_cast<std::int64_t>(parseBytes(a.bytesPerPack, "--bytes-per-pack"));
   o.tool = std::string("collbench ") + COLLBENCH_VERSION;
-  o.command = gCommandLine;
+  o.command = commandLine();
   if (!a.output.empty() && std::filesystem::exists(a.output) && !a.force) {
     throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it", a.output));
   }

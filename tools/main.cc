@@ -8,12 +8,9 @@
 #include <exception>
 #include <string>
 
+#include "cli_common.h"
 #include "collbench/error.h"
 #include "commands.h"
-
-namespace collbench::cli {
-extern std::string gCommandLine;
-}
 
 namespace {
 constexpr int kExitBadInput = 2;
@@ -45,7 +42,7 @@ int main(int argc, char** argv) try {
   using namespace collbench;
   if (!installStderrLogger()) return kExitBadInput;
   cli::registerLinkedBackends();
-  for (int i = 0; i < argc; ++i) cli::gCommandLine += (i ? " " : "") + std::string(argv[i]);
+  cli::setCommandLine(argc, argv);
   CLI::App app{"collbench: collective communication benchmarks and simulator", "collbench"};
   app.set_version_flag("--version", std::string("collbench ") + COLLBENCH_VERSION);
   app.require_subcommand(1);

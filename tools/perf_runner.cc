@@ -22,9 +22,6 @@
 #include "environment.h"
 #include "process_world.h"
 #include "world_options.h"
-#ifdef COLLBENCH_HAVE_SIM
-#include "sim_backend.h"
-#endif
 
 namespace collbench::cli {
 namespace {
@@ -89,7 +86,7 @@ void checkBackendRuns(const std::string& backend, Collective collective, const s
     const auto theirs = backendNativeAlgorithms(name);
     if (std::find(theirs.begin(), theirs.end(), algo) == theirs.end()) continue;
     how += fmt::format("{}{}", how.empty() ? "" : " or ",
-                       isProcessBackend(name)
+                       oneRankPerProcess(name)
                            ? fmt::format("collbench launch -n N -- collbench perf --backend {} --algo {}", name, algo)
                            : fmt::format("collbench perf --backend {} --algo {}", name, algo));
   }
@@ -112,7 +109,7 @@ struct RankLine {
 std::vector<RankLine> describeRanks(Backend& backend, const BackendOptions& bopts, int localRank,
                                     double timeoutSeconds) {
   const int n = backend.nranks();
-  const std::string name(backend.name());
+  const BackendCapabilities caps = backendCapabilities(backend.name());
   std::vector<RankLine> lines(static_cast<std::size_t>(n), RankLine{::getpid(), hostName(), 0, ""});
   if (localRank >= 0) {
     const std::vector<long long> pids = pidsOfRanks(backend, localRank, timeoutSeconds);
@@ -125,7 +122,7 @@ std::vector<RankLine> describeRanks(Backend& backend, const BackendOptions& bopt
   std::string what = "cpu thread";
   if (!backend.movesData()) {
     what = "simulated";
-  } else if (name != "host") {
+  } else if (caps.device == DeviceKind::Gpu) {
     // A GPU backend: the device model when a backend library could read it.
     const auto env = probeEnvironment();
     what = env.count("gpu") ? env.at("gpu") : "gpu";
@@ -133,7 +130,7 @@ std::vector<RankLine> describeRanks(Backend& backend, const BackendOptions& bopt
   for (int r = 0; r < n; ++r) {
     auto& l = lines[static_cast<std::size_t>(r)];
     l.what = what;
-    l.device = name == "cuda-1gpu" ? 0 : r;  // cuda-1gpu: every rank on one device
+    l.device = caps.sharedDevice ? 0 : r;
   }
   return lines;
 }
@@ -226,15 +223,13 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   if (!c.scheduleFile) checkBackendRuns(backendName, c.collective, c.algo);
   if (c.iters < 1) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be >= 1, got {}", c.iters));
   std::string topology = c.topology;
-#ifdef COLLBENCH_HAVE_SIM
   // Name what is simulated (header, JSON, selector) rather than leave the simulator's default implicit.
-  if (topology.empty() && backendName == "sim") topology = sim::kDefaultTopology;
-#endif
+  if (topology.empty()) topology = backendCapabilities(backendName).defaultTopology;
   BackendOptions bopts;
   if (!topology.empty()) bopts["topology"] = topology;
   // Process backends (gloo) run one rank per process: the world comes from the cluster resolver, each process
   // holds only its rank's buffers, and only rank 0 prints the table and writes -J.
-  const bool processMode = isProcessBackend(backendName);
+  const bool processMode = oneRankPerProcess(backendName);
   int n = c.ranks;
   if (processMode) {
     if (!clusterEnvironmentPresent()) {

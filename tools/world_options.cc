@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collbench/algorithms.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
@@ -26,8 +27,27 @@
 
 namespace collbench::cli {
 
-bool isProcessBackend(std::string_view backend) {
-  return backend == "gloo" || (backend == "nccl" && ncclRunsOneRankPerProcess());
+bool oneRankPerProcess(std::string_view backend, const strategy::EnvLookup& env) {
+  const std::optional<BackendCapabilities> caps = findBackendCapabilities(backend);
+  if (!caps) return false;
+  switch (caps->ranksPerProcess) {
+    case RanksPerProcess::All:
+      return false;
+    case RanksPerProcess::One:
+      return true;
+    case RanksPerProcess::OneWhenLaunched:
+      // The cluster environment (TF_CONFIG, Slurm, MPI, as `collbench launch` sets it) has more than one worker.
+      return strategy::makeClusterResolverFromEnvironment(env)->numWorkers() > 1;
+  }
+  return false;
+}
+
+std::string simulatedBackendNames() {
+  std::string names;
+  for (const auto& [name, summary] : backendNames()) {
+    if (backendCapabilities(name).device == DeviceKind::Simulated) names += (names.empty() ? "" : " or ") + name;
+  }
+  return names.empty() ? "a simulated backend" : names;
 }
 
 bool clusterEnvironmentPresent(const strategy::EnvLookup& env) {
@@ -355,10 +375,6 @@ std::pair<std::string, int> splitMaster(const std::string& master) {
 }
 
 }  // namespace
-
-bool ncclRunsOneRankPerProcess(const strategy::EnvLookup& env) {
-  return strategy::makeClusterResolverFromEnvironment(env)->numWorkers() > 1;
-}
 
 std::string exchangeNcclId(const BackendOptions& options, const std::function<std::string()>& newId) {
   const host::ProcessWorld w = host::ProcessWorld::fromOptions(options);

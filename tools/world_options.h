@@ -1,5 +1,5 @@
 #pragma once
-// Process-mode support for the CLI: backends that run one rank per process ("gloo") get their world from the
+// Process-mode support for the CLI: backends that run one rank per process (RanksPerProcess) get their world from the
 // cluster resolver (TF_CONFIG, Slurm, MPI environment) here, in tools/, so that backend libraries never depend on
 // strategy/. Also the per-process buffers and cross-process sums `perf` needs in that mode, and the Open MPI
 // baseline (`perf --algo mpi`, which runs collbench-mpi-allreduce under mpirun).
@@ -19,8 +19,13 @@ namespace collbench::cli {
 
 struct PerfConfig;
 
-/// Backends that run one rank per process.
-bool isProcessBackend(std::string_view backend);
+/// Whether backend `backend` runs one rank per process here (BackendCapabilities::ranksPerProcess: One, or
+/// OneWhenLaunched with a launched cluster of several workers in `env`); false for a name no backend registered.
+bool oneRankPerProcess(std::string_view backend, const strategy::EnvLookup& env = strategy::systemEnvironment());
+
+/// The registered simulated backends (DeviceKind::Simulated) for messages, joined by " or "; "a simulated backend"
+/// when none is linked in.
+std::string simulatedBackendNames();
 
 /// Whether a launcher described a cluster to this process: TF_CONFIG (collbench launch), Slurm or mpirun variables.
 /// Without one the cluster resolver falls back to a world of one.
@@ -47,10 +52,6 @@ std::vector<long long> pidsOfRanks(Backend& backend, int rank, double timeoutSec
 int runMpiPerf(const PerfConfig& c, std::FILE* out);
 
 // ---- The nccl backend with one rank per process (kept apart from the gloo code above) ----
-
-/// True when backend "nccl" runs one rank per process: the cluster environment (TF_CONFIG, Slurm, MPI, as
-/// `collbench launch` sets it) has more than one worker. Otherwise nccl drives every rank from this process.
-bool ncclRunsOneRankPerProcess(const strategy::EnvLookup& env = strategy::systemEnvironment());
 
 /// The NCCL unique id that every rank of a one-rank-per-process world must share (the nccl backend's
 /// NcclIdExchange, given the options of processWorldOptions()): rank 0 creates it with `newId` and publishes it in

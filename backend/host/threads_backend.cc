@@ -20,11 +20,12 @@
 #include <optional>
 #include <thread>
 
+#include "collbench/backend_info.h"
+#include "collbench/backends/host.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
 #include "futex.h"
-#include "host_backend.h"
 #include "op_graph.h"
 
 namespace collbench::host {
@@ -469,8 +470,12 @@ std::unique_ptr<Backend> makeThreadsBackend(int nranks, int threads) {
 }
 
 void registerHostBackends() {
-  registerBackend("host", "CPU threads as ranks over shared memory",
-                  [](int nranks, const BackendOptions&) { return makeThreadsBackend(nranks); });
+  BackendCapabilities caps;
+  caps.device = DeviceKind::Cpu;
+  caps.ranksPerProcess = RanksPerProcess::All;
+  registerBackend(
+      "host", "CPU threads as ranks over shared memory",
+      [](int nranks, const BackendOptions&) { return makeThreadsBackend(nranks); }, caps);
 }
 
 }  // namespace collbench::host

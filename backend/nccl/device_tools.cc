@@ -5,10 +5,10 @@
 
 #include "backend_options.h"
 #include "collbench/backend_info.h"
+#include "collbench/backends/nccl.h"
 #include "collbench/error.h"
 #include "cuda_util.h"
 #include "kernels.h"
-#include "nccl_backend.h"
 
 namespace collbench::nccl {
 namespace {
@@ -81,20 +81,30 @@ const DeviceProbe& probeDevices() {
 }
 
 void registerNcclBackends(NcclIdExchange exchange) {
-  registerBackend("nccl", "NCCL on GPUs, one rank per GPU (native collectives and schedules as ncclSend/ncclRecv)",
-                  [exchange](int nranks, const BackendOptions& o) {
-                    // Without a device the backend refuses at once: no rank should wait at the store first.
-                    const bool needsId = o.count("world") && !o.count("nccl_id") && intOption(o, "world", 1) > 1;
-                    if (exchange && needsId && probeDevices().count > 0) {
-                      BackendOptions withId = o;
-                      withId["nccl_id"] = exchange(o, newUniqueIdHex);
-                      return makeNcclBackend(nranks, withId);
-                    }
-                    return makeNcclBackend(nranks, o);
-                  });
-  registerNativeAlgorithms("nccl", {kNativeAlgorithm});
-  registerBackend("cuda-1gpu", "several ranks on one GPU (device copies and reduce kernels), for validation",
-                  [](int nranks, const BackendOptions& o) { return makeSingleGpuBackend(nranks, o); });
+  BackendCapabilities multiGpu;
+  multiGpu.device = DeviceKind::Gpu;
+  multiGpu.ranksPerProcess = RanksPerProcess::OneWhenLaunched;  // one process drives every GPU unless launched
+  multiGpu.nativeAlgorithms = {kNativeAlgorithm};
+  BackendCapabilities oneGpu;
+  oneGpu.device = DeviceKind::Gpu;
+  oneGpu.ranksPerProcess = RanksPerProcess::All;
+  oneGpu.sharedDevice = true;
+  registerBackend(
+      "nccl", "NCCL on GPUs, one rank per GPU (native collectives and schedules as ncclSend/ncclRecv)",
+      [exchange](int nranks, const BackendOptions& o) {
+        // Without a device the backend refuses at once: no rank should wait at the store first.
+        const bool needsId = o.count("world") && !o.count("nccl_id") && intOption(o, "world", 1) > 1;
+        if (exchange && needsId && probeDevices().count > 0) {
+          BackendOptions withId = o;
+          withId["nccl_id"] = exchange(o, newUniqueIdHex);
+          return makeNcclBackend(nranks, withId);
+        }
+        return makeNcclBackend(nranks, o);
+      },
+      multiGpu);
+  registerBackend(
+      "cuda-1gpu", "several ranks on one GPU (device copies and reduce kernels), for validation",
+      [](int nranks, const BackendOptions& o) { return makeSingleGpuBackend(nranks, o); }, oneGpu);
   registerEnvironmentProbe("nccl", probeGpuEnvironment);
 }
 

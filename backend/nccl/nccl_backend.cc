@@ -1,7 +1,5 @@
 // The "nccl" backend: one rank per GPU, native NCCL collectives and our schedules as ncclSend/ncclRecv groups plus
 // reduce kernels, issued wave by wave (wave_plan.h) on each rank's stream.
-#include "nccl_backend.h"
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <thread>
 
 #include "backend_options.h"
+#include "collbench/backends/nccl.h"
 #include "collbench/error.h"
 #include "device_rank.h"
 #include "kernels.h"

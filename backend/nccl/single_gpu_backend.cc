@@ -10,10 +10,10 @@
 #include <algorithm>
 
 #include "backend_options.h"
+#include "collbench/backends/nccl.h"
 #include "collbench/error.h"
 #include "device_rank.h"
 #include "kernels.h"
-#include "nccl_backend.h"
 #include "wave_plan.h"
 
 namespace collbench::nccl {

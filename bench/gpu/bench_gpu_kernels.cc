@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "collbench/algorithms.h"
+#include "collbench/backends/nccl.h"
 #include "collbench/reference.h"
-#include "nccl_backend.h"
 
 namespace {
 

@@ -16,9 +16,9 @@
 #include <utility>
 
 #include "collbench/algorithms.h"
+#include "collbench/backends/nccl.h"
 #include "collbench/error.h"
 #include "collbench/reference.h"
-#include "nccl_backend.h"
 
 namespace {
 

@@ -10,6 +10,7 @@ namespace {
 struct Entry {
   std::string summary;
   BackendFactory factory;
+  BackendCapabilities capabilities;
 };
 
 std::map<std::string, Entry, std::less<>>& registry() {
@@ -19,11 +20,6 @@ std::map<std::string, Entry, std::less<>>& registry() {
 std::mutex& registryMutex() {
   static std::mutex m;
   return m;
-}
-/// Native algorithms per backend name (registerNativeAlgorithms); guarded by registryMutex().
-std::map<std::string, std::vector<std::string>, std::less<>>& natives() {
-  static std::map<std::string, std::vector<std::string>, std::less<>> n;
-  return n;
 }
 std::vector<std::pair<std::string, EnvironmentProbe>>& probes() {
   static std::vector<std::pair<std::string, EnvironmentProbe>> p;
@@ -40,8 +36,12 @@ std::vector<std::pair<std::string, EnvironmentProbe>>& probes() {
 }  // namespace
 
 void registerBackend(std::string name, std::string summary, BackendFactory factory) {
+  registerBackend(std::move(name), std::move(summary), std::move(factory), BackendCapabilities{});
+}
+
+void registerBackend(std::string name, std::string summary, BackendFactory factory, BackendCapabilities capabilities) {
   std::lock_guard lock(registryMutex());
-  registry()[std::move(name)] = Entry{std::move(summary), std::move(factory)};
+  registry()[std::move(name)] = Entry{std::move(summary), std::move(factory), std::move(capabilities)};
 }
 
 std::unique_ptr<Backend> makeBackend(std::string_view name, int nranks, const BackendOptions& options) {
@@ -63,16 +63,22 @@ std::vector<std::pair<std::string, std::string>> backendNames() {
   return out;
 }
 
-void registerNativeAlgorithms(std::string backend, std::vector<std::string> algorithms) {
+BackendCapabilities backendCapabilities(std::string_view name) {
   std::lock_guard lock(registryMutex());
-  natives()[std::move(backend)] = std::move(algorithms);
+  const auto it = registry().find(name);
+  if (it == registry().end()) unknownBackend(name);
+  return it->second.capabilities;
+}
+
+std::optional<BackendCapabilities> findBackendCapabilities(std::string_view name) {
+  std::lock_guard lock(registryMutex());
+  const auto it = registry().find(name);
+  if (it == registry().end()) return std::nullopt;
+  return it->second.capabilities;
 }
 
 std::vector<std::string> backendNativeAlgorithms(std::string_view name) {
-  std::lock_guard lock(registryMutex());
-  if (registry().find(name) == registry().end()) unknownBackend(name);
-  const auto it = natives().find(name);
-  return it == natives().end() ? std::vector<std::string>{} : it->second;
+  return backendCapabilities(name).nativeAlgorithms;
 }
 
 void registerEnvironmentProbe(std::string library, EnvironmentProbe probe) {

@@ -381,8 +381,10 @@ FoundTuningTable findTuningTable(const std::string& explicitPath, const Topology
   }
   dirs.push_back((std::filesystem::path(COLLBENCH_SOURCE_DIR) / kShippedTuningDir).string());
   std::vector<std::string> names;
-  if (!backend.empty() && backend != "sim") names.push_back(fmt::format("{}.{}.json", topology->name, backend));
-  names.push_back(topology->name + ".sim.json");
+  // The backend's own table first, then the simulator's (shipped for every topology); each name once.
+  const std::string simulated = topology->name + ".sim.json";
+  if (!backend.empty()) names.push_back(fmt::format("{}.{}.json", topology->name, backend));
+  if (names.empty() || names.front() != simulated) names.push_back(simulated);
   const std::string fp = fingerprint(*topology);
   std::vector<std::string> stale;
   for (const std::string& dir : dirs) {

@@ -48,7 +48,7 @@ struct CallConfig {
 struct Plan {
   Choice choice;
   AlgoParams params;
-  std::shared_ptr<const Schedule> schedule;
+  std::shared_ptr<const Schedule> schedule = {};
 };
 
 struct RunnerOptions {

@@ -10,9 +10,9 @@
 
 #include "cli_runner.h"
 #include "collbench/backend.h"
+#include "collbench/backends/host.h"
 #include "collbench/reference.h"
 #include "commands.h"
-#include "host_backend.h"
 #include "perf_runner.h"
 
 namespace collbench {

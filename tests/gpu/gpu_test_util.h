@@ -2,7 +2,7 @@
 // Device requirements of GPU tests: skip with the reason (cudaGetDeviceCount's error, or too few devices).
 #include <gtest/gtest.h>
 
-#include "nccl_backend.h"
+#include "collbench/backends/nccl.h"
 
 /// Skips the calling test unless at least `n` CUDA devices are visible.
 #define COLLBENCH_REQUIRE_GPUS(n)                                                                       \

@@ -10,12 +10,12 @@
 
 #include "backend_options.h"
 #include "collbench/algorithms.h"
+#include "collbench/backends/nccl.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
 #include "cuda_util.h"
 #include "device_rank.h"
-#include "nccl_backend.h"
 #include "wave_plan.h"
 
 namespace collbench::nccl {

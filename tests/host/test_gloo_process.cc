@@ -23,10 +23,10 @@
 #include <thread>
 
 #include "collbench/algorithms.h"
+#include "collbench/backends/host.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
-#include "gloo_backend.h"
 #include "loopback_ports.h"
 
 namespace collbench::host {

@@ -13,10 +13,10 @@
 
 #include "algo_params_for_tests.h"
 #include "collbench/algorithms.h"
+#include "collbench/backends/host.h"
 #include "collbench/error.h"
 #include "collbench/reduce.h"
 #include "collbench/reference.h"
-#include "host_backend.h"
 
 namespace collbench {
 namespace {

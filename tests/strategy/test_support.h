@@ -21,10 +21,11 @@
 
 #include "cli/cli_runner.h"
 #include "collbench/backend.h"
+#include "collbench/backend_info.h"
+#include "collbench/backends/host.h"
 #include "collbench/error.h"
 #include "collbench/strategy/cluster_resolver.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
-#include "host_backend.h"
 
 namespace collbench::strategy::testing {
 
@@ -55,8 +56,12 @@ inline void registerBackendsOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     host::registerHostBackends();
-    registerBackend("fake_sim", "test stand-in for the simulator: no data, 1 ns per byte",
-                    [](int n, const BackendOptions&) { return std::make_unique<FakeSimBackend>(n); });
+    BackendCapabilities simulated;
+    simulated.device = DeviceKind::Simulated;
+    simulated.movesData = false;
+    registerBackend(
+        "fake_sim", "test stand-in for the simulator: no data, 1 ns per byte",
+        [](int n, const BackendOptions&) { return std::make_unique<FakeSimBackend>(n); }, simulated);
     spdlog::set_level(spdlog::level::warn);
   });
 }

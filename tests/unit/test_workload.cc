@@ -10,6 +10,7 @@
 #include "collbench/error.h"
 #include "collbench/trace.h"
 #include "collbench/workload.h"
+#include "error_of.h"
 
 namespace collbench {
 namespace {
@@ -196,18 +197,7 @@ TEST(Workload, TraceRoundTripsThroughTheParser) {
   EXPECT_EQ(parseTrace(toJson(t), "workload"), t);
 }
 
-/// The message of the Error `f` throws ("" and a failure if it throws none).
-template <typename F>
-std::string errorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::InvalidArgument);
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
+using testing::errorOf;
 
 TEST(Workload, BadOptionsNameTheFlag) {
   const Model m = buildModel("resnet50");

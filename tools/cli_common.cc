@@ -1,0 +1,82 @@
+#include "cli_common.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "collbench/error.h"
+#include "collbench/units.h"
+
+namespace collbench::cli {
+
+// ---- The command line ----
+
+namespace {
+
+/// Written once by setCommandLine (from main, before any command runs), read-only afterwards.
+std::string& recordedCommandLine() {
+  static std::string line;
+  return line;
+}
+bool& commandLineSet() {
+  static bool set = false;
+  return set;
+}
+
+}  // namespace
+
+void setCommandLine(int argc, const char* const* argv) {
+  COLLBENCH_CHECK(!commandLineSet(), "the command line is recorded once, by main");
+  commandLineSet() = true;
+  std::string& line = recordedCommandLine();
+  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
+}
+
+const std::string& commandLine() { return recordedCommandLine(); }
+
+// ---- Comma-separated list flags ----
+
+namespace {
+
+[[noreturn]] void emptyList(std::string_view flag) {
+  throw Error(Errc::InvalidArgument, fmt::format("{}: empty list", flag));
+}
+
+}  // namespace
+
+std::vector<std::string> splitList(std::string_view text) {
+  std::vector<std::string> out;
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) out.emplace_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+int parseIntItem(std::string_view flag, std::string_view item, int min, std::string_view alternatives) {
+  int v = 0;
+  const char* end = item.data() + item.size();
+  const auto [ptr, ec] = std::from_chars(item.data(), end, v);
+  if (item.empty() || ec != std::errc() || ptr != end || v < min) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: '{}' is not an integer >= {}{}", flag, printable(item), min, alternatives));
+  }
+  return v;
+}
+
+std::vector<int> parseIntList(std::string_view flag, std::string_view text, int min) {
+  std::vector<int> out;
+  for (const std::string& item : splitList(text)) out.push_back(parseIntItem(flag, item, min));
+  if (out.empty()) emptyList(flag);
+  return out;
+}
+
+std::vector<std::size_t> parseBytesList(std::string_view flag, std::string_view text) {
+  std::vector<std::size_t> out;
+  for (const std::string& item : splitList(text)) out.push_back(parseBytes(item, flag));
+  if (out.empty()) emptyList(flag);
+  return out;
+}
+
+}  // namespace collbench::cli

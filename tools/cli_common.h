@@ -1,0 +1,31 @@
+#pragma once
+/// Helpers every `collbench` subcommand shares.
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace collbench::cli {
+
+// ---- The command line (provenance in outputs) ----
+
+/// Records argv joined by spaces; main calls it once, before any subcommand runs (a second call is an internal
+/// error: the line is fixed for the life of the process).
+void setCommandLine(int argc, const char* const* argv);
+/// The line setCommandLine recorded; "" when commands are driven in process without main (tests).
+const std::string& commandLine();
+
+// ---- Comma-separated list flags ("--chunks 0,128K,2M", "-g 2,4,8") ----
+
+/// The items of a comma-separated flag value, empty items (",," or a trailing comma) skipped.
+std::vector<std::string> splitList(std::string_view text);
+/// One integer item of flag `flag`, at least `min`; Error{InvalidArgument} "<flag>: '<item>' is not an integer >=
+/// <min><alternatives>" otherwise (`alternatives` names other accepted words, e.g. " or 'all'").
+int parseIntItem(std::string_view flag, std::string_view item, int min, std::string_view alternatives = "");
+/// Every item of `text` as parseIntItem reads it; Error{InvalidArgument} "<flag>: empty list" when there is none.
+std::vector<int> parseIntList(std::string_view flag, std::string_view text, int min);
+/// Every item of `text` as a byte size (parseBytes: "128K", "2M", "4096"), its error naming `flag` and the item;
+/// Error{InvalidArgument} "<flag>: empty list" when there is none.
+std::vector<std::size_t> parseBytesList(std::string_view flag, std::string_view text);
+
+}  // namespace collbench::cli
