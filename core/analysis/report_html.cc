@@ -513,6 +513,34 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
     h += "</table>";
   }
 
+  h += "</section><section id=\"fidelity\"><h2>Fidelity of real nccl-tests tables</h2>";
+  const auto fid = fidelityPlots(in);
+  if (fid.empty()) {
+    h += "<p class=\"empty\">Needs <code>collbench fidelity LOG --topology T -J out.json</code> output.</p>";
+  }
+  for (const FidelityPlot& p : fid) {
+    PlotConfig c;
+    c.kind = "fidelity-busbw";
+    c.title = p.title + ": bus bandwidth (out-of-place), measured vs simulated";
+    c.xLabel = "size (bytes)";
+    c.yLabel = "busbw (GB/s)";
+    c.logX = true;
+    c.logY = spansDecades(p.series);
+    if (c.logY) c.yLabel = "busbw (GB/s, log scale)";
+    c.xFormat = AxisFormat::Bytes;
+    h += figure(c, p.series);
+    h += "<table><tr><th>sizes</th><th>rows</th><th>median |error|</th><th>p90</th><th>worst</th></tr>";
+    const auto row = [&h](std::string_view sizes, const ErrorStats& st) {
+      h += fmt::format("<tr><td>{}</td><td class=n>{}</td>", esc(sizes), st.rows);
+      h += st.rows == 0 ? std::string("<td></td><td></td><td></td></tr>")
+                        : fmt::format("<td class=n>{:.1f}%</td><td class=n>{:.1f}%</td><td class=n>{:.1f}%</td></tr>",
+                                      100 * st.median, 100 * st.p90, 100 * st.worst);
+    };
+    row("all", p.log->all);
+    for (SizeClass sc : kSizeClasses) row(describe(sc), p.log->byClass[static_cast<int>(sc)]);
+    h += "</table>";
+  }
+
   h += "</section><section id=\"selector\"><h2>Selector choices</h2>";
   const auto sel = selectorChoices(in);
   if (sel.empty()) {
@@ -575,6 +603,11 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
   for (const OpTimeline& t : in.timelines) {
     h += fmt::format("<tr><td><code>{}</code></td><td>timeline</td><td>{} lanes</td><td></td><td>{}</td></tr>",
                      esc(t.source), t.lanes.size(), esc(t.title));
+  }
+  for (const auto& [src, doc] : in.fidelity) {
+    h += fmt::format(
+        "<tr><td><code>{}</code></td><td>fidelity</td><td>{} log{}</td><td></td><td><code>{}</code></td></tr>",
+        esc(src), doc.logs.size(), doc.logs.size() == 1 ? "" : "s", esc(doc.commandLine));
   }
   h += "</table></section></body></html>\n";
   return h;
