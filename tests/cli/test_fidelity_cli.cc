@@ -108,6 +108,34 @@ TEST_F(FidelityCli, ReadsPrefixedLogs) {
   EXPECT_EQ(testing::tableRows(mpi.out).size(), 3u);
 }
 
+TEST_F(FidelityCli, CalibrateReadsPrefixedLogs) {
+  if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
+  const std::string out = path("calibrated.json");
+  const CliResult r = runCli(
+      fmt::format("calibrate {}/tests/unit/data/all_reduce_perf_2.17_srun_label.log -o {}", kSource.string(), out));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("all_reduce     ring                     16     2       524288"), std::string::npos) << r.out;
+}
+
+TEST_F(FidelityCli, ReportDrawsMeasuredAndSimulatedBusbw) {
+  // The committed reports/fidelity JSON: the report reads it without the simulator.
+  const std::string json = (kSource / "reports/fidelity/h100x16-2node-ib400-ring-ncclTests309-G.json").string();
+  const std::string html = path("fidelity.html");
+  const CliResult r = runCli(fmt::format("report {} -o {}", json, html));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const std::string page = testing::slurp(html);
+  // One plot, two series (measured, simulated) of the table's 14 rows each.
+  EXPECT_NE(page.find(R"(data-plot="fidelity-busbw" data-points="28" data-series="2")"), std::string::npos);
+  EXPECT_NE(page.find(R"(data-label="measured")"), std::string::npos);
+  EXPECT_NE(page.find(R"~(data-label="simulated on h100-4x8-rail (auto)")~"), std::string::npos);
+  // The 8 GiB row's measured busbw as a point.
+  EXPECT_NE(page.find(R"(data-x="8.58993e+09" data-y="392.69")"), std::string::npos);
+  const CliResult md = runCli(fmt::format("report {} --format md", json));
+  ASSERT_EQ(md.exitCode, 0) << md.err;
+  EXPECT_NE(md.out.find("## Fidelity of real tables"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| > 16 MiB | 9 |"), std::string::npos) << md.out;
+}
+
 TEST_F(FidelityCli, BadInputIsOneLineAndExit2) {
   const std::string h100x16 = kRealdata + "/h100x16-2node-ib400-ring-ncclTests309-G.csv";
   expectBadInput("fidelity /nonexistent/run.log --topology dgx-h100-8x1",
@@ -122,7 +150,8 @@ TEST_F(FidelityCli, BadInputIsOneLineAndExit2) {
   expectBadInput(fmt::format("fidelity {} --topology dgx-h100-8x1", empty), "no result rows");
   const std::string noRanks = path("noranks.csv");
   { std::ofstream(noRanks) << "bytes,count,type,time_us_oop,algbw_oop,busbw_oop\n1024,256,float,10,0.1,0.18\n"; }
-  expectBadInput(fmt::format("fidelity {} --topology dgx-h100-8x1", noRanks), "states no rank count; pass -g N");
+  expectBadInput(fmt::format("fidelity {} --topology dgx-h100-8x1", noRanks),
+                 "the log states no rank count (no '# Rank' lines, nGpus or '# gpu_count:'); pass -g N");
   const std::string garbage = path("garbage.log");
   {
     std::ofstream(garbage) << "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
