@@ -394,6 +394,19 @@ bool spansDecades(const std::vector<PlotSeries>& series) {
   return hi > 0 && hi >= kLogYPeakRatio * lo;
 }
 
+/// Bus bandwidth against size on a log x axis; a log y axis when the series' peaks are decades apart.
+PlotConfig busbwVsSize(std::string kind, std::string title, const std::vector<PlotSeries>& series) {
+  PlotConfig c;
+  c.kind = std::move(kind);
+  c.title = std::move(title);
+  c.xLabel = "size (bytes)";
+  c.logX = true;
+  c.logY = spansDecades(series);
+  c.yLabel = c.logY ? "busbw (GB/s, log scale)" : "busbw (GB/s)";
+  c.xFormat = AxisFormat::Bytes;
+  return c;
+}
+
 }  // namespace
 
 std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
@@ -416,15 +429,8 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
   const auto plots = busbwPlots(in);
   if (plots.empty()) h += "<p class=\"empty\">No perf runs (<code>collbench perf -J</code>) among the inputs.</p>";
   for (const BusbwPlot& p : plots) {
-    PlotConfig c;
-    c.kind = "busbw";
-    c.title = p.collective + ": bus bandwidth (out-of-place) per algorithm and backend";
-    c.xLabel = "size (bytes)";
-    c.yLabel = "busbw (GB/s)";
-    c.logX = true;
-    c.logY = spansDecades(p.series);
-    if (c.logY) c.yLabel = "busbw (GB/s, log scale)";
-    c.xFormat = AxisFormat::Bytes;
+    PlotConfig c =
+        busbwVsSize("busbw", p.collective + ": bus bandwidth (out-of-place) per algorithm and backend", p.series);
     c.colours = &colours;
     h += figure(c, p.series);
   }
@@ -519,16 +525,9 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
     h += "<p class=\"empty\">Needs <code>collbench fidelity LOG --topology T -J out.json</code> output.</p>";
   }
   for (const FidelityPlot& p : fid) {
-    PlotConfig c;
-    c.kind = "fidelity-busbw";
-    c.title = p.title + ": bus bandwidth (out-of-place), measured vs simulated";
-    c.xLabel = "size (bytes)";
-    c.yLabel = "busbw (GB/s)";
-    c.logX = true;
-    c.logY = spansDecades(p.series);
-    if (c.logY) c.yLabel = "busbw (GB/s, log scale)";
-    c.xFormat = AxisFormat::Bytes;
-    h += figure(c, p.series);
+    h += figure(
+        busbwVsSize("fidelity-busbw", p.title + ": bus bandwidth (out-of-place), measured vs simulated", p.series),
+        p.series);
     h += "<table><tr><th>sizes</th><th>rows</th><th>median |error|</th><th>p90</th><th>worst</th></tr>";
     const auto row = [&h](std::string_view sizes, const ErrorStats& st) {
       h += fmt::format("<tr><td>{}</td><td class=n>{}</td>", esc(sizes), st.rows);
