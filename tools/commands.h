@@ -26,6 +26,8 @@ void addTuneCommand(CLI::App& app, int& exitCode);
 void addCalibrateCommand(CLI::App& app, int& exitCode);
 /// `collbench regret --tuning T`: chosen / best measured time on a held-out grid (cmd_regret.cc).
 void addRegretCommand(CLI::App& app, int& exitCode);
+/// `collbench fidelity LOG... --topology T`: measured nccl-tests tables vs the simulator (cmd_fidelity.cc).
+void addFidelityCommand(CLI::App& app, int& exitCode);
 
 /// `collbench train`: the MultiWorkerMirroredStrategy example on N replicas, with a trace (cmd_train.cc).
 void addTrainCommand(CLI::App& app, int& exitCode);

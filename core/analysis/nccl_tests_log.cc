@@ -8,7 +8,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "collbench/error.h"
 
@@ -81,7 +85,135 @@ NcclTestsHalf parseHalf(const std::vector<std::string>& t, std::size_t at, const
   return h;
 }
 
+/// The leading integer of a CSV comment value: "16 (8 per node, 1 GPU per MPI rank)" -> 16; 0 when there is none.
+int leadingInt(const std::vector<std::string>& toks, std::size_t at) {
+  if (at >= toks.size()) return 0;
+  const std::string& t = toks[at];
+  int v = 0;
+  const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  return ec == std::errc() && ptr != t.data() && v > 0 ? v : 0;
+}
+
+/// "2.26.2" from NCCL's "NCCL version 2.26.2+cuda12.8" anywhere in `line` ("" when absent).
+std::string ncclVersionIn(const std::string& line) {
+  static const std::string kKey = "NCCL version ";
+  const auto at = line.find(kKey);
+  if (at == std::string::npos) return "";
+  const std::size_t from = at + kKey.size();
+  std::size_t end = from;
+  while (end < line.size() && (std::isdigit(static_cast<unsigned char>(line[end])) || line[end] == '.')) ++end;
+  return end > from ? line.substr(from, end - from) : "";
+}
+
+/// nccl-tests' "nccl-library=22809": NCCL_VERSION_CODE, major x 10000 + minor x 100 + patch since NCCL 2.9
+/// (nccl.h.in, NCCL_VERSION(X,Y,Z)).
+std::string ncclVersionOfCode(const std::string& token) {
+  static const std::string kKey = "nccl-library=";
+  if (token.rfind(kKey, 0) != 0) return "";
+  int code = 0;
+  if (!parseInt(token.substr(kKey.size()), code) || code < 20900) return "";
+  constexpr int kMajor = 10000, kMinor = 100;
+  return fmt::format("{}.{}.{}", code / kMajor, code % kMajor / kMinor, code % kMinor);
+}
+
+std::vector<std::string> splitCsv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cell;
+  std::istringstream in(line);
+  while (std::getline(in, cell, ',')) {
+    const auto a = cell.find_first_not_of(" \t"), b = cell.find_last_not_of(" \t");
+    out.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+  }
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+/// Column positions of the CSV form's header line; -1 where a column is absent.
+struct CsvColumns {
+  int bytes = -1, count = -1, type = -1, redop = -1, root = -1;
+  int time[2] = {-1, -1}, algbw[2] = {-1, -1}, busbw[2] = {-1, -1}, wrong[2] = {-1, -1};
+  std::size_t size = 0;
+};
+
+CsvColumns csvColumns(const std::vector<std::string>& names, const std::string& source, int line) {
+  CsvColumns c;
+  c.size = names.size();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const int at = static_cast<int>(i);
+    const std::string& n = names[i];
+    for (auto [name, slot] : {std::pair{"bytes", &c.bytes}, std::pair{"count", &c.count}, std::pair{"type", &c.type},
+                              std::pair{"redop", &c.redop}, std::pair{"root", &c.root}}) {
+      if (n == name) *slot = at;
+    }
+    for (int half = 0; half < 2; ++half) {
+      const std::string suffix = half == 0 ? "_oop" : "_ip";
+      if (n == "time_us" + suffix) c.time[half] = at;
+      if (n == "algbw" + suffix) c.algbw[half] = at;
+      if (n == "busbw" + suffix) c.busbw[half] = at;
+      if (n == "wrong" + suffix) c.wrong[half] = at;
+    }
+  }
+  for (auto [name, slot] : {std::pair{"bytes", c.bytes}, std::pair{"time_us_oop", c.time[0]},
+                            std::pair{"algbw_oop", c.algbw[0]}, std::pair{"busbw_oop", c.busbw[0]}}) {
+    if (slot < 0) failAt(source, line, "CSV header", fmt::format("has no '{}' column", name), names.front());
+  }
+  return c;
+}
+
+NcclTestsRow parseCsvRow(const std::string& line, const CsvColumns& c, const std::string& source, int lineNo) {
+  const std::vector<std::string> t = splitCsv(line);
+  if (t.size() != c.size) {
+    failAt(source, lineNo, "CSV row", fmt::format("expected {} comma-separated columns, found {}", c.size, t.size()),
+           line.substr(0, 60));
+  }
+  NcclTestsRow row;
+  row.line = lineNo;
+  const auto cell = [&](int at) { return t[static_cast<std::size_t>(at)]; };
+  if (!parseInt(cell(c.bytes), row.bytes))
+    failAt(source, lineNo, "bytes", "must be a non-negative integer", cell(c.bytes));
+  if (c.count >= 0 && !parseInt(cell(c.count), row.count)) {
+    failAt(source, lineNo, "count", "must be a non-negative integer", cell(c.count));
+  }
+  if (c.type >= 0) row.type = cell(c.type);
+  if (c.redop >= 0) row.redop = cell(c.redop);
+  if (c.root >= 0 && !parseInt(cell(c.root), row.root))
+    failAt(source, lineNo, "root", "must be an integer", cell(c.root));
+  for (int half = 0; half < 2; ++half) {
+    if (c.time[half] < 0 || c.algbw[half] < 0 || c.busbw[half] < 0) continue;
+    const std::string wrong = c.wrong[half] >= 0 ? cell(c.wrong[half]) : "N/A";
+    const std::vector<std::string> cols = {cell(c.time[half]), cell(c.algbw[half]), cell(c.busbw[half]), wrong};
+    (half == 0 ? row.outOfPlace : row.inPlace) =
+        parseHalf(cols, 0, source, lineNo, half == 0 ? "out-of-place" : "in-place");
+  }
+  if (c.time[1] < 0 || c.algbw[1] < 0 || c.busbw[1] < 0) row.inPlace = row.outOfPlace;
+  return row;
+}
+
 }  // namespace
+
+std::string stripLauncherPrefix(const std::string& line) {
+  std::size_t i = line.find_first_not_of(' ');
+  if (i == std::string::npos) return line;
+  const auto digitsFrom = [&](std::size_t at) {
+    while (at < line.size() && std::isdigit(static_cast<unsigned char>(line[at]))) ++at;
+    return at;
+  };
+  // srun --label: the task id right-aligned, then ':' (a table row's first number is followed by spaces instead).
+  if (const std::size_t j = digitsFrom(i); j > i && j < line.size() && line[j] == ':') return line.substr(j + 1);
+  // mpirun --tag-output: "[jobid,rank]<stdout>:" or "<stderr>:".
+  if (line[i] == '[') {
+    const std::size_t a = digitsFrom(i + 1);
+    if (a > i + 1 && a < line.size() && line[a] == ',') {
+      const std::size_t b = digitsFrom(a + 1);
+      if (b > a + 1 && b < line.size() && line[b] == ']') {
+        for (const char* stream : {"<stdout>:", "<stderr>:"}) {
+          if (line.compare(b + 1, std::strlen(stream), stream) == 0) return line.substr(b + 1 + std::strlen(stream));
+        }
+      }
+    }
+  }
+  return line;
+}
 
 std::optional<Collective> collectiveOfProgram(const std::string& program) {
   std::string p = program;
@@ -108,16 +240,26 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
   std::size_t halfColumns = kHalfColumns;
   std::istringstream in(text);
   int lineNo = 0;
-  for (std::string line; std::getline(in, line);) {
+  std::optional<CsvColumns> csv;
+  for (std::string raw; std::getline(in, raw);) {
     ++lineNo;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!raw.empty() && raw.back() == '\r') raw.pop_back();
+    const std::string line = stripLauncherPrefix(raw);
     const auto first = line.find_first_not_of(" \t");
     if (first == std::string::npos) continue;
+    if (log.ncclVersion.empty()) log.ncclVersion = ncclVersionIn(line);
     if (line[first] == '#') {
       const std::vector<std::string> t = split(line.substr(first + 1));
       if (t.empty()) continue;
       if (t[0] == "nccl-tests" && t.size() > 2 && t[1] == "version") {
         log.version = t[2];
+        for (const std::string& tok : t) {
+          if (log.ncclVersion.empty()) log.ncclVersion = ncclVersionOfCode(tok);
+        }
+      } else if (t[0] == "gpu_count:") {  // CSV form
+        log.nranks = leadingInt(t, 1);
+      } else if (t[0] == "node_count:") {
+        log.nodes = leadingInt(t, 1);
       } else if (t.size() >= 4 && t[0] == "Collective" && t[1] == "test" && t[2] == "starting:") {
         log.program = t[3];
         log.collective = collectiveOfProgram(t[3]);
@@ -164,6 +306,15 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
       }
       continue;
     }
+    if (!csv && line.compare(first, 6, "bytes,") == 0) {
+      csv = csvColumns(splitCsv(line.substr(first)), source, lineNo);
+      log.csv = sawHeader = true;
+      continue;
+    }
+    if (csv) {
+      log.rows.push_back(parseCsvRow(line.substr(first), *csv, source, lineNo));
+      continue;
+    }
     if (!inTable) continue;  // launcher and NCCL INFO output before the table
     if (!std::isdigit(static_cast<unsigned char>(line[first]))) continue;  // NCCL INFO/WARN lines inside it
     const std::vector<std::string> t = split(line);
@@ -198,18 +349,30 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
     throw Error(
         Errc::InvalidArgument,
         fmt::format("{}: no nccl-tests result table (expected a '#  size  count  type  redop  root  time  algbw  "
-                    "busbw  #wrong ...' header line)",
+                    "busbw  #wrong ...' header line, or a CSV 'bytes,count,type,time_us_oop,...' one)",
                     printable(source)));
   }
   if (log.rows.empty()) {
     throw Error(Errc::InvalidArgument, fmt::format("{}: the nccl-tests table has no result rows", printable(source)));
   }
-  if (log.nranks == 0) {  // no rank lines (trimmed log): one process's threads x GPUs, when plausible
+  if (log.nranks == 0 && !log.csv) {  // no rank lines (trimmed log): one process's threads x GPUs, when plausible
     const long long n = static_cast<long long>(log.nThread) * log.nGpus;
     constexpr long long kMaxRanks = 1 << 24;
     log.nranks = n >= 1 && n <= kMaxRanks ? static_cast<int>(n) : 0;
   }
   return log;
+}
+
+NcclTestsLog readNcclTestsLog(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path)) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("cannot read nccl-tests log '{}': {}", printable(path),
+                            std::filesystem::exists(path) ? "not a readable file" : "no such file"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parseNcclTestsLog(ss.str(), path);
 }
 
 }  // namespace collbench

@@ -206,9 +206,13 @@ void addReportInput(ReportInputs& in, std::string_view text, std::string_view so
       in.traces.emplace_back(std::string(source), parseTrace(text, source));
       return;
     }
+    if (f == FidelityDocument::kFormat) {
+      in.fidelity.emplace_back(std::string(source), parseFidelityDocument(text, source));
+      return;
+    }
     throw Error(Errc::InvalidArgument,
                 fmt::format("{}: format \"{}\" is not one the report reads (collbench-perf, collbench-replay, "
-                            "collbench-trace, Chrome trace)",
+                            "collbench-trace, collbench-fidelity, Chrome trace)",
                             printable(source), printable(f)));
   }
   if (doc.contains("traceEvents")) {
@@ -329,6 +333,33 @@ std::vector<PlotSeries> replayScaling(const ReportInputs& in) {
   return out;
 }
 
+std::vector<FidelityPlot> fidelityPlots(const ReportInputs& in) {
+  std::vector<FidelityPlot> plots;
+  for (const auto& [source, doc] : in.fidelity) {
+    for (const FidelityLog& f : doc.logs) {
+      FidelityPlot p;
+      p.title = fmt::format("{}: {} on {} ranks, simulated on {} ({})", f.log, toString(f.collective), f.ranks,
+                            f.topology, f.algorithm);
+      p.log = &f;
+      PlotSeries measured{"measured", {}};
+      PlotSeries simulated{fmt::format("simulated on {} ({})", f.topology, f.algorithm), {}};
+      for (const FidelityRow& r : f.rows) {
+        const auto x = static_cast<double>(r.bytes);
+        measured.points.push_back({x, r.measuredBusbwGBps, NAN, NAN,
+                                   fmt::format("measured {} B: {:.2f} us, busbw {:.2f} GB/s", shortBytes(x),
+                                               r.measuredUs, r.measuredBusbwGBps)});
+        simulated.points.push_back(
+            {x, r.simulatedBusbwGBps, NAN, NAN,
+             fmt::format("simulated {} B ({}): {:.2f} us, busbw {:.2f} GB/s, error {:+.1f}%", shortBytes(x),
+                         r.algorithm, r.simulatedUs, r.simulatedBusbwGBps, 100 * r.error())});
+      }
+      p.series = {std::move(measured), std::move(simulated)};
+      plots.push_back(std::move(p));
+    }
+  }
+  return plots;
+}
+
 std::vector<SimMeasuredRow> simVsMeasured(const ReportInputs& in) {
   using Key = std::tuple<std::string, std::string, int, std::size_t>;
   std::map<Key, double> sim;
@@ -414,6 +445,16 @@ OpTimeline traceTimeline(const std::string& source, const Trace& t) {
 
 }  // namespace detail
 
+namespace {
+
+std::string fidelityMarkdownRow(std::string_view sizes, const ErrorStats& s) {
+  if (s.rows == 0) return fmt::format("| {} | 0 | | | |\n", sizes);
+  return fmt::format("| {} | {} | {:.1f}% | {:.1f}% | {:.1f}% |\n", sizes, s.rows, 100 * s.median, 100 * s.p90,
+                     100 * s.worst);
+}
+
+}  // namespace
+
 std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o) {
   using namespace detail;
   std::string md = fmt::format("# {}\n\n", mdCell(o.title));
@@ -478,6 +519,16 @@ std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o)
     }
     md += "\n";
   }
+  md += "## Fidelity of real tables\n\n";
+  const auto fid = fidelityPlots(in);
+  if (fid.empty()) md += "_Needs `collbench fidelity -J` output._\n\n";
+  for (const FidelityPlot& p : fid) {
+    md += fmt::format("### {}\n\n| sizes | rows | median \\|error\\| | p90 | worst |\n|---|---:|---:|---:|---:|\n",
+                      mdCell(p.title));
+    md += fidelityMarkdownRow("all", p.log->all);
+    for (SizeClass c : kSizeClasses) md += fidelityMarkdownRow(describe(c), p.log->byClass[static_cast<int>(c)]);
+    md += "\n";
+  }
   md += "## Selector choices\n\n";
   const auto sel = selectorChoices(in);
   if (sel.empty()) md += "_Needs perf runs with `--algo auto`._\n\n";
@@ -511,6 +562,9 @@ std::string renderReportMarkdown(const ReportInputs& in, const ReportOptions& o)
   for (const auto& [src, t] : in.traces) md += fmt::format("| {} | trace | {} |\n", mdCell(src), mdCell(t.command));
   for (const OpTimeline& t : in.timelines)
     md += fmt::format("| {} | timeline | {} |\n", mdCell(t.source), mdCell(t.title));
+  for (const auto& [src, doc] : in.fidelity) {
+    md += fmt::format("| {} | fidelity | {} |\n", mdCell(src), mdCell(doc.commandLine));
+  }
   return md;
 }
 

@@ -51,6 +51,14 @@ struct SimMeasuredRow {
 /// Rows where a simulated run and measured runs share (collective, algorithm, ranks, size).
 std::vector<SimMeasuredRow> simVsMeasured(const ReportInputs& in);
 
+/// Measured and simulated bus bandwidth vs size of one log of a fidelity file (`collbench fidelity -J`).
+struct FidelityPlot {
+  std::string title;  ///< the log, its ranks and the topology
+  const FidelityLog* log = nullptr;
+  std::vector<PlotSeries> series;  ///< "measured", "simulated on <topology> (<algorithm>)"
+};
+std::vector<FidelityPlot> fidelityPlots(const ReportInputs& in);
+
 struct SelectorRow {
   std::size_t size = 0;
   std::string algorithm, reason;

@@ -394,6 +394,19 @@ bool spansDecades(const std::vector<PlotSeries>& series) {
   return hi > 0 && hi >= kLogYPeakRatio * lo;
 }
 
+/// Bus bandwidth against size on a log x axis; a log y axis when the series' peaks are decades apart.
+PlotConfig busbwVsSize(std::string kind, std::string title, const std::vector<PlotSeries>& series) {
+  PlotConfig c;
+  c.kind = std::move(kind);
+  c.title = std::move(title);
+  c.xLabel = "size (bytes)";
+  c.logX = true;
+  c.logY = spansDecades(series);
+  c.yLabel = c.logY ? "busbw (GB/s, log scale)" : "busbw (GB/s)";
+  c.xFormat = AxisFormat::Bytes;
+  return c;
+}
+
 }  // namespace
 
 std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
@@ -416,15 +429,8 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
   const auto plots = busbwPlots(in);
   if (plots.empty()) h += "<p class=\"empty\">No perf runs (<code>collbench perf -J</code>) among the inputs.</p>";
   for (const BusbwPlot& p : plots) {
-    PlotConfig c;
-    c.kind = "busbw";
-    c.title = p.collective + ": bus bandwidth (out-of-place) per algorithm and backend";
-    c.xLabel = "size (bytes)";
-    c.yLabel = "busbw (GB/s)";
-    c.logX = true;
-    c.logY = spansDecades(p.series);
-    if (c.logY) c.yLabel = "busbw (GB/s, log scale)";
-    c.xFormat = AxisFormat::Bytes;
+    PlotConfig c =
+        busbwVsSize("busbw", p.collective + ": bus bandwidth (out-of-place) per algorithm and backend", p.series);
     c.colours = &colours;
     h += figure(c, p.series);
   }
@@ -513,6 +519,27 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
     h += "</table>";
   }
 
+  h += "</section><section id=\"fidelity\"><h2>Fidelity of real nccl-tests tables</h2>";
+  const auto fid = fidelityPlots(in);
+  if (fid.empty()) {
+    h += "<p class=\"empty\">Needs <code>collbench fidelity LOG --topology T -J out.json</code> output.</p>";
+  }
+  for (const FidelityPlot& p : fid) {
+    h += figure(
+        busbwVsSize("fidelity-busbw", p.title + ": bus bandwidth (out-of-place), measured vs simulated", p.series),
+        p.series);
+    h += "<table><tr><th>sizes</th><th>rows</th><th>median |error|</th><th>p90</th><th>worst</th></tr>";
+    const auto row = [&h](std::string_view sizes, const ErrorStats& st) {
+      h += fmt::format("<tr><td>{}</td><td class=n>{}</td>", esc(sizes), st.rows);
+      h += st.rows == 0 ? std::string("<td></td><td></td><td></td></tr>")
+                        : fmt::format("<td class=n>{:.1f}%</td><td class=n>{:.1f}%</td><td class=n>{:.1f}%</td></tr>",
+                                      100 * st.median, 100 * st.p90, 100 * st.worst);
+    };
+    row("all", p.log->all);
+    for (SizeClass sc : kSizeClasses) row(describe(sc), p.log->byClass[static_cast<int>(sc)]);
+    h += "</table>";
+  }
+
   h += "</section><section id=\"selector\"><h2>Selector choices</h2>";
   const auto sel = selectorChoices(in);
   if (sel.empty()) {
@@ -575,6 +602,11 @@ std::string renderReportHtml(const ReportInputs& in, const ReportOptions& o) {
   for (const OpTimeline& t : in.timelines) {
     h += fmt::format("<tr><td><code>{}</code></td><td>timeline</td><td>{} lanes</td><td></td><td>{}</td></tr>",
                      esc(t.source), t.lanes.size(), esc(t.title));
+  }
+  for (const auto& [src, doc] : in.fidelity) {
+    h += fmt::format(
+        "<tr><td><code>{}</code></td><td>fidelity</td><td>{} log{}</td><td></td><td><code>{}</code></td></tr>",
+        esc(src), doc.logs.size(), doc.logs.size() == 1 ? "" : "s", esc(doc.commandLine));
   }
   h += "</table></section></body></html>\n";
   return h;

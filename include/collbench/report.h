@@ -6,6 +6,7 @@
 ///   collbench-replay (`replay -J`)      step time and scaling efficiency vs world size
 ///   collbench-trace  (`train --trace`, `workload`)  the collectives and compute gaps of one step
 ///   Chrome trace     (`sim --timeline`)  the op timeline of one collective
+///   collbench-fidelity (`fidelity -J`)   measured vs simulated bus bandwidth of real nccl-tests tables
 /// Every plot is an <svg data-plot="KIND"> whose points are <circle data-x data-y> (rectangles for timelines),
 /// so tests and scripts can read the data back from the DOM.
 #include <string>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "collbench/fidelity.h"
 #include "collbench/gate.h"
 #include "collbench/trace.h"
 
@@ -58,8 +60,10 @@ struct ReportInputs {
   std::vector<ReplayRun> replays;
   std::vector<std::pair<std::string, Trace>> traces;  ///< (source, trace)
   std::vector<OpTimeline> timelines;
+  std::vector<std::pair<std::string, FidelityDocument>> fidelity;  ///< (source, document)
 };
-/// Adds one document, recognised by its "format" (collbench-perf, collbench-replay, collbench-trace) or a
+/// Adds one document, recognised by its "format" (collbench-perf, collbench-replay, collbench-trace,
+/// collbench-fidelity) or a
 /// "traceEvents" array (Chrome trace). Anything else is Error{InvalidArgument} naming the source.
 void addReportInput(ReportInputs& inputs, std::string_view text, std::string_view source);
 /// Reads and adds each file (a file that cannot be read is Error{InvalidArgument} naming it).

@@ -1,5 +1,6 @@
 // nccl-tests log parser: the sample logs in tests/unit/data (2.19 single node, 2.13 two nodes under MPI with NCCL
-// INFO noise, 2.19 with per-iteration columns) and the rejection of garbage with one-line messages.
+// INFO noise, 2.19 with per-iteration columns, srun --label and mpirun --tag-output prefixes), the CSV form of
+// tests/data/realdata, and the rejection of garbage with one-line messages.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -155,6 +156,103 @@ TEST(NcclTestsLog, RejectsGarbage) {
                      "        1024           256     float     sum      -1    \x01\x02    0.07    0.12       0    15 "
                      "   0.07    0.12       0\n",
                  {"\\x01"});
+}
+
+TEST(NcclTestsLog, ReadsSrunLabelledLog) {
+  const NcclTestsLog log = parseNcclTestsLog(dataFile("all_reduce_perf_2.17_srun_label.log"), "srun.log");
+  EXPECT_EQ(log.version, "2.17.1");
+  EXPECT_EQ(log.ncclVersion, "2.26.2");  // NCCL's INFO line wins over nccl-library=22602 (read first)
+  EXPECT_EQ(log.program, "all_reduce_perf_mpi");
+  ASSERT_TRUE(log.collective);
+  EXPECT_EQ(*log.collective, Collective::AllReduce);
+  EXPECT_EQ(log.nranks, 16);
+  EXPECT_EQ(log.hosts, (std::vector<std::string>{"gpu-node-01", "gpu-node-02"}));
+  ASSERT_EQ(log.rows.size(), 9u);  // task 9's INFO line inside the table is skipped
+  EXPECT_EQ(log.rows.front().bytes, 8u);
+  EXPECT_DOUBLE_EQ(log.rows.front().outOfPlace.timeUs, 25.10);
+  EXPECT_DOUBLE_EQ(log.rows.front().inPlace.timeUs, 25.02);
+  EXPECT_EQ(log.rows.back().bytes, 524288u);
+  EXPECT_DOUBLE_EQ(log.rows.back().outOfPlace.timeUs, 71.66);
+  EXPECT_EQ(log.rows[5].line, 35);  // line numbers count the prefixed lines as given
+  EXPECT_EQ(log.outOfBounds, 0);
+}
+
+TEST(NcclTestsLog, ReadsMpirunTaggedLog) {
+  const NcclTestsLog log = parseNcclTestsLog(dataFile("all_reduce_perf_mpirun_tag_output.log"), "mpi.log");
+  EXPECT_EQ(log.nranks, 4);
+  EXPECT_EQ(log.nnodes(), 1);
+  EXPECT_EQ(log.ncclVersion, "");
+  ASSERT_EQ(log.rows.size(), 3u);  // rank 3's stderr WARN between the rows is skipped
+  EXPECT_EQ(log.rows[1].bytes, 2048u);
+  EXPECT_DOUBLE_EQ(log.rows[1].outOfPlace.timeUs, 11.52);
+  EXPECT_DOUBLE_EQ(log.rows[2].inPlace.timeUs, 11.84);
+  ASSERT_TRUE(log.avgBusBwGBps);
+  EXPECT_DOUBLE_EQ(*log.avgBusBwGBps, 0.1432);
+}
+
+TEST(NcclTestsLog, LauncherPrefixes) {
+  EXPECT_EQ(stripLauncherPrefix("0: # nThread 1"), " # nThread 1");
+  EXPECT_EQ(stripLauncherPrefix(" 12:         1024"), "         1024");
+  EXPECT_EQ(stripLauncherPrefix("[1,0]<stdout>:# Rank"), "# Rank");
+  EXPECT_EQ(stripLauncherPrefix("[12,345]<stderr>: NCCL WARN"), " NCCL WARN");
+  // Not prefixes: a table row, an NCCL INFO line of a numeric host, a malformed tag.
+  EXPECT_EQ(stripLauncherPrefix("        1024           256"), "        1024           256");
+  EXPECT_EQ(stripLauncherPrefix("10-0-0-1:123:456 [0] NCCL INFO"), "10-0-0-1:123:456 [0] NCCL INFO");
+  EXPECT_EQ(stripLauncherPrefix("[1,0]<stdin>:x"), "[1,0]<stdin>:x");
+  EXPECT_EQ(stripLauncherPrefix("[a,0]<stdout>:x"), "[a,0]<stdout>:x");
+}
+
+TEST(NcclTestsLog, ReadsRealdataCsv) {
+  const std::string text = dataFile("../../data/realdata/h100x16-2node-ib400-nvlstree-ncclTests309-A.csv");
+  const NcclTestsLog log = parseNcclTestsLog(text, "a.csv");
+  EXPECT_TRUE(log.csv);
+  EXPECT_EQ(log.nranks, 16);  // "# gpu_count: 16 (8 per node, 1 GPU per MPI rank)"
+  EXPECT_EQ(log.nnodes(), 2);
+  EXPECT_EQ(log.ncclVersion, "2.26.2");
+  EXPECT_FALSE(log.collective);
+  ASSERT_EQ(log.rows.size(), 32u);
+  EXPECT_EQ(log.rows.front().bytes, 8u);
+  EXPECT_EQ(log.rows.front().count, 2u);
+  EXPECT_EQ(log.rows.front().type, "float");
+  EXPECT_DOUBLE_EQ(log.rows.front().outOfPlace.timeUs, 68.52);
+  EXPECT_DOUBLE_EQ(log.rows.front().inPlace.timeUs, 24.70);
+  EXPECT_EQ(log.rows.front().outOfPlace.wrong, -1);
+  EXPECT_EQ(log.rows.back().bytes, 17179869184u);
+  EXPECT_DOUBLE_EQ(log.rows.back().outOfPlace.busbwGBps, 469.21);
+  EXPECT_EQ(log.rows.front().line, 17);
+}
+
+TEST(NcclTestsLog, CsvWithoutGpuCountAndWithPrefix) {
+  const std::string text =
+      "0: # a table\n"
+      "0: bytes,count,type,time_us_oop,algbw_oop,busbw_oop\n"
+      "0: 1024,256,float,10.5,0.10,0.18\n"
+      "0: 2048,512,float,11.0,0.19,0.33\n";
+  const NcclTestsLog log = parseNcclTestsLog(text, "p.csv");
+  EXPECT_EQ(log.nranks, 0);  // the caller's -g decides
+  ASSERT_EQ(log.rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(log.rows[1].outOfPlace.timeUs, 11.0);
+  EXPECT_DOUBLE_EQ(log.rows[1].inPlace.timeUs, 11.0);  // no in-place columns: the out-of-place half
+}
+
+TEST(NcclTestsLog, RejectsBadCsv) {
+  const std::string header = "bytes,count,type,time_us_oop,algbw_oop,busbw_oop,time_us_ip,algbw_ip,busbw_ip\n";
+  expectRejected("bytes,count,type\n1,2,float\n", {"bad.log:1", "CSV header", "no 'time_us_oop' column"});
+  expectRejected(header + "8,2,float,13.67,0.00,0.00,13.03,0.00\n",
+                 {"bad.log:2", "CSV row", "expected 9 comma-separated columns, found 8"});
+  expectRejected(header + "8,2,float,13.67,0.00,0.00,13.03,0.00,0.00\n16,4,float,x,0.00,0.00,13.07,0.00,0.00\n",
+                 {"bad.log:3", "out-of-place time (us)", "'x'"});
+  expectRejected(header + "-8,2,float,13.67,0.00,0.00,13.03,0.00,0.00\n", {"bad.log:2", "bytes", "-8"});
+  expectRejected(header, {"no result rows"});
+}
+
+TEST(NcclTestsLog, ReadFileErrorsNameThePath) {
+  try {
+    readNcclTestsLog("/nonexistent/dir/run.log");
+    ADD_FAILURE() << "read a missing file";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read nccl-tests log '/nonexistent/dir/run.log': no such file");
+  }
 }
 
 TEST(NcclTestsLog, CrLfLogsParse) {

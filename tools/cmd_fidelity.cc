@@ -1,0 +1,115 @@
+// `collbench fidelity LOG... --topology T`: every row of measured nccl-tests tables simulated on a topology and
+// compared (collbench/fidelity.h). This file parses flags and plugs the simulator into the library.
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collbench/error.h"
+#include "collbench/fidelity.h"
+#include "collbench/nccl_tests_log.h"
+#include "collbench/selector.h"
+#include "collbench/topology.h"
+#include "collbench/tuning.h"
+#include "commands.h"
+#include "perf_runner.h"
+#ifdef COLLBENCH_HAVE_SIM
+#include "sim_backend.h"
+#endif
+
+namespace collbench::cli {
+extern std::string gCommandLine;
+
+namespace {
+
+struct FidelityArgs {
+  std::vector<std::string> logs;
+  std::string topology, algo = "auto", json, collective;
+  int ranks = 0;
+  bool force = false;
+};
+
+#ifdef COLLBENCH_HAVE_SIM
+/// Times calls as `collbench perf --backend sim` does: the spec of countForSize, and with --algo auto the selector
+/// (the topology's tuning table, else the cost model) with its chunk and channels; other names go to the simulator
+/// as they are.
+SimulateFn simulateOn(const sim::Simulator& simulator, const Selector& selector, const std::string& algo) {
+  return [&simulator, &selector, algo](const FidelityCall& call) {
+    const CollectiveSpec spec{
+        call.collective, call.nranks, countForSize(call.collective, call.bytes, dtypeSize(call.dtype), call.nranks),
+        call.dtype,      call.op,     0};
+    AlgoParams params{0, 1, rankHosts(simulator.topology(), call.nranks)};
+    const Choice choice = algo == "auto" ? selector.choose(spec) : Choice{algo, "forced by --algo"};
+    if (algo == "auto") {
+      params.chunkBytes = choice.chunkBytes;
+      params.channels = choice.channels;
+    }
+    return SimulatedCall{simulator.runAlgorithm(spec, choice.algorithm, params).seconds, choice.algorithm};
+  };
+}
+#endif
+
+int run(const FidelityArgs& a) {
+  if (a.ranks < 0) throw Error(Errc::InvalidArgument, fmt::format("-g/--ranks must be >= 1, got {}", a.ranks));
+  PerfConfig output;  // -J is checked as perf checks its -J: before any work, never overwriting without --force
+  output.outputFile = a.json;
+  output.force = a.force;
+  checkOutputFile(output);
+  FidelityOptions options;
+  options.ranks = a.ranks;
+  options.algorithm = a.algo;
+  if (!a.collective.empty()) options.defaultCollective = parseCollective(a.collective);
+  const Topology topo = loadTopology(a.topology);
+  options.topology = a.topology;
+  options.topologyFingerprint = fingerprint(topo);
+  // Every log is read and checked against the topology before the first simulation.
+  std::vector<NcclTestsLog> logs;
+  for (const std::string& path : a.logs) {
+    logs.push_back(readNcclTestsLog(path));
+    const int n = fidelityRanks(logs.back(), path, a.ranks);
+    if (n > static_cast<int>(topo.ranks.size())) {
+      throw Error(Errc::InvalidArgument, fmt::format("{}: {} ranks, but topology '{}' has {} (pick a larger one)",
+                                                     printable(path), n, printable(a.topology), topo.ranks.size()));
+    }
+  }
+#ifdef COLLBENCH_HAVE_SIM
+  const FoundTuningTable found = a.algo == "auto" ? findTuningTable("", &topo, "sim") : FoundTuningTable{};
+  const Selector selector(SelectorOptions{&topo, found.table ? &*found.table : nullptr, "sim", "auto", found.path});
+  FidelityDocument doc;
+  doc.tool = std::string("collbench ") + COLLBENCH_VERSION;
+  doc.commandLine = gCommandLine;
+  for (std::size_t i = 0; i < logs.size(); ++i) {
+    const sim::Simulator simulator(topo, fidelityRanks(logs[i], a.logs[i], a.ranks));
+    doc.logs.push_back(compareWithSimulation(logs[i], a.logs[i], options, simulateOn(simulator, selector, a.algo)));
+    fmt::print("{}{}", i ? "\n" : "", formatFidelityTable(doc.logs.back()));
+    std::fflush(stdout);
+  }
+  if (!a.json.empty()) writeFidelityDocument(doc, a.json);
+  return 0;
+#else
+  throw Error(Errc::Unsupported,
+              "collbench fidelity: this collbench was built without SimGrid (COLLBENCH_WITH_SIMGRID=OFF)");
+#endif
+}
+
+}  // namespace
+
+void addFidelityCommand(CLI::App& app, int& exitCode) {
+  auto a = std::make_shared<FidelityArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "fidelity", "simulate every row of measured nccl-tests tables on a topology: per-size error, median, p90, worst");
+  cmd->add_option("logs", a->logs, "nccl-tests output (srun/mpirun prefixes allowed) or CSV tables")
+      ->required()
+      ->expected(1, -1);
+  cmd->add_option("--topology", a->topology, "topology file or shipped name")->required();
+  cmd->add_option("--algo", a->algo, "algorithm the simulator runs, or auto (as perf --backend sim)")
+      ->default_str("auto");
+  cmd->add_option("-g,--ranks", a->ranks, "rank count of logs that state none (CSV without gpu_count)");
+  cmd->add_option("--collective", a->collective, "collective of logs that do not name it")->default_str("all_reduce");
+  cmd->add_option("-J,--output_file", a->json, "write the comparison as JSON (docs/fidelity.schema.json)");
+  cmd->add_flag("--force", a->force, "overwrite an existing -J file");
+  cmd->callback([a, &exitCode] { exitCode = run(*a); });
+}
+
+}  // namespace collbench::cli
