@@ -125,9 +125,10 @@ constexpr std::size_t kNvlsChunkBytes = 128 * 1024;
 /// Protocol payload efficiency (device.h): LL lines carry 4 data bytes per 8 (a 4-byte flag per 4-byte word), LL128
 /// 120 of 128 bytes, Simple all.
 constexpr double kProtoPayload[kProtos] = {0.5, 120.0 / 128.0, 1.0};
-/// Fitted: fraction of the NVLink datasheet rate a ring/tree reaches in busbw: 8xA100 235 GB/s of 300 (0.78), 8xH100
-/// without NVLS 368.8 of 450 (0.82, nccl-tests issue #309's author); one value for both.
-constexpr double kNvlinkFraction = 0.80;
+/// Fitted per NVLink generation: fraction of the datasheet rate a ring/tree reaches in busbw. NVLink3: 8xA100 235
+/// GB/s of 300 (0.78; Volta assumed alike). NVLink4: 2x8 H100 IB ring 392.7 GB/s of 450 needs at least 0.87 (the
+/// one-node ring, 368.8 GB/s, is held lower by the search's 24 x 15 GB/s channels; Blackwell assumed alike).
+constexpr double kNvlinkFraction[4] = {0.78, 0.78, 0.87, 0.87};
 /// Fitted: fraction of the NVLink rate NVLS reaches (per-GPU traffic S(1 + 1/n) each way): 8xH100 480 GB/s busbw
 /// = 450 x f x 2(n-1)/(n+1) -> f = 0.686.
 constexpr double kNvlsFraction = 0.686;
@@ -143,9 +144,10 @@ constexpr double kNetHopExtraUs[4] = {0.0, 1.0, 58.0, 21.5};    // RoCE: estimat
 /// Fitted: Ampere's per-call floor above NCCL's base latency: 8xA100 32 us at 64 B .. 32 KiB against NCCL's 15 us
 /// ring LL estimate (the table's NCCL predates 2.18; Hopper tables match NCCL's estimate without it).
 constexpr double kArchLaunchExtraUs[4] = {17.0, 17.0, 0.0, 0.0};
-/// Fitted: per-chunk overhead of NVLS multimem operations, as bytes the channel could have moved: busbw at 64 KiB
-/// chunks is 0.91 of that at 128 KiB on 8xH100.
-constexpr double kNvlsChunkOverheadBytes = 6.4 * 1024;
+/// Fitted: NVLS streams each channel's data in chunks (calcCollChunking's 16..128 KiB) through a pipeline whose fill
+/// and drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at
+/// 17 GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
+constexpr double kNvlsPipelineDepth = 13;
 
 constexpr double kBytesPerUsPerGBps = 1e3;  // 1 GB/s = 1e3 bytes/us
 
@@ -560,6 +562,7 @@ NcclComm ncclComm(const NcclSystem& sysIn, int nranks, const NcclEnv& env) {
   int n = std::min(kMaxChannels, 2 * ring.nChannels);
   if (c.collnet && tree.bwIntra > tree.bwInter && nranks > nodes) n = std::min(kMaxChannels, n + n / 2);
   if (s.arch >= GpuArch::Hopper && inter && ring.bwIntra > kSm90DoubleMinBw && n < kSm90DoubleMaxChannels) n *= 2;
+  c.defaultChannels = n;
   n = std::min(n, env.maxChannels);
   n = std::max(n, env.minChannels);
   c.nChannels = n;
@@ -816,7 +819,7 @@ double bottleneckBusBw(const NcclSystem& s, int f, int a, int p, int nranks) {
                                                                         : Collective::Broadcast,
                                               nranks);
   const double link = s.nvlink ? s.nvlinkGBps : kNcclPciBw;
-  const double intraBus = link * kNvlinkFraction;
+  const double intraBus = link * kNvlinkFraction[archIndex(s.arch)];
   const double net = s.nicsPerNode * s.nicGBps * kNetFraction[static_cast<int>(s.nicKind)];
   // NVLS all-reduce moves S(1 + 1/ppn) through each GPU's links each way; gathers and scatters S(ppn-1)/ppn.
   const double nvlsAlg = link * kNvlsFraction / (f == kFuncAllReduce ? 1.0 + 1.0 / ppn : 1.0);
@@ -856,7 +859,7 @@ double perChannelBusBw(const NcclComm& c, int f, int a, int p, int nranks) {
   const NcclSystem& s = c.sys;
   const int arch = archIndex(s.arch), idx2 = nodeIndex(s.nodes);
   double bw = s.nodes <= 2 ? g.bwIntra : g.bwInter;
-  if (a == kRing || a == kPat) bw *= static_cast<double>(g.nChannels) / c.nChannels;
+  if (a == kRing || a == kPat) bw *= static_cast<double>(g.nChannels) / c.defaultChannels;
   if (p == kLL) bw *= kRingLLFactor;
   if (p == kLL128) bw = std::min(bw * kRingLL128Factor, kPerChRingLL128[arch][idx2]);
   if (a == kTree && p == kSimple) bw = std::min(bw * kTreeFactor, kPerChTree[arch][idx2]);
@@ -892,10 +895,17 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
   double bw = bottleneckBusBw(s, f, a, p, nranks);
   if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, f, a, p, nranks));
-  if ((a == kNvls || a == kNvlsTree) && chunk > 0) {
-    bw *= static_cast<double>(chunk) / (static_cast<double>(chunk) + kNvlsChunkOverheadBytes);
+  // NVLS pipeline fill and drain: `depth` chunk times of one channel (rings need none: all their links work at once;
+  // trees are left to NCCL's per-step latencies).
+  double depth = 0;
+  if (a == kNvls || a == kNvlsTree) depth = kNvlsPipelineDepth;
+  double fillUs = 0;
+  if (depth > 0 && chunk > 0) {
+    const double perChannelAlgBw = bw / busBandwidthFactor(coll, nranks) / nc;
+    const double chunkBytes = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc);
+    fillUs = depth * chunkBytes / (kBytesPerUsPerGBps * perChannelAlgBw);
   }
-  return lat + busBytes / (kBytesPerUsPerGBps * bw);
+  return lat + fillUs + busBytes / (kBytesPerUsPerGBps * bw);
 }
 
 }  // namespace

@@ -119,6 +119,7 @@ struct NcclComm {
   NcclSystem sys;
   std::array<NcclGraph, 7> graphs;  ///< by NcclAlgorithm
   int nChannels = 0;                ///< collective channels of the communicator (after NCCL's duplications)
+  int defaultChannels = 0;          ///< nChannels before NCCL_MIN/MAX_NCHANNELS
   int nvlsChannels = 0;             ///< NVLS channels (0: no NVLS)
   bool collnet = false;
 };
