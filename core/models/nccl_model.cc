@@ -137,10 +137,10 @@ constexpr double kNvlsFraction = 0.686;
 constexpr double kNvlsTreeFraction = 0.93;
 /// Fitted per NIC kind: achievable fraction of the line rate (IB ring 392.7 of 400 GB/s on 2x8 H100; EFA tree 78.3
 /// busbw on 2x8 A100 p4de = 50 GB/s x f x 1.875) and the extra latency of one network hop beyond NCCL's NET
-/// hwLatency (IB 0: NCCL's 25.2 us tree LL estimate is the 2x8 H100 IB table's 25 us; EFA2 p5 ~69 us, EFA p4de
-/// ~160 us at 8 B on 2 nodes, 2 network hops).
+/// hwLatency, from the median of the 8 B .. 1 KiB rows on 2 nodes (2 network hops on top of NCCL's 25.2 us tree LL
+/// estimate, and Ampere's launch extra): IB 0 (2x8 H100 IB: 25 us), EFA2 23.4 (p5: 72 us), EFA 59.7 (p4de: 161.5 us).
 constexpr double kNetFraction[4] = {0.98, 0.95, 0.835, 0.835};  // InfiniBand, RoCE (estimate), Efa, Efa2
-constexpr double kNetHopExtraUs[4] = {0.0, 1.0, 58.0, 21.5};    // RoCE: estimate
+constexpr double kNetHopExtraUs[4] = {0.0, 1.0, 59.7, 23.4};    // RoCE: estimate
 /// Fitted: Ampere's per-call floor above NCCL's base latency: 8xA100 32 us at 64 B .. 32 KiB against NCCL's 15 us
 /// ring LL estimate (the table's NCCL predates 2.18; Hopper tables match NCCL's estimate without it).
 constexpr double kArchLaunchExtraUs[4] = {17.0, 17.0, 0.0, 0.0};

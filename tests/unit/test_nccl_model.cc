@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -335,6 +336,7 @@ TEST_P(RealTables, PredictedTimeWithinBounds) {
   }
   const double median = quantile(err, 0.5), p90 = quantile(err, 0.9);
   std::printf("%s: median %.1f%% p90 %.1f%%\n", t.file, 100 * median, 100 * p90);
+  if (std::getenv("NCCL_MODEL_TABLE")) std::printf("%s", table.c_str());
   EXPECT_LE(median, t.maxMedian) << table;
   EXPECT_LE(p90, t.maxP90) << table;
 }
@@ -356,8 +358,8 @@ INSTANTIATE_TEST_SUITE_P(
                   {{"NCCL_ALGO", "Ring"}, {"NCCL_MIN_CTAS", "24"}},
                   0.10,
                   0.46},
-        // EFA: 16 KiB .. 4 MiB and 16 .. 256 MiB run 20-45% slower than the model (EFA's per-message costs).
-        RealTable{"H100x16EfaP5", "h100x16-2node-efa-p5-awsome.csv", awsP5(), 16, {}, 0.11, 0.33},
+        // EFA: 16 KiB .. 4 MiB and 16 .. 64 MiB run 20-40% slower than the model (EFA's per-message costs).
+        RealTable{"H100x16EfaP5", "h100x16-2node-efa-p5-awsome.csv", awsP5(), 16, {}, 0.10, 0.31},
         // EFA: 512 KiB .. 64 MiB run 25-50% slower than the model.
         RealTable{"A100x16EfaP4de", "a100x16-2node-efa-p4de-awsome.csv", awsP4de(), 16, {}, 0.10, 0.46}),
     [](const ::testing::TestParamInfo<RealTable>& p) { return std::string(p.param.name); });
