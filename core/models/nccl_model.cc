@@ -180,6 +180,12 @@ int funcIndex(Collective c) {
   throw Error(Errc::InvalidArgument, "NCCL has no barrier collective (nccl-tests times it as an all-reduce)");
 }
 
+Collective collectiveOf(int func) {
+  constexpr Collective kByFunc[NcclEnv::kFunctions] = {Collective::Broadcast, Collective::Reduce, Collective::AllGather,
+                                                       Collective::ReduceScatter, Collective::AllReduce};
+  return kByFunc[func];
+}
+
 int log2i(std::size_t v) { return v == 0 ? -1 : static_cast<int>(std::bit_width(v)) - 1; }
 
 }  // namespace
@@ -813,11 +819,7 @@ namespace {
 /// busbw (GB/s, nccl-tests' convention) the hardware sustains for algorithm `a` and protocol `p` at large sizes.
 double bottleneckBusBw(const NcclSystem& s, int f, int a, int p, int nranks) {
   const int nodes = s.nodes, ppn = s.gpusPerNode;
-  const double busFactor = busBandwidthFactor(f == kFuncAllReduce       ? Collective::AllReduce
-                                              : f == kFuncAllGather     ? Collective::AllGather
-                                              : f == kFuncReduceScatter ? Collective::ReduceScatter
-                                                                        : Collective::Broadcast,
-                                              nranks);
+  const double busFactor = busBandwidthFactor(collectiveOf(f), nranks);
   const double link = s.nvlink ? s.nvlinkGBps : kNcclPciBw;
   const double intraBus = link * kNvlinkFraction[archIndex(s.arch)];
   const double net = s.nicsPerNode * s.nicGBps * kNetFraction[static_cast<int>(s.nicKind)];
@@ -854,7 +856,7 @@ double bottleneckBusBw(const NcclSystem& s, int f, int a, int p, int nranks) {
 
 /// Bandwidth one channel of the algorithm reaches (busbw, GB/s): NCCL's per-channel graph bandwidth through its
 /// protocol refinements (the search's speed is what one channel's SMs sustain), comm channels sharing search ones.
-double perChannelBusBw(const NcclComm& c, int f, int a, int p, int nranks) {
+double perChannelBusBw(const NcclComm& c, int a, int p) {
   const NcclGraph& g = c.graphs[a];
   const NcclSystem& s = c.sys;
   const int arch = archIndex(s.arch), idx2 = nodeIndex(s.nodes);
@@ -863,17 +865,12 @@ double perChannelBusBw(const NcclComm& c, int f, int a, int p, int nranks) {
   if (p == kLL) bw *= kRingLLFactor;
   if (p == kLL128) bw = std::min(bw * kRingLL128Factor, kPerChRingLL128[arch][idx2]);
   if (a == kTree && p == kSimple) bw = std::min(bw * kTreeFactor, kPerChTree[arch][idx2]);
-  (void)f;
-  (void)nranks;
   return bw;
 }
 
-}  // namespace
-
-namespace {
-
 double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nranks, int nc, std::size_t chunk) {
   const NcclSystem& s = c.sys;
+  // One rank: NCCL's ring Simple launch, a local copy.
   if (nranks == 1) return kBaseLatUs[kRing][kSimple] + kArchLaunchExtraUs[archIndex(s.arch)];
   Tuned t = tune(c, f, a, p, nranks);
   if (!(t.bw > 0)) return -1;
@@ -887,14 +884,10 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
                          : 2 * log2i(static_cast<std::size_t>(s.nodes));
     lat += hops * kNetHopExtraUs[static_cast<int>(s.nicKind)];
   }
-  const Collective coll = f == kFuncAllReduce       ? Collective::AllReduce
-                          : f == kFuncAllGather     ? Collective::AllGather
-                          : f == kFuncReduceScatter ? Collective::ReduceScatter
-                          : f == kFuncReduce        ? Collective::Reduce
-                                                    : Collective::Broadcast;
+  const Collective coll = collectiveOf(f);
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
   double bw = bottleneckBusBw(s, f, a, p, nranks);
-  if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, f, a, p, nranks));
+  if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, a, p));
   // NVLS pipeline fill and drain: `depth` chunk times of one channel (rings need none: all their links work at once;
   // trees are left to NCCL's per-step latencies).
   double depth = 0;
