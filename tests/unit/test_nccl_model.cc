@@ -233,6 +233,32 @@ TEST(NcclChoose, LL128OnlyWhereNcclEnablesIt) {
   EXPECT_TRUE(ll128Offered(awsP4de()));  // PIX
 }
 
+TEST(NcclPredict, ScalesWithNodeCount) {
+  // Deeper trees pay more network hops at small sizes; at large sizes NVLSTree's per-node network traffic doubles
+  // beyond two nodes (2S per direction through the NICs instead of S), so busbw falls to about the NICs' 392 GB/s.
+  const std::size_t large = std::size_t{8} << 30;
+  const double busFactor16 = busBandwidthFactor(Collective::AllReduce, 16);
+  const double busFactor64 = busBandwidthFactor(Collective::AllReduce, 64);
+  const NcclChoice small2 = ncclChoose(dgxH100(2), Collective::AllReduce, 8, 16);
+  const NcclChoice small8 = ncclChoose(dgxH100(8), Collective::AllReduce, 8, 64);
+  EXPECT_GT(small8.predictedUs, small2.predictedUs);
+  const NcclChoice large2 = ncclChoose(dgxH100(2), Collective::AllReduce, large, 16);
+  const NcclChoice large8 = ncclChoose(dgxH100(8), Collective::AllReduce, large, 64);
+  EXPECT_EQ(large8.algorithm, NcclAlgorithm::NvlsTree);
+  const double bus2 = static_cast<double>(large) * busFactor16 / large2.predictedUs / 1e3;
+  const double bus8 = static_cast<double>(large) * busFactor64 / large8.predictedUs / 1e3;
+  EXPECT_NEAR(bus2, 470, 20);  // the 2x8 IB table's 468 GB/s
+  EXPECT_LT(bus8, bus2);
+  EXPECT_NEAR(bus8, 392 * busFactor64 / 2, 25);
+  // ncclPredictUs of the chosen triple is the choice's prediction.
+  EXPECT_DOUBLE_EQ(
+      ncclPredictUs(dgxH100(2), Collective::AllReduce, large, 16, large2.algorithm, large2.protocol, large2.channels),
+      large2.predictedUs);
+  EXPECT_LT(
+      ncclPredictUs(dgxH100(), Collective::AllReduce, large, 8, NcclAlgorithm::NvlsTree, NcclProtocol::Simple, 16),
+      0);  // NVLSTree needs more than one node
+}
+
 TEST(NcclSystemOf, ReadsTheTopology) {
   Topology t;
   t.name = "two-hosts";
