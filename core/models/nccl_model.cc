@@ -888,6 +888,9 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
   double bw = bottleneckBusBw(s, f, a, p, nranks);
   if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, a, p));
+  // tuning.cc: trees run below their model at medium sizes; NCCL's own correction factor applies to the hardware too.
+  const int logSize = log2i(bytes >> 6);
+  if (a == kTree && f == kFuncAllReduce && logSize >= 0 && logSize < 23) bw *= kTreeCorrection[p][logSize];
   // NVLS pipeline fill and drain: `depth` chunk times of one channel (rings need none: all their links work at once;
   // trees are left to NCCL's per-step latencies).
   double depth = 0;
