@@ -85,8 +85,8 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks);
 
 /// The NCCL environment variables the model honours, parsed as NCCL parses them.
 struct NcclEnv {
-  static constexpr int kFunctions = 5;  ///< NCCL's ncclFuncStr order: Broadcast, Reduce, AllGather, ReduceScatter,
-                                        ///< AllReduce
+  /// Functions in NCCL's ncclFuncStr order: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce.
+  static constexpr int kFunctions = 5;
   /// algoEnabled[function][algorithm]; protoEnabled[function][protocol]: 0 off, 1 on, 2 = NCCL's default for LL128
   /// (on only where the architecture and paths allow it).
   std::array<std::array<int, 7>, kFunctions> algoEnabled{};
@@ -154,10 +154,12 @@ struct NcclChoice {
 NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                       const NcclEnv& env = NcclEnv{});
 
-/// Time (us) of one call with a given algorithm, protocol and channel count: the launch floor, per-step protocol
-/// latencies x steps, and bytes over the effective bandwidth (datasheet line rates x protocol payload efficiency x the
-/// achievable fraction of each link class), see core/models/nccl_model.cc. Negative where the algorithm does not
-/// exist on this system and collective.
+/// Time (us) of one call with a given algorithm, protocol and channel count: NCCL's latency model (base latency +
+/// per-step protocol latency x steps) plus each network hop's measured extra and the arch's launch floor; bytes
+/// (nccl-tests busbw convention) over the lower of channels x NCCL's per-channel bandwidth and the hardware's
+/// (datasheet line rates x protocol payload efficiency x the achievable fraction of each link class); NVLS pipeline
+/// fill; NCCL's tree correction at medium sizes. Constants and their sources: core/models/nccl_model.cc. Negative
+/// where the algorithm does not exist on this system and collective.
 double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                      NcclAlgorithm algorithm, NcclProtocol protocol, int channels);
 
