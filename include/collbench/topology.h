@@ -36,6 +36,7 @@ struct TopoNode {
   double reduceGBps = 0;  ///< gpu/cpu reduction throughput (output bytes/s); 0 = unknown (treated as infinite)
   /// Switches: per-port forwarding limit; 0 = non-blocking (no contention inside the switch).
   double switchGBps = 0;
+  std::string arch = {};  ///< gpu nodes: "volta", "ampere", "hopper", "blackwell" ("" = unknown)
 };
 
 struct TopoLink {

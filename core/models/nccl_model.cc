@@ -1,0 +1,985 @@
+// NCCL's choice for a call, emulated from NVIDIA/nccl v2.28.9-1 (commit dbc86fd06e8b0c4517b95d8958a09ccacf9520c9),
+// and a time model of the call on the machine. Facts and figures come from NCCL's sources named next to each
+// constant; only what they leave open (achievable fractions of line rate, per-interconnect latency floors) is
+// fitted, on the nccl-tests tables of tests/data/realdata/ (see kNvlinkFraction ... below).
+#include "collbench/nccl_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+
+#include "collbench/error.h"
+
+namespace collbench {
+
+namespace {
+
+// ---- NCCL's constants ------------------------------------------------------------------------------------------
+constexpr int kAlgos = 7, kProtos = 3;
+constexpr int kTree = 0, kRing = 1, kCollNetDirect = 2, kCollNetChain = 3, kNvls = 4, kNvlsTree = 5, kPat = 6;
+constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
+/// ncclFuncStr order (src/include/nccl_common.h).
+constexpr int kFuncBroadcast = 0, kFuncReduce = 1, kFuncAllGather = 2, kFuncReduceScatter = 3, kFuncAllReduce = 4;
+constexpr const char* kFuncNames[NcclEnv::kFunctions] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                                                         "AllReduce"};
+constexpr const char* kAlgoNames[kAlgos] = {"Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"};
+constexpr const char* kProtoNames[kProtos] = {"LL", "LL128", "Simple"};
+
+/// tuning.cc ncclTunerConstantsDefaults.baseLatencies [algo][proto], us.
+constexpr double kBaseLatUs[kAlgos][kProtos] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0},      {0, 0, 0},
+                                                {0, 0, 0},        {0, 0, 0},        {8.0, 8.0, 8.0}};
+/// tuning.cc hwLatencies [NVLINK, PCI, NET][algo][proto]: latency of one pipeline step, us.
+constexpr double kHwLatUs[3][kAlgos][kProtos] = {
+    {{.6, 1.25, 4.0}, {.6, 1.9, 3.4}, {0, 0, 3.7}, {0, 0, 2.8}, {0, 0, 25}, {0, 0, 25}, {0, 0, 4.0}},
+    {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}, {0, 0, 3.7}, {0, 0, 2.8}, {0, 0, 0}, {0, 0, 0}, {0, 0, 4.0}},
+    {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}, {0, 0, 31}, {0, 0, 30}, {0, 0, 18}, {0, 0, 20.9}, {0, 0, 14}}};
+constexpr int kHwNvlink = 0, kHwPci = 1, kHwNet = 2;
+/// tuning.cc llMaxBws [GPU arch row for one node | CPU row for more][N1, N2, N4], GB/s; rows: Volta / Intel,
+/// Ampere / AMD, Hopper, Blackwell.
+constexpr double kLlMaxBw[4][3] = {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
+/// tuning.cc perChMaxRingLL128Bws, perChMaxTreeLL128Bws, perChMaxTreeBws, perChMaxNVLSTreeBws [arch][N1, N2, N4].
+constexpr double kPerChRingLL128[4][3] = {
+    {20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 36.7}, {73.4, 34.6, 73.4}};
+constexpr double kPerChTreeLL128[4][3] = {
+    {20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}};
+constexpr double kPerChTree[4][3] = {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}};
+constexpr double kPerChNvlsTree[4][3] = {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 43.8}};
+/// tuning.cc nvlsEfficiency by arch.
+constexpr double kNvlsEfficiency[4] = {0.0, 0.0, 0.85, 0.74};
+/// tuning.cc treeCorrectionFactor [proto][log2(bytes >> 6)], 64 B .. 256 MiB.
+constexpr double kTreeCorrection[kProtos][23] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9}};
+/// tuning.cc ncclTopoGetAlgoTime: multi-node Simple ring all-reduce latency x1.4 (sm >= 80, else x1.9) once a
+/// channel-rank gets 64 bytes or more.
+constexpr double kRingPlateauFactor = 1.4, kRingPlateauFactorPreAmpere = 1.9;
+constexpr std::size_t kRingPlateauBytes = 64;
+/// tuning.cc getNetOverhead: us per network step (Intel 1.0, AMD 2.0), x3 for Simple.
+constexpr double kNetOverheadIntelUs = 1.0, kNetOverheadAmdUs = 2.0, kNetOverheadSimpleFactor = 3.0;
+/// tuning.cc: PAT bandwidth x0.75; tree x0.85 where the tree graph degenerates to a chain (1 GPU per node); tree
+/// all-reduce x0.92, tree LL x1/3.8, tree LL128 x7/9 (one node) or x120/128; ring LL x0.5, ring LL128 x0.92.
+constexpr double kPatFactor = .75, kTreePatternFactor = .85, kTreeFactor = .92, kTreeLLFactor = 1.0 / 3.8;
+constexpr double kTreeLL128FactorN1 = 7.0 / 9.0, kTreeLL128FactorNet = 120.0 / 128.0;
+constexpr double kRingLLFactor = .5, kRingLL128Factor = .92;
+/// tuning.cc: CollNetDirect bandwidth x0.85 on sm90+; 0.4 us per extra local rank (arity serialisation); collnet
+/// AllGather/ReduceScatter at min(bwIntra, 0.9 bwInter) per local rank.
+constexpr double kCollNetSm90Factor = .85, kCollNetArityUs = 0.4, kCollNetInterFactor = .9;
+/// PAT latency: log2(nodes) x interLat / 3.5 + 2.8 us per rank (tuning.cc).
+constexpr double kPatLogDivisor = 3.5, kPatPerRankUs = 2.8;
+
+/// src/graph/topo.h: NCCL's bandwidth of one NVLink (GB/s) by arch, and of PCIe Gen3 x16.
+constexpr double kNcclNvlinkBw[4] = {20.0, 20.0, 20.6, 40.1};  // SM70, SM80, SM90, SM100_NVLINK_BW
+constexpr double kNcclPciBw = 12.0;                            // PCI_BW
+/// Datasheet bandwidth of one NVLink per direction (GB/s): NVLink2/3/4 25 (V100 6 links = 150, A100 12 = 300,
+/// H100 18 = 450), NVLink5 50 (B200 18 = 900).
+constexpr double kNvlinkLinkGBps[4] = {25.0, 25.0, 25.0, 50.0};
+/// src/graph/search.cc speed arrays (GB/s per channel) tried by the topology search: before sm90, sm90, sm100.
+const std::vector<double> kSpeedIntra = {40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0};
+const std::vector<double> kSpeedInter = {48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0,
+                                         7.0,  6.0,  5.0,  4.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+const std::vector<double> kSm90SpeedIntra = {60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0};
+const std::vector<double> kSm90SpeedInter = {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5,
+                                             15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+const std::vector<double> kSm100SpeedIntra = {90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0};
+const std::vector<double> kSm100SpeedInter = {96.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0,
+                                              17.5, 15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+/// search.cc: a lower speed is tried only while it is more than 0.49 of the best found; channels are duplicated
+/// when the speed is at least 25 GB/s (not on sm90+ below 50 GB/s with more than 4 channels).
+constexpr double kSpeedStepRatio = .49, kDupMinBw = 25.0, kDupSm90MinBw = 50.0;
+constexpr int kDupSm90MaxChannels = 4;
+/// device.h MAXCHANNELS; the ring search keeps at most MAXCHANNELS/2 (init.cc); NVLS arity 32, direct arity 7.
+constexpr int kMaxChannels = 64, kMaxSearchChannels = 32, kMaxNvlsArity = 32, kMaxDirectArity = 7;
+/// connect.cc: on sm90+ multi-node rings with bwIntra above 45 GB/s and fewer than 16 channels get twice the channels.
+constexpr double kSm90DoubleMinBw = 45.0;
+constexpr int kSm90DoubleMaxChannels = 16;
+/// transport/nvls.cc: NVLS channels (NVLS_NCHANNELS_SM90 16; sm100: 24 in one NVLink domain, 32 multi-node).
+constexpr int kNvlsChannelsSm90 = 16, kNvlsChannelsSm100Single = 24, kNvlsChannelsSm100Multi = 32;
+/// device.h thread counts: WARP_SIZE 32, NCCL_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512, NCCL_LL_MAX_NTHREADS
+/// 512, NCCL_LL128_MAX_NTHREADS 640; tuning.cc: Simple rings of at most PCI_BW use 256 threads.
+constexpr int kWarp = 32, kMaxThreads = 640, kSimpleMaxThreads = 512, kLLMaxThreads = 512, kLL128MaxThreads = 640;
+constexpr int kSimplePciThreads = 256;
+/// comm.h thread thresholds (bytes per thread before more threads/channels): LL 8 (x nRanks for rings), LL128 8,
+/// Simple 64; CollNet 512.
+constexpr int kLLThreshold = 8, kLL128Threshold = 8, kSimpleThreshold = 64, kCollNetThreshold = 512;
+/// device.h NCCL_STEPS 8; init.cc buffer sizes: LL 8 lines/thread x 512 threads x 8 steps x 16-byte lines (8 of
+/// each 16 bytes are flags), LL128 120 elements/thread x 640 threads x 8 steps x 8 bytes (120 of 128 bytes are data),
+/// Simple 4 MiB; collectives.h ALLREDUCE_CHUNKSTEPS 4, SLICESTEPS 2 (the same for AllGather, ReduceScatter).
+constexpr int kSteps = 8;
+constexpr std::size_t kLLBuffBytes = 8 * 512 * kSteps * 16;
+constexpr std::size_t kLL128BuffBytes = 120 * 640 * kSteps * 8;
+constexpr int kChunkSteps = 4, kSliceSteps = 2;
+constexpr std::size_t kLL128LineBytes = 128, kLL128LineDataBytes = 120;
+/// transport/nvls.cc NVLS_CHUNKSIZE default 128 KiB; enqueue.cc calcCollChunking shrinks NVLS chunks to 64/32/16 KiB
+/// below 64/8/2 chunks per concurrent op, NVLSTree to 256/128/64/32 KiB below 32/16/4/1 (NVLSTree at most 64 KiB
+/// from 4 nodes).
+constexpr std::size_t kNvlsChunkBytes = 128 * 1024;
+
+// ---- The time model's own constants (fitted where NCCL's sources and datasheets leave them open) ---------------
+/// Protocol payload efficiency (device.h): LL lines carry 4 data bytes per 8 (a 4-byte flag per 4-byte word), LL128
+/// 120 of 128 bytes, Simple all.
+constexpr double kProtoPayload[kProtos] = {0.5, 120.0 / 128.0, 1.0};
+/// Fitted per NVLink generation: fraction of the datasheet rate a ring/tree reaches in busbw. NVLink3: 8xA100 235
+/// GB/s of 300 (0.78; Volta assumed alike). NVLink4: 2x8 H100 IB ring 392.7 GB/s of 450 needs at least 0.87 (the
+/// one-node ring, 368.8 GB/s, is held lower by the search's 24 x 15 GB/s channels; Blackwell assumed alike).
+constexpr double kNvlinkFraction[4] = {0.78, 0.78, 0.87, 0.87};
+/// Fitted: fraction of the NVLink rate NVLS reaches (per-GPU traffic S(1 + 1/n) each way): 8xH100 480 GB/s busbw
+/// = 450 x f x 2(n-1)/(n+1) -> f = 0.686.
+constexpr double kNvlsFraction = 0.686;
+/// Fitted: NVLSTree's intra-node stage runs below NVLS alone (network proxy traffic shares the GPUs' memory and
+/// SMs): 2x8 H100 IB 469 GB/s and EFA 487 GB/s busbw against 514 from kNvlsFraction.
+constexpr double kNvlsTreeFraction = 0.93;
+/// Fitted per NIC kind: achievable fraction of the line rate (IB ring 392.7 of 400 GB/s on 2x8 H100; EFA tree 78.3
+/// busbw on 2x8 A100 p4de = 50 GB/s x f x 1.875) and the extra latency of one network hop beyond NCCL's NET
+/// hwLatency, from the median of the 8 B .. 1 KiB rows on 2 nodes (2 network hops on top of NCCL's 25.2 us tree LL
+/// estimate, and Ampere's launch extra): IB 0 (2x8 H100 IB: 25 us), EFA2 23.4 (p5: 72 us), EFA 59.7 (p4de: 161.5 us).
+constexpr double kNetFraction[4] = {0.98, 0.95, 0.835, 0.835};  // InfiniBand, RoCE (estimate), Efa, Efa2
+constexpr double kNetHopExtraUs[4] = {0.0, 1.0, 59.7, 23.4};    // RoCE: estimate
+/// Fitted: Ampere's per-call floor above NCCL's base latency: 8xA100 32 us at 64 B .. 32 KiB against NCCL's 15 us
+/// ring LL estimate (the table's NCCL predates 2.18; Hopper tables match NCCL's estimate without it).
+constexpr double kArchLaunchExtraUs[4] = {17.0, 17.0, 0.0, 0.0};
+/// Fitted: NVLS streams each channel's data in chunks (calcCollChunking's 16..128 KiB) through a pipeline whose fill
+/// and drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at
+/// 17 GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
+constexpr double kNvlsPipelineDepth = 13;
+
+constexpr double kBytesPerUsPerGBps = 1e3;  // 1 GB/s = 1e3 bytes/us
+
+int ai(NcclAlgorithm a) { return static_cast<int>(a); }
+int pi(NcclProtocol p) { return static_cast<int>(p); }
+int archIndex(GpuArch a) { return static_cast<int>(a); }
+int nodeIndex(int nodes) { return nodes <= 2 ? nodes - 1 : 2; }
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+int funcIndex(Collective c) {
+  switch (c) {
+    case Collective::Broadcast:
+      return kFuncBroadcast;
+    case Collective::Reduce:
+      return kFuncReduce;
+    case Collective::AllGather:
+      return kFuncAllGather;
+    case Collective::ReduceScatter:
+      return kFuncReduceScatter;
+    case Collective::AllReduce:
+      return kFuncAllReduce;
+    case Collective::Barrier:
+      break;
+  }
+  throw Error(Errc::InvalidArgument, "NCCL has no barrier collective (nccl-tests times it as an all-reduce)");
+}
+
+Collective collectiveOf(int func) {
+  constexpr Collective kByFunc[NcclEnv::kFunctions] = {Collective::Broadcast, Collective::Reduce, Collective::AllGather,
+                                                       Collective::ReduceScatter, Collective::AllReduce};
+  return kByFunc[func];
+}
+
+int log2i(std::size_t v) { return v == 0 ? -1 : static_cast<int>(std::bit_width(v)) - 1; }
+
+}  // namespace
+
+// ---- Names ---------------------------------------------------------------------------------------------------------
+
+std::string_view toString(NcclAlgorithm a) { return kAlgoNames[ai(a)]; }
+std::string_view toString(NcclProtocol p) { return kProtoNames[pi(p)]; }
+std::string_view toString(GpuArch a) {
+  constexpr const char* kNames[] = {"volta", "ampere", "hopper", "blackwell"};
+  return kNames[archIndex(a)];
+}
+std::string_view toString(NicKind k) {
+  constexpr const char* kNames[] = {"infiniband", "roce", "efa", "efa2"};
+  return kNames[static_cast<int>(k)];
+}
+
+NcclAlgorithm parseNcclAlgorithm(std::string_view s) {
+  const std::string l = lower(s);
+  for (int a = 0; a < kAlgos; ++a) {
+    if (l == lower(kAlgoNames[a])) return static_cast<NcclAlgorithm>(a);
+  }
+  throw Error(Errc::InvalidArgument,
+              fmt::format("unknown NCCL algorithm '{}' (available: tree, ring, collnetdirect, collnetchain, nvls, "
+                          "nvlstree, pat)",
+                          printable(s)));
+}
+
+NcclProtocol parseNcclProtocol(std::string_view s) {
+  const std::string l = lower(s);
+  for (int p = 0; p < kProtos; ++p) {
+    if (l == lower(kProtoNames[p])) return static_cast<NcclProtocol>(p);
+  }
+  throw Error(Errc::InvalidArgument,
+              fmt::format("unknown NCCL protocol '{}' (available: ll, ll128, simple)", printable(s)));
+}
+
+GpuArch parseGpuArch(std::string_view s) {
+  const std::string l = lower(s);
+  if (l == "volta" || l == "v100" || l == "sm70") return GpuArch::Volta;
+  if (l == "ampere" || l == "a100" || l == "sm80") return GpuArch::Ampere;
+  if (l == "hopper" || l == "h100" || l == "h200" || l == "sm90") return GpuArch::Hopper;
+  if (l == "blackwell" || l == "b200" || l == "gb200" || l == "sm100") return GpuArch::Blackwell;
+  throw Error(Errc::InvalidArgument,
+              fmt::format("unknown GPU arch '{}' (available: volta, ampere, hopper, blackwell)", printable(s)));
+}
+
+// ---- Environment ---------------------------------------------------------------------------------------------------
+
+NcclEnv::NcclEnv() {
+  for (auto& f : algoEnabled) f.fill(1);
+  for (auto& f : protoEnabled) f = {1, 2, 1};  // LL128 on by default only where tuning.cc's rules allow it
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == sep) {
+      if (i > start) out.push_back(s.substr(start, i - start));  // strtok skips empty tokens
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+/// tuning.cc parseList: "[prefix:][^]elem,elem;prefix:[^]elem..." where only the first entry may lack a prefix.
+template <std::size_t N>
+void parseList(const std::string& var, const std::string& value, const char* const (&elems)[N],
+               std::array<std::array<int, N>, NcclEnv::kFunctions>& list) {
+  const auto bad = [&](const std::string& why) {
+    return Error(Errc::InvalidArgument, fmt::format("{}={}: {}", var, printable(value), why));
+  };
+  const std::vector<std::string> entries = split(value, ';');
+  if (entries.empty()) throw bad("empty list");
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    std::string prefix, elemList = entries[i];
+    if (const std::size_t colon = entries[i].find(':'); colon != std::string::npos) {
+      prefix = entries[i].substr(0, colon);
+      elemList = entries[i].substr(colon + 1);
+    } else if (i > 0) {
+      throw bad(fmt::format("entry '{}' needs a function prefix (only the first may lack one)", entries[i]));
+    }
+    const bool exclude = !elemList.empty() && elemList[0] == '^';
+    if (exclude) elemList.erase(0, 1);
+    const std::vector<std::string> names = split(elemList, ',');
+    if (names.empty()) throw bad("empty list");
+    std::array<int, N> row;
+    row.fill(exclude ? 1 : 0);
+    for (const std::string& name : names) {
+      std::size_t e = 0;
+      while (e < N && lower(name) != lower(elems[e])) ++e;
+      if (e == N) {
+        std::string known;
+        for (const char* k : elems) known += (known.empty() ? "" : ", ") + std::string(k);
+        throw bad(fmt::format("unknown element '{}' (available: {})", printable(name), known));
+      }
+      row[e] = exclude ? 0 : 1;
+    }
+    bool found = false;
+    for (int f = 0; f < NcclEnv::kFunctions; ++f) {
+      if (!prefix.empty() && lower(prefix) != lower(kFuncNames[f])) continue;
+      found = true;
+      list[static_cast<std::size_t>(f)] = row;
+    }
+    if (!found) {
+      throw bad(
+          fmt::format("unknown function '{}' (available: broadcast, reduce, allgather, reducescatter, "
+                      "allreduce)",
+                      printable(prefix)));
+    }
+  }
+}
+
+long long parseInteger(const std::string& var, const std::string& value, long long min, long long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value.c_str(), &end, 0);
+  if (value.empty() || end == nullptr || *end != '\0' || errno == ERANGE) {
+    throw Error(Errc::InvalidArgument, fmt::format("{}={}: not an integer", var, printable(value)));
+  }
+  if (v < min || v > max) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}={}: out of range (expected {} .. {})", var, printable(value), min, max));
+  }
+  return v;
+}
+
+}  // namespace
+
+NcclEnv parseNcclEnv(const std::map<std::string, std::string>& vars) {
+  NcclEnv env;
+  const auto get = [&](const char* name) -> const std::string* {
+    const auto it = vars.find(name);
+    return it == vars.end() ? nullptr : &it->second;
+  };
+  if (const std::string* v = get("NCCL_PROTO")) {
+    parseList("NCCL_PROTO", *v, kProtoNames, env.protoEnabled);
+    env.proto = *v;
+  }
+  if (const std::string* v = get("NCCL_ALGO")) {
+    parseList("NCCL_ALGO", *v, kAlgoNames, env.algoEnabled);
+    env.algo = *v;
+  }
+  // connect.cc ncclMinNchannels / ncclMaxNchannels, init.cc minCTAs / maxCTAs: the tighter of each pair applies.
+  for (const char* name : {"NCCL_MIN_NCHANNELS", "NCCL_MIN_CTAS"}) {
+    if (const std::string* v = get(name)) {
+      env.minChannels = std::max(env.minChannels, static_cast<int>(parseInteger(name, *v, 1, kMaxChannels)));
+    }
+  }
+  for (const char* name : {"NCCL_MAX_NCHANNELS", "NCCL_MAX_CTAS"}) {
+    if (const std::string* v = get(name)) {
+      env.maxChannels = std::min(env.maxChannels, static_cast<int>(parseInteger(name, *v, 1, kMaxChannels)));
+    }
+  }
+  if (env.minChannels > env.maxChannels) env.minChannels = env.maxChannels;  // init.cc: min > max sets both to max
+  if (const std::string* v = get("NCCL_NVLS_ENABLE")) {
+    env.nvlsEnable = static_cast<int>(parseInteger("NCCL_NVLS_ENABLE", *v, 0, 2));
+  }
+  if (const std::string* v = get("NCCL_COLLNET_ENABLE")) {
+    env.collnetEnable = static_cast<int>(parseInteger("NCCL_COLLNET_ENABLE", *v, 0, 1));
+  }
+  if (const std::string* v = get("NCCL_BUFFSIZE")) {
+    // At least one 64 KiB slice per step (a smaller buffer leaves Simple's chunk under its 16-byte grain).
+    constexpr long long kMinBuffSize = 1 << 16, kMaxBuffSize = 1LL << 31;
+    env.buffSize = static_cast<std::size_t>(parseInteger("NCCL_BUFFSIZE", *v, kMinBuffSize, kMaxBuffSize));
+  }
+  if (const std::string* v = get("NCCL_NTHREADS")) {
+    // tuning.cc getNthreads: multiples of 32 between 64 and 512 (NCCL clamps others with a warning).
+    const long long nt = parseInteger("NCCL_NTHREADS", *v, 2 * kWarp, kSimpleMaxThreads);
+    if (nt % kWarp != 0) {
+      throw Error(Errc::InvalidArgument, fmt::format("NCCL_NTHREADS={}: must be a multiple of {}", *v, kWarp));
+    }
+    env.nThreads = static_cast<int>(nt);
+  }
+  return env;
+}
+
+NcclEnv ncclEnvFromProcess() {
+  std::map<std::string, std::string> vars;
+  for (const char* name :
+       {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
+        "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS"}) {
+    if (const char* v = std::getenv(name)) vars[name] = v;
+  }
+  return parseNcclEnv(vars);
+}
+
+// ---- System from a topology ----------------------------------------------------------------------------------------
+
+NcclSystem ncclSystemOf(const Topology& t, int nranks) {
+  const std::vector<int> hosts = rankHosts(t, nranks);  // throws for too few ranks
+  NcclSystem s;
+  std::map<int, int> perHost;
+  for (int h : hosts) ++perHost[h];
+  s.nodes = static_cast<int>(perHost.size());
+  s.gpusPerNode = 0;
+  for (const auto& [h, n] : perHost) s.gpusPerNode = std::max(s.gpusPerNode, n);
+
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < t.nodes.size(); ++i) index[t.nodes[i].id] = i;
+  const TopoNode& gpu = t.nodes[index.at(t.ranks.at(0))];
+  const auto other = [&](const TopoLink& l, const std::string& id) -> const TopoNode* {
+    if (l.a == id) return &t.nodes[index.at(l.b)];
+    if (l.b == id) return &t.nodes[index.at(l.a)];
+    return nullptr;
+  };
+  double nvlinkGBps = 0;
+  s.nvswitch = s.nvls = false;
+  std::set<std::string> gpuNeighbours;
+  for (const TopoLink& l : t.links) {
+    const TopoNode* o = other(l, gpu.id);
+    if (o == nullptr) continue;
+    gpuNeighbours.insert(o->id);
+    if (l.linkClass != "nvlink") continue;
+    nvlinkGBps += l.bandwidthGBps;
+    if (o->kind == NodeKind::Switch && !o->host.empty()) {
+      s.nvswitch = true;
+      s.nvls = s.nvls || o->reduceGBps > 0;
+    }
+  }
+  s.nvlink = nvlinkGBps > 0;
+  s.nvlinkGBps = nvlinkGBps;
+  constexpr double kBlackwellMinGBps = 800, kHopperMinGBps = 400, kAmpereMinGBps = 250;  // 900 / 450 / 300 / 150
+  if (!gpu.arch.empty()) {
+    s.arch = parseGpuArch(gpu.arch);
+  } else if (s.nvlink) {
+    s.arch = nvlinkGBps >= kBlackwellMinGBps ? GpuArch::Blackwell
+             : nvlinkGBps >= kHopperMinGBps  ? GpuArch::Hopper
+             : nvlinkGBps >= kAmpereMinGBps  ? GpuArch::Ampere
+                                             : GpuArch::Volta;
+  }
+  if (s.arch < GpuArch::Hopper) s.nvls = false;  // multicast objects need sm90 (search.cc skips NVLS below 90)
+
+  const std::string lname = lower(t.name + " " + t.description);
+  bool efa = lname.find("efa") != std::string::npos;
+  s.nicsPerNode = 0;
+  s.nicGBps = 0;
+  s.collnet = false;
+  s.gpuNicPath = NcclPath::Phb;
+  for (const TopoNode& n : t.nodes) {
+    if (n.kind == NodeKind::Switch && n.host.empty() && n.reduceGBps > 0) s.collnet = true;
+    if (n.kind != NodeKind::Nic || n.host != gpu.host) continue;
+    ++s.nicsPerNode;
+    efa = efa || lower(n.id).find("efa") != std::string::npos;
+    for (const TopoLink& l : t.links) {
+      const TopoNode* o = other(l, n.id);
+      if (o == nullptr) continue;
+      if (l.linkClass == "nic" || l.linkClass == "fabric") s.nicGBps = std::max(s.nicGBps, l.bandwidthGBps);
+      if (o->id == gpu.id || (gpuNeighbours.count(o->id) > 0 && o->kind == NodeKind::Switch)) {
+        s.gpuNicPath = NcclPath::Pix;
+      }
+    }
+  }
+  if (efa) s.nicKind = s.arch >= GpuArch::Hopper ? NicKind::Efa2 : NicKind::Efa;
+  return s;
+}
+
+// ---- NCCL's topology search and channel setup, reduced to what the tuning needs ----------------------------------
+
+namespace {
+
+const std::vector<double>& speeds(GpuArch arch, bool inter) {
+  if (arch >= GpuArch::Blackwell) return inter ? kSm100SpeedInter : kSm100SpeedIntra;
+  if (arch == GpuArch::Hopper) return inter ? kSm90SpeedInter : kSm90SpeedIntra;
+  return inter ? kSpeedInter : kSpeedIntra;
+}
+
+/// NCCL's view of one GPU's intra-node bandwidth: NVLink count x its per-link constant, or PCIe.
+double ncclIntraBw(const NcclSystem& s) {
+  if (!s.nvlink) return kNcclPciBw;
+  const int a = archIndex(s.arch);
+  return std::round(s.nvlinkGBps / kNvlinkLinkGBps[a]) * kNcclNvlinkBw[a];
+}
+
+/// search.cc ncclTopoCompute for rings: start at the fastest speed the links allow, take channels while every GPU's
+/// link (and, across nodes, every NIC) has room, and try slower speeds while they stay above 0.49 of the best;
+/// keep the most total bandwidth; then ncclTopoDupChannels.
+NcclGraph ringGraph(const NcclSystem& s, int nodes) {
+  const bool inter = nodes > 1;
+  const std::vector<double>& sp = speeds(s.arch, inter);
+  const double intraBw = ncclIntraBw(s);
+  const double maxBw = inter ? std::min(intraBw, s.nicGBps) : intraBw;
+  const auto channelsAt = [&](double speed) {
+    int n = std::min(kMaxSearchChannels, static_cast<int>(intraBw / speed));
+    if (inter) n = std::min(n, s.nicsPerNode * static_cast<int>(s.nicGBps / speed));
+    return n;
+  };
+  std::size_t i = 0;
+  while (i + 1 < sp.size() && sp[i] > maxBw) ++i;
+  NcclGraph g;
+  g.nChannels = channelsAt(sp[i]);
+  g.bwIntra = g.bwInter = sp[i];
+  for (std::size_t j = i + 1; j < sp.size() && g.nChannels * g.bwIntra < intraBw && sp[j] / g.bwInter > kSpeedStepRatio;
+       ++j) {
+    const int n = channelsAt(sp[j]);
+    if (n * sp[j] > g.nChannels * g.bwIntra) {
+      g.nChannels = n;
+      g.bwIntra = g.bwInter = sp[j];
+    }
+  }
+  if (g.nChannels < 1) {  // search.cc falls back to one channel at 0.1 GB/s over SYS paths
+    g.nChannels = 1;
+    g.bwIntra = g.bwInter = 0.1;
+  }
+  const bool dup = g.bwIntra >= kDupMinBw &&
+                   !(s.arch >= GpuArch::Hopper && g.bwIntra < kDupSm90MinBw && g.nChannels > kDupSm90MaxChannels);
+  if (dup) {
+    const int d = std::min(2 * g.nChannels, kMaxSearchChannels);
+    const int div = (d + g.nChannels - 1) / g.nChannels;
+    g.bwIntra /= div;
+    g.bwInter /= div;
+    g.nChannels = d;
+  }
+  g.typeIntra = s.nvlink ? NcclPath::Nvl : NcclPath::Pxb;
+  g.typeInter = inter ? s.gpuNicPath : NcclPath::Pix;
+  return g;
+}
+
+/// The highest speed of `sp` not above `limit` (the slowest when none is).
+double speedAtMost(const std::vector<double>& sp, double limit) {
+  for (double v : sp) {
+    if (v <= limit) return v;
+  }
+  return sp.back();
+}
+
+}  // namespace
+
+NcclComm ncclComm(const NcclSystem& sysIn, int nranks, const NcclEnv& env) {
+  if (nranks < 1) throw Error(Errc::InvalidArgument, fmt::format("nranks must be at least 1, got {}", nranks));
+  NcclComm c;
+  c.sys = sysIn;
+  NcclSystem& s = c.sys;
+  s.gpusPerNode = std::max(1, std::min(s.gpusPerNode, nranks));
+  s.nodes = (nranks + s.gpusPerNode - 1) / s.gpusPerNode;
+  const int nodes = s.nodes, ppn = s.gpusPerNode;
+  const bool inter = nodes > 1;
+  const std::vector<double>& sp = speeds(s.arch, inter);
+  const double intraBw = ncclIntraBw(s);
+
+  NcclGraph ring = ringGraph(s, nodes);
+  // Tree: the ring's channels; with several nodes pass 2 raises bwIntra (up to twice bwInter) while NVLink has room.
+  NcclGraph tree = ring;
+  if (inter)
+    tree.bwIntra = std::max(ring.bwIntra, speedAtMost(sp, std::min(2 * ring.bwInter - 1e-9, intraBw / ring.nChannels)));
+  c.graphs[kRing] = ring;
+  c.graphs[kTree] = tree;
+  c.graphs[kPat] = ring;
+
+  // NVLS (search.cc: needs NVSwitches and sm90; one channel per GPU, each pulling its share; transport/nvls.cc: the
+  // multicast support NCCL_NVLS_ENABLE allows).
+  const bool nvls = s.nvls && s.nvswitch && s.arch >= GpuArch::Hopper && env.nvlsEnable != 0 && ppn >= 2;
+  if (nvls) {
+    NcclGraph g;
+    g.nChannels = std::min(kMaxNvlsArity, ppn);
+    const double perGpu = intraBw * ppn / (ppn - 1);  // non-ring patterns may use ngpus/(ngpus-1) of the link
+    g.bwIntra = speedAtMost(sp, std::min(intraBw, perGpu / g.nChannels));
+    g.bwInter = inter ? speedAtMost(sp, s.nicGBps * s.nicsPerNode / g.nChannels) : g.bwIntra;
+    g.typeIntra = NcclPath::Nvl;
+    g.typeInter = ring.typeInter;
+    c.graphs[kNvls] = c.graphs[kNvlsTree] = g;
+    const int channels =
+        s.arch >= GpuArch::Blackwell ? (inter ? kNvlsChannelsSm100Multi : kNvlsChannelsSm100Single) : kNvlsChannelsSm90;
+    c.nvlsChannels = std::max(env.minChannels, std::min(env.maxChannels, channels));
+  }
+  // CollNet (init.cc: NCCL_COLLNET_ENABLE=1, a network that reduces, more than one node).
+  c.collnet = s.collnet && env.collnetEnable == 1 && inter;
+  if (c.collnet) {
+    c.graphs[kCollNetChain] = tree;
+    NcclGraph direct = tree;
+    direct.nChannels = std::min(kMaxDirectArity + 1, ppn);
+    c.graphs[kCollNetDirect] = direct;
+  }
+
+  // connect.cc ncclTopoPostset: channels duplicated (x2), x1.5 for CollNet when bwIntra > bwInter with several GPUs
+  // per node, x2 on sm90+ multi-node rings above 45 GB/s with < 16 channels; then NCCL_MAX/MIN_NCHANNELS.
+  int n = std::min(kMaxChannels, 2 * ring.nChannels);
+  if (c.collnet && tree.bwIntra > tree.bwInter && nranks > nodes) n = std::min(kMaxChannels, n + n / 2);
+  if (s.arch >= GpuArch::Hopper && inter && ring.bwIntra > kSm90DoubleMinBw && n < kSm90DoubleMaxChannels) n *= 2;
+  c.defaultChannels = n;
+  n = std::min(n, env.maxChannels);
+  n = std::max(n, env.minChannels);
+  c.nChannels = n;
+  return c;
+}
+
+// ---- NCCL's tuning (ncclTopoTuneModel, ncclTopoGetAlgoTime) --------------------------------------------------------
+
+namespace {
+
+struct Tuned {
+  double bw = 0;   ///< NCCL's algorithm bandwidth, GB/s (0 = not offered)
+  double lat = 0;  ///< us
+};
+
+double llMaxBw(const NcclSystem& s) {
+  const int row = s.nodes == 1 ? archIndex(s.arch) : (s.cpuVendor == CpuVendor::Amd ? 1 : 0);
+  return kLlMaxBw[row][nodeIndex(s.nodes)];
+}
+
+int nstepsOf(int func, int nranks) {
+  if (func == kFuncAllReduce) return 2 * (nranks - 1);
+  if (func == kFuncAllGather || func == kFuncReduceScatter) return nranks - 1;
+  return nranks;
+}
+
+/// Whether algorithm `a` exists for function `f` at all (tuning.cc's loop skips, enqueue.cc's support checks).
+bool offered(const NcclComm& c, int f, int a, int p, int nranks) {
+  const NcclSystem& s = c.sys;
+  const int ppn = s.gpusPerNode;
+  if ((f == kFuncBroadcast || f == kFuncReduce) && a != kRing) return false;
+  if ((f == kFuncAllGather || f == kFuncReduceScatter) && a != kPat && a != kRing && a != kNvls && a != kCollNetDirect)
+    return false;
+  if (f == kFuncAllReduce && a == kPat) return false;
+  if ((a == kNvls || a == kNvlsTree) && p != kSimple) return false;
+  if ((a == kCollNetDirect || a == kCollNetChain) && p != kSimple) return false;
+  if (a == kPat && (p != kSimple || s.nodes != nranks)) return false;  // PAT: Simple, one GPU per node
+  if ((a == kNvls || a == kNvlsTree) && (c.nvlsChannels == 0 || c.graphs[a].nChannels < 2)) return false;
+  if ((a == kNvls || a == kNvlsTree) && f != kFuncAllReduce && ppn > kMaxNvlsArity) return false;
+  if (a == kNvlsTree && s.nodes == 1) return false;
+  if (a == kNvls && s.nodes > 1 && !c.collnet) return false;
+  if ((a == kCollNetDirect || a == kCollNetChain) && (!c.collnet || ppn > kMaxDirectArity + 1)) return false;
+  if (a == kCollNetDirect && !s.nvswitch) return false;
+  // AllGather / ReduceScatter over NVLS or CollNetDirect across nodes need the network's collectives and 1:1 GPU:NIC.
+  if ((a == kNvls || a == kCollNetDirect) && (f == kFuncAllGather || f == kFuncReduceScatter) && s.nodes > 1)
+    return false;
+  return true;
+}
+
+/// LL128's default enablement (tuning.cc): on sm90+ up to PXN paths, else up to PXB; NVLink-class intra paths.
+bool ll128Default(const NcclComm& c, int a) {
+  const NcclGraph& g = c.graphs[a];
+  const bool interOk = c.sys.arch >= GpuArch::Hopper ? g.typeInter <= NcclPath::Pxn : g.typeInter <= NcclPath::Pxb;
+  return interOk && g.typeIntra <= NcclPath::Nvb;
+}
+
+Tuned tune(const NcclComm& c, int f, int a, int p, int nranks) {
+  const NcclSystem& s = c.sys;
+  const NcclGraph& g = c.graphs[a];
+  const int nodes = s.nodes, arch = archIndex(s.arch), idx2 = nodeIndex(nodes);
+  const double ppn = static_cast<double>(nranks) / nodes;
+  const int nsteps = nstepsOf(f, nranks);
+  const bool collnet = a == kCollNetDirect || a == kCollNetChain;
+  double bw = nodes <= 2 || collnet ? g.bwIntra : g.bwInter;
+  if (a == kNvls || a == kNvlsTree) {
+    double intra = g.bwIntra * kNvlsEfficiency[arch] * (g.nChannels - 1) / g.nChannels;
+    intra *= f == kFuncAllReduce ? 2.0 : (ppn - 1) / ppn;  // all-reduce pipelines two operations
+    const double interBw = g.bwInter * ((nodes <= 2 && a == kNvlsTree) ? 2 : 1);
+    bw = std::min({intra, interBw, a == kNvlsTree ? kPerChNvlsTree[arch][idx2] : std::numeric_limits<double>::max()});
+  }
+  double busBw = g.nChannels * bw;
+  if (a == kRing && p == kLL) busBw = std::min(llMaxBw(s), busBw * kRingLLFactor);
+  if (a == kRing && p == kLL128) busBw = std::min(busBw * kRingLL128Factor, g.nChannels * kPerChRingLL128[arch][idx2]);
+  if (a == kTree && f == kFuncAllReduce) busBw = std::min(busBw * kTreeFactor, g.nChannels * kPerChTree[arch][idx2]);
+  if (a == kTree && p == kLL) busBw = std::min(busBw * kTreeLLFactor, llMaxBw(s));
+  if (a == kTree && p == kLL128) {
+    busBw = std::min(busBw * (nodes == 1 ? kTreeLL128FactorN1 : kTreeLL128FactorNet),
+                     g.nChannels * kPerChTreeLL128[arch][idx2]);
+  }
+  if (a == kTree && ppn == 1) busBw *= kTreePatternFactor;  // one GPU per node: the tree graph is a chain
+  if (a == kPat) busBw *= kPatFactor;
+  if (a == kCollNetDirect) {
+    if (f == kFuncAllGather || f == kFuncReduceScatter) {
+      busBw = ppn * std::min(g.bwIntra, g.bwInter * kCollNetInterFactor);
+    } else {
+      double factor = ppn / g.nChannels;  // GPU/NIC ratio
+      factor -= (factor - 1) / 2;
+      busBw /= factor;
+      if (s.arch >= GpuArch::Hopper) busBw *= kCollNetSm90Factor;
+    }
+  }
+  if (!(a != kRing && (f == kFuncAllGather || f == kFuncReduceScatter))) {
+    busBw *= (a == kRing || a == kNvls || a == kNvlsTree) ? static_cast<double>(nranks) / nsteps : 0.5;
+  }
+  Tuned t;
+  t.bw = busBw;
+  t.lat = kBaseLatUs[a][p];
+  const int intraHw = g.typeIntra == NcclPath::Nvl ? kHwNvlink : kHwPci;
+  double intraLat = kHwLatUs[intraHw][a][p];
+  const double interLat = ppn == 1 ? kHwLatUs[kHwNet][kTree][p] : kHwLatUs[kHwNet][a][p];  // graph latencyInter 0
+  const int ranksPerNode = nranks / nodes;
+  if (a == kRing) {
+    const int hw = nodes == 1 ? intraHw : kHwNet;
+    double lat = kHwLatUs[hw][a][p];
+    if (f == kFuncReduce || f == kFuncBroadcast) {
+      // Rings of different channels differ (sameChannels 0 on NVSwitch); Simple adds the tree's chunk latency.
+      if (p == kSimple) lat = kHwLatUs[hw][kTree][p];
+      t.lat += nsteps * lat;
+    } else {
+      double netOverhead = 0;
+      if (nodes > 1) {
+        netOverhead = s.cpuVendor == CpuVendor::Amd ? kNetOverheadAmdUs : kNetOverheadIntelUs;
+        if (p == kSimple) netOverhead *= kNetOverheadSimpleFactor;
+      }
+      intraLat = std::max(intraLat, netOverhead);
+      const int interSteps = nodes == 1 ? 0 : f == kFuncAllReduce ? 2 * (nodes - 1) : nodes - 1;
+      t.lat += (nsteps - interSteps) * intraLat + interSteps * interLat;
+    }
+  } else if (a == kTree) {
+    if (f == kFuncAllReduce)
+      t.lat += 2 * ((ranksPerNode - 1) * intraLat + log2i(static_cast<std::size_t>(nodes)) * interLat);
+  } else if (a == kCollNetDirect) {
+    t.lat += 2 * (std::min(1, ranksPerNode - 1) * intraLat + (ranksPerNode - 1) * kCollNetArityUs) + interLat;
+  } else if (a == kCollNetChain) {
+    t.lat += 2 * (ranksPerNode - 1) * intraLat + interLat;
+  } else if (a == kNvls) {
+    t.lat = intraLat + (nodes > 1 ? interLat : 0);
+  } else if (a == kNvlsTree) {
+    t.lat += intraLat + 2 * log2i(static_cast<std::size_t>(nodes)) * interLat;
+  } else if (a == kPat) {
+    if (f == kFuncAllGather || f == kFuncReduceScatter) {
+      t.lat += log2i(static_cast<std::size_t>(nodes)) * (interLat / kPatLogDivisor) + nranks * kPatPerRankUs;
+    }
+  }
+  return t;
+}
+
+/// ncclTopoGetAlgoTime for one call (numPipeOps 1): latency + bytes / bandwidth with the tree correction and the
+/// ring plateau.
+double algoTime(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nranks) {
+  Tuned t = tune(c, f, a, p, nranks);
+  if (!(t.bw > 0)) return -1;
+  const int logSize = log2i(bytes >> 6);
+  if (a == kTree && f == kFuncAllReduce && logSize >= 0 && logSize < 23) t.bw *= kTreeCorrection[p][logSize];
+  if (a == kRing && p == kSimple && c.sys.nodes > 1 && f == kFuncAllReduce &&
+      bytes / static_cast<std::size_t>(c.nChannels * nranks) >= kRingPlateauBytes) {
+    t.lat *= c.sys.arch >= GpuArch::Ampere ? kRingPlateauFactor : kRingPlateauFactorPreAmpere;
+  }
+  return t.lat + static_cast<double>(bytes) / (kBytesPerUsPerGBps * t.bw);
+}
+
+bool enabled(const NcclComm& c, const NcclEnv& env, int f, int a, int p) {
+  const auto fi = static_cast<std::size_t>(f);
+  if (env.algoEnabled[fi][static_cast<std::size_t>(a)] == 0) return false;
+  const int pe = env.protoEnabled[fi][static_cast<std::size_t>(p)];
+  if (pe == 0) return false;
+  if (pe == 2 && p == kLL128) return ll128Default(c, a);
+  return true;
+}
+
+/// tuning.cc getNthreads.
+int envThreads(int env, int min, int max, int def) {
+  if (env <= 0) return def;
+  if (env % kWarp != 0 || env > max) return max;
+  return std::max(env, min);
+}
+
+int maxThreadsOf(const NcclComm& c, const NcclEnv& env, int a, int p) {
+  if (p == kLL) return envThreads(env.nThreads, 2 * kWarp, kLLMaxThreads, kLLMaxThreads);
+  if (p == kLL128) return kLL128MaxThreads;  // NCCL_LL128_NTHREADS, not modelled
+  if (a == kRing) {
+    const NcclGraph& g = c.graphs[kRing];
+    const int def = g.bwIntra * g.nChannels <= kNcclPciBw ? kSimplePciThreads : kSimpleMaxThreads;
+    return envThreads(env.nThreads, 2 * kWarp, kSimpleMaxThreads, def);
+  }
+  if (a == kTree) return envThreads(env.nThreads, 2 * kWarp, kSimpleMaxThreads, kSimpleMaxThreads);
+  return kMaxThreads;
+}
+
+long thresholdOf(int a, int p, int nranks) {
+  if (a == kCollNetDirect || a == kCollNetChain) return p == kSimple ? kCollNetThreshold : kSimpleThreshold;
+  const long t = p == kLL ? kLLThreshold : p == kLL128 ? kLL128Threshold : kSimpleThreshold;
+  return a == kRing && p == kLL ? t * nranks : t;
+}
+
+/// enqueue.cc topoGetAlgoInfo: channels and threads for the chosen algorithm and protocol.
+void channelsAndThreads(const NcclComm& c, const NcclEnv& env, int a, int p, std::size_t bytes, int nranks, int& nc,
+                        int& nt) {
+  const auto nb = static_cast<long double>(bytes);
+  nc = c.nChannels;
+  nt = maxThreadsOf(c, env, a, p);
+  long thr = thresholdOf(a, p, nranks);
+  if (a == kCollNetDirect) {
+    const int heads = c.graphs[kCollNetDirect].nChannels;
+    bool more = true;
+    for (int ncSwitch = 16; ncSwitch >= 1 && more; ncSwitch /= 2) {
+      while ((more = nb < static_cast<long double>(nc) * nt * heads * thr) && nc > ncSwitch) {
+        if (nc == ncSwitch + ncSwitch / 2) thr /= 2;
+        --nc;
+      }
+    }
+  } else if (a == kNvls || a == kNvlsTree) {
+    nc = c.sys.nodes > 1 && a == kNvls ? std::min(c.nvlsChannels, c.nChannels) : c.nvlsChannels;
+  } else {
+    while (nb < static_cast<long double>(nc) * nt * thr && nc >= 2) --nc;
+  }
+  if (a != kNvls && a != kNvlsTree && a != kCollNetDirect) {
+    while (nb < static_cast<long double>(nc) * nt * thr && nt % 128 == 0) nt /= 2;
+  }
+  if (p == kSimple && a == kRing) nt += kWarp;      // extra warp for sync
+  if (p == kSimple && a == kTree) nt += 4 * kWarp;  // split thread model
+  if (nt / kWarp < 3) nt = 3 * kWarp;
+  if (a == kTree || a == kPat) nt = kMaxThreads;
+}
+
+/// enqueue.cc calcCollChunking: the chunk (data bytes per channel and step) and slice.
+void chunking(const NcclComm& c, const NcclEnv& env, int f, int a, int p, std::size_t bytes, int nc, std::size_t& chunk,
+              std::size_t& slice) {
+  const std::size_t buff = p == kLL ? kLLBuffBytes : p == kLL128 ? kLL128BuffBytes : env.buffSize;
+  const std::size_t step = buff / kSteps;
+  const bool ringSimple = p == kSimple && a == kRing;
+  const int chunkSteps = ringSimple && f != kFuncBroadcast && f != kFuncReduce ? kChunkSteps : 1;
+  const int sliceSteps = ringSimple && f != kFuncBroadcast && f != kFuncReduce ? kSliceSteps : 1;
+  chunk = step * static_cast<std::size_t>(chunkSteps);
+  if (p == kLL) chunk /= 2;
+  if (p == kLL128) chunk = chunk / kLL128LineBytes * kLL128LineDataBytes;
+  const auto ops = static_cast<std::size_t>(nc) * static_cast<std::size_t>(c.graphs[kNvls].nChannels);
+  if (a == kNvls) {
+    chunk = std::min(chunk, kNvlsChunkBytes);
+    for (auto [times, size] : {std::pair<std::size_t, std::size_t>{64, 65536}, {8, 32768}, {2, 16384}}) {
+      if (bytes < times * ops * chunk && chunk > size) chunk = size;
+    }
+  } else if (a == kNvlsTree) {
+    chunk = c.sys.nodes >= 4 ? std::min<std::size_t>(kNvlsChunkBytes, 65536) : kNvlsChunkBytes;
+    for (auto [times, size] : {std::pair<std::size_t, std::size_t>{32, 262144}, {16, 131072}, {4, 65536}, {1, 32768}}) {
+      if (bytes < times * ops * chunk && chunk > size) chunk = size;
+    }
+  }
+  slice = ringSimple ? step * static_cast<std::size_t>(sliceSteps) : chunk;
+}
+
+}  // namespace
+
+// ---- The time model ------------------------------------------------------------------------------------------------
+
+namespace {
+
+/// busbw (GB/s, nccl-tests' convention) the hardware sustains for algorithm `a` and protocol `p` at large sizes.
+double bottleneckBusBw(const NcclSystem& s, int f, int a, int p, int nranks) {
+  const int nodes = s.nodes, ppn = s.gpusPerNode;
+  const double busFactor = busBandwidthFactor(collectiveOf(f), nranks);
+  const double link = s.nvlink ? s.nvlinkGBps : kNcclPciBw;
+  const double intraBus = link * kNvlinkFraction[archIndex(s.arch)];
+  const double net = s.nicsPerNode * s.nicGBps * kNetFraction[static_cast<int>(s.nicKind)];
+  // NVLS all-reduce moves S(1 + 1/ppn) through each GPU's links each way; gathers and scatters S(ppn-1)/ppn.
+  const double nvlsAlg = link * kNvlsFraction / (f == kFuncAllReduce ? 1.0 + 1.0 / ppn : 1.0);
+  // Per node and direction the network carries S for a 2-node tree or in-network reduction, 2S for deeper trees.
+  const double treeNetAlg = nodes <= 2 ? net : net / 2;
+  double bus = 0;
+  switch (a) {
+    case kRing:
+    case kPat:
+      bus = nodes > 1 ? std::min(intraBus, net) : intraBus;
+      break;
+    case kTree:
+      bus = nodes > 1 ? std::min(intraBus, treeNetAlg * busFactor) : intraBus;
+      break;
+    case kNvls:
+      bus = nodes > 1 ? std::min(nvlsAlg, net) * busFactor : (f == kFuncAllReduce ? nvlsAlg * busFactor : nvlsAlg);
+      break;
+    case kNvlsTree:
+      bus = std::min(nvlsAlg * kNvlsTreeFraction, treeNetAlg) * busFactor;
+      break;
+    case kCollNetDirect:
+    case kCollNetChain:
+      bus = std::min(intraBus / busFactor, net) * busFactor;
+      break;
+    default:
+      break;
+  }
+  bus *= kProtoPayload[p];
+  if (p == kLL) bus = std::min(bus, llMaxBw(s));
+  return bus;
+}
+
+/// Bandwidth one channel of the algorithm reaches (busbw, GB/s): NCCL's per-channel graph bandwidth through its
+/// protocol refinements (the search's speed is what one channel's SMs sustain), comm channels sharing search ones.
+double perChannelBusBw(const NcclComm& c, int a, int p) {
+  const NcclGraph& g = c.graphs[a];
+  const NcclSystem& s = c.sys;
+  const int arch = archIndex(s.arch), idx2 = nodeIndex(s.nodes);
+  double bw = s.nodes <= 2 ? g.bwIntra : g.bwInter;
+  if (a == kRing || a == kPat) bw *= static_cast<double>(g.nChannels) / c.defaultChannels;
+  if (p == kLL) bw *= kRingLLFactor;
+  if (p == kLL128) bw = std::min(bw * kRingLL128Factor, kPerChRingLL128[arch][idx2]);
+  if (a == kTree && p == kSimple) bw = std::min(bw * kTreeFactor, kPerChTree[arch][idx2]);
+  return bw;
+}
+
+double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nranks, int nc, std::size_t chunk) {
+  const NcclSystem& s = c.sys;
+  // One rank: NCCL's ring Simple launch, a local copy.
+  if (nranks == 1) return kBaseLatUs[kRing][kSimple] + kArchLaunchExtraUs[archIndex(s.arch)];
+  Tuned t = tune(c, f, a, p, nranks);
+  if (!(t.bw > 0)) return -1;
+  // Latency: NCCL's per-step model, with each network hop's extra latency and the arch's launch floor.
+  double lat = t.lat + kArchLaunchExtraUs[archIndex(s.arch)];
+  if (s.nodes > 1) {
+    const int hops = a == kRing  ? (f == kFuncAllReduce ? 2 * (s.nodes - 1) : s.nodes - 1)
+                     : a == kPat ? log2i(static_cast<std::size_t>(s.nodes))
+                     : a == kNvls || a == kCollNetDirect || a == kCollNetChain
+                         ? 1
+                         : 2 * log2i(static_cast<std::size_t>(s.nodes));
+    lat += hops * kNetHopExtraUs[static_cast<int>(s.nicKind)];
+  }
+  const Collective coll = collectiveOf(f);
+  const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
+  double bw = bottleneckBusBw(s, f, a, p, nranks);
+  if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, a, p));
+  // tuning.cc: trees run below their model at medium sizes; NCCL's own correction factor applies to the hardware too.
+  const int logSize = log2i(bytes >> 6);
+  if (a == kTree && f == kFuncAllReduce && logSize >= 0 && logSize < 23) bw *= kTreeCorrection[p][logSize];
+  // NVLS pipeline fill and drain: `depth` chunk times of one channel (rings need none: all their links work at once;
+  // trees are left to NCCL's per-step latencies).
+  double depth = 0;
+  if (a == kNvls || a == kNvlsTree) depth = kNvlsPipelineDepth;
+  double fillUs = 0;
+  if (depth > 0 && chunk > 0) {
+    const double perChannelAlgBw = bw / busBandwidthFactor(coll, nranks) / nc;
+    const double chunkBytes = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc);
+    fillUs = depth * chunkBytes / (kBytesPerUsPerGBps * perChannelAlgBw);
+  }
+  return lat + fillUs + busBytes / (kBytesPerUsPerGBps * bw);
+}
+
+}  // namespace
+
+double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
+                     NcclAlgorithm algorithm, NcclProtocol protocol, int channels) {
+  const int f = funcIndex(collective);
+  const NcclComm c = ncclComm(sys, nranks);
+  const int a = ai(algorithm), p = pi(protocol);
+  if (nranks > 1 && !offered(c, f, a, p, nranks)) return -1;
+  std::size_t chunk = 0, slice = 0;
+  chunking(c, NcclEnv{}, f, a, p, bytes, std::max(1, channels), chunk, slice);
+  return predict(c, f, a, p, bytes, nranks, std::max(1, channels), chunk);
+}
+
+NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks, const NcclEnv& env) {
+  const int f = funcIndex(collective);
+  const NcclComm c = ncclComm(sys, nranks, env);
+  NcclChoice out;
+  if (nranks == 1) {  // enqueue.cc: one rank is a copy (ring Simple, time 0)
+    out.channels = 1;
+    out.threads = kSimpleMaxThreads;
+    out.predictedUs = predict(c, f, kRing, kSimple, bytes, 1, 1, 0);
+    out.reason = "one rank: a local copy";
+    return out;
+  }
+  double best = std::numeric_limits<double>::max();
+  int bestA = -1, bestP = -1;
+  for (int a = 0; a < kAlgos; ++a) {
+    for (int p = 0; p < kProtos; ++p) {
+      NcclCandidate cand{static_cast<NcclAlgorithm>(a), static_cast<NcclProtocol>(p), -1, -1};
+      if (offered(c, f, a, p, nranks) && enabled(c, env, f, a, p)) {
+        cand.ncclUs = algoTime(c, f, a, p, bytes, nranks);
+        if (cand.ncclUs >= 0) {
+          int nc = 0, nt = 0;
+          channelsAndThreads(c, env, a, p, bytes, nranks, nc, nt);
+          std::size_t chunk = 0, slice = 0;
+          chunking(c, env, f, a, p, bytes, nc, chunk, slice);
+          cand.predictedUs = predict(c, f, a, p, bytes, nranks, nc, chunk);
+          if (cand.ncclUs < best) {
+            best = cand.ncclUs;
+            bestA = a;
+            bestP = p;
+          }
+        }
+      }
+      out.candidates.push_back(cand);
+    }
+  }
+  if (bestA < 0) {
+    throw Error(Errc::Unsupported,
+                fmt::format("no NCCL algorithm/protocol available for {} on {} ranks{}{}", toString(collective), nranks,
+                            env.algo.empty() ? "" : fmt::format(" (NCCL_ALGO={})", printable(env.algo)),
+                            env.proto.empty() ? "" : fmt::format(" (NCCL_PROTO={})", printable(env.proto))));
+  }
+  out.algorithm = static_cast<NcclAlgorithm>(bestA);
+  out.protocol = static_cast<NcclProtocol>(bestP);
+  channelsAndThreads(c, env, bestA, bestP, bytes, nranks, out.channels, out.threads);
+  chunking(c, env, f, bestA, bestP, bytes, out.channels, out.chunkBytes, out.sliceBytes);
+  out.ncclUs = best;
+  out.predictedUs = predict(c, f, bestA, bestP, bytes, nranks, out.channels, out.chunkBytes);
+  // The runner-up names what the choice beat.
+  double second = std::numeric_limits<double>::max();
+  const NcclCandidate* runnerUp = nullptr;
+  for (const NcclCandidate& cand : out.candidates) {
+    if (cand.ncclUs >= 0 && cand.ncclUs < second && !(ai(cand.algorithm) == bestA && pi(cand.protocol) == bestP)) {
+      second = cand.ncclUs;
+      runnerUp = &cand;
+    }
+  }
+  out.reason = fmt::format("{}/{} on {} channels: NCCL's estimate {:.1f} us is the lowest{}{}{}", kAlgoNames[bestA],
+                           kProtoNames[bestP], out.channels, best,
+                           runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
+                                                  toString(runnerUp->protocol), runnerUp->ncclUs)
+                                    : std::string(" (the only candidate)"),
+                           env.algo.empty() ? "" : fmt::format("; NCCL_ALGO={}", env.algo),
+                           env.proto.empty() ? "" : fmt::format("; NCCL_PROTO={}", env.proto));
+  return out;
+}
+
+}  // namespace collbench

@@ -1,0 +1,166 @@
+#pragma once
+/// NCCL 2.28's choice for a collective call (algorithm x protocol x channels x threads), emulated from its source
+/// (src/graph/search.cc, src/graph/tuning.cc, src/enqueue.cc, src/init.cc of NVIDIA/nccl v2.28.9-1), NCCL's own time
+/// estimate of every candidate, and a time model of what the call really takes on the machine (ncclPredictUs).
+///
+/// Typical use:
+///   NcclSystem sys = ncclSystemOf(loadTopology("dgx-h100-8x1"), 8);
+///   NcclEnv env = ncclEnvFromProcess();                 // or parseNcclEnv({{"NCCL_ALGO", "^nvls"}})
+///   NcclChoice c = ncclChoose(sys, Collective::AllReduce, 1 << 20, 8, env);
+///   use(c.algorithm, c.protocol, c.channels, c.predictedUs, c.reason);
+#include <array>
+#include <cstddef>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collbench/topology.h"
+#include "collbench/types.h"
+
+namespace collbench {
+
+/// GPU generations NCCL tunes for (its compCapIndex): sm70, sm80, sm90, sm100.
+enum class GpuArch { Volta, Ampere, Hopper, Blackwell };
+/// NCCL's algorithms, in NCCL's order (NCCL_ALGO_TREE = 0 ... NCCL_ALGO_PAT = 6).
+enum class NcclAlgorithm { Tree, Ring, CollNetDirect, CollNetChain, Nvls, NvlsTree, Pat };
+/// NCCL's protocols, in NCCL's order (NCCL_PROTO_LL = 0, LL128, SIMPLE).
+enum class NcclProtocol { LL, LL128, Simple };
+/// NCCL's path types between a GPU and a peer (src/graph/topo.h), best first: NVLink, NVLink through a GPU, C2C,
+/// one PCIe switch, several PCIe switches, C2C + PCIe, through another GPU (PXN), through the host bridge, across
+/// CPU sockets, network.
+enum class NcclPath { Nvl = 1, Nvb, C2c, Pix, Pxb, P2c, Pxn, Phb, Sys, Net };
+/// Network kinds the time model tells apart (their per-hop latency and achievable fraction of line rate differ).
+enum class NicKind { InfiniBand, Roce, Efa, Efa2 };
+enum class CpuVendor { Intel, Amd };
+
+inline constexpr NcclAlgorithm kNcclAlgorithms[] = {
+    NcclAlgorithm::Tree,         NcclAlgorithm::Ring, NcclAlgorithm::CollNetDirect,
+    NcclAlgorithm::CollNetChain, NcclAlgorithm::Nvls, NcclAlgorithm::NvlsTree,
+    NcclAlgorithm::Pat};
+inline constexpr NcclProtocol kNcclProtocols[] = {NcclProtocol::LL, NcclProtocol::LL128, NcclProtocol::Simple};
+
+/// NCCL's spellings (NCCL_ALGO / NCCL_PROTO): "Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree",
+/// "PAT"; "LL", "LL128", "Simple". Parsing is case-insensitive and throws Error{InvalidArgument} naming the value.
+std::string_view toString(NcclAlgorithm a);
+std::string_view toString(NcclProtocol p);
+std::string_view toString(GpuArch a);
+std::string_view toString(NicKind k);
+NcclAlgorithm parseNcclAlgorithm(std::string_view s);
+NcclProtocol parseNcclProtocol(std::string_view s);
+/// "volta", "ampere", "hopper", "blackwell" (also "v100", "a100", "h100", "h200", "b200", "sm80" ...).
+GpuArch parseGpuArch(std::string_view s);
+
+/// What NCCL's model needs of the machine. Bandwidths are GB/s (1e9 bytes/s) per direction, datasheet values.
+struct NcclSystem {
+  GpuArch arch = GpuArch::Hopper;
+  int nodes = 1;
+  int gpusPerNode = 8;
+  /// GPUs of a node reach each other over NVLink (else PCIe); nvlinkGBps is one GPU's total over all its links.
+  bool nvlink = true;
+  double nvlinkGBps = 450;
+  /// NVLink through NVSwitches (all-to-all inside the node); NVLS = the switches reduce and multicast (NVLink SHARP).
+  bool nvswitch = true;
+  bool nvls = false;
+  /// The network's switches reduce (IB SHARP): NCCL's CollNet algorithms (still gated by NCCL_COLLNET_ENABLE=1).
+  bool collnet = false;
+  int nicsPerNode = 0;
+  double nicGBps = 0;  ///< one NIC's line rate
+  NicKind nicKind = NicKind::InfiniBand;
+  NcclPath gpuNicPath = NcclPath::Pix;  ///< path from a GPU to its nearest NIC
+  CpuVendor cpuVendor = CpuVendor::Intel;
+
+  int nranks() const { return nodes * gpusPerNode; }
+};
+
+/// The system of the first `nranks` ranks of `t`: nodes = distinct hosts, gpusPerNode = most ranks on one host;
+/// arch from the gpu nodes' `arch` (else from the per-GPU NVLink bandwidth: >= 800 blackwell, >= 400 hopper, >= 250
+/// ampere, > 0 volta; no NVLink: hopper); NVLink from links of class "nvlink" at the rank's GPU (their bandwidth
+/// summed), NVSwitch / NVLS from an in-host switch on those links (NVLS when its reduce_GBps > 0 and the arch is hopper
+/// or later), CollNet from a fabric switch (no host) with reduce_GBps > 0; NICs = nic nodes of the first host, NIC
+/// speed = the widest "nic"/"fabric" link of a NIC, EFA when a NIC id or the topology's name or description says "efa"
+/// (Efa2 on hopper and later); GPU-NIC path PIX when a NIC is one link from the GPU or its PCIe switch, else PHB.
+/// Throws Error{InvalidArgument} when the topology has fewer than `nranks` ranks.
+NcclSystem ncclSystemOf(const Topology& t, int nranks);
+
+/// The NCCL environment variables the model honours, parsed as NCCL parses them.
+struct NcclEnv {
+  /// Functions in NCCL's ncclFuncStr order: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce.
+  static constexpr int kFunctions = 5;
+  /// algoEnabled[function][algorithm]; protoEnabled[function][protocol]: 0 off, 1 on, 2 = NCCL's default for LL128
+  /// (on only where the architecture and paths allow it).
+  std::array<std::array<int, 7>, kFunctions> algoEnabled{};
+  std::array<std::array<int, 3>, kFunctions> protoEnabled{};
+  int minChannels = 0;    ///< NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS (0: unset)
+  int maxChannels = 64;   ///< NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS (MAXCHANNELS when unset)
+  int nvlsEnable = 2;     ///< NCCL_NVLS_ENABLE: 0 off, 1 forced on, 2 where the hardware supports it
+  int collnetEnable = 0;  ///< NCCL_COLLNET_ENABLE (NCCL's default is off)
+  std::size_t buffSize = std::size_t{1} << 22;  ///< NCCL_BUFFSIZE: Simple protocol buffer per channel and peer
+  int nThreads = -2;                            ///< NCCL_NTHREADS (-2: unset)
+  std::string algo, proto;                      ///< the raw NCCL_ALGO / NCCL_PROTO text ("" when unset)
+
+  NcclEnv();
+};
+
+/// Parses the variables of `vars` (name -> value; others are ignored). NCCL_ALGO and NCCL_PROTO take NCCL's list
+/// syntax: "ring,tree", "^nvls" (all but), "ring;allreduce:tree,nvls" (per function). A bad value throws
+/// Error{InvalidArgument} "NCCL_<NAME>=<value>: <problem>".
+NcclEnv parseNcclEnv(const std::map<std::string, std::string>& vars);
+/// parseNcclEnv over the process environment.
+NcclEnv ncclEnvFromProcess();
+
+/// The communicator-level results of NCCL's topology search and channel setup for one graph (search.cc, connect.cc).
+struct NcclGraph {
+  int nChannels = 0;  ///< search channels (0: the algorithm has no graph on this system)
+  double bwIntra = 0, bwInter = 0;
+  NcclPath typeIntra = NcclPath::Nvl, typeInter = NcclPath::Pix;
+};
+struct NcclComm {
+  NcclSystem sys;
+  std::array<NcclGraph, 7> graphs;  ///< by NcclAlgorithm
+  int nChannels = 0;                ///< collective channels of the communicator (after NCCL's duplications)
+  int defaultChannels = 0;          ///< nChannels before NCCL_MIN/MAX_NCHANNELS
+  int nvlsChannels = 0;             ///< NVLS channels (0: no NVLS)
+  bool collnet = false;
+};
+/// The communicator NCCL would build for the first `nranks` ranks of `sys` (nodes = ceil(nranks / gpusPerNode)).
+NcclComm ncclComm(const NcclSystem& sys, int nranks, const NcclEnv& env = NcclEnv{});
+
+/// One (algorithm, protocol) of the cost table.
+struct NcclCandidate {
+  NcclAlgorithm algorithm = NcclAlgorithm::Ring;
+  NcclProtocol protocol = NcclProtocol::Simple;
+  double ncclUs = -1;       ///< NCCL's estimate (ncclTopoGetAlgoTime); < 0 where NCCL does not offer it
+  double predictedUs = -1;  ///< ncclPredictUs with the channels NCCL would use; < 0 where not offered
+};
+
+struct NcclChoice {
+  NcclAlgorithm algorithm = NcclAlgorithm::Ring;
+  NcclProtocol protocol = NcclProtocol::Simple;
+  int channels = 1;
+  int threads = 0;
+  std::size_t chunkBytes = 0;  ///< data bytes a channel moves per pipeline step
+  std::size_t sliceBytes = 0;
+  double ncclUs = 0;                      ///< NCCL's own estimate of the choice, which it minimised
+  double predictedUs = 0;                 ///< what the call is expected to take (ncclPredictUs)
+  std::string reason;                     ///< one line: why this choice
+  std::vector<NcclCandidate> candidates;  ///< every (algorithm, protocol), NCCL's order
+};
+
+/// NCCL's choice for `collective` of `bytes` (the nccl-tests size: per-rank buffer for all-reduce, broadcast, reduce;
+/// the total for all-gather and reduce-scatter) on the first `nranks` ranks of `sys`. Throws Error{InvalidArgument}
+/// for nranks < 1 or Barrier, Error{Unsupported} when the environment leaves no algorithm (NCCL's "no
+/// algorithm/protocol available"), naming NCCL_ALGO / NCCL_PROTO.
+NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
+                      const NcclEnv& env = NcclEnv{});
+
+/// Time (us) of one call with a given algorithm, protocol and channel count: NCCL's latency model (base latency +
+/// per-step protocol latency x steps) plus each network hop's measured extra and the arch's launch floor; bytes
+/// (nccl-tests busbw convention) over the lower of channels x NCCL's per-channel bandwidth and the hardware's
+/// (datasheet line rates x protocol payload efficiency x the achievable fraction of each link class); NVLS pipeline
+/// fill; NCCL's tree correction at medium sizes. Constants and their sources: core/models/nccl_model.cc. Negative
+/// where the algorithm does not exist on this system and collective.
+double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
+                     NcclAlgorithm algorithm, NcclProtocol protocol, int channels);
+
+}  // namespace collbench
