@@ -238,7 +238,9 @@ void validateImpl(const Topology& t, const std::string& source,
     if (auto [it, inserted] = index.emplace(n.id, static_cast<int>(i)); !inserted) {
       fail(source, p + ".id", fmt::format("duplicate node id (first at nodes[{}])", it->second), quote(n.id));
     }
-    if (const std::string why = topo_detail::rateProblem(n.reduceGBps, "unknown"); !why.empty()) {
+    const bool isSwitch = n.kind == NodeKind::Switch;
+    if (const std::string why = topo_detail::rateProblem(n.reduceGBps, isSwitch ? "cannot reduce" : "unknown");
+        !why.empty()) {
       fail(source, p + ".reduce_GBps", why, num(n.reduceGBps));
     }
     if (const std::string why = topo_detail::rateProblem(n.switchGBps, "non-blocking"); !why.empty()) {
@@ -787,7 +789,7 @@ std::string fingerprint(const Topology& t) {
                                          {"switch_GBps", n.switchGBps}});
     // Absent when unset, so that files written before these fields keep their fingerprints (tuning keys).
     if (!n.arch.empty()) node["arch"] = n.arch;
-    if (n.multicast) node["multicast"] = *n.multicast;
+    if (n.multicast && *n.multicast != (n.reduceGBps > 0)) node["multicast"] = *n.multicast;  // beyond its default
   }
   json& links = canon["links"] = json::array();
   for (const TopoLink& k : t.links) {

@@ -124,7 +124,8 @@ std::string toJson(const Topology& t);
 void applyOverride(Topology& t, const std::string& assignment);
 /// Stable hash of the network content (FNV-1a 64 over the canonical JSON of nodes, links, ranks and routes, as 16
 /// hex digits). Name and description are excluded: a renamed copy of the same network keeps its tuning entries.
-/// A node's arch and multicast enter the hash only when set, so files without them keep their fingerprints.
+/// A node's arch enters the hash only when set, multicast only when it differs from its default, so files written
+/// without them keep their fingerprints.
 std::string fingerprint(const Topology& t);
 /// Host index (0, 1, ... in order of first appearance) of each of the first `nranks` ranks, for hierarchical
 /// algorithms (AlgoParams::rankHost). Throws Error{InvalidArgument} when the topology has fewer ranks.
