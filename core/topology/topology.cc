@@ -602,8 +602,8 @@ void overrideNodes(Topology& t, const std::string& assignment, const std::string
   } else {
     const bool reduce = field == "reduce_GBps";
     const double v = parseOverrideValue(assignment, valueText);
-    if (const std::string why = topo_detail::rateProblem(v, reduce ? "infinitely fast" : "non-blocking");
-        !why.empty()) {
+    const char* zeroMeans = !reduce ? "non-blocking" : kind == NodeKind::Switch ? "cannot reduce" : "infinitely fast";
+    if (const std::string why = topo_detail::rateProblem(v, zeroMeans); !why.empty()) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("override '{}': {}: {} (got {})", assignment, field, why, valueText));
     }

@@ -967,6 +967,7 @@ TEST(TopologyOverride, ArchMulticastAndInNetworkReduction) {
   expectBadOverride(t, "node.switch.arch=hopper", {"'node.switch.arch'", "arch applies to gpus only"});
   expectBadOverride(t, "node.gpu.multicast=true", {"'node.gpu.multicast'", "multicast applies to switches only"});
   expectBadOverride(t, "node.switch.multicast=1", {"multicast: expected true or false (got 1)"});
+  expectBadOverride(t, "node.switch.reduce_GBps=-1", {"reduce_GBps: must be 0 (cannot reduce) or between", "(got -1)"});
   expectBadOverride(t, "node.switch.colour=1", {"unknown node field 'colour'", "multicast, arch"});
   expectBadOverride(gen("ring", {{"n", 4}}), "node.*.multicast=true", {"topology ring-4 has no switch node"});
   expectBadOverride(t, "node.nic.arch=hopper", {"arch applies to gpus only"});
