@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,6 +24,27 @@ std::string bandwidthRange(const LinkClassSummary& c) {
   return fmt::format("{:g}-{:g} GB/s", c.minGBps, c.maxGBps);
 }
 
+// One line per distinct server shape (most systems have one): GPUs, architecture, NICs, NVLS; then fabric SHARP.
+void printHosts(const Topology& t) {
+  std::map<std::string, int> shapes;  // description -> hosts of that shape, in first-seen order below
+  std::vector<std::string> order;
+  for (const HostProfile& h : hostProfiles(t)) {
+    std::string d = fmt::format("{} GPUs ({})", h.gpus, h.arch.empty() ? "arch unknown" : h.arch);
+    d += h.nics ? fmt::format(", {} NICs x {:g} GB/s", h.nics, h.nicGBps) : ", no NICs";
+    if (h.nvlsGBps > 0) {
+      d += fmt::format(", in-switch reduction (NVLS) {:g} GB/s{}", h.nvlsGBps, h.multicast ? " + multicast" : "");
+    } else if (h.multicast) {
+      d += ", in-switch multicast";
+    }
+    if (shapes[d]++ == 0) order.push_back(d);
+  }
+  for (const std::string& d : order)
+    fmt::print("per host     {} host{}: {}\n", shapes[d], shapes[d] == 1 ? "" : "s", d);
+  if (const double sharp = fabricReduceGBps(t); sharp > 0) {
+    fmt::print("fabric       in-network reduction (SHARP) {:g} GB/s per port\n", sharp);
+  }
+}
+
 void printSummary(const Topology& t) {
   const TopologySummary s = summarize(t);
   fmt::print("name         {}\n", t.name);
@@ -37,6 +59,7 @@ void printSummary(const Topology& t) {
              s.bisectionExact ? "exact: min over balanced rank splits" : "max-flow between rank halves in rank order");
   fmt::print("diameter     {} hops{}\n", s.diameterHops,
              s.diameterSampled ? " (sampled: routes from 64 evenly spaced ranks)" : "");
+  printHosts(t);
   fmt::print("link classes\n");
   std::size_t width = 0;
   for (const auto& [name, c] : s.linkClasses) width = std::max(width, name.size());

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -164,6 +165,11 @@ bool validClassName(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
 }
 
+bool isGpuArch(const std::string& s) {
+  const auto& archs = gpuArchitectures();
+  return std::find(archs.begin(), archs.end(), s) != archs.end();
+}
+
 // Type-checked access to one JSON document; every failure names the source and the field path.
 class Reader {
  public:
@@ -206,6 +212,10 @@ class Reader {
     if (!std::isfinite(d)) fail(source_, path, "must be finite", render(v));
     return d;
   }
+  bool boolean(const json& v, const std::string& path) const {
+    if (!v.is_boolean()) fail(source_, path, "expected true or false", render(v));
+    return v.get<bool>();
+  }
   const json& array(const json& v, const std::string& path) const {
     if (!v.is_array()) fail(source_, path, "expected an array", render(v));
     return v;
@@ -228,7 +238,9 @@ void validateImpl(const Topology& t, const std::string& source,
     if (auto [it, inserted] = index.emplace(n.id, static_cast<int>(i)); !inserted) {
       fail(source, p + ".id", fmt::format("duplicate node id (first at nodes[{}])", it->second), quote(n.id));
     }
-    if (const std::string why = topo_detail::rateProblem(n.reduceGBps, "unknown"); !why.empty()) {
+    const bool isSwitch = n.kind == NodeKind::Switch;
+    if (const std::string why = topo_detail::rateProblem(n.reduceGBps, isSwitch ? "cannot reduce" : "unknown");
+        !why.empty()) {
       fail(source, p + ".reduce_GBps", why, num(n.reduceGBps));
     }
     if (const std::string why = topo_detail::rateProblem(n.switchGBps, "non-blocking"); !why.empty()) {
@@ -237,6 +249,20 @@ void validateImpl(const Topology& t, const std::string& source,
     if (n.switchGBps != 0 && n.kind != NodeKind::Switch) {
       fail(source, p + ".switch_GBps", fmt::format("only switches forward traffic, node is a {}", toString(n.kind)),
            num(n.switchGBps));
+    }
+    if (!n.arch.empty()) {
+      if (n.kind != NodeKind::Gpu) {
+        fail(source, p + ".arch", fmt::format("only gpu nodes have an architecture, node is a {}", toString(n.kind)),
+             quote(n.arch));
+      }
+      if (!isGpuArch(n.arch)) {
+        fail(source, p + ".arch", fmt::format("unknown GPU architecture (accepted: {})", joinNames(gpuArchitectures())),
+             quote(n.arch));
+      }
+    }
+    if (n.multicast && n.kind != NodeKind::Switch) {
+      fail(source, p + ".multicast", fmt::format("only switches multicast, node is a {}", toString(n.kind)),
+           *n.multicast ? "true" : "false");
     }
   }
   for (std::size_t l = 0; l < t.links.size(); ++l) {
@@ -344,7 +370,7 @@ void validateImpl(const Topology& t, const std::string& source,
 }
 
 TopoNode readNode(const Reader& rd, const json& j, const std::string& p) {
-  rd.onlyFields(j, p, {"id", "kind", "host", "reduce_GBps", "switch_GBps"});
+  rd.onlyFields(j, p, {"id", "kind", "host", "reduce_GBps", "switch_GBps", "arch", "multicast"});
   TopoNode n;
   n.id = rd.string(rd.require(j, p, "id"), p + ".id");
   const json& kind = rd.require(j, p, "kind");
@@ -363,6 +389,8 @@ TopoNode readNode(const Reader& rd, const json& j, const std::string& p) {
   if (const json* h = rd.find(j, "host")) n.host = rd.string(*h, p + ".host", false);
   if (const json* v = rd.find(j, "reduce_GBps")) n.reduceGBps = rd.number(*v, p + ".reduce_GBps");
   if (const json* v = rd.find(j, "switch_GBps")) n.switchGBps = rd.number(*v, p + ".switch_GBps");
+  if (const json* v = rd.find(j, "arch")) n.arch = rd.string(*v, p + ".arch");
+  if (const json* v = rd.find(j, "multicast")) n.multicast = rd.boolean(*v, p + ".multicast");
   return n;
 }
 
@@ -536,6 +564,65 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// The node kinds a field applies to, and whether a node of kind `k` gets it under selector `kind` (unset = "*").
+// node.*.reduce_GBps leaves switches alone: on a switch the field means in-network reduction, a capability that a
+// blanket change of compute rates must not switch on.
+bool fieldApplies(const std::string& field, std::optional<NodeKind> kind, NodeKind k) {
+  if (kind && *kind != k) return false;
+  if (field == "reduce_GBps") return kind || k != NodeKind::Switch;
+  if (field == "arch") return k == NodeKind::Gpu;
+  return k == NodeKind::Switch;  // switch_GBps, multicast
+}
+
+// The node half of applyOverride, after the key is split: checks that the field suits the selected kind, parses the
+// value for the field and sets it on every matching node.
+void overrideNodes(Topology& t, const std::string& assignment, const std::string& key, std::optional<NodeKind> kind,
+                   const std::string& field, const std::string& valueText) {
+  const bool gpuField = field == "arch";
+  const NodeKind owner = gpuField ? NodeKind::Gpu : NodeKind::Switch;
+  if (field != "reduce_GBps" && kind && *kind != owner) {
+    throw Error(Errc::InvalidArgument, fmt::format("override key '{}': {} applies to {} only (use node.{}.{})", key,
+                                                   field, gpuField ? "gpus" : "switches", toString(owner), field));
+  }
+  std::function<void(TopoNode&)> set;
+  if (field == "arch") {
+    if (!isGpuArch(valueText)) {
+      throw Error(Errc::InvalidArgument, fmt::format("override '{}': arch: unknown GPU architecture (accepted: {}; got "
+                                                     "{})",
+                                                     assignment, joinNames(gpuArchitectures()), valueText));
+    }
+    set = [&](TopoNode& n) { n.arch = valueText; };
+  } else if (field == "multicast") {
+    if (valueText != "true" && valueText != "false") {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("override '{}': multicast: expected true or false (got {})", assignment, valueText));
+    }
+    const bool on = valueText == "true";
+    set = [on](TopoNode& n) { n.multicast = on; };
+  } else {
+    const bool reduce = field == "reduce_GBps";
+    const double v = parseOverrideValue(assignment, valueText);
+    const char* zeroMeans = !reduce ? "non-blocking" : kind == NodeKind::Switch ? "cannot reduce" : "infinitely fast";
+    if (const std::string why = topo_detail::rateProblem(v, zeroMeans); !why.empty()) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("override '{}': {}: {} (got {})", assignment, field, why, valueText));
+    }
+    set = [v, reduce](TopoNode& n) { (reduce ? n.reduceGBps : n.switchGBps) = v; };
+  }
+  int matched = 0;
+  for (TopoNode& n : t.nodes) {
+    if (!fieldApplies(field, kind, n.kind)) continue;
+    set(n);
+    ++matched;
+  }
+  if (matched == 0) {
+    const std::string what = kind                     ? std::string(toString(*kind))
+                             : field == "reduce_GBps" ? "gpu, nic or cpu"
+                                                      : std::string(toString(owner));
+    throw Error(Errc::InvalidArgument, fmt::format("override key '{}': topology {} has no {} node", key, t.name, what));
+  }
+}
+
 }  // namespace
 
 std::string_view toString(NodeKind k) {
@@ -550,6 +637,13 @@ std::string_view toString(NodeKind k) {
       return "switch";
   }
   return "?";
+}
+
+const std::vector<std::string>& gpuArchitectures() {
+  // Compute capability 7.0 (V100), 8.0 (A100), 9.0 (H100/H200), 10.0 (B200): NCCL's tuning tables have one column
+  // per generation (src/graph/tuning.cc).
+  static const std::vector<std::string> kArchs{"volta", "ampere", "hopper", "blackwell"};
+  return kArchs;
 }
 
 NodeKind parseNodeKind(std::string_view s) {
@@ -628,6 +722,8 @@ std::string toJson(const Topology& t) {
     if (!n.host.empty()) f.emplace_back("host", quote(n.host));
     if (n.reduceGBps != 0) f.emplace_back("reduce_GBps", jsonNumber(n.reduceGBps));
     if (n.switchGBps != 0) f.emplace_back("switch_GBps", jsonNumber(n.switchGBps));
+    if (!n.arch.empty()) f.emplace_back("arch", quote(n.arch));
+    if (n.multicast) f.emplace_back("multicast", *n.multicast ? "true" : "false");
     out += "    " + inlineObject(f) + (i + 1 < t.nodes.size() ? ",\n" : "\n");
   }
   out += "  ],\n  \"links\": [\n";
@@ -686,11 +782,14 @@ std::string fingerprint(const Topology& t) {
   canon["format"] = fmt::format("{}/{}", kFormat, kVersion);
   json& nodes = canon["nodes"] = json::array();
   for (const TopoNode& n : t.nodes) {
-    nodes.push_back({{"id", n.id},
-                     {"kind", std::string(toString(n.kind))},
-                     {"host", n.host},
-                     {"reduce_GBps", n.reduceGBps},
-                     {"switch_GBps", n.switchGBps}});
+    json& node = nodes.emplace_back(json{{"id", n.id},
+                                         {"kind", std::string(toString(n.kind))},
+                                         {"host", n.host},
+                                         {"reduce_GBps", n.reduceGBps},
+                                         {"switch_GBps", n.switchGBps}});
+    // Absent when unset, so that files written before these fields keep their fingerprints (tuning keys).
+    if (!n.arch.empty()) node["arch"] = n.arch;
+    if (n.multicast && *n.multicast != (n.reduceGBps > 0)) node["multicast"] = *n.multicast;  // beyond its default
   }
   json& links = canon["links"] = json::array();
   for (const TopoLink& k : t.links) {
@@ -762,11 +861,10 @@ void applyOverride(Topology& t, const std::string& assignment) {
     return;
   }
 
-  const bool reduce = field == "reduce_GBps";
-  if (!reduce && field != "switch_GBps") {
-    throw Error(
-        Errc::InvalidArgument,
-        fmt::format("override key '{}': unknown node field '{}' (accepted: reduce_GBps, switch_GBps)", key, field));
+  if (field != "reduce_GBps" && field != "switch_GBps" && field != "multicast" && field != "arch") {
+    throw Error(Errc::InvalidArgument, fmt::format("override key '{}': unknown node field '{}' (accepted: reduce_GBps, "
+                                                   "switch_GBps, multicast, arch)",
+                                                   key, field));
   }
   std::optional<NodeKind> kind;
   if (selector != "*") {
@@ -778,27 +876,7 @@ void applyOverride(Topology& t, const std::string& assignment) {
                                                      key, selector));
     }
   }
-  if (!reduce && kind && *kind != NodeKind::Switch) {
-    throw Error(
-        Errc::InvalidArgument,
-        fmt::format("override key '{}': switch_GBps applies to switches only (use node.switch.switch_GBps)", key));
-  }
-  const double v = parseOverrideValue(assignment, valueText);
-  if (const std::string why = topo_detail::rateProblem(v, reduce ? "infinitely fast" : "non-blocking"); !why.empty()) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("override '{}': {}: {} (got {})", assignment, field, why, valueText));
-  }
-  int matched = 0;
-  for (TopoNode& n : t.nodes) {
-    if (kind && n.kind != *kind) continue;
-    if (!reduce && n.kind != NodeKind::Switch) continue;  // node.*.switch_GBps means every switch
-    (reduce ? n.reduceGBps : n.switchGBps) = v;
-    ++matched;
-  }
-  if (matched == 0) {
-    throw Error(Errc::InvalidArgument, fmt::format("override key '{}': topology {} has no {} node", key, t.name,
-                                                   reduce ? selector : std::string("switch")));
-  }
+  overrideNodes(t, assignment, key, kind, field, valueText);
 }
 
 std::vector<int> rankHosts(const Topology& t, int nranks) {

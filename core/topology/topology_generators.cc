@@ -108,6 +108,17 @@ class Params {
     if (const std::string why = rateProblem(v, "infinitely fast"); !why.empty()) bad(key, why);
     return v;
   }
+  /// One of `accepted`, or `def` ("" allowed) when absent.
+  std::string choice(const char* key, std::string def, const std::vector<std::string>& accepted) {
+    const json* v = get(key);
+    if (!v) return def;
+    std::string list;
+    for (const auto& a : accepted) list += (list.empty() ? "" : ", ") + a;
+    if (!v->is_string() || std::find(accepted.begin(), accepted.end(), v->get<std::string>()) == accepted.end()) {
+      bad(key, fmt::format("expected one of: {}", list));
+    }
+    return v->get<std::string>();
+  }
   bool boolean(const char* key, bool def) {
     const json* v = get(key);
     if (!v) return def;
@@ -184,12 +195,20 @@ class Builder {
     t_.links.reserve(static_cast<std::size_t>(links));
   }
   void node(std::string id, NodeKind kind, std::string host, double reduceGBps = 0) {
-    t_.nodes.push_back(TopoNode{std::move(id), kind, std::move(host), reduceGBps, 0});
+    TopoNode n;
+    n.id = std::move(id);
+    n.kind = kind;
+    n.host = std::move(host);
+    n.reduceGBps = reduceGBps;
+    t_.nodes.push_back(std::move(n));
   }
-  void gpu(const std::string& id, const std::string& host, double reduceGBps, bool rank = true) {
+  /// A gpu node running the next rank, of the architecture set by gpuArch ("" until then).
+  void gpu(const std::string& id, const std::string& host, double reduceGBps) {
     node(id, NodeKind::Gpu, host, reduceGBps);
-    if (rank) t_.ranks.push_back(id);
+    t_.nodes.back().arch = gpuArch_;
+    t_.ranks.push_back(id);
   }
+  void gpuArch(std::string arch) { gpuArch_ = std::move(arch); }
   void link(const std::string& a, const std::string& b, double bw, double lat, const char* cls) {
     t_.links.push_back(TopoLink{a, b, bw, lat, cls});
   }
@@ -200,6 +219,7 @@ class Builder {
 
  private:
   Topology t_;
+  std::string gpuArch_;
 };
 
 std::string gpuId(long long host, long long gpu) { return fmt::format("n{}.gpu{}", host, gpu); }
@@ -212,13 +232,17 @@ Topology nvswitchNode(Params& p) {
   const double bw = p.bandwidth("link_GBps", kNvlink4GBps);
   const double lat = p.latency("latency_us", kNvlinkLatencyUs);
   const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
+  const std::string arch = p.choice("arch", "", gpuArchitectures());
+  const double nvls = p.reduceRate("nvls_GBps", 0);
   p.finish();
   p.checkSize(gpus + 1, gpus);
   Builder b(fmt::format("nvswitch_node-{}", gpus), gpus + 1, gpus);
+  b.gpuArch(arch);
   for (long long g = 0; g < gpus; ++g) b.gpu(gpuId(0, g), hostId(0), reduce);
-  b.node("n0.nvsw", NodeKind::Switch, hostId(0));
+  b.node("n0.nvsw", NodeKind::Switch, hostId(0), nvls);
   for (long long g = 0; g < gpus; ++g) b.link(gpuId(0, g), "n0.nvsw", bw, lat, "nvlink");
-  return b.done(fmt::format("one server: {} GPUs on a non-blocking NVSwitch, {} GB/s per GPU per direction", gpus, bw));
+  return b.done(fmt::format("one server: {}{} GPUs on a non-blocking NVSwitch, {} GB/s per GPU per direction{}", gpus,
+                            arch.empty() ? "" : " " + arch, bw, nvls > 0 ? fmt::format(", NVLS {} GB/s", nvls) : ""));
 }
 
 Topology multiNode(Params& p) {
@@ -238,8 +262,15 @@ Topology multiNode(Params& p) {
   const std::optional<long long> leavesParam = p.optionalInteger("leaves", 1, kMaxCount);
   const std::optional<long long> spinesParam = p.optionalInteger("spines", 0, kMaxCount);
   const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
+  const std::string arch = p.choice("arch", "", gpuArchitectures());
+  const double nvls = p.reduceRate("nvls_GBps", 0);
+  const double sharp = p.reduceRate("sharp_GBps", 0);
   p.finish();
-  if (nics > gpus) p.bad("nics_per_node", fmt::format("must be <= gpus_per_node ({})", gpus));
+  // Fewer NICs than GPUs: GPUs share them (p4de: 2 per NIC); more: each GPU has nics/gpus of its own (p5: 4).
+  if (nics > gpus && nics % gpus != 0) {
+    p.bad("nics_per_node", fmt::format("must be <= gpus_per_node ({}) or a multiple of it", gpus));
+  }
+  if (nvls > 0 && gpus == 1) p.bad("nvls_GBps", "needs an NVSwitch: gpus_per_node must be > 1");
 
   // Half of a leaf's ports face the NICs, half the spines: the non-blocking two-level layout.
   const long long downPorts = std::max<long long>(1, radix / 2);
@@ -285,35 +316,41 @@ Topology multiNode(Params& p) {
 
   const bool nvswitch = gpus > 1;
   const long long nodeCount = nodes * (gpus + nics + (nvswitch ? 1 : 0)) + leaves + spines;
-  const long long linkCount = nodes * ((nvswitch ? gpus : 0) + gpus + nics) + leaves * spines;
+  const long long linkCount = nodes * ((nvswitch ? gpus : 0) + std::max(gpus, nics) + nics) + leaves * spines;
   p.checkSize(nodeCount, linkCount);
   Builder b(fmt::format("multi_node-{}x{}-{}", nodes, gpus, rail ? "rail" : "shared"), nodeCount, linkCount);
   auto nicId = [](long long h, long long r) { return fmt::format("n{}.nic{}", h, r); };
   auto leafId = [](long long l) { return fmt::format("leaf{}", l); };
   auto spineId = [](long long s) { return fmt::format("spine{}", s); };
+  b.gpuArch(arch);
   for (long long h = 0; h < nodes; ++h) {
     for (long long g = 0; g < gpus; ++g) b.gpu(gpuId(h, g), hostId(h), reduce);
-    if (nvswitch) b.node(fmt::format("n{}.nvsw", h), NodeKind::Switch, hostId(h));
+    if (nvswitch) b.node(fmt::format("n{}.nvsw", h), NodeKind::Switch, hostId(h), nvls);
     for (long long r = 0; r < nics; ++r) b.node(nicId(h, r), NodeKind::Nic, hostId(h));
   }
-  for (long long l = 0; l < leaves; ++l) b.node(leafId(l), NodeKind::Switch, "");
-  for (long long s = 0; s < spines; ++s) b.node(spineId(s), NodeKind::Switch, "");
+  for (long long l = 0; l < leaves; ++l) b.node(leafId(l), NodeKind::Switch, "", sharp);
+  for (long long s = 0; s < spines; ++s) b.node(spineId(s), NodeKind::Switch, "", sharp);
+  const long long nicsPerGpu = std::max<long long>(1, nics / gpus);
   for (long long h = 0; h < nodes; ++h) {
     for (long long g = 0; g < gpus; ++g) {
       if (nvswitch) b.link(gpuId(h, g), fmt::format("n{}.nvsw", h), nvlinkBw, nvlinkLat, "nvlink");
-      // GPU g uses NIC g*nics/gpus: the PCIe-switch pairing of DGX/HGX boards (one NIC per GPU when equal).
-      b.link(gpuId(h, g), nicId(h, g * nics / gpus), pcieBw, pcieLat, "pcie");
+      // GPU g uses NIC g*nics/gpus, or NICs g*k .. g*k+k-1 when it has k = nics/gpus of its own: the PCIe-switch
+      // pairing of DGX/HGX boards (one NIC per GPU when equal, a NIC shared by neighbouring GPUs when fewer).
+      for (long long k = 0; k < nicsPerGpu; ++k) {
+        const long long nic = nics >= gpus ? g * nicsPerGpu + k : g * nics / gpus;
+        b.link(gpuId(h, g), nicId(h, nic), pcieBw, pcieLat, "pcie");
+      }
     }
     for (long long r = 0; r < nics; ++r) b.link(nicId(h, r), leafId(leafOf(h, r)), nicBw, nicLat, "nic");
   }
   for (long long l = 0; l < leaves; ++l) {
     for (long long s = 0; s < spines; ++s) b.link(leafId(l), spineId(s), fabricBw, fabricLat, "fabric");
   }
-  return b.done(
-      fmt::format("{} servers x {} GPUs{}, {} NICs of {} GB/s per server, {} leaf/spine fabric: {} leaves, "
-                  "{} spines",
-                  nodes, gpus, nvswitch ? fmt::format(" on NVSwitch ({} GB/s)", nvlinkBw) : "", nics, nicBw,
-                  rail ? "rail-optimized" : "shared", leaves, spines));
+  return b.done(fmt::format(
+      "{} servers x {}{} GPUs{}{}, {} NICs of {} GB/s per server, {} leaf/spine fabric: {} leaves, {} spines{}", nodes,
+      gpus, arch.empty() ? "" : " " + arch, nvswitch ? fmt::format(" on NVSwitch ({} GB/s)", nvlinkBw) : "",
+      nvls > 0 ? fmt::format(", NVLS {} GB/s", nvls) : "", nics, nicBw, rail ? "rail-optimized" : "shared", leaves,
+      spines, sharp > 0 ? fmt::format(", SHARP {} GB/s", sharp) : ""));
 }
 
 Topology fatTree(Params& p) {

@@ -28,15 +28,30 @@ std::string_view toString(NodeKind k);
 /// Inverse of toString; throws Error{InvalidArgument} naming the value and the accepted names.
 NodeKind parseNodeKind(std::string_view s);
 
+/// The GPU architectures a gpu node may name ("volta", "ampere", "hopper", "blackwell"), oldest first. NCCL indexes
+/// its latency and bandwidth tables by the architecture (compute capability 7.x, 8.x, 9.x, 10.x).
+const std::vector<std::string>& gpuArchitectures();
+
 struct TopoNode {
   std::string id;
   NodeKind kind = NodeKind::Gpu;
   /// Server the node sits in: groups the GPUs of one machine for hierarchical algorithms ("" for fabric switches).
   std::string host;
-  double reduceGBps = 0;  ///< gpu/cpu reduction throughput (output bytes/s); 0 = unknown (treated as infinite)
+  /// gpu/cpu: reduction throughput (output bytes/s); 0 = unknown (treated as infinite).
+  /// switch: in-network reduction throughput per port (reduced bytes/s the switch delivers on each of its links:
+  /// NVLink SHARP / NVLS on an NVSwitch inside a host, IB SHARP on a fabric switch); 0 = the switch cannot reduce.
+  double reduceGBps = 0;
   /// Switches: per-port forwarding limit; 0 = non-blocking (no contention inside the switch).
   double switchGBps = 0;
-  std::string arch = {};  ///< gpu nodes: "volta", "ampere", "hopper", "blackwell" ("" = unknown)
+  /// gpu nodes: one of gpuArchitectures(); "" = unknown.
+  std::string arch{};
+  /// Switches: whether the switch replicates one write to several ports (NVLS multicast); unset = reduceGBps > 0.
+  std::optional<bool> multicast{};
+
+  /// A switch that reduces in the network (reduceGBps > 0).
+  bool reducesInNetwork() const { return kind == NodeKind::Switch && reduceGBps > 0; }
+  /// A switch that multicasts: `multicast` when given, else reducesInNetwork().
+  bool multicasts() const { return kind == NodeKind::Switch && multicast.value_or(reduceGBps > 0); }
 };
 
 struct TopoLink {
@@ -101,12 +116,16 @@ void validateTopology(const Topology& t, const std::string& source = "topology")
 
 /// Serialises to the explicit JSON form (round-trips through parseTopology); one node/link per line.
 std::string toJson(const Topology& t);
-/// Applies an override: "link.<class|*>.<bandwidth_GBps|latency_us>=<value>" or
-/// "node.<gpu|nic|cpu|switch|*>.<reduce_GBps|switch_GBps>=<value>". Throws Error{InvalidArgument} naming the bad key
-/// or value, also when the selector matches nothing (a typo must not silently change nothing).
+/// Applies an override: "link.<class|*>.<bandwidth_GBps|latency_us>=<value>",
+/// "node.<gpu|nic|cpu|switch|*>.<reduce_GBps|switch_GBps>=<value>" (node.*.reduce_GBps leaves switches alone: their
+/// reduce_GBps is in-network reduction, set it with node.switch.reduce_GBps), "node.switch.multicast=<true|false>"
+/// or "node.gpu.arch=<architecture>". Throws Error{InvalidArgument} naming the bad key or value, also when the
+/// selector matches nothing (a typo must not silently change nothing).
 void applyOverride(Topology& t, const std::string& assignment);
 /// Stable hash of the network content (FNV-1a 64 over the canonical JSON of nodes, links, ranks and routes, as 16
 /// hex digits). Name and description are excluded: a renamed copy of the same network keeps its tuning entries.
+/// A node's arch enters the hash only when set, multicast only when it differs from its default, so files written
+/// without them keep their fingerprints.
 std::string fingerprint(const Topology& t);
 /// Host index (0, 1, ... in order of first appearance) of each of the first `nranks` ranks, for hierarchical
 /// algorithms (AlgoParams::rankHost). Throws Error{InvalidArgument} when the topology has fewer ranks.
@@ -201,5 +220,30 @@ struct TopologySummary {
   std::map<std::string, LinkClassSummary> linkClasses;
 };
 TopologySummary summarize(const Topology& t);
+
+/// What NCCL's topology search needs to know of one server (topologies/README.md, "Servers, NICs and in-network
+/// reduction"): its GPUs and their architecture, its NICs and their speed, its NVSwitch's reduction capability.
+struct HostProfile {
+  std::string host;
+  int gpus = 0;
+  /// The architecture of the host's GPUs; "" when unknown or when they differ.
+  std::string arch;
+  /// nic nodes with this host.
+  int nics = 0;
+  /// Fastest link from one of the host's NICs to a node outside the host (its port to the fabric); 0 without NICs.
+  double nicGBps = 0;
+  /// Largest reduce_GBps of a switch with this host (NVLS); 0 = no in-switch reduction.
+  double nvlsGBps = 0;
+  /// A switch with this host multicasts.
+  bool multicast = false;
+};
+/// One profile per host of the ranks, in the order the ranks first reach them (a rank without a host is its own).
+std::vector<HostProfile> hostProfiles(const Topology& t);
+/// Largest reduce_GBps of a switch without a host (IB SHARP in the fabric); 0 = no fabric switch reduces.
+double fabricReduceGBps(const Topology& t);
+/// NICs of each gpu node, by the GPU-NIC PCIe paths: the nic nodes reached from the gpu over links of class "pcie",
+/// passing only through switches of the gpu's host (PCIe switches), nearest first, ties in node order. GPUs
+/// without a PCIe path to a NIC are absent.
+std::map<std::string, std::vector<std::string>> gpuNics(const Topology& t);
 
 }  // namespace collbench

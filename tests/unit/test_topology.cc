@@ -21,8 +21,10 @@ namespace {
 using nlohmann::json;
 
 const std::string kSourceDir = COLLBENCH_SOURCE_DIR;
-const std::vector<std::string> kShipped = {"dgx-h100-8x1",  "hgx-h200-8x1", "dgx-a100-8x1", "pcie-4gpu",
-                                           "h100-4x8-rail", "fat-tree-k8",  "torus-4x4x4",  "dragonfly-small"};
+const std::vector<std::string> kShipped = {"dgx-h100-8x1",   "hgx-h200-8x1", "dgx-a100-8x1", "pcie-4gpu",
+                                           "h100-4x8-rail",  "fat-tree-k8",  "torus-4x4x4",  "dragonfly-small",
+                                           "dgx-h100-ib400", "aws-p5",       "aws-p4de",     "gcp-a3-mega",
+                                           "oci-h100-roce",  "oci-a100-roce"};
 
 // Two GPUs on one switch: the smallest valid explicit document, mutated by the rejection tests.
 json baseDoc() {
@@ -290,6 +292,9 @@ TEST(TopologyParse, BadInputFixturesFailWithTheirMessage) {
       {"unknown_field.json", "nodes[1].reduce_GBs: unknown field"},
       {"wrong_version.json", "version: unsupported version"},
       {"malformed.json", "malformed JSON at line 11"},
+      {"unknown_arch.json",
+       "nodes[1].arch: unknown GPU architecture (accepted: volta, ampere, hopper, blackwell) (got \"pascal\")"},
+      {"multicast_on_gpu.json", "nodes[0].multicast: only switches multicast, node is a gpu (got true)"},
   };
   for (const auto& [file, part] : expected) {
     const std::string path = kSourceDir + "/tests/cli/topo_bad_inputs/" + file;
@@ -299,6 +304,58 @@ TEST(TopologyParse, BadInputFixturesFailWithTheirMessage) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Generators
+
+// gpu arch, switch in-network reduction and multicast: the fields NCCL's model reads.
+TEST(TopologyParse, ReadsArchAndInNetworkReduction) {
+  json d = baseDoc();
+  d["nodes"][0]["arch"] = "hopper";
+  d["nodes"][2]["reduce_GBps"] = 450;
+  Topology t = parseTopology(d.dump(), "nvls.json");
+  EXPECT_EQ(t.nodes[0].arch, "hopper");
+  EXPECT_EQ(t.nodes[1].arch, "");  // unknown
+  EXPECT_EQ(t.nodes[2].reduceGBps, 450);
+  EXPECT_FALSE(t.nodes[2].multicast.has_value());
+  EXPECT_TRUE(t.nodes[2].reducesInNetwork());
+  EXPECT_TRUE(t.nodes[2].multicasts());         // default: a reducing switch multicasts
+  EXPECT_FALSE(t.nodes[0].reducesInNetwork());  // a gpu's reduce_GBps is its own compute, not the network's
+  d["nodes"][2]["multicast"] = false;
+  t = parseTopology(d.dump(), "nvls.json");
+  EXPECT_TRUE(t.nodes[2].reducesInNetwork());
+  EXPECT_FALSE(t.nodes[2].multicasts());
+  d["nodes"][2].erase("reduce_GBps");
+  d["nodes"][2]["multicast"] = true;
+  t = parseTopology(d.dump(), "nvls.json");
+  EXPECT_FALSE(t.nodes[2].reducesInNetwork());
+  EXPECT_TRUE(t.nodes[2].multicasts());
+  EXPECT_FALSE(parseTopology(baseDoc().dump(), "plain.json").nodes[2].multicasts());
+  // Written back only where set, and read back equal.
+  const std::string text = toJson(t);
+  EXPECT_NE(text.find(R"("arch": "hopper")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("multicast": true)"), std::string::npos) << text;
+  const Topology back = parseTopology(text, "back.json");
+  EXPECT_EQ(back.nodes[0].arch, "hopper");
+  EXPECT_EQ(back.nodes[2].multicast, std::optional<bool>(true));
+  EXPECT_EQ(toJson(back), text);
+}
+
+TEST(TopologyParse, RejectsBadArchAndInNetworkFields) {
+  auto with = [](std::size_t node, const char* key, const json& v) {
+    json d = baseDoc();
+    d["nodes"][node][key] = v;
+    return d;
+  };
+  expectBad(
+      with(0, "arch", "pascal"),
+      {"nodes[0].arch: unknown GPU architecture (accepted: volta, ampere, hopper, blackwell)", "(got \"pascal\")"});
+  expectBad(with(0, "arch", "Hopper"), {"nodes[0].arch: unknown GPU architecture", "\"Hopper\""});
+  expectBad(with(0, "arch", 90), {"nodes[0].arch: expected a string", "(got 90)"});
+  expectBad(with(0, "arch", ""), {"nodes[0].arch: must not be empty"});
+  expectBad(with(2, "arch", "hopper"), {"nodes[2].arch: only gpu nodes have an architecture, node is a switch"});
+  expectBad(with(2, "multicast", "yes"), {"nodes[2].multicast: expected true or false", "(got \"yes\")"});
+  expectBad(with(0, "multicast", true), {"nodes[0].multicast: only switches multicast, node is a gpu", "(got true)"});
+  expectBad(with(2, "reduce_GBps", -1), {"nodes[2].reduce_GBps: must be 0 (cannot reduce) or between", "(got -1)"});
+  expectBad(with(2, "reduce_GBps", 1e300), {"nodes[2].reduce_GBps: must be 0 (cannot reduce) or between"});
+}
 
 TEST(TopologyGenerators, NvswitchNode) {
   const Topology t = gen("nvswitch_node", {{"gpus", 4}, {"link_GBps", 300}});
@@ -380,6 +437,133 @@ TEST(TopologyGenerators, MultiNodeSharedLeavesFromRadix) {
         gen("multi_node", {{"nodes", 4}, {"leaves", 3}});
       },
       Errc::InvalidTopology, {"params.leaves: must be a multiple of nics_per_node"});
+}
+
+// The PCIe pairing of GPUs and NICs for more NICs than GPUs (4 per GPU, AWS p5), fewer (2 GPUs per NIC, p4de) and
+// equal; arch, NVLS and SHARP land on the GPUs, the NVSwitch and the fabric switches.
+TEST(TopologyGenerators, MultiNodeNicsPerGpuArchNvlsSharp) {
+  const Topology p5 = gen("multi_node", {{"nodes", 3},
+                                         {"nics_per_node", 32},
+                                         {"nic_GBps", 12.5},
+                                         {"rail_optimized", false},
+                                         {"arch", "hopper"},
+                                         {"nvls_GBps", 450},
+                                         {"sharp_GBps", 50}});
+  EXPECT_EQ(p5.nodes.size(), 3u * (8 + 32 + 1) + 3 + 32);  // 96 ports fill 3 leaves of 32; 32 spines
+  EXPECT_EQ(p5.links.size(), 3u * (8 + 32 + 32) + 3 * 32);
+  const auto nics = gpuNics(p5);
+  ASSERT_EQ(nics.size(), 24u);
+  for (int h = 0; h < 3; ++h) {
+    for (int g = 0; g < 8; ++g) {
+      std::vector<std::string> want;
+      for (int k = 0; k < 4; ++k) want.push_back(fmt::format("n{}.nic{}", h, 4 * g + k));
+      EXPECT_EQ(nics.at(fmt::format("n{}.gpu{}", h, g)), want);
+    }
+  }
+  for (const TopoNode& n : p5.nodes) {
+    EXPECT_EQ(n.arch, n.kind == NodeKind::Gpu ? "hopper" : "") << n.id;
+    if (n.kind == NodeKind::Switch) {
+      EXPECT_EQ(n.reduceGBps, n.host.empty() ? 50 : 450) << n.id;
+      EXPECT_TRUE(n.multicasts()) << n.id;
+    }
+  }
+  const std::vector<HostProfile> hosts = hostProfiles(p5);
+  ASSERT_EQ(hosts.size(), 3u);
+  for (const HostProfile& h : hosts) {
+    EXPECT_EQ(h.gpus, 8);
+    EXPECT_EQ(h.arch, "hopper");
+    EXPECT_EQ(h.nics, 32);
+    EXPECT_EQ(h.nicGBps, 12.5);
+    EXPECT_EQ(h.nvlsGBps, 450);
+    EXPECT_TRUE(h.multicast);
+  }
+  EXPECT_EQ(hosts[1].host, "n1");
+  EXPECT_EQ(fabricReduceGBps(p5), 50);
+
+  const Topology p4de = gen("multi_node", {{"nodes", 2}, {"nics_per_node", 4}, {"arch", "ampere"}});
+  const auto shared = gpuNics(p4de);
+  for (int g = 0; g < 8; ++g) {
+    EXPECT_EQ(shared.at(fmt::format("n1.gpu{}", g)), std::vector<std::string>{fmt::format("n1.nic{}", g / 2)});
+  }
+  const HostProfile a100 = hostProfiles(p4de).at(0);
+  EXPECT_EQ(a100.nics, 4);
+  EXPECT_EQ(a100.nicGBps, 50);
+  EXPECT_EQ(a100.nvlsGBps, 0);  // nvls_GBps defaults to none
+  EXPECT_FALSE(a100.multicast);
+  EXPECT_EQ(fabricReduceGBps(p4de), 0);
+
+  expectError(
+      [] {
+        gen("multi_node", {{"nics_per_node", 12}});
+      },
+      Errc::InvalidTopology, {"params.nics_per_node: must be <= gpus_per_node (8) or a multiple of it", "(got 12)"});
+  expectError(
+      [] {
+        gen("multi_node", {{"arch", "turing"}});
+      },
+      Errc::InvalidTopology, {"params.arch: expected one of: volta, ampere, hopper, blackwell", "(got \"turing\")"});
+  expectError(
+      [] {
+        gen("multi_node", {{"nvls_GBps", -5}});
+      },
+      Errc::InvalidTopology, {"params.nvls_GBps: must be 0 (infinitely fast) or between"});
+  expectError(
+      [] {
+        gen("multi_node", {{"gpus_per_node", 1}, {"nics_per_node", 1}, {"nvls_GBps", 450}});
+      },
+      Errc::InvalidTopology, {"params.nvls_GBps: needs an NVSwitch", "(got 450)"});
+  // nvswitch_node takes arch and NVLS too.
+  const Topology node = gen("nvswitch_node", {{"arch", "blackwell"}, {"nvls_GBps", 900}});
+  EXPECT_EQ(node.nodes[0].arch, "blackwell");
+  EXPECT_EQ(hostProfiles(node).at(0).nvlsGBps, 900);
+}
+
+// Defaults leave the new fields unset: the fingerprints that key reports/tuning stay what they were.
+TEST(TopologyGenerators, NewParametersDefaultToTheOldNetwork) {
+  EXPECT_EQ(fingerprint(loadTopology("h100-4x8-rail")), "9f2887589399157b");
+  for (const TopoNode& n : loadTopology("h100-4x8-rail").nodes) {
+    EXPECT_EQ(n.arch, "") << n.id;
+    if (n.kind == NodeKind::Switch) {
+      EXPECT_EQ(n.reduceGBps, 0) << n.id;
+    }
+  }
+}
+
+// The GPU-NIC PCIe paths: pcie links only, through PCIe switches of the GPU's own host, nearest NIC first.
+TEST(TopologyHosts, GpuNicsFollowPcieThroughTheHostsSwitches) {
+  const Topology t = parseTopology(R"({
+    "format": "collbench-topology", "version": 1, "name": "pcie-paths",
+    "nodes": [{"id": "n0.gpu0", "kind": "gpu", "host": "n0", "arch": "ampere"},
+              {"id": "n0.gpu1", "kind": "gpu", "host": "n0", "arch": "hopper"},
+              {"id": "n0.pcisw", "kind": "switch", "host": "n0"},
+              {"id": "n0.nic0", "kind": "nic", "host": "n0"},
+              {"id": "n0.nic1", "kind": "nic", "host": "n0"},
+              {"id": "n0.nic2", "kind": "nic", "host": "n0"},
+              {"id": "n0.nvsw", "kind": "switch", "host": "n0", "reduce_GBps": 100, "multicast": false},
+              {"id": "leaf", "kind": "switch", "reduce_GBps": 25}],
+    "links": [{"a": "n0.gpu0", "b": "n0.pcisw", "bandwidth_GBps": 30, "latency_us": 0.5, "class": "pcie"},
+              {"a": "n0.pcisw", "b": "n0.nic1", "bandwidth_GBps": 30, "latency_us": 0.5, "class": "pcie"},
+              {"a": "n0.gpu0", "b": "n0.nic2", "bandwidth_GBps": 30, "latency_us": 0.5, "class": "pcie"},
+              {"a": "n0.gpu1", "b": "n0.nic0", "bandwidth_GBps": 30, "latency_us": 0.5, "class": "nvlink"},
+              {"a": "n0.gpu0", "b": "n0.nvsw", "bandwidth_GBps": 300, "latency_us": 0.3, "class": "nvlink"},
+              {"a": "n0.gpu1", "b": "n0.nvsw", "bandwidth_GBps": 300, "latency_us": 0.3, "class": "nvlink"},
+              {"a": "n0.nic0", "b": "leaf", "bandwidth_GBps": 12.5, "latency_us": 1, "class": "nic"},
+              {"a": "n0.nic1", "b": "leaf", "bandwidth_GBps": 25, "latency_us": 1, "class": "nic"},
+              {"a": "n0.nic2", "b": "leaf", "bandwidth_GBps": 25, "latency_us": 1, "class": "nic"}],
+    "ranks": ["n0.gpu0", "n0.gpu1"]
+  })",
+                                   "pcie.json");
+  const auto nics = gpuNics(t);
+  EXPECT_EQ(nics.at("n0.gpu0"), (std::vector<std::string>{"n0.nic2", "n0.nic1"}));  // direct first
+  EXPECT_EQ(nics.count("n0.gpu1"), 0u);                                             // its only NIC link is not PCIe
+  const HostProfile h = hostProfiles(t).at(0);
+  EXPECT_EQ(h.gpus, 2);
+  EXPECT_EQ(h.arch, "");  // mixed
+  EXPECT_EQ(h.nics, 3);
+  EXPECT_EQ(h.nicGBps, 25);
+  EXPECT_EQ(h.nvlsGBps, 100);
+  EXPECT_FALSE(h.multicast);
+  EXPECT_EQ(fabricReduceGBps(t), 25);
 }
 
 TEST(TopologyGenerators, TorusCounts) {
@@ -762,6 +946,33 @@ TEST(TopologyOverride, ErrorsNameTheBadKeyOrValue) {
   expectBadOverride(t, "link.bandwidth_GBps=1", {"'link.bandwidth_GBps'"});
 }
 
+TEST(TopologyOverride, ArchMulticastAndInNetworkReduction) {
+  Topology t = loadTopology("dgx-h100-ib400");
+  applyOverride(t, "node.*.reduce_GBps=900");  // compute rates: switches keep their in-network reduction
+  for (const auto& n : t.nodes) {
+    const double want = n.kind != NodeKind::Switch ? 900 : n.host.empty() ? 50 : 450;
+    EXPECT_EQ(n.reduceGBps, want) << n.id;
+  }
+  applyOverride(t, "node.switch.multicast=false");
+  EXPECT_FALSE(hostProfiles(t).at(0).multicast);
+  applyOverride(t, "node.switch.reduce_GBps=0");
+  EXPECT_EQ(hostProfiles(t).at(0).nvlsGBps, 0);
+  EXPECT_EQ(fabricReduceGBps(t), 0);
+  applyOverride(t, "node.gpu.arch=ampere");
+  EXPECT_EQ(hostProfiles(t).at(63).arch, "ampere");
+  EXPECT_NO_THROW(validateTopology(t));
+  expectBadOverride(
+      t, "node.gpu.arch=pascal",
+      {"'node.gpu.arch=pascal'", "unknown GPU architecture (accepted: volta, ampere, hopper, blackwell", "got pascal"});
+  expectBadOverride(t, "node.switch.arch=hopper", {"'node.switch.arch'", "arch applies to gpus only"});
+  expectBadOverride(t, "node.gpu.multicast=true", {"'node.gpu.multicast'", "multicast applies to switches only"});
+  expectBadOverride(t, "node.switch.multicast=1", {"multicast: expected true or false (got 1)"});
+  expectBadOverride(t, "node.switch.reduce_GBps=-1", {"reduce_GBps: must be 0 (cannot reduce) or between", "(got -1)"});
+  expectBadOverride(t, "node.switch.colour=1", {"unknown node field 'colour'", "multicast, arch"});
+  expectBadOverride(gen("ring", {{"n", 4}}), "node.*.multicast=true", {"topology ring-4 has no switch node"});
+  expectBadOverride(t, "node.nic.arch=hopper", {"arch applies to gpus only"});
+}
+
 TEST(TopologyFingerprint, StableAndContentSensitive) {
   const Topology a = loadTopology("dgx-h100-8x1");
   const std::string fp = fingerprint(a);
@@ -778,6 +989,18 @@ TEST(TopologyFingerprint, StableAndContentSensitive) {
   EXPECT_NE(fingerprint(loadTopology("hgx-h200-8x1")), fp);  // same graph, different reduce_GBps
   // Pinned: the canonical form is part of the tuning-table contract; change it only with a format version bump.
   EXPECT_EQ(fingerprint(flatTopology(4, 50, 1)), "300ce6dc35f82b28");
+  // arch and NVLS are network content; multicast counts only where it differs from its default.
+  Topology noArch = a;
+  applyOverride(noArch, "node.gpu.arch=ampere");
+  EXPECT_NE(fingerprint(noArch), fp);
+  Topology noNvls = a;
+  applyOverride(noNvls, "node.switch.reduce_GBps=0");
+  EXPECT_NE(fingerprint(noNvls), fp);
+  Topology explicitMulticast = a;
+  applyOverride(explicitMulticast, "node.switch.multicast=true");  // the default with reduce_GBps 450
+  EXPECT_EQ(fingerprint(explicitMulticast), fp);
+  applyOverride(explicitMulticast, "node.switch.multicast=false");
+  EXPECT_NE(fingerprint(explicitMulticast), fp);
 }
 
 TEST(TopologyJson, RoundTrips) {
@@ -929,6 +1152,50 @@ TEST(TopologyShipped, ExpectedShapes) {
   EXPECT_EQ(pcie.ranks.size(), 4u);
   EXPECT_EQ(summarize(pcie).linkClasses.count("nvlink"), 0u);
   EXPECT_EQ(loadTopology("dgx-a100-8x1").links[0].bandwidthGBps, 300);
+}
+
+// The systems of the real nccl-tests tables (topologies/README.md gives each figure's source).
+TEST(TopologyShipped, SystemsHaveTheirDocumentedServers) {
+  struct System {
+    const char* name;
+    const char* arch;
+    int nics;
+    double nicGBps, nvlinkGBps, nvlsGBps, sharpGBps;
+    int servers;
+  };
+  const std::vector<System> systems{
+      {"dgx-h100-8x1", "hopper", 0, 0, 450, 450, 0, 1},     {"hgx-h200-8x1", "hopper", 0, 0, 450, 450, 0, 1},
+      {"dgx-a100-8x1", "ampere", 0, 0, 300, 0, 0, 1},       {"dgx-h100-ib400", "hopper", 8, 50, 450, 450, 50, 64},
+      {"aws-p5", "hopper", 32, 12.5, 450, 450, 0, 64},      {"aws-p4de", "ampere", 4, 12.5, 300, 0, 0, 64},
+      {"gcp-a3-mega", "hopper", 8, 25, 450, 450, 0, 64},    {"oci-h100-roce", "hopper", 16, 25, 450, 450, 0, 64},
+      {"oci-a100-roce", "ampere", 16, 12.5, 300, 0, 0, 64},
+  };
+  for (const System& sys : systems) {
+    SCOPED_TRACE(sys.name);
+    const Topology t = loadTopology(sys.name);
+    ASSERT_EQ(t.ranks.size(), static_cast<std::size_t>(8 * sys.servers));
+    const std::vector<HostProfile> hosts = hostProfiles(t);
+    ASSERT_EQ(hosts.size(), static_cast<std::size_t>(sys.servers));
+    for (const HostProfile& h : hosts) {
+      EXPECT_EQ(h.gpus, 8) << h.host;
+      EXPECT_EQ(h.arch, sys.arch) << h.host;
+      EXPECT_EQ(h.nics, sys.nics) << h.host;
+      EXPECT_EQ(h.nicGBps, sys.nicGBps) << h.host;
+      EXPECT_EQ(h.nvlsGBps, sys.nvlsGBps) << h.host;
+      EXPECT_EQ(h.multicast, sys.nvlsGBps > 0) << h.host;
+    }
+    EXPECT_EQ(fabricReduceGBps(t), sys.sharpGBps);
+    EXPECT_EQ(summarize(t).linkClasses.at("nvlink").maxGBps, sys.nvlinkGBps);
+    // Ranks go server by server, so -g 16 is the first two servers.
+    const std::vector<int> first = rankHosts(t, std::min<int>(16, static_cast<int>(t.ranks.size())));
+    for (std::size_t r = 0; r < first.size(); ++r) EXPECT_EQ(first[r], static_cast<int>(r / 8)) << r;
+    // Every GPU of a multi-server system reaches max(1, nics / 8) NICs over PCIe.
+    const auto nics = gpuNics(t);
+    EXPECT_EQ(nics.size(), sys.nics ? t.ranks.size() : 0u);
+    for (const auto& [gpu, list] : nics) {
+      EXPECT_EQ(list.size(), static_cast<std::size_t>(std::max(1, sys.nics / 8))) << gpu;
+    }
+  }
 }
 
 TEST(TopologyShipped, SearchPathAndErrors) {
