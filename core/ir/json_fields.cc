@@ -39,6 +39,17 @@ void JsonFields::fail(std::string_view field, const std::string& problem) const 
 
 bool JsonFields::has(const char* field) const { return obj_.contains(field) && !obj_.at(field).is_null(); }
 
+bool JsonFields::present(const char* field) const { return obj_.contains(field); }
+
+void JsonFields::allowOnly(const std::set<std::string>& known) const {
+  for (const auto& [key, value] : obj_.items()) {
+    if (known.count(key)) continue;
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    fail(printable(key), fmt::format("unknown field (known: {})", list));
+  }
+}
+
 const json& JsonFields::need(const char* field) const {
   if (!obj_.contains(field)) fail(field, "missing required field");
   return obj_.at(field);
@@ -63,6 +74,7 @@ std::int64_t JsonFields::integer(const char* field, std::int64_t min, std::int64
     fail(field, fmt::format("{} is too large", echoJson(v)));
   }
   const std::int64_t x = v.get<std::int64_t>();
+  if (max == INT64_MAX && x < min) fail(field, fmt::format("must be >= {}, got {}", min, x));
   if (x < min || x > max) fail(field, fmt::format("must be in [{}, {}], got {}", min, max, x));
   return x;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -32,13 +33,17 @@ class JsonFields {
 
   /// The field is present and not null.
   bool has(const char* field) const;
+  /// The field is present, null included (formats where null is not a value: the trace).
+  bool present(const char* field) const;
+  /// Fails "<path>.<key>: unknown field (known: a, b, ...)" for the first field of the object not in `known`.
+  void allowOnly(const std::set<std::string>& known) const;
   /// The field's value; "missing required field" when absent.
   const nlohmann::json& need(const char* field) const;
 
   JsonFields object(const char* field) const;
   std::string string(const char* field) const;
   std::string stringOr(const char* field, const std::string& fallback) const;
-  /// An integer in [min, max].
+  /// An integer in [min, max] ("must be >= min" when max is INT64_MAX).
   std::int64_t integer(const char* field, std::int64_t min, std::int64_t max = INT64_MAX) const;
   std::int64_t integerOr(const char* field, std::int64_t fallback, std::int64_t min,
                          std::int64_t max = INT64_MAX) const;
