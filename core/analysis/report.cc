@@ -26,14 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::InvalidArgument, fmt::format("cannot read report input '{}'", printable(path)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -186,7 +178,7 @@ void addReportInput(ReportInputs& in, std::string_view text, std::string_view so
 
 ReportInputs loadReportInputs(const std::vector<std::string>& paths) {
   ReportInputs in;
-  for (const std::string& p : paths) addReportInput(in, readFile(p), p);
+  for (const std::string& p : paths) addReportInput(in, readTextFile(p, "report input"), p);
   return in;
 }
 

@@ -1,10 +1,12 @@
-// The output-file check and writer every command that writes a file goes through (records.h).
+// The output-file check and the file writer every command that writes a file goes through, and the reader of the
+// records' files (records.h).
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "collbench/error.h"
 #include "collbench/records.h"
@@ -45,6 +47,14 @@ void writeTextFile(const std::string& path, const std::string& text, std::string
   if (!f || !(f << text << (endsLine ? "" : "\n")) || !f.flush()) {
     throw Error(Errc::InvalidArgument, fmt::format("cannot write {} '{}'", flag, printable(path)));
   }
+}
+
+std::string readTextFile(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Errc::InvalidArgument, fmt::format("cannot read {} '{}'", what, printable(path)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::string toolName() { return std::string("collbench ") + COLLBENCH_VERSION; }

@@ -36,14 +36,6 @@ json sampleJson(const PerfSample& s) {
           {"wrong", s.wrong ? json(*s.wrong) : json(nullptr)}};
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::InvalidArgument, fmt::format("cannot read perf file '{}'", printable(path)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 PerfRun parsePerfRun(std::string_view text, std::string_view source) {
@@ -104,7 +96,7 @@ PerfRun parsePerfRun(std::string_view text, std::string_view source) {
   return r;
 }
 
-PerfRun readPerfRun(const std::string& path) { return parsePerfRun(readFile(path), path); }
+PerfRun readPerfRun(const std::string& path) { return parsePerfRun(readTextFile(path, "perf file"), path); }
 
 json toJson(const PerfRun& r) {
   json rows = json::array();

@@ -33,6 +33,9 @@ void checkOutputFile(const std::string& path, bool force, std::string_view flag)
 /// '<path>'" on failure.
 void writeTextFile(const std::string& path, const std::string& text, std::string_view flag);
 
+/// The contents of `path`; Error{InvalidArgument} "cannot read <what> '<path>'" when it cannot be read.
+std::string readTextFile(const std::string& path, std::string_view what);
+
 /// "collbench <version>": the `tool` field of every record.
 std::string toolName();
 
