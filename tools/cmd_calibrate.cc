@@ -8,7 +8,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
 
@@ -19,6 +18,7 @@
 #include "collbench/calibrate.h"
 #include "collbench/error.h"
 #include "collbench/nccl_tests_log.h"
+#include "collbench/records.h"
 #include "collbench/topology.h"
 #include "collbench/units.h"
 #include "commands.h"
@@ -91,12 +91,8 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
                 "fit every repeated measurement of a point (default: keep the fastest of the runs given)");
   cmd->add_option("-J,--output_file", a->json, "write the fit and every sample as JSON");
   cmd->callback([a, &exitCode] {
-    for (const std::string* out : {&a->output, &a->json}) {
-      if (!out->empty() && std::filesystem::exists(*out) && !a->force) {
-        throw Error(Errc::InvalidArgument,
-                    fmt::format("output file '{}' exists; pass --force to overwrite it", printable(*out)));
-      }
-    }
+    checkOutputFile(a->output, a->force, "-o/--output");
+    checkOutputFile(a->json, a->force, "-J/--output_file");
     if (a->holdOutEvery < 0 || a->holdOutEvery == 1) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("--holdout-every: {} is not a hold-out (k >= 2 holds out every k-th size, 0 none)",
@@ -163,9 +159,7 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
     {
       Topology out = r.topology;  // provenance rides in the description (the format has no other free field)
       out.description += fmt::format("; collbench {}: {}", COLLBENCH_VERSION, commandLine());
-      std::ofstream f(a->output);
-      if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(a->output)));
-      f << toJson(out);
+      writeTextFile(a->output, toJson(out), "-o/--output");
     }
     // The calibrated simulator on every sample (the topology just written, by path).
     std::vector<double> simUs(r.fits.size(), -1);
@@ -245,61 +239,16 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
       }
     }
     if (!a->json.empty()) {
-      nlohmann::json rows = nlohmann::json::array();
-      for (std::size_t i = 0; i < r.fits.size(); ++i) {
-        const SampleFit& f = r.fits[i];
-        rows.push_back({{"collective", toString(f.sample.collective)},
-                        {"algorithm", f.sample.algorithm},
-                        {"nranks", f.sample.nranks},
-                        {"hosts", f.sample.hosts},
-                        {"bytes", f.sample.bytes},
-                        {"measured_us", f.sample.timeUs},
-                        {"model_us", f.predictedUs},
-                        {"sim_us", simUs[i] >= 0 ? nlohmann::json(simUs[i]) : nlohmann::json(nullptr)},
-                        {"held_out", f.heldOut},
-                        {"origin", f.sample.origin}});
+      CalibrationRecord doc = toRecord(r);
+      doc.tool = toolName();
+      doc.commandLine = commandLine();
+      doc.environment = describeEnvironment();
+      doc.topologyFile = a->output;
+      for (std::size_t i = 0; i < doc.samples.size(); ++i) {
+        if (simUs[i] >= 0) doc.samples[i].simUs = simUs[i];
       }
-      nlohmann::json tiersJson = nlohmann::json::array();
-      for (const MemoryTier& m : r.memoryTiers) {
-        tiersJson.push_back({{"max_working_set_bytes",
-                              m.maxWorkingSetBytes ? nlohmann::json(m.maxWorkingSetBytes) : nlohmann::json(nullptr)},
-                             {"bandwidth_scale", m.bandwidthScale}});
-      }
-      const nlohmann::json doc = {
-          {"format", "collbench-calibration"},
-          {"version", 1},
-          {"command_line", commandLine()},
-          {"environment", describeEnvironment()},
-          {"topology_file", a->output},
-          {"topology_fingerprint", fingerprint(r.topology)},
-          {"params",
-           {{"intra", {{"alpha_us", p.intra.alphaUs}, {"beta_GBps", p.intra.betaGBps}}},
-            {"inter", {{"alpha_us", p.inter.alphaUs}, {"beta_GBps", p.inter.betaGBps}}},
-            {"gamma_GBps", p.gammaGBps},
-            {"call_overhead_us", p.callOverheadUs},
-            {"memory_tiers", tiersJson}}},
-          {"identified",
-           {{"alpha_intra", r.identified[0]},
-            {"alpha_inter", r.identified[1]},
-            {"beta_intra", r.identified[2]},
-            {"beta_inter", r.identified[3]},
-            {"gamma", r.identified[4]},
-            {"call_overhead", r.identified[5]}}},
-          {"fit", {{"median", r.fitMedian}, {"worst", r.fitWorst}}},
-          {"held_out",
-           r.heldOutCount > 0
-               ? nlohmann::json{{"median", r.heldOutMedian}, {"worst", r.heldOutWorst}, {"count", r.heldOutCount}}
-               : nlohmann::json{{"median", nullptr}, {"worst", nullptr}, {"count", 0}}},
-          {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-          {"sim_held_out",
-           !simHeld.empty()
-               ? nlohmann::json{{"median", medianAbs(simHeld)}, {"worst", worstAbs(simHeld)}, {"count", simHeld.size()}}
-               : nlohmann::json(nullptr)},
-          {"notes", r.notes},
-          {"samples", rows}};
-      std::ofstream f(a->json);
-      if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(a->json)));
-      f << doc.dump(2) << '\n';
+      if (!simHeld.empty()) doc.simHeldOut = CalibrationErrors{medianAbs(simHeld), worstAbs(simHeld), simHeld.size()};
+      writeTextFile(a->json, toJson(doc).dump(2), "-J/--output_file");
     }
     exitCode = 0;
   });

@@ -9,17 +9,14 @@
 #include "collbench/error.h"
 #include "collbench/fidelity.h"
 #include "collbench/nccl_tests_log.h"
-#include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "commands.h"
-#include "perf_runner.h"
-#ifdef COLLBENCH_HAVE_SIM
-#include "sim_backend.h"
-#endif
+#include "cli_common.h"
+#include "collbench/records.h"
+#include "collbench/run.h"
 
 namespace collbench::cli {
-extern std::string gCommandLine;
 
 namespace {
 
@@ -30,32 +27,21 @@ struct FidelityArgs {
   bool force = false;
 };
 
-#ifdef COLLBENCH_HAVE_SIM
-/// Times calls as `collbench perf --backend sim` does: the spec of countForSize, and with --algo auto the selector
-/// (the topology's tuning table, else the cost model) with its chunk and channels; other names go to the simulator
-/// as they are.
-SimulateFn simulateOn(const sim::Simulator& simulator, const Selector& selector, const std::string& algo) {
-  return [&simulator, &selector, algo](const FidelityCall& call) {
-    const CollectiveSpec spec{
-        call.collective, call.nranks, countForSize(call.collective, call.bytes, dtypeSize(call.dtype), call.nranks),
-        call.dtype,      call.op,     0};
-    AlgoParams params{0, 1, rankHosts(simulator.topology(), call.nranks)};
-    const Choice choice = algo == "auto" ? selector.choose(spec) : Choice{algo, "forced by --algo"};
-    if (algo == "auto") {
-      params.chunkBytes = choice.chunkBytes;
-      params.channels = choice.channels;
-    }
-    return SimulatedCall{simulator.runAlgorithm(spec, choice.algorithm, params).seconds, choice.algorithm};
+/// Times calls as `collbench perf --backend sim` does, through the same run layer: the spec of countForBytes, the
+/// runner's plan (with --algo auto the topology's tuning table, else the cost model, with its chunk and channels;
+/// other names as they are), simulated by the sim backend's one method.
+SimulateFn simulateOn(Runner& runner, const std::string& algo) {
+  return [&runner, algo](const FidelityCall& call) {
+    const CollectiveSpec spec{call.collective, call.nranks,
+                              countForBytes(call.collective, call.nranks, call.bytes, call.dtype), call.dtype, call.op};
+    const Plan plan = runner.plan(spec, CallConfig{algo});
+    return SimulatedCall{runner.simulate(spec, plan.choice.algorithm, plan.params), plan.choice.algorithm};
   };
 }
-#endif
 
 int run(const FidelityArgs& a) {
   if (a.ranks < 0) throw Error(Errc::InvalidArgument, fmt::format("-g/--ranks must be >= 1, got {}", a.ranks));
-  PerfConfig output;  // -J is checked as perf checks its -J: before any work, never overwriting without --force
-  output.outputFile = a.json;
-  output.force = a.force;
-  checkOutputFile(output);
+  checkOutputFile(a.json, a.force, "-J/--output_file");
   FidelityOptions options;
   options.ranks = a.ranks;
   options.algorithm = a.algo;
@@ -73,24 +59,19 @@ int run(const FidelityArgs& a) {
                                                      printable(path), n, printable(a.topology), topo.ranks.size()));
     }
   }
-#ifdef COLLBENCH_HAVE_SIM
   const FoundTuningTable found = a.algo == "auto" ? findTuningTable("", &topo, "sim") : FoundTuningTable{};
-  const Selector selector(SelectorOptions{&topo, found.table ? &*found.table : nullptr, "sim", "auto", found.path});
   FidelityDocument doc;
   doc.tool = std::string("collbench ") + COLLBENCH_VERSION;
-  doc.commandLine = gCommandLine;
+  doc.commandLine = commandLine();
   for (std::size_t i = 0; i < logs.size(); ++i) {
-    const sim::Simulator simulator(topo, fidelityRanks(logs[i], a.logs[i], a.ranks));
-    doc.logs.push_back(compareWithSimulation(logs[i], a.logs[i], options, simulateOn(simulator, selector, a.algo)));
+    OwnedRunner sim("sim", fidelityRanks(logs[i], a.logs[i], a.ranks), BackendOptions{{"topology", a.topology}},
+                    RunnerOptions{&topo, found.table ? &*found.table : nullptr, found.path});
+    doc.logs.push_back(compareWithSimulation(logs[i], a.logs[i], options, simulateOn(*sim.runner, a.algo)));
     fmt::print("{}{}", i ? "\n" : "", formatFidelityTable(doc.logs.back()));
     std::fflush(stdout);
   }
   if (!a.json.empty()) writeFidelityDocument(doc, a.json);
   return 0;
-#else
-  throw Error(Errc::Unsupported,
-              "collbench fidelity: this collbench was built without SimGrid (COLLBENCH_WITH_SIMGRID=OFF)");
-#endif
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
@@ -17,6 +16,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
@@ -47,29 +47,9 @@ struct RegretArgs {
   bool force = false;
 };
 
-struct Row {
-  int nranks = 0;
-  std::size_t bytes = 0;
-  std::string chosen, chosenSource;
-  std::size_t chosenChunk = 0;
-  int chosenChannels = 1;
-  double chosenUs = -1, predictedUs = -1;
-  std::string oracle;
-  std::size_t oracleChunk = 0;
-  int oracleChannels = 1;
-  double oracleUs = -1;
-  /// The sweep's own chosen and best times, before the confirmation (equal to the above where there was none).
-  double sweepChosenUs = -1, sweepOracleUs = -1, sweepTableUs = -1;
-  /// What the table (or model) alone chose, before the trial that `--algo auto` runs on hardware (selector.h), and
-  /// its time where chosenUs and oracleUs come from.
-  std::string tableChosen;
-  std::size_t tableChunk = 0;
-  int tableChannels = 1;
-  double tableUs = -1;
-  double regret() const { return oracleUs > 0 ? chosenUs / oracleUs : 1.0; }
-  double tableRegret() const { return oracleUs > 0 ? tableUs / oracleUs : 1.0; }
-  double sweepRegret() const { return sweepOracleUs > 0 ? sweepChosenUs / sweepOracleUs : 1.0; }
-};
+using Row = RegretRow;
+/// The flag that names the JSON output, in messages.
+constexpr std::string_view kOutputFlag = "-J/--output_file";
 
 std::string describeCfg(const std::string& a, std::size_t chunk, int ch) {
   std::string s = a;
@@ -107,10 +87,7 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--max-worst", a->maxWorst, "exit 1 when the worst regret exceeds this (0 = no check)");
   cmd->add_option("--max-geomean", a->maxGeomean, "exit 1 when the geometric-mean regret exceeds this");
   cmd->callback([a, &exitCode] {
-    if (!a->json.empty() && std::filesystem::exists(a->json) && !a->force) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("output file '{}' exists; pass --force to overwrite it", printable(a->json)));
-    }
+    checkOutputFile(a->json, a->force, kOutputFlag);
     const Collective coll = parseCollective(a->collective);
     const DType dtype = parseDType(a->dtype);
     std::optional<Topology> topo;
@@ -216,14 +193,14 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         Row row;
         row.nranks = n;
         row.bytes = key;
-        row.chosen = choice.algorithm;
+        row.chosen.algorithm = choice.algorithm;
         row.chosenSource = choice.source;
-        row.chosenChunk = choice.chunkBytes;
-        row.chosenChannels = choice.channels;
+        row.chosen.chunkBytes = choice.chunkBytes;
+        row.chosen.channels = choice.channels;
         row.predictedUs = tableChoice.predictedUs;
-        row.tableChosen = tableChoice.algorithm;
-        row.tableChunk = tableChoice.chunkBytes;
-        row.tableChannels = tableChoice.channels;
+        row.tableChoice.algorithm = tableChoice.algorithm;
+        row.tableChoice.chunkBytes = tableChoice.chunkBytes;
+        row.tableChoice.channels = tableChoice.channels;
         std::vector<Plan> timed;
         for (auto& [alg, cfgs] : configs) {
           std::sort(cfgs.begin(), cfgs.end());
@@ -240,41 +217,42 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
           const std::size_t chunk = timed[i].params.chunkBytes;
           const int ch = timed[i].params.channels;
           if (alg == choice.algorithm && chunk == choice.chunkBytes && ch == choice.channels) {
-            row.chosenUs = us[i];
+            row.chosen.timeUs = us[i];
             chosenAt = i;
           }
           if (alg == tableChoice.algorithm && chunk == tableChoice.chunkBytes && ch == tableChoice.channels) {
-            row.tableUs = us[i];
+            row.tableChoice.timeUs = us[i];
             tableAt = i;
           }
-          if (row.oracleUs < 0 || us[i] < row.oracleUs) {
-            row.oracle = alg;
-            row.oracleChunk = chunk;
-            row.oracleChannels = ch;
-            row.oracleUs = us[i];
+          if (row.best.timeUs < 0 || us[i] < row.best.timeUs) {
+            row.best.algorithm = alg;
+            row.best.chunkBytes = chunk;
+            row.best.channels = ch;
+            row.best.timeUs = us[i];
             oracleAt = i;
           }
         }
-        row.sweepChosenUs = row.chosenUs;
-        row.sweepOracleUs = row.oracleUs;
-        row.sweepTableUs = row.tableUs;
-        if (measured && (row.chosenUs > row.oracleUs || row.tableUs > row.oracleUs)) {
+        row.sweepChosenUs = row.chosen.timeUs;
+        row.sweepBestUs = row.best.timeUs;
+        row.sweepTableUs = row.tableChoice.timeUs;
+        if (measured &&
+            (row.chosen.timeUs > row.best.timeUs || row.tableChoice.timeUs > row.best.timeUs)) {
           // The sweep's best is the minimum of many noisy times, so it is biased low (the winner's curse): the chosen,
           // the table's choice and the best are timed again, together, and the regrets are ratios there. A chosen
           // configuration that is then the fastest one is the best measured. Few configurations make short rounds,
           // which one burst of other work can cover for several in a row: more of them.
           const std::vector<double> again = timer.runner->times(spec, {timed[chosenAt], timed[oracleAt], timed[tableAt]},
                                                                 mo, kConfirmationRoundsPerRepeat * a->repeats);
-          row.chosenUs = again[0];
-          row.tableUs = again[2];
-          row.oracleUs = again[1];
+          row.chosen.timeUs = again[0];
+          row.tableChoice.timeUs = again[2];
+          row.best.timeUs = again[1];
           for (const std::size_t k : {chosenAt, tableAt}) {  // a faster one of those is the best measured
             const double t = k == chosenAt ? again[0] : again[2];
-            if (t < row.oracleUs) {
-              row.oracle = timed[k].choice.algorithm;
-              row.oracleChunk = timed[k].params.chunkBytes;
-              row.oracleChannels = timed[k].params.channels;
-              row.oracleUs = t;
+            if (t < row.best.timeUs) {
+              row.best.algorithm = timed[k].choice.algorithm;
+              row.best.chunkBytes = timed[k].params.chunkBytes;
+              row.best.channels = timed[k].params.channels;
+              row.best.timeUs = t;
             }
           }
         }
@@ -289,8 +267,8 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
       logSum += std::log(r.regret());
       tableLogSum += std::log(r.tableRegret());
       tableWorst = std::max(tableWorst, r.tableRegret());
-      trialled =
-          trialled || r.tableChosen != r.chosen || r.tableChunk != r.chosenChunk || r.tableChannels != r.chosenChannels;
+      trialled = trialled || r.tableChoice.algorithm != r.chosen.algorithm ||
+                 r.tableChoice.chunkBytes != r.chosen.chunkBytes || r.tableChoice.channels != r.chosen.channels;
       if (!worstRow || r.regret() > worst) {
         worst = r.regret();
         worstRow = &r;
@@ -316,11 +294,13 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
     fmt::print("\n");
     for (const Row& r : rows) {
       fmt::print("  {:>6}  {:>12}  {:<26} {:<13} {:>12.3f}  {:>12.3f}  {:<26} {:>12.3f}  {:>7.4f}  {:>12.4f}", r.nranks,
-                 r.bytes, describeCfg(r.chosen, r.chosenChunk, r.chosenChannels), r.chosenSource, r.predictedUs,
-                 r.chosenUs, describeCfg(r.oracle, r.oracleChunk, r.oracleChannels), r.oracleUs, r.regret(),
-                 r.sweepRegret());
+                 r.bytes, describeCfg(r.chosen.algorithm, r.chosen.chunkBytes, r.chosen.channels), r.chosenSource,
+                 r.predictedUs, r.chosen.timeUs, describeCfg(r.best.algorithm, r.best.chunkBytes, r.best.channels),
+                 r.best.timeUs, r.regret(), r.sweepRegret());
       if (measured)
-        fmt::print("  {:<26} {:>12.4f}", describeCfg(r.tableChosen, r.tableChunk, r.tableChannels), r.tableRegret());
+        fmt::print("  {:<26} {:>12.4f}",
+                   describeCfg(r.tableChoice.algorithm, r.tableChoice.chunkBytes, r.tableChoice.channels),
+                   r.tableRegret());
       fmt::print("\n");
     }
     fmt::print("# points {}  worst {:.4f}{}  geomean {:.4f}\n", rows.size(), worst,
@@ -330,54 +310,19 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
                  trialled ? "" : " (the trial kept every one)");
     }
     if (!a->json.empty()) {
-      nlohmann::json jr = nlohmann::json::array();
-      for (const Row& r : rows) {
-        jr.push_back({{"nranks", r.nranks},
-                      {"bytes", r.bytes},
-                      {"chosen",
-                       {{"algorithm", r.chosen},
-                        {"chunk_bytes", r.chosenChunk},
-                        {"channels", r.chosenChannels},
-                        {"source", r.chosenSource},
-                        {"predicted_us", r.predictedUs},
-                        {"time_us", r.chosenUs}}},
-                      {"best",
-                       {{"algorithm", r.oracle},
-                        {"chunk_bytes", r.oracleChunk},
-                        {"channels", r.oracleChannels},
-                        {"time_us", r.oracleUs}}},
-                      {"table_choice",
-                       {{"algorithm", r.tableChosen},
-                        {"chunk_bytes", r.tableChunk},
-                        {"channels", r.tableChannels},
-                        {"time_us", r.tableUs}}},
-                      {"regret", r.regret()},
-                      {"table_regret", r.tableRegret()},
-                      {"sweep",
-                       {{"chosen_us", r.sweepChosenUs},
-                        {"best_us", r.sweepOracleUs},
-                        {"table_us", r.sweepTableUs},
-                        {"regret", r.sweepRegret()}}}});
-      }
-      const nlohmann::json doc = {{"format", "collbench-regret"},
-                                  {"version", 1},
-                                  {"collective", toString(coll)},
-                                  {"backend", a->backend},
-                                  {"topology", topo ? topo->name : ""},
-                                  {"topology_fingerprint", fp},
-                                  {"tuning", a->tuning},
-                                  {"command_line", commandLine()},
-                                  {"environment", describeEnvironment()},
-                                  {"rows", jr},
-                                  {"summary",
-                                   {{"points", rows.size()},
-                                    {"worst", worst},
-                                    {"geomean", geomean},
-                                    {"table_worst", tableWorst},
-                                    {"table_geomean", tableGeomean}}}};
-      std::ofstream f(a->json);
-      if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(a->json)));
-      f << doc.dump(2) << '\n';
+      const RegretRecord doc{std::string(toString(coll)),
+                             a->backend,
+                             topo ? topo->name : "",
+                             fp,
+                             a->tuning,
+                             commandLine(),
+                             describeEnvironment(),
+                             rows,
+                             worst,
+                             geomean,
+                             tableWorst,
+                             tableGeomean};
+      writeTextFile(a->json, toJson(doc).dump(2), kOutputFlag);
     }
     exitCode = 0;
     if ((a->maxWorst > 0 && worst > a->maxWorst) || (a->maxGeomean > 0 && geomean > a->maxGeomean)) {

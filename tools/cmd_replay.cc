@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -22,6 +21,7 @@
 #include "collbench/backend.h"
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/reference.h"
 #include "collbench/run.h"
 #include "collbench/selector.h"
@@ -34,8 +34,6 @@
 namespace collbench::cli {
 
 namespace {
-
-using nlohmann::json;
 
 enum class Scaling { Weak, Strong };
 /// What the compute before each collective waits for: Trace = each event's `after` (version 2 traces; events without
@@ -316,79 +314,68 @@ class Replayer {
     if (wrong_ > 0) std::fprintf(out, "# wrong elements: %zu FAILED\n", wrong_);
   }
 
-  json toJsonDoc() const {
+  ReplayRun toRecord() const {
     const Summary s = summary();
-    json events = json::array();
+    ReplayRun r;
+    r.tool = toolName();
+    r.commandLine = commandLine();
+    r.tracePath = a_.trace;
+    r.traceWorldSize = trace_.worldSize;
+    r.traceBackend = trace_.backend;
+    r.traceTopology = trace_.topology.name;
+    r.traceSimulated = trace_.simulated;
+    r.traceCommand = trace_.command;
+    r.backend = a_.backend;
+    r.topology = topology_;
+    r.worldSize = world_;
+    r.workers = workers_;
+    r.localReplicas = local_;
+    r.scaling = scaling_ == Scaling::Weak ? "weak" : "strong";
+    r.overlap = overlapName();
+    r.algo = a_.algo;
+    r.warmup = a_.warmup;
+    r.recordedStepSeconds = s.recordedStep;
+    r.stepSeconds = s.replayedStep;
+    r.recordedMeanStepSeconds = s.recordedMean;
+    r.meanStepSeconds = s.replayedMean;
+    r.computeSeconds = s.compute;
+    r.commSeconds = s.comm;
+    r.exposedSeconds = s.exposed;
+    r.oneReplicaStepSeconds = s.oneReplicaStep;
+    r.efficiency = s.efficiency;
+    r.speedup = s.speedup;
+    r.wrong = wrong_;
+    const auto steps = [](const std::vector<StepStats>& v) {
+      std::vector<ReplayStepRecord> out;
+      for (const StepStats& st : v) out.push_back({st.step, st.seconds, st.compute, st.comm, st.exposed});
+      return out;
+    };
+    r.recordedSteps = steps(recordedSteps());
+    r.steps = steps(replayedSteps());
     for (std::size_t i = 0; i < events_.size(); ++i) {
       const ReplayEvent& e = events_[i];
-      json j = {{"index", i},
-                {"kind", toString(e.spec.kind)},
-                {"bytes", e.bytes},
-                {"dtype", toString(e.spec.dtype)},
-                {"group", e.group},
-                {"nranks", e.spec.nranks},
-                {"algorithm", e.algorithm},
-                {"step", e.recorded->step},
-                {"pack", e.recorded->pack},
-                {"compute_gap_s", e.gap},
-                {"after", toString(e.after)},
-                {"issue_s", e.issue},
-                {"start_s", e.start},
-                {"end_s", e.end},
-                {"recorded_start_s", e.recorded->startSeconds},
-                {"recorded_end_s", e.recorded->endSeconds}};
-      if (e.spec.reduces()) j["op"] = toString(e.spec.op);
-      if (e.recorded->issueSeconds) j["recorded_issue_s"] = *e.recorded->issueSeconds;
-      events.push_back(std::move(j));
+      ReplayEventRecord j;
+      j.index = i;
+      j.kind = toString(e.spec.kind);
+      j.bytes = e.bytes;
+      j.dtype = toString(e.spec.dtype);
+      if (e.spec.reduces()) j.op = toString(e.spec.op);
+      j.group = e.group;
+      j.nranks = e.spec.nranks;
+      j.algorithm = e.algorithm;
+      j.step = e.recorded->step;
+      j.pack = e.recorded->pack;
+      j.computeGapSeconds = e.gap;
+      j.after = toString(e.after);
+      j.issueSeconds = e.issue;
+      j.startSeconds = e.start;
+      j.endSeconds = e.end;
+      j.recordedStartSeconds = e.recorded->startSeconds;
+      j.recordedEndSeconds = e.recorded->endSeconds;
+      j.recordedIssueSeconds = e.recorded->issueSeconds;
+      r.events.push_back(std::move(j));
     }
-    const auto stepsJson = [](const std::vector<StepStats>& v) {
-      json a = json::array();
-      for (const StepStats& st : v) {
-        a.push_back({{"step", st.step},
-                     {"seconds", st.seconds},
-                     {"compute_s", st.compute},
-                     {"comm_s", st.comm},
-                     {"exposed_comm_s", st.exposed}});
-      }
-      return a;
-    };
-    return json{{"format", "collbench-replay"},
-                {"version", 1},
-                {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-                {"command_line", commandLine()},
-                {"trace",
-                 {{"path", a_.trace},
-                  {"world_size", trace_.worldSize},
-                  {"backend", trace_.backend},
-                  {"topology", trace_.topology.name},
-                  {"simulated", trace_.simulated},
-                  {"command", trace_.command}}},
-                {"config",
-                 {{"backend", a_.backend},
-                  {"topology", topology_},
-                  {"world_size", world_},
-                  {"workers", workers_},
-                  {"local_replicas", local_},
-                  {"scaling", scaling_ == Scaling::Weak ? "weak" : "strong"},
-                  {"overlap", overlapName()},
-                  {"algo", a_.algo},
-                  {"warmup", a_.warmup}}},
-                {"summary",
-                 {{"statistic", "median_step"},
-                  {"recorded_step_s", s.recordedStep},
-                  {"replayed_step_s", s.replayedStep},
-                  {"recorded_mean_step_s", s.recordedMean},
-                  {"replayed_mean_step_s", s.replayedMean},
-                  {"compute_s", s.compute},
-                  {"comm_s", s.comm},
-                  {"exposed_comm_s", s.exposed},
-                  {"one_replica_step_s", s.oneReplicaStep},
-                  {"scaling_efficiency", s.efficiency},
-                  {"speedup", s.speedup},
-                  {"wrong", wrong_}}},
-                {"recorded_steps", stepsJson(recordedSteps())},
-                {"steps", stepsJson(replayedSteps())},
-                {"events", events}};
+    return r;
   }
 
   /// Wrong elements over every process (one all-reduce through the backend in process mode).
@@ -616,21 +603,17 @@ class Replayer {
   std::size_t wrong_ = 0;
 };
 
+/// The flag that names the output file, in messages.
+constexpr std::string_view kOutputFlag = "-J/--output";
+
 int run(const ReplayArgs& a) {
-  if (!a.output.empty() && std::filesystem::exists(a.output) && !a.force) {
-    throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it", a.output));
-  }
+  checkOutputFile(a.output, a.force, kOutputFlag);
   Replayer r(a, readTrace(a.trace));
   r.run();
   const std::size_t wrong = r.wrong();
   if (!r.reports()) return wrong > 0 ? 1 : 0;
   r.print(stdout);
-  if (!a.output.empty()) {
-    std::ofstream f(a.output);
-    if (!f || !(f << r.toJsonDoc().dump(2) << '\n')) {
-      throw Error(Errc::InvalidArgument, fmt::format("cannot write output file '{}'", a.output));
-    }
-  }
+  if (!a.output.empty()) writeTextFile(a.output, toJson(r.toRecord()).dump(2), kOutputFlag);
   return wrong > 0 ? 1 : 0;
 }
 

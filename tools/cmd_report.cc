@@ -7,6 +7,7 @@
 
 #include "cli_common.h"
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/report.h"
 #include "commands.h"
 
@@ -31,9 +32,7 @@ void run(const ReportArgs& a) {
   if (format != "html" && format != "md") {
     throw Error(Errc::InvalidArgument, fmt::format("--format must be html or md, got '{}'", printable(format)));
   }
-  if (!a.output.empty() && std::filesystem::exists(a.output) && !a.force) {
-    throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it", a.output));
-  }
+  checkOutputFile(a.output, a.force, "-o/--output");
   const ReportInputs in = loadReportInputs(a.inputs);
   ReportOptions o;
   o.title = a.title;

@@ -8,11 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <optional>
 
 #include "cli_common.h"
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/selector.h"
 #include "collbench/units.h"
 #include "commands.h"
@@ -21,29 +20,6 @@
 #include "sim_backend.h"
 
 namespace collbench::cli {
-
-/// Fails (InvalidArgument: exit 2) unless `path` can be written: an existing file only with --force, else a new file
-/// in an existing writable directory. Commands call it before simulating, so a mistyped output path costs no
-/// simulation and no result is printed before the error. It probes by opening (never truncating; a probe file it
-/// creates is removed), since permission bits say nothing for root or read-only mounts.
-void checkOutputPath(const std::string& path, bool force, const char* what) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return;
-  std::error_code ec;
-  const bool exists = fs::exists(path, ec);
-  if (exists && !force) {
-    throw Error(Errc::InvalidArgument, fmt::format("{} file '{}' exists; pass --force to overwrite it", what, path));
-  }
-  if (exists && fs::is_directory(path, ec)) {
-    throw Error(Errc::InvalidArgument, fmt::format("{} file '{}' is a directory", what, path));
-  }
-  const int fd = ::open(path.c_str(), exists ? O_WRONLY : (O_WRONLY | O_CREAT | O_EXCL), 0644);
-  if (fd < 0) {
-    throw Error(Errc::InvalidArgument, fmt::format("cannot write {} file '{}': {}", what, path, errnoText(errno)));
-  }
-  ::close(fd);
-  if (!exists) ::unlink(path.c_str());
-}
 
 void addSimCommand(CLI::App& app, int& exitCode) {
   struct Args {
@@ -86,7 +62,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
           Errc::InvalidArgument,
           fmt::format("-g/--ranks must be >= 1, got {} (omit it to use all of the topology's ranks)", a->ranks));
     }
-    checkOutputPath(a->timeline, a->force, "timeline");
+    checkOutputFile(a->timeline, a->force, "--timeline");
     std::optional<ScheduleFile> file;  // --schedule: the file decides the collective and the ranks
     if (!a->schedule.empty()) {
       file = loadScheduleFlags(a->schedule, flags,
@@ -137,34 +113,31 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     const double algbw = r.seconds > 0 ? static_cast<double>(rowBytes) / r.seconds / 1e9 : 0;
     const double busbw = algbw * busBandwidthFactor(spec.kind, n);
     if (a->json) {
-      nlohmann::json doc = {{"format", "collbench-sim"},
-                            {"version", 1},
-                            {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-                            {"command_line", commandLine()},
-                            {"topology", topoName},
-                            {"topology_fingerprint", fp},
-                            {"model", sim::toString(cfg.model)},
-                            {"collective", toString(spec.kind)},
-                            {"algorithm", choice.algorithm},
-                            {"ranks", n},
-                            {"bytes", rowBytes},
-                            {"count", spec.count},
-                            {"datatype", toString(spec.dtype)},
-                            {"time_us", r.seconds * 1e6},
-                            {"algbw_GBps", algbw},
-                            {"busbw_GBps", busbw},
-                            {"method", r.method},
-                            {"exact", r.exact},
-                            {"note", r.note},
-                            {"ops", r.ops},
-                            {"transfers", r.transfers},
-                            {"simulated_activities", r.simulatedActivities},
-                            {"wall_s", r.wallSeconds}};
-      if (!r.spansMethod.empty()) {
-        doc["timeline_spans_method"] = r.spansMethod;
-        doc["timeline_spans_time_us"] = r.spansSeconds * 1e6;
-      }
-      fmt::print("{}\n", doc.dump(2));
+      SimRecord doc;
+      doc.tool = toolName();
+      doc.commandLine = commandLine();
+      doc.topology = topoName;
+      doc.topologyFingerprint = fp;
+      doc.model = sim::toString(cfg.model);
+      doc.collective = toString(spec.kind);
+      doc.algorithm = choice.algorithm;
+      doc.ranks = n;
+      doc.bytes = rowBytes;
+      doc.count = spec.count;
+      doc.datatype = toString(spec.dtype);
+      doc.timeUs = r.seconds * 1e6;
+      doc.algbwGBps = algbw;
+      doc.busbwGBps = busbw;
+      doc.method = r.method;
+      doc.exact = r.exact;
+      doc.note = r.note;
+      doc.ops = r.ops;
+      doc.transfers = r.transfers;
+      doc.simulatedActivities = r.simulatedActivities;
+      doc.wallSeconds = r.wallSeconds;
+      doc.spansMethod = r.spansMethod;
+      doc.spansTimeUs = r.spansMethod.empty() ? 0 : r.spansSeconds * 1e6;
+      fmt::print("{}\n", toJson(doc).dump(2));
     } else {
       fmt::print("# collbench {} sim: {} {} on {} ranks of {} ({}), {}\n", COLLBENCH_VERSION, toString(spec.kind),
                  choice.algorithm, n, topoName, fp, sim::toString(cfg.model));

@@ -6,10 +6,10 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "cli_common.h"
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/selector.h"
 #include "collbench/units.h"
 #include "commands.h"
@@ -17,18 +17,10 @@
 #include "sim_backend.h"
 
 namespace collbench::cli {
-// cmd_sim.cc: fails with exit 2 unless the output file can be written (before anything is simulated).
-void checkOutputPath(const std::string& path, bool force, const char* what);
 
 namespace {
 
-struct Row {
-  std::string topology, fingerprint, overrides, algorithm, method, note;
-  int ranks = 0;
-  std::size_t bytes = 0, count = 0, ops = 0, transfers = 0, activities = 0;
-  double seconds = 0, algbw = 0, busbw = 0, wall = 0, cpu = 0;
-  bool exact = true;
-};
+using Row = SweepRow;
 
 std::string csvField(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -106,8 +98,8 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
     if (!a->csv.empty() && a->csv == a->json) {
       throw Error(Errc::InvalidArgument, fmt::format("--csv and --json name the same file '{}'", a->csv));
     }
-    checkOutputPath(a->csv, a->force, "CSV");
-    checkOutputPath(a->json, a->force, "JSON");
+    checkOutputFile(a->csv, a->force, "--csv");
+    checkOutputFile(a->json, a->force, "--json");
     const Collective kind = parseCollective(a->collective);
     if (kind == Collective::Barrier) throw Error(Errc::InvalidArgument, "sweep does not time barrier (no bytes)");
     const DType dtype = parseDType(a->dtype);
@@ -178,7 +170,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
             row.ranks = n;
             row.bytes = std::max(spec.inputBytes(), spec.outputBytes());
             row.count = spec.count;
-            row.seconds = r.seconds;
+            row.timeUs = r.seconds * 1e6;
             row.algbw = r.seconds > 0 ? static_cast<double>(row.bytes) / r.seconds / 1e9 : 0;
             row.busbw = row.algbw * busBandwidthFactor(kind, n);
             row.method = r.method;
@@ -216,7 +208,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       std::string line = fmt::format("  {:<{}}  ", r.topology, tw);
       if (showSet) line += fmt::format("{:<{}}  ", r.overrides.empty() ? "-" : r.overrides, sw);
       line += fmt::format("{:>6}  {:<{}}  {:>12}  {:>12.3f}  {:>9.2f}  {:>9.2f}  {:<12}", r.ranks, r.algorithm, aw,
-                          r.bytes, r.seconds * 1e6, r.algbw, r.busbw, r.method + (r.exact ? "" : "~"));
+                          r.bytes, r.timeUs, r.algbw, r.busbw, r.method + (r.exact ? "" : "~"));
       if (a->bench) {
         line += fmt::format("  {:>8.3f}  {:>8.3f}  {:>12.3g}  {:>10}", r.wall, r.cpu,
                             r.wall > 0 ? static_cast<double>(r.ops) / r.wall : 0, r.activities);
@@ -237,45 +229,20 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       for (const Row& r : rows) {
         f << fmt::format("{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{},{},{},{:.6f},{:.6f}\n",
                          csvField(r.topology), r.fingerprint, csvField(r.overrides), r.ranks, toString(kind),
-                         r.algorithm, r.bytes, r.count, toString(dtype), r.seconds * 1e6, r.algbw, r.busbw, r.method,
+                         r.algorithm, r.bytes, r.count, toString(dtype), r.timeUs, r.algbw, r.busbw, r.method,
                          r.exact ? 1 : 0, r.ops, r.transfers, r.activities, r.wall, r.cpu);
       }
     }
     if (!a->json.empty()) {
-      nlohmann::json jr = nlohmann::json::array();
-      for (const Row& r : rows) {
-        jr.push_back({{"topology", r.topology},
-                      {"topology_fingerprint", r.fingerprint},
-                      {"set", r.overrides},
-                      {"ranks", r.ranks},
-                      {"algorithm", r.algorithm},
-                      {"bytes", r.bytes},
-                      {"count", r.count},
-                      {"time_us", r.seconds * 1e6},
-                      {"algbw_GBps", r.algbw},
-                      {"busbw_GBps", r.busbw},
-                      {"method", r.method},
-                      {"exact", r.exact},
-                      {"note", r.note},
-                      {"ops", r.ops},
-                      {"transfers", r.transfers},
-                      {"simulated_activities", r.activities},
-                      {"wall_s", r.wall},
-                      {"cpu_s", r.cpu}});
-      }
-      const nlohmann::json doc = {{"format", "collbench-sweep"},
-                                  {"version", 1},
-                                  {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-                                  {"command_line", commandLine()},
-                                  {"collective", toString(kind)},
-                                  {"datatype", toString(dtype)},
-                                  {"op", toString(op)},
-                                  {"model", sim::toString(cfg.model)},
-                                  {"crosstraffic", cfg.crossTraffic},
-                                  {"rows", jr}};
-      std::ofstream f(a->json);
-      if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write JSON file '{}'", a->json));
-      f << doc.dump(2) << '\n';
+      const SweepRecord doc{toolName(),
+                            commandLine(),
+                            std::string(toString(kind)),
+                            std::string(toString(dtype)),
+                            std::string(toString(op)),
+                            std::string(sim::toString(cfg.model)),
+                            cfg.crossTraffic,
+                            rows};
+      writeTextFile(a->json, toJson(doc).dump(2), "--json");
     }
     exitCode = 0;
   });

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/topology.h"
 #include "commands.h"
 
@@ -84,17 +85,6 @@ nlohmann::json paramsFrom(const std::vector<std::string>& assignments) {
     params[key] = v.is_discarded() ? nlohmann::json(value) : v;
   }
   return params;
-}
-
-void writeOutput(const std::string& path, const std::string& text, bool force) {
-  std::error_code ec;
-  if (!force && std::filesystem::exists(path, ec)) {
-    throw Error(Errc::InvalidArgument, fmt::format("{} exists (use --force to overwrite)", path));
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw Error(Errc::InvalidArgument, fmt::format("{}: cannot write", path));
 }
 
 }  // namespace
@@ -175,7 +165,8 @@ void addTopoCommand(CLI::App& app, int& exitCode) {
     if (gen->output.empty()) {
       fmt::print("{}", text);
     } else {
-      writeOutput(gen->output, text, gen->force);
+      checkOutputFile(gen->output, gen->force, "-o/--output");
+      writeTextFile(gen->output, text, "-o/--output");
     }
   });
 }

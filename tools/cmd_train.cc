@@ -17,6 +17,7 @@
 
 #include "cli_common.h"
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "collbench/strategy/train_example.h"
 #include "commands.h"
@@ -77,12 +78,6 @@ const char* errcName(Errc code) {
       return "BackendError";
   }
   return "?";
-}
-
-void checkWritable(const std::string& path, bool force, const char* flag) {
-  if (!path.empty() && std::filesystem::exists(path) && !force) {
-    throw Error(Errc::InvalidArgument, fmt::format("{} file '{}' exists; pass --force to overwrite it", flag, path));
-  }
 }
 
 std::shared_ptr<const ClusterResolver> threadsCluster(int workers) {
@@ -203,8 +198,8 @@ void runTrain(const TrainArgs& a) {
   const bool traceAll = a.trace.find("{rank}") != std::string::npos;
   std::string tracePath = a.trace;
   if (traceAll) tracePath.replace(tracePath.find("{rank}"), 6, std::to_string(rank));
-  if (chief || traceAll) checkWritable(tracePath, a.force, "--trace");
-  if (chief) checkWritable(a.weightsOut, a.force, "--weights-out");
+  if (chief || traceAll) checkOutputFile(tracePath, a.force, "--trace");
+  if (chief) checkOutputFile(a.weightsOut, a.force, "--weights-out");
 
   MultiWorkerMirroredStrategy strategy(comm, resolver, opts);
   const std::int64_t perReplica = config.globalBatch / strategy.numReplicasInSync();

@@ -21,6 +21,7 @@
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
 #include "collbench/run.h"
+#include "collbench/records.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
@@ -38,18 +39,6 @@ constexpr const char* kModelBackend = "model";
 /// Default NCCL channel counts swept for the export: H100 NCCL uses up to 32 channels (NCCL_MAX_NCHANNELS).
 constexpr const char* kDefaultNcclChannels = "2,8,16,32";
 
-void refuseOverwrite(const std::string& path, bool force, const char* flag) {
-  if (!path.empty() && std::filesystem::exists(path) && !force) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("{} '{}' exists; pass --force to overwrite it", flag, printable(path)));
-  }
-}
-
-void writeFile(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write '{}'", printable(path)));
-  f << text;
-}
 
 std::string utcNow() {
   const std::time_t t = std::time(nullptr);
@@ -459,7 +448,7 @@ class Tuner {
             std::unique_ptr<Backend> backend;
             if (sim) {
               const auto path = tmp / fmt::format("{}-{}-{}.json", toString(algo), toString(proto), ch);
-              writeFile(path.string(), toJson(ncclProtocolTopology(*topo_, algo, proto, ch, n)));
+              writeTextFile(path.string(), toJson(ncclProtocolTopology(*topo_, algo, proto, ch, n)), "topology");
               timer = timerFor(n, path.string());
             } else if (hw) {
               env.emplace();
@@ -615,8 +604,8 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
     if (!a->from.empty() && !a->output.empty()) {
       throw Error(Errc::InvalidArgument, "--from exports an existing table: it writes no new table (drop -o)");
     }
-    refuseOverwrite(a->output, a->force, "output file");
-    refuseOverwrite(a->exportFile, a->force, "export file");
+    checkOutputFile(a->output, a->force, "-o/--output");
+    checkOutputFile(a->exportFile, a->force, "--export-file");
     TuningTable table;
     if (!a->from.empty()) {
       table = loadTuningTable(a->from);
@@ -645,10 +634,10 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
                  a->topology.empty() ? "(none)" : a->topology, secs);
     }
     printSummary(table);
-    if (!a->output.empty()) writeFile(a->output, toJson(table));
+    if (!a->output.empty()) writeTextFile(a->output, toJson(table), "-o/--output");
     if (!a->exportFile.empty()) {
       const std::vector<NcclTunerRule> rules = ncclTunerRules(table);
-      writeFile(a->exportFile, ncclTunerCsv(rules, table.provenance));
+      writeTextFile(a->exportFile, ncclTunerCsv(rules, table.provenance), "--export-file");
       fmt::print("# wrote {} NCCL tuner rules to {}\n", rules.size(), a->exportFile);
     }
     exitCode = 0;

@@ -6,6 +6,7 @@
 
 #include "cli_common.h"
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/units.h"
 #include "collbench/workload.h"
 #include "commands.h"
@@ -68,9 +69,7 @@ void run(const WorkloadArgs& a) {
   o.bytesPerPack = static_cast<std::int64_t>(parseBytes(a.bytesPerPack, "--bytes-per-pack"));
   o.tool = std::string("collbench ") + COLLBENCH_VERSION;
   o.command = commandLine();
-  if (!a.output.empty() && std::filesystem::exists(a.output) && !a.force) {
-    throw Error(Errc::InvalidArgument, fmt::format("output file '{}' exists; pass --force to overwrite it", a.output));
-  }
+  checkOutputFile(a.output, a.force, "-o/--output");
   const Trace t = workloadTrace(m, o, packing(o.bytesPerPack, o.dtype));
   if (a.output.empty()) {
     std::fputs((toJson(t) + "\n").c_str(), stdout);

@@ -149,75 +149,33 @@ std::vector<std::size_t> sizeSequence(const PerfConfig& c) {
   return sizes;
 }
 
-void checkOutputFile(const PerfConfig& c) {
-  if (c.outputFile.empty()) return;
-  namespace fs = std::filesystem;
-  const fs::path path(c.outputFile);
-  std::error_code ec;
-  if (fs::exists(path, ec)) {
-    if (!c.force) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("-J/--output_file '{}' exists; pass --force to overwrite it", c.outputFile));
-    }
-    if (fs::is_directory(path, ec)) {
-      throw Error(Errc::InvalidArgument, fmt::format("-J/--output_file '{}' is a directory", c.outputFile));
-    }
-    if (::access(c.outputFile.c_str(), W_OK) != 0) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("-J/--output_file '{}' is not writable: {}", c.outputFile, errnoText(errno)));
-    }
-    return;
-  }
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec)) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("-J/--output_file '{}': directory '{}' does not exist", c.outputFile, dir.string()));
-  }
-  if (::access(dir.c_str(), W_OK) != 0) {
-    throw Error(Errc::InvalidArgument, fmt::format("-J/--output_file '{}': cannot create files in '{}': {}",
-                                                   c.outputFile, dir.string(), errnoText(errno)));
-  }
-}
-
-void writePerfJson(const PerfConfig& c, const PerfRecord& r) {
-  const nlohmann::json doc = {
-      {"format", "collbench-perf"},
-      {"version", 1},
-      {"collective", toString(c.collective)},
-      {"config",
-       {{"backend", r.backend},
-        {"ranks", r.ranks},
-        {"topology", r.topology},
-        {"algorithm", c.algo},
-        {"minbytes", c.minBytes},
-        {"maxbytes", c.maxBytes},
-        {"stepbytes", c.stepBytes},
-        {"stepfactor", c.stepFactor},
-        {"iters", c.iters},
-        {"warmup_iters", c.warmup},
-        {"check", c.check},
-        {"op", toString(parseReduceOp(c.op))},
-        {"datatype", toString(parseDType(c.datatype))},
-        {"root", c.root},
-        {"average", c.average},
-        {"blocking", c.blocking},
-        {"channels", c.channels},
-        {"chunk_bytes", c.chunkBytes}}},
-      {"command_line", c.commandLine},
-      {"environment", describeEnvironment()},
-      {"results", r.rows},
-      {"avg_busbw_GBps", r.avgBusbw},
-      {"wrong_total", r.wrongTotal},
-  };
-  std::ofstream f(c.outputFile);
-  if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot write -J/--output_file '{}'", c.outputFile));
-  f << doc.dump(2) << '\n';
+void writePerfJson(const PerfConfig& c, PerfRun r) {
+  r.collective = toString(c.collective);
+  r.algorithm = c.algo;
+  r.minBytes = c.minBytes;
+  r.maxBytes = c.maxBytes;
+  r.stepBytes = c.stepBytes;
+  r.stepFactor = c.stepFactor;
+  r.iters = c.iters;
+  r.warmup = c.warmup;
+  r.check = c.check;
+  r.op = toString(parseReduceOp(c.op));
+  r.datatype = toString(parseDType(c.datatype));
+  r.root = c.root;
+  r.average = c.average;
+  r.blocking = c.blocking;
+  r.channels = c.channels;
+  r.chunkBytes = c.chunkBytes;
+  r.commandLine = c.commandLine;
+  r.environment = describeEnvironment();
+  writeTextFile(c.outputFile, toJson(r).dump(2), "-J/--output_file");
 }
 
 int runPerf(const PerfConfig& c, std::FILE* out) {
   const DType dtype = parseDType(c.datatype);
   const ReduceOp op = parseReduceOp(c.op);
-  checkOutputFile(c);
+  // -J is checked before the sweep runs, so that a sweep never runs only to lose its results.
+  checkOutputFile(c.outputFile, c.force, "-J/--output_file");
   if (c.algo == "mpi") return runMpiPerf(c, out);  // peer baseline: Open MPI's own driver under mpirun
   const std::string backendName = c.backend.empty() ? "host" : c.backend;
   if (!c.scheduleFile) checkBackendRuns(backendName, c.collective, c.algo);
@@ -320,7 +278,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "",
                "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
 
-  PerfRecord record;
+  PerfRun record;
   record.backend = backend->name();
   record.ranks = n;
   record.topology = topology;
@@ -354,34 +312,24 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     std::fflush(out);
     for (const Half& h : halves) busSum += h.busbw;
     busRows += 2;
-    nlohmann::json j = {{"size", row.bytes},
-                        {"count", row.bytes / es},
-                        {"type", type},
-                        {"redop", redop},
-                        {"root", rootCol},
-                        {"algorithm", row.plan.choice.algorithm},
-                        {"algorithm_reason", row.plan.choice.reason},
-                        {"chunk_bytes", row.plan.params.chunkBytes},
-                        {"channels", row.plan.params.channels}};
-    const char* names[2] = {"out_of_place", "in_place"};
-    for (int k = 0; k < 2; ++k) {
-      j[names[k]] = {{"time_us", halves[k].seconds * 1e6},
-                     {"algbw_GBps", halves[k].algbw},
-                     {"busbw_GBps", halves[k].busbw},
-                     {"wrong", halves[k].wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(halves[k].wrong)}};
-    }
-    record.rows.push_back(j);
+    const auto sample = [](const Half& h) {
+      return PerfSample{h.seconds * 1e6, h.algbw, h.busbw,
+                        h.wrong < 0 ? std::nullopt : std::optional<long long>(h.wrong)};
+    };
+    record.rows.push_back({row.bytes, row.bytes / es, type, redop, rootCol, row.plan.choice.algorithm,
+                           row.plan.choice.reason, row.plan.params.chunkBytes, row.plan.params.channels,
+                           sample(halves[0]), sample(halves[1])});
   }
-  record.avgBusbw = busRows ? busSum / busRows : 0;
+  record.avgBusbwGBps = busRows ? busSum / busRows : 0;
   std::fprintf(out, "# Out of bounds values : %lld %s\n", record.wrongTotal, record.wrongTotal == 0 ? "OK" : "FAILED");
-  std::fprintf(out, "# Avg bus bandwidth    : %g \n#\n", record.avgBusbw);
+  std::fprintf(out, "# Avg bus bandwidth    : %g \n#\n", record.avgBusbwGBps);
 
   if (!c.outputFile.empty() && localRank <= 0) writePerfJson(c, record);
   if (const char* minBw = std::getenv("NCCL_TESTS_MIN_BW")) {
     const double want = std::atof(minBw);
-    if (record.avgBusbw < want) {
-      std::fprintf(stderr, "collbench: average bus bandwidth %g GB/s is below NCCL_TESTS_MIN_BW=%s\n", record.avgBusbw,
-                   minBw);
+    if (record.avgBusbwGBps < want) {
+      std::fprintf(stderr, "collbench: average bus bandwidth %g GB/s is below NCCL_TESTS_MIN_BW=%s\n",
+                   record.avgBusbwGBps, minBw);
       return 1;
     }
   }

@@ -2,13 +2,13 @@
 // The nccl-tests style sweep behind `collbench perf`, shared with tests through its printed table and JSON.
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
 #include "collbench/schedule_file.h"
+#include "collbench/records.h"
 
 namespace collbench::cli {
 
@@ -51,20 +51,8 @@ std::vector<std::size_t> sizeSequence(const PerfConfig& c);
 /// Error{InvalidArgument or Unsupported} before the first line is printed.
 int runPerf(const PerfConfig& c, std::FILE* out);
 
-/// -J: throws Error{InvalidArgument} naming -J/--output_file when the file exists and --force is not given, or when
-/// it cannot be written (no such directory, no permission), so that a sweep never runs only to lose its results.
-void checkOutputFile(const PerfConfig& c);
-
-/// What the -J document holds beyond the config: the run's backend, world, topology and rows.
-struct PerfRecord {
-  std::string backend;
-  int ranks = 1;
-  std::string topology;
-  nlohmann::json rows = nlohmann::json::array();
-  double avgBusbw = 0;
-  long long wrongTotal = 0;
-};
-/// Writes c.outputFile (format "collbench-perf", version 1): config, command line, environment, rows.
-void writePerfJson(const PerfConfig& c, const PerfRecord& r);
+/// Writes c.outputFile through the collbench-perf record (records.h): `r` holds the run's backend, world, topology,
+/// rows and totals; the config, command line and environment are filled in from `c` and this machine.
+void writePerfJson(const PerfConfig& c, PerfRun r);
 
 }  // namespace collbench::cli

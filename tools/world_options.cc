@@ -180,8 +180,8 @@ std::string summarizeMpirunOutput(const std::string& text) {
 }
 
 /// The driver's table as -J rows (the driver prints nccl-tests' table only: times carry its 3-4 digits).
-PerfRecord recordFromTable(const std::string& table, int n) {
-  PerfRecord r;
+PerfRun recordFromTable(const std::string& table, int n) {
+  PerfRun r;
   r.backend = "mpi";
   r.ranks = n;
   const double factor = busBandwidthFactor(Collective::AllReduce, n);
@@ -194,32 +194,22 @@ PerfRecord recordFromTable(const std::string& table, int n) {
     for (std::string w; fields >> w;) f.push_back(w);
     if (f.size() != 13 || f[0][0] == '#') continue;
     const std::size_t size = std::stoull(f[0]);
-    nlohmann::json row = {{"size", size},
-                          {"count", std::stoull(f[1])},
-                          {"type", f[2]},
-                          {"redop", f[3]},
-                          {"root", std::stoi(f[4])},
-                          {"algorithm", "mpi"},
-                          {"algorithm_reason", "forced by --algo"},
-                          {"chunk_bytes", 0},
-                          {"channels", 1}};
-    const char* names[2] = {"out_of_place", "in_place"};
+    PerfRow row{size, std::stoull(f[1]), f[2], f[3], std::stoi(f[4]), "mpi", "forced by --algo", 0, 1, {}, {}};
+    PerfSample* samples[2] = {&row.outOfPlace, &row.inPlace};
     for (int k = 0; k < 2; ++k) {
       const auto column = static_cast<std::size_t>(k) * 4;
       const double us = std::stod(f[5 + column]);
       const double algbw = us > 0 ? static_cast<double>(size) / (us * 1e-6) / 1e9 : 0;
       const std::string& wrong = f[8 + column];
-      row[names[k]] = {{"time_us", us},
-                       {"algbw_GBps", algbw},
-                       {"busbw_GBps", algbw * factor},
-                       {"wrong", wrong == "N/A" ? nlohmann::json(nullptr) : nlohmann::json(std::stoll(wrong))}};
+      *samples[k] = {us, algbw, algbw * factor,
+                     wrong == "N/A" ? std::nullopt : std::optional<long long>(std::stoll(wrong))};
       if (wrong != "N/A") r.wrongTotal += std::stoll(wrong);
       busSum += algbw * factor;
       ++busRows;
     }
-    r.rows.push_back(row);
+    r.rows.push_back(std::move(row));
   }
-  r.avgBusbw = busRows ? busSum / busRows : 0;
+  r.avgBusbwGBps = busRows ? busSum / busRows : 0;
   return r;
 }
 

@@ -1,6 +1,8 @@
 // Perf-run parsing and the regression gate (collbench/gate.h).
 #include "collbench/gate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -12,39 +14,15 @@
 #include <sstream>
 
 #include "collbench/error.h"
-#include "gate_json.h"
 
 namespace collbench {
 
 namespace {
 
-using detail::JsonReader;
-using nlohmann::json;
-
-constexpr std::string_view kPerfFormat = "collbench-perf";
 /// How a deliberate change of simulated timings is accepted (the project's baselines; a user's are rewritten by the
 /// perf command that made them).
 constexpr std::string_view kUpdateBaselineHint =
     "the project's: scripts/gate-baselines.sh --update; others: rerun the perf command that wrote it";
-constexpr int kPerfVersion = 1;
-
-PerfSample readSample(const JsonReader& row, const char* field) {
-  const JsonReader h = row.object(field);
-  PerfSample s;
-  s.timeUs = h.number("time_us", 0);
-  s.algbwGBps = h.number("algbw_GBps", 0);
-  s.busbwGBps = h.number("busbw_GBps", 0);
-  if (h.has("wrong")) s.wrong = h.integer("wrong", 0);
-  return s;
-}
-
-std::string readFile(const std::string& path, std::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::InvalidArgument, fmt::format("cannot read {} file '{}'", what, printable(path)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string rowKey(const std::string& collective, const std::string& algorithm, std::size_t size, bool inPlace) {
   return fmt::format("{} {} {} B {}", collective, algorithm, size, inPlace ? "in-place" : "out-of-place");
@@ -162,56 +140,6 @@ std::string percent(double x) {
 std::string micro(double us) { return fmt::format("{:.3f}", us); }
 
 }  // namespace
-
-PerfRun parsePerfRun(std::string_view text, std::string_view source) {
-  const json doc = parseJsonDocument(text, source);
-  const JsonReader top(source, "", doc);
-  if (const std::string f = top.string("format"); f != kPerfFormat) {
-    top.fail("format", fmt::format("expected \"{}\", got \"{}\"", kPerfFormat, printable(f)));
-  }
-  if (const std::int64_t v = top.integer("version", 0); v != kPerfVersion) {
-    top.fail("version", fmt::format("version {} is not supported (this collbench reads version {})", v, kPerfVersion));
-  }
-  PerfRun r;
-  r.source = std::string(source);
-  r.collective = top.string("collective");
-  const JsonReader cfg = top.object("config");
-  r.backend = cfg.string("backend");
-  r.ranks = static_cast<int>(cfg.integer("ranks", 1, 1 << 24));
-  r.topology = cfg.stringOr("topology", "");
-  r.algorithm = cfg.stringOr("algorithm", "auto");
-  r.datatype = cfg.string("datatype");
-  r.op = cfg.string("op");
-  r.iters = cfg.has("iters") ? static_cast<int>(cfg.integer("iters", 0, INT32_MAX)) : 0;
-  r.commandLine = top.stringOr("command_line", "");
-  if (top.has("environment")) {
-    const JsonReader env = top.object("environment");
-    r.toolVersion = env.stringOr("collbench_version", "");
-  }
-  const json& rows = top.array("results");
-  std::set<std::pair<std::string, std::size_t>> seen;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const JsonReader row(source, fmt::format("results[{}]", i), rows[i]);
-    PerfRow p;
-    p.size = static_cast<std::size_t>(row.integer("size", 0));
-    p.count = row.has("count") ? static_cast<std::size_t>(row.integer("count", 0)) : 0;
-    p.type = row.stringOr("type", r.datatype);
-    p.redop = row.stringOr("redop", r.op);
-    p.root = row.has("root") ? static_cast<int>(row.integer("root", -1, 1 << 24)) : -1;
-    p.algorithm = row.string("algorithm");
-    if (p.algorithm.empty()) row.fail("algorithm", "must not be empty");
-    p.algorithmReason = row.stringOr("algorithm_reason", "");
-    p.outOfPlace = readSample(row, "out_of_place");
-    p.inPlace = readSample(row, "in_place");
-    if (!seen.insert({p.algorithm, p.size}).second) {
-      row.fail("size", fmt::format("{} B with algorithm {} appears twice", p.size, printable(p.algorithm)));
-    }
-    r.rows.push_back(std::move(p));
-  }
-  return r;
-}
-
-PerfRun readPerfRun(const std::string& path) { return parsePerfRun(readFile(path, "perf"), path); }
 
 std::string_view toString(Verdict v) {
   switch (v) {

@@ -1,6 +1,8 @@
 // Report inputs (perf, replay, trace and Chrome-trace files), the data of each section, and the Markdown rendering.
 #include "collbench/report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,28 +14,17 @@
 #include <tuple>
 
 #include "collbench/error.h"
+#include "collbench/json_document.h"
+#include "collbench/json_fields.h"
 #include "collbench/topology.h"
 #include "collbench/units.h"
-#include "gate_json.h"
 #include "report_data.h"
 
 namespace collbench {
 
-using detail::JsonReader;
 using nlohmann::json;
 
 namespace {
-
-constexpr std::string_view kReplayFormat = "collbench-replay";
-constexpr int kReplayVersion = 1;
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::InvalidArgument, fmt::format("cannot read report input '{}'", printable(path)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -84,51 +75,15 @@ std::string mdCell(std::string_view s) {
 
 }  // namespace
 
-ReplayRun parseReplayRun(std::string_view text, std::string_view source) {
-  const json doc = parseJsonDocument(text, source);
-  const JsonReader top(source, "", doc);
-  if (const std::string f = top.string("format"); f != kReplayFormat) {
-    top.fail("format", fmt::format("expected \"{}\", got \"{}\"", kReplayFormat, printable(f)));
-  }
-  if (const std::int64_t v = top.integer("version", 0); v != kReplayVersion) {
-    top.fail("version",
-             fmt::format("version {} is not supported (this collbench reads version {})", v, kReplayVersion));
-  }
-  ReplayRun r;
-  r.source = std::string(source);
-  r.commandLine = top.stringOr("command_line", "");
-  const JsonReader tr = top.object("trace");
-  r.tracePath = tr.string("path");
-  r.traceBackend = tr.stringOr("backend", "");
-  r.traceWorldSize = static_cast<int>(tr.integer("world_size", 1, 1 << 24));
-  const JsonReader cfg = top.object("config");
-  r.backend = cfg.string("backend");
-  r.topology = cfg.stringOr("topology", "");
-  r.worldSize = static_cast<int>(cfg.integer("world_size", 1, 1 << 24));
-  r.scaling = cfg.string("scaling");
-  if (r.scaling != "weak" && r.scaling != "strong") cfg.fail("scaling", "expected \"weak\" or \"strong\"");
-  r.overlap = cfg.stringOr("overlap", "none");
-  const JsonReader s = top.object("summary");
-  r.recordedStepSeconds = s.number("recorded_step_s", 0);
-  r.stepSeconds = s.number("replayed_step_s", 0);
-  r.computeSeconds = s.number("compute_s", 0);
-  r.commSeconds = s.number("comm_s", 0);
-  r.exposedSeconds = s.number("exposed_comm_s", 0);
-  r.oneReplicaStepSeconds = s.number("one_replica_step_s", 0);
-  r.efficiency = s.number("scaling_efficiency", 0);
-  r.speedup = s.number("speedup", 0);
-  return r;
-}
-
 OpTimeline parseChromeTrace(std::string_view text, std::string_view source) {
   const json doc = parseJsonDocument(text, source);
-  const JsonReader top(source, "", doc);
+  const JsonFields top(source, "", doc);
   const json& events = top.array("traceEvents");
   OpTimeline t;
   t.source = std::string(source);
   t.title = std::string(source);
   if (top.has("otherData")) {
-    const JsonReader other = top.object("otherData");
+    const JsonFields other = top.object("otherData");
     t.title = other.stringOr("title", t.title);
   }
   std::map<std::string, std::string> processNames;
@@ -140,14 +95,14 @@ OpTimeline parseChromeTrace(std::string_view text, std::string_view source) {
   };
   std::vector<Raw> raw;
   for (std::size_t i = 0; i < events.size(); ++i) {
-    const JsonReader e(source, fmt::format("traceEvents[{}]", i), events[i]);
+    const JsonFields e(source, fmt::format("traceEvents[{}]", i), events[i]);
     const std::string ph = e.stringOr("ph", "");
     const std::string pid = e.has("pid") ? idOf(e.need("pid")) : "0";
     const std::string tid = e.has("tid") ? idOf(e.need("tid")) : "0";
     if (ph == "M") {
       const std::string name = e.stringOr("name", "");
       if (!e.has("args")) continue;
-      const JsonReader args = e.object("args");
+      const JsonFields args = e.object("args");
       if (name == "process_name") processNames[pid] = args.stringOr("name", pid);
       if (name == "thread_name") threadNames[{pid, tid}] = args.stringOr("name", tid);
     } else if (ph == "X") {
@@ -194,11 +149,11 @@ void addReportInput(ReportInputs& in, std::string_view text, std::string_view so
   }
   if (doc.contains("format") && doc["format"].is_string()) {
     const std::string f = doc["format"].get<std::string>();
-    if (f == "collbench-perf") {
+    if (f == PerfRun::kFormat) {
       in.perf.push_back(parsePerfRun(text, source));
       return;
     }
-    if (f == kReplayFormat) {
+    if (f == ReplayRun::kFormat) {
       in.replays.push_back(parseReplayRun(text, source));
       return;
     }
@@ -227,7 +182,7 @@ void addReportInput(ReportInputs& in, std::string_view text, std::string_view so
 
 ReportInputs loadReportInputs(const std::vector<std::string>& paths) {
   ReportInputs in;
-  for (const std::string& p : paths) addReportInput(in, readFile(p), p);
+  for (const std::string& p : paths) addReportInput(in, readTextFile(p, "report input"), p);
   return in;
 }
 

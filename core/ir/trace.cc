@@ -8,98 +8,36 @@
 
 #include "collbench/error.h"
 #include "collbench/json_document.h"
+#include "collbench/json_fields.h"
 
 namespace collbench {
 namespace {
 
 using nlohmann::json;
 
-/// Cap on echoed values in messages.
-constexpr std::size_t kMaxEchoChars = 120;
-
-std::string echo(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > kMaxEchoChars) s = s.substr(0, kMaxEchoChars) + "...";
-  return s;
-}
-
-/// Field access with messages "source: where.field: problem".
-class Reader {
+/// The trace's rules on top of the shared field reader: unknown fields, and fields a later version added in a document
+/// of an earlier one, are errors; a field set to null is present (and then has the wrong type).
+class Reader : public JsonFields {
  public:
   /// `newer`: fields a later version added, which this document's version does not have.
   Reader(std::string_view source, std::string where, const json& obj, const std::set<std::string>& allowed,
          const std::set<std::string>& newer = {}, int version = Trace::kVersion)
-      : source_(source), where_(std::move(where)), obj_(obj) {
-    if (!obj_.is_object()) fail("", fmt::format("must be an object, got {} {}", obj_.type_name(), echo(obj_)));
-    for (const auto& [key, value] : obj_.items()) {
+      : JsonFields(source, std::move(where), obj) {
+    for (const auto& [key, value] : obj.items()) {
       if (newer.count(key)) {
         fail(key, fmt::format("is a version {} field; this trace says version {}", Trace::kVersion, version));
       }
-      if (!allowed.count(key)) {
-        std::string list;
-        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        fail(key, fmt::format("unknown field (known: {})", list));
-      }
     }
+    allowOnly(allowed);
   }
 
-  [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
-    std::string path = where_;
-    if (!field.empty()) path += (path.empty() ? "" : ".") + std::string(field);
-    throw Error(Errc::InvalidArgument,
-                fmt::format("{}: {}: {}", source_, path.empty() ? "(top level)" : path, problem));
-  }
-
-  bool has(const char* field) const { return obj_.contains(field); }
-
-  const json& need(const char* field) const {
-    if (!obj_.contains(field)) fail(field, "missing required field");
-    return obj_.at(field);
-  }
-
-  std::string string(const char* field) const {
-    const json& v = need(field);
-    if (!v.is_string()) fail(field, fmt::format("expected a string, got {} {}", v.type_name(), echo(v)));
-    return v.get<std::string>();
-  }
-
-  std::int64_t integer(const char* field, std::int64_t min) const {
-    const json& v = need(field);
-    if (!v.is_number_integer()) fail(field, fmt::format("expected an integer, got {} {}", v.type_name(), echo(v)));
-    const auto x = v.is_number_unsigned() ? static_cast<std::int64_t>(v.get<std::uint64_t>()) : v.get<std::int64_t>();
-    if (x < min) fail(field, fmt::format("must be >= {}, got {}", min, x));
-    return x;
-  }
+  bool has(const char* field) const { return present(field); }
 
   double seconds(const char* field) const {
     const json& v = need(field);
-    if (!v.is_number()) fail(field, fmt::format("expected a number of seconds, got {} {}", v.type_name(), echo(v)));
-    const double x = v.get<double>();
-    if (!std::isfinite(x) || x < 0) fail(field, fmt::format("must be a finite number >= 0, got {}", echo(v)));
-    return x;
+    if (!v.is_number()) fail(field, fmt::format("expected a number of seconds, got {} {}", v.type_name(), echoJson(v)));
+    return number(field, 0);
   }
-
-  bool boolean(const char* field) const {
-    const json& v = need(field);
-    if (!v.is_boolean()) fail(field, fmt::format("expected true or false, got {} {}", v.type_name(), echo(v)));
-    return v.get<bool>();
-  }
-
-  /// Runs a core parser (parseDType, ...) and re-raises its error against this field.
-  template <typename F>
-  auto parsed(const char* field, F&& parse) const {
-    const std::string text = string(field);
-    try {
-      return parse(text);
-    } catch (const Error& e) {
-      fail(field, e.what());
-    }
-  }
-
- private:
-  std::string_view source_;
-  std::string where_;
-  const json& obj_;
 };
 
 bool rooted(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }

@@ -8,22 +8,19 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
-#include "topology/topology_internal.h"
+#include "collbench/records.h"
 
 namespace collbench {
 namespace {
 
-using nlohmann::json;
-
-constexpr int kParams = 6;  // alpha_intra, alpha_inter, 1/beta_intra, 1/beta_inter, 1/gamma, overhead (u's order)
-constexpr const char* kParamNames[kParams] = {"alpha_intra", "alpha_inter", "beta_intra",
-                                              "beta_inter",  "gamma",       "call_overhead"};
+// alpha_intra, alpha_inter, 1/beta_intra, 1/beta_inter, 1/gamma, overhead (u's order; the calibration record's names)
+constexpr int kParams = CalibrationRecord::kParamCount;
+constexpr const auto& kParamNames = CalibrationRecord::kParamNames;
 // identified[] order in CalibrationResult: as u.
 /// Bytes per us per GB/s (topology bandwidths are 1e9 bytes/s).
 constexpr double kBytesPerUsPerGBps = 1e3;
@@ -37,17 +34,6 @@ constexpr int kOverhead = 5;
 constexpr double kRankTolerance = 1e-6;
 /// Relative pivot below which the normal equations are singular (collinear columns).
 constexpr double kSingularPivot = 1e-12;
-
-[[noreturn]] void fail(const std::string& source, const std::string& path, const std::string& what,
-                       const json* value = nullptr) {
-  std::string msg = fmt::format("{}: {}: {}", printable(source), path, what);
-  if (value) {
-    std::string s = value->dump(-1, ' ', true, json::error_handler_t::replace);
-    if (s.size() > 60) s = s.substr(0, 57) + "...";
-    msg += fmt::format(" (got {})", s);
-  }
-  throw Error(Errc::InvalidArgument, msg);
-}
 
 bool scheduleAlgorithm(Collective c, const std::string& name) {
   for (const auto& a : algorithms()) {
@@ -222,92 +208,49 @@ double median(std::vector<double> v) {
 }  // namespace
 
 std::vector<CalibrationSample> samplesFromPerfJson(const std::string& text, const std::string& source, int hosts) {
-  json doc;
-  try {
-    doc = topo_detail::parseJsonText(text, source);
-  } catch (const Error& e) {
-    throw Error(Errc::InvalidArgument, e.what());
-  }
-  if (!doc.is_object()) fail(source, "<root>", "must be an object", &doc);
-  const auto str = [&](const json& j, const char* key, const std::string& path) -> std::string {
-    auto it = j.find(key);
-    if (it == j.end()) fail(source, path + key, "missing");
-    if (!it->is_string()) fail(source, path + key, "must be a string", &*it);
-    return it->get<std::string>();
+  const PerfRun run = parsePerfRun(text, source);
+  const auto failAt = [&](const std::string& path, const std::string& problem, const std::string& value) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: {}: {} (got \"{}\")", printable(source), path, problem, printable(value)));
   };
-  if (str(doc, "format", "") != "collbench-perf") fail(source, "format", "must be \"collbench-perf\"", &doc["format"]);
-  if (!doc.contains("version") || doc["version"] != 1)
-    fail(source, "version", "unsupported (this build reads 1)", doc.contains("version") ? &doc["version"] : nullptr);
   Collective coll = Collective::AllReduce;
   try {
-    coll = parseCollective(str(doc, "collective", ""));
+    coll = parseCollective(run.collective);
   } catch (const Error&) {
-    fail(source, "collective", "unknown collective", &doc["collective"]);
+    failAt("collective", "unknown collective", run.collective);
   }
-  const json cfg = doc.value("config", json::object());
-  if (!cfg.is_object()) fail(source, "config", "must be an object", &doc["config"]);
-  auto intField = [&](const json& j, const char* key, const std::string& path, long long fallback, long long lo) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_number_integer() || it->get<long long>() < lo) {
-      fail(source, path + key, fmt::format("must be an integer >= {}", lo), &*it);
-    }
-    return it->get<long long>();
-  };
-  const int nranks = static_cast<int>(intField(cfg, "ranks", "config.", 0, 1));
-  if (nranks == 0) fail(source, "config.ranks", "missing");
-  const std::size_t cfgChunk = static_cast<std::size_t>(intField(cfg, "chunk_bytes", "config.", 0, 0));
-  const int cfgChannels = static_cast<int>(intField(cfg, "channels", "config.", 1, 1));
-  std::string topoName;
-  if (auto t = cfg.find("topology"); t != cfg.end() && !t->is_null()) {
-    if (!t->is_string()) fail(source, "config.topology", "must be a string", &*t);
-    topoName = t->get<std::string>();
-  }
-  if (!topoName.empty()) {
-    const std::vector<int> rh = rankHosts(loadTopology(topoName), nranks);
+  if (!run.topology.empty()) {
+    const std::vector<int> rh = rankHosts(loadTopology(run.topology), run.ranks);
     std::map<int, int> perHost;
     for (int h : rh) ++perHost[h];
     hosts = static_cast<int>(perHost.size());
     for (const auto& [h, k] : perHost) {
-      if (k != nranks / hosts) {
-        fail(source, "config.topology", "ranks are not spread evenly over the topology's hosts", &cfg["topology"]);
+      if (k != run.ranks / hosts) {
+        failAt("config.topology", "ranks are not spread evenly over the topology's hosts", run.topology);
       }
     }
   }
-  if (hosts < 1 || nranks % hosts != 0) {
+  if (hosts < 1 || run.ranks % hosts != 0) {
     throw Error(Errc::InvalidArgument,
-                fmt::format("{}: {} ranks do not split evenly over {} hosts", printable(source), nranks, hosts));
+                fmt::format("{}: {} ranks do not split evenly over {} hosts", printable(source), run.ranks, hosts));
   }
-  auto rit = doc.find("results");
-  if (rit == doc.end() || !rit->is_array())
-    fail(source, "results", "must be an array", rit == doc.end() ? nullptr : &*rit);
   std::vector<CalibrationSample> out;
-  for (std::size_t i = 0; i < rit->size(); ++i) {
-    const json& r = (*rit)[i];
-    const std::string path = fmt::format("results[{}].", i);
-    if (!r.is_object()) fail(source, path.substr(0, path.size() - 1), "must be an object", &r);
+  for (std::size_t i = 0; i < run.rows.size(); ++i) {
+    const PerfRow& r = run.rows[i];
     CalibrationSample s;
     s.collective = coll;
-    s.nranks = nranks;
+    s.nranks = run.ranks;
     s.hosts = hosts;
-    s.bytes = static_cast<std::size_t>(intField(r, "size", path, -1, 0));
-    s.algorithm = str(r, "algorithm", path);
-    // Read before the try: str()'s own "missing" error must not reach the catch, where r has no "type" to show.
-    const std::string type = str(r, "type", path);
+    s.bytes = r.size;
+    s.algorithm = r.algorithm;
     try {
-      s.dtype = parseDType(type);
+      s.dtype = parseDType(r.type);
     } catch (const Error&) {
-      fail(source, path + "type", "unknown data type", &r.at("type"));
+      failAt(fmt::format("results[{}].type", i), "unknown data type", r.type);
     }
-    s.chunkBytes = static_cast<std::size_t>(intField(r, "chunk_bytes", path, static_cast<long long>(cfgChunk), 0));
-    s.channels = static_cast<int>(intField(r, "channels", path, cfgChannels, 1));
-    auto half = r.find("out_of_place");
-    if (half == r.end() || !half->is_object()) fail(source, path + "out_of_place", "must be an object");
-    auto t = half->find("time_us");
-    if (t == half->end() || !t->is_number() || !std::isfinite(t->get<double>()) || t->get<double>() < 0) {
-      fail(source, path + "out_of_place.time_us", "must be a finite number >= 0", t == half->end() ? nullptr : &*t);
-    }
-    s.timeUs = t->get<double>();
+    s.chunkBytes = r.chunkBytes;
+    s.channels = r.channels;
+    s.timeUs = r.outOfPlace.timeUs;
     s.origin = fmt::format("{} results[{}]", source, i);
     out.push_back(std::move(s));
   }
@@ -708,6 +651,37 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
       "the topology: add it to simulated times)",
       samples.size(), res.heldOutCount, res.topology.description, tiersText, res.params.callOverheadUs);
   return res;
+}
+
+CalibrationRecord toRecord(const CalibrationResult& r) {
+  CalibrationRecord rec;
+  rec.topologyFingerprint = fingerprint(r.topology);
+  const CalibrationParams& p = r.params;
+  rec.intraAlphaUs = p.intra.alphaUs;
+  rec.intraBetaGBps = p.intra.betaGBps;
+  rec.interAlphaUs = p.inter.alphaUs;
+  rec.interBetaGBps = p.inter.betaGBps;
+  rec.gammaGBps = p.gammaGBps;
+  rec.callOverheadUs = p.callOverheadUs;
+  for (const MemoryTier& m : r.memoryTiers) {
+    rec.memoryTiers.push_back(
+        {m.maxWorkingSetBytes ? std::optional<std::size_t>(m.maxWorkingSetBytes) : std::nullopt, m.bandwidthScale});
+  }
+  std::copy(std::begin(r.identified), std::end(r.identified), std::begin(rec.identified));
+  rec.fitMedian = r.fitMedian;
+  rec.fitWorst = r.fitWorst;
+  rec.heldOut.count = static_cast<std::size_t>(r.heldOutCount);
+  if (r.heldOutCount > 0) {
+    rec.heldOut.median = r.heldOutMedian;
+    rec.heldOut.worst = r.heldOutWorst;
+  }
+  rec.notes = r.notes;
+  for (const SampleFit& f : r.fits) {
+    rec.samples.push_back({std::string(toString(f.sample.collective)), f.sample.algorithm, f.sample.origin,
+                           f.sample.nranks, f.sample.hosts, f.sample.bytes, f.sample.timeUs, f.predictedUs,
+                           std::nullopt, f.heldOut});
+  }
+  return rec;
 }
 
 }  // namespace collbench

@@ -18,8 +18,9 @@
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
+#include "collbench/json_document.h"
+#include "collbench/json_fields.h"
 #include "collbench/topology.h"
-#include "topology/topology_internal.h"
 
 namespace collbench {
 namespace {
@@ -28,138 +29,46 @@ using nlohmann::json;
 
 constexpr std::string_view kFormat = "collbench-tuning";
 constexpr int kVersion = 1;
-/// Long values are cut so that the message stays one line (as topology messages do).
-constexpr std::size_t kMaxRenderedChars = 80;
 
-[[noreturn]] void fail(const std::string& source, const std::string& path, const std::string& what,
-                       const json* value = nullptr) {
-  std::string msg = fmt::format("{}: {}: {}", printable(source), path.empty() ? "<root>" : path, what);
-  if (value) {
-    std::string s = value->dump(-1, ' ', true, json::error_handler_t::replace);  // ASCII, escaped: one line
-    if (s.size() > kMaxRenderedChars) s = s.substr(0, kMaxRenderedChars - 3) + "...";
-    msg += fmt::format(" (got {})", s);
-  }
-  throw Error(Errc::InvalidArgument, msg);
+/// Rank counts beyond this are typos, not worlds (the topology loader's bound).
+constexpr std::int64_t kMaxRanks = 1 << 24;
+/// NCCL's channel bound (NCCL_MAX_NCHANNELS is at most 64 today; 1024 leaves room).
+constexpr std::int64_t kMaxChannels = 1024;
+
+/// "<path>: unknown algorithm for all_reduce \"rnig\"": a name a parser or a rule refused, echoed.
+[[noreturn]] void failName(const JsonFields& f, const char* field, const std::string& problem,
+                           const std::string& name) {
+  f.fail(field, fmt::format("{} \"{}\"", problem, printable(name)));
 }
 
-/// Reads an object's fields, rejecting unknown ones.
-class Fields {
- public:
-  Fields(const json& j, std::string path, const std::string& source) : j_(j), path_(std::move(path)), source_(source) {
-    if (!j.is_object()) fail(source_, path_, "must be an object", &j);
-  }
-  void allow(std::initializer_list<const char*> names) {
-    for (auto it = j_.begin(); it != j_.end(); ++it) {
-      if (std::find_if(names.begin(), names.end(), [&](const char* n) { return it.key() == n; }) == names.end()) {
-        fail(source_, at(it.key()), "unknown field");
-      }
-    }
-  }
-  std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-  const json* get(const char* key) const {
-    auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
-  const json& need(const char* key) const {
-    const json* v = get(key);
-    if (!v) fail(source_, at(key), "missing");
-    return *v;
-  }
-  std::string str(const char* key, bool required = true, const std::string& fallback = "") const {
-    const json* v = required ? &need(key) : get(key);
-    if (!v) return fallback;
-    if (!v->is_string()) fail(source_, at(key), "must be a string", v);
-    return v->get<std::string>();
-  }
-  /// An integer in [lo, hi].
-  long long integer(const char* key, long long lo, long long hi, bool required = true, long long fallback = 0) const {
-    const json* v = required ? &need(key) : get(key);
-    if (!v) return fallback;
-    if (!v->is_number_integer()) fail(source_, at(key), "must be an integer", v);
-    if (v->is_number_unsigned()) {
-      const auto u = v->get<unsigned long long>();
-      if (u > static_cast<unsigned long long>(hi) || static_cast<long long>(u) < lo) {
-        fail(source_, at(key), fmt::format("must be in [{}, {}]", lo, hi), v);
-      }
-      return static_cast<long long>(u);
-    }
-    const auto x = v->get<long long>();
-    if (x < lo || x > hi) fail(source_, at(key), fmt::format("must be in [{}, {}]", lo, hi), v);
-    return x;
-  }
-  std::size_t size(const char* key) const {
-    const json& v = need(key);
-    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0)) {
-      fail(source_, at(key), "must be a non-negative integer", &v);
-    }
-    return static_cast<std::size_t>(v.get<unsigned long long>());
-  }
-  double number(const char* key) const {
-    const json& v = need(key);
-    if (!v.is_number()) fail(source_, at(key), "must be a number", &v);
-    return v.get<double>();
-  }
-  const json& array(const char* key) const {
-    const json& v = need(key);
-    if (!v.is_array()) fail(source_, at(key), "must be an array", &v);
-    return v;
-  }
-
- private:
-  const json& j_;
-  std::string path_;
-  const std::string& source_;
-};
-
-Collective collectiveAt(const Fields& f, const char* key, const std::string& source) {
-  const std::string name = f.str(key);
-  try {
-    return parseCollective(name);
-  } catch (const Error&) {
-    const json v = name;
-    fail(source, f.at(key), "unknown collective", &v);
-  }
-}
-
-TuningCandidate parseCandidate(const json& j, const std::string& path, const std::string& source, Collective c,
-                               bool nccl) {
-  Fields f(j, path, source);
-  f.allow({"algorithm", "protocol", "chunk_bytes", "channels", "time_us"});
+TuningCandidate parseCandidate(const JsonFields& f, Collective c, bool nccl) {
+  f.allowOnly({"algorithm", "protocol", "chunk_bytes", "channels", "time_us"});
   TuningCandidate k;
-  k.algorithm = f.str("algorithm");
+  k.algorithm = f.string("algorithm");
   if (nccl) {
     try {
       k.algorithm = std::string(toString(parseNcclAlgo(k.algorithm)));
     } catch (const Error&) {
-      const json v = k.algorithm;
-      fail(source, f.at("algorithm"), "unknown NCCL algorithm (tree, ring)", &v);
+      failName(f, "algorithm", "unknown NCCL algorithm (tree, ring)", k.algorithm);
     }
     if (parseNcclAlgo(k.algorithm) == NcclAlgo::Tree && c != Collective::AllReduce) {
-      const json v = k.algorithm;
-      fail(source, f.at("algorithm"), fmt::format("NCCL has no tree {}", toString(c)), &v);
+      failName(f, "algorithm", fmt::format("NCCL has no tree {}", toString(c)), k.algorithm);
     }
-    k.protocol = f.str("protocol");
+    k.protocol = f.string("protocol");
     try {
       k.protocol = std::string(toString(parseNcclProto(k.protocol)));
     } catch (const Error&) {
-      const json v = k.protocol;
-      fail(source, f.at("protocol"), "unknown NCCL protocol (ll, ll128, simple)", &v);
+      failName(f, "protocol", "unknown NCCL protocol (ll, ll128, simple)", k.protocol);
     }
   } else {
     bool known = false;
     for (const auto& a : algorithms()) known = known || (a.collective == c && a.name == k.algorithm);
-    if (!known) {
-      const json v = k.algorithm;
-      fail(source, f.at("algorithm"), fmt::format("unknown algorithm for {}", toString(c)), &v);
-    }
-    if (f.get("protocol")) fail(source, f.at("protocol"), "only NCCL candidates (library \"nccl\") have a protocol");
+    if (!known) failName(f, "algorithm", fmt::format("unknown algorithm for {}", toString(c)), k.algorithm);
+    if (f.present("protocol")) f.fail("protocol", "only NCCL candidates (library \"nccl\") have a protocol");
   }
-  k.chunkBytes = f.get("chunk_bytes") ? f.size("chunk_bytes") : 0;
-  k.channels = static_cast<int>(f.integer("channels", 1, 1024, false, 1));
-  k.timeUs = f.number("time_us");
-  if (!std::isfinite(k.timeUs) || k.timeUs < 0) {
-    fail(source, f.at("time_us"), "must be a finite number >= 0", &f.need("time_us"));
-  }
+  k.chunkBytes = static_cast<std::size_t>(f.integerOr("chunk_bytes", 0, 0));
+  k.channels = static_cast<int>(f.integerOr("channels", 1, 1, kMaxChannels));
+  k.timeUs = f.number("time_us", 0);
   return k;
 }
 
@@ -234,67 +143,55 @@ TuningSection meanOfPasses(const std::vector<TuningSection>& passes) {
 }
 
 TuningTable parseTuningTable(const std::string& text, const std::string& source) {
-  json doc;
-  try {
-    doc = topo_detail::parseJsonText(text, source);
-  } catch (const Error& e) {
-    throw Error(Errc::InvalidArgument, e.what());  // same message; a tuning table is not a topology
-  }
-  Fields top(doc, "", source);
-  top.allow({"format", "version", "provenance", "sections"});
-  if (top.str("format") != kFormat) {
-    fail(source, "format", fmt::format("must be \"{}\"", kFormat), &top.need("format"));
-  }
-  const json& version = top.need("version");
-  if (!version.is_number_integer() || version.get<long long>() != kVersion) {
-    fail(source, "version", fmt::format("unsupported version (this build reads {})", kVersion), &version);
-  }
+  const json doc = parseJsonDocument(text, source);
+  const JsonFields top(source, "", doc);
+  top.allowOnly({"format", "version", "provenance", "sections"});
+  top.requireFormat(kFormat, kVersion);
   TuningTable t;
-  if (const json* p = top.get("provenance")) {
-    Fields f(*p, "provenance", source);
-    f.allow({"tool", "command_line", "backend", "host", "date", "topology", "topology_fingerprint"});
-    t.provenance = {f.str("tool", false),
-                    f.str("command_line", false),
-                    f.str("backend", false),
-                    f.str("host", false),
-                    f.str("date", false),
-                    f.str("topology", false),
-                    f.str("topology_fingerprint", false)};
+  if (top.has("provenance")) {
+    const JsonFields f = top.object("provenance");
+    f.allowOnly({"tool", "command_line", "backend", "host", "date", "topology", "topology_fingerprint"});
+    t.provenance = {f.stringOr("tool", ""),
+                    f.stringOr("command_line", ""),
+                    f.stringOr("backend", ""),
+                    f.stringOr("host", ""),
+                    f.stringOr("date", ""),
+                    f.stringOr("topology", ""),
+                    f.stringOr("topology_fingerprint", "")};
   }
-  const json& sections = top.array("sections");
-  for (std::size_t si = 0; si < sections.size(); ++si) {
-    const std::string sp = fmt::format("sections[{}]", si);
-    Fields f(sections[si], sp, source);
-    f.allow({"topology", "fingerprint", "backend", "library", "entries"});
+  for (std::size_t si = 0; si < top.array("sections").size(); ++si) {
+    const JsonFields f = top.element("sections", si);
+    f.allowOnly({"topology", "fingerprint", "backend", "library", "entries"});
     TuningSection s;
-    s.topology = f.str("topology", false);
-    s.fingerprint = f.str("fingerprint");
-    s.backend = f.str("backend", false);
-    s.library = f.str("library", false, std::string(kLibraryCollbench));
+    s.topology = f.stringOr("topology", "");
+    s.fingerprint = f.string("fingerprint");
+    s.backend = f.stringOr("backend", "");
+    s.library = f.stringOr("library", std::string(kLibraryCollbench));
     if (s.library != kLibraryCollbench && s.library != kLibraryNccl) {
-      fail(source, f.at("library"), "must be \"collbench\" or \"nccl\"", &f.need("library"));
+      failName(f, "library", "must be \"collbench\" or \"nccl\", got", s.library);
     }
     const bool nccl = s.library == kLibraryNccl;
-    const json& entries = f.array("entries");
     std::set<std::tuple<int, int, std::size_t>> seen;
-    for (std::size_t ei = 0; ei < entries.size(); ++ei) {
-      const std::string ep = fmt::format("{}.entries[{}]", sp, ei);
-      Fields g(entries[ei], ep, source);
-      g.allow({"collective", "nranks", "nnodes", "bytes", "candidates"});
+    for (std::size_t ei = 0; ei < f.array("entries").size(); ++ei) {
+      const JsonFields g = f.element("entries", ei);
+      g.allowOnly({"collective", "nranks", "nnodes", "bytes", "candidates"});
       TuningEntry e;
-      e.collective = collectiveAt(g, "collective", source);
-      e.nranks = static_cast<int>(g.integer("nranks", 1, 1 << 24));
-      e.nnodes = static_cast<int>(g.integer("nnodes", 1, e.nranks, false, 1));
-      e.bytes = g.size("bytes");
+      const std::string name = g.string("collective");
+      try {
+        e.collective = parseCollective(name);
+      } catch (const Error&) {
+        failName(g, "collective", "unknown collective", name);
+      }
+      e.nranks = static_cast<int>(g.integer("nranks", 1, kMaxRanks));
+      e.nnodes = static_cast<int>(g.integerOr("nnodes", 1, 1, e.nranks));
+      e.bytes = static_cast<std::size_t>(g.integer("bytes", 0));
       if (!seen.insert({static_cast<int>(e.collective), e.nranks, e.bytes}).second) {
-        fail(source, ep,
-             fmt::format("duplicate point ({}, nranks {}, bytes {})", toString(e.collective), e.nranks, e.bytes));
+        g.fail("", fmt::format("duplicate point ({}, nranks {}, bytes {})", toString(e.collective), e.nranks, e.bytes));
       }
       const json& cands = g.array("candidates");
-      if (cands.empty()) fail(source, g.at("candidates"), "must hold at least one candidate");
+      if (cands.empty()) g.fail("candidates", "must hold at least one candidate");
       for (std::size_t ci = 0; ci < cands.size(); ++ci) {
-        e.candidates.push_back(
-            parseCandidate(cands[ci], fmt::format("{}.candidates[{}]", ep, ci), source, e.collective, nccl));
+        e.candidates.push_back(parseCandidate(g.element("candidates", ci), e.collective, nccl));
       }
       sortCandidates(e.candidates);
       s.entries.push_back(std::move(e));

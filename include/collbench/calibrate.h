@@ -32,6 +32,7 @@
 
 #include "collbench/cost_model.h"
 #include "collbench/nccl_tests_log.h"
+#include "collbench/records.h"
 #include "collbench/topology.h"
 #include "collbench/types.h"
 
@@ -121,5 +122,9 @@ struct CalibrationResult {
 /// Fits; throws Error{InvalidArgument} without usable samples (time > 0, bytes > 0, a schedule algorithm) or for a
 /// negative holdOutEvery.
 CalibrationResult calibrate(const std::vector<CalibrationSample>& samples, const CalibrationOptions& options = {});
+
+/// The fit as a collbench-calibration record (records.h): parameters, tiers, errors, notes and every sample, without
+/// the simulator's figures (sim_us, sim_held_out) and provenance, which the caller adds.
+CalibrationRecord toRecord(const CalibrationResult& r);
 
 }  // namespace collbench

@@ -14,50 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "collbench/records.h"
+
 namespace collbench {
 
-/// One half (out-of-place or in-place) of a perf row.
-struct PerfSample {
-  double timeUs = 0;
-  double algbwGBps = 0;
-  double busbwGBps = 0;
-  std::optional<long long> wrong;  ///< nullopt: not checked (simulators, -c 0)
-};
-
-struct PerfRow {
-  std::size_t size = 0;  ///< bytes (nccl-tests' size column)
-  std::size_t count = 0;
-  std::string type, redop;
-  int root = -1;
-  std::string algorithm;  ///< the algorithm that ran (the selector's choice under --algo auto)
-  std::string algorithmReason;
-  PerfSample outOfPlace, inPlace;
-};
-
-/// A parsed `collbench perf -J` file.
-struct PerfRun {
-  std::string source;  ///< file name, for messages
-  std::string collective;
-  std::string backend;
-  int ranks = 0;
-  std::string topology;   ///< "" when not given (host backends)
-  std::string algorithm;  ///< as requested: a name or "auto"
-  std::string datatype, op;
-  int iters = 0;
-  std::string commandLine;
-  std::string toolVersion;  ///< environment.collbench_version ("" if absent)
-  std::vector<PerfRow> rows;
-
-  /// Simulator runs repeat exactly; anything else is a measurement.
-  bool deterministic() const { return backend == "sim"; }
-};
-
-/// Parses and checks a perf JSON document. Errors are Error{InvalidArgument} "<source>: <field path>: <problem>",
-/// e.g. "base.json: results[2].out_of_place.time_us: expected a number >= 0, got \"fast\"". Fields the gate does not
-/// use are allowed (the perf writer may add some); the ones it uses are required.
-PerfRun parsePerfRun(std::string_view text, std::string_view source = "perf");
-/// Reads `path` and parses it (the path is the source in messages).
-PerfRun readPerfRun(const std::string& path);
+// PerfRun, its rows and parsePerfRun/readPerfRun: records.h (the collbench-perf format's owner).
 
 enum class Verdict { Pass, Improvement, Regression, Inconclusive };
 /// "pass", "improvement", "regression", "inconclusive".

@@ -20,20 +20,7 @@
 
 namespace collbench {
 
-/// The summary of a `collbench replay -J` file (format "collbench-replay", version 1).
-struct ReplayRun {
-  std::string source;
-  std::string tracePath;
-  std::string traceBackend;
-  int traceWorldSize = 0;
-  std::string backend, topology, scaling, overlap;
-  int worldSize = 0;
-  double recordedStepSeconds = 0, stepSeconds = 0, computeSeconds = 0, commSeconds = 0, exposedSeconds = 0;
-  double oneReplicaStepSeconds = 0, efficiency = 0, speedup = 0;
-  std::string commandLine;
-};
-/// Errors: Error{InvalidArgument} "<source>: <field path>: <problem>".
-ReplayRun parseReplayRun(std::string_view text, std::string_view source = "replay");
+// ReplayRun and parseReplayRun (`collbench replay -J`): records.h.
 
 struct TimelineSpan {
   int lane = 0;

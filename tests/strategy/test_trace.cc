@@ -96,7 +96,7 @@ void expectBad(const std::function<void(json&)>& edit, std::initializer_list<std
 
 TEST(Trace, TopLevelErrors) {
   expectInvalid([] { parseTrace("{", "run.json"); }, {"run.json", "malformed JSON"});
-  expectInvalid([] { parseTrace("[]", "run.json"); }, {"run.json", "must be an object"});
+  expectInvalid([] { parseTrace("[]", "run.json"); }, {"run.json", "expected an object"});
   expectBad([](json& j) { j["format"] = "chrome-trace"; }, {"run.json: format:", "collbench-trace"});
   expectBad([](json& j) { j["version"] = 3; }, {"run.json: version:", "version 3 is not supported", "1 and 2"});
   expectBad([](json& j) { j["version"] = "2"; }, {"version:", "expected an integer"});
@@ -113,7 +113,7 @@ TEST(Trace, TopLevelErrors) {
 }
 
 TEST(Trace, EventErrorsNameIndexAndField) {
-  expectBad([](json& j) { j["events"][1] = 5; }, {"run.json: events[1]:", "must be an object"});
+  expectBad([](json& j) { j["events"][1] = 5; }, {"run.json: events[1]:", "expected an object"});
   expectBad([](json& j) { j["events"][0]["kind"] = "all_reducer"; }, {"events[0].kind:", "all_reducer"});
   expectBad([](json& j) { j["events"][0].erase("kind"); }, {"events[0].kind:", "missing"});
   expectBad([](json& j) { j["events"][1]["dtype"] = "float128"; }, {"events[1].dtype:", "float128"});

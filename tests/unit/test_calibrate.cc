@@ -200,15 +200,22 @@ TEST(Calibrate, ReadsPerfJson) {
   json doc = {{"format", "collbench-perf"},
               {"version", 1},
               {"collective", "all_reduce"},
-              {"config", {{"backend", "host"}, {"ranks", 4}, {"topology", ""}, {"channels", 2}, {"chunk_bytes", 0}}},
+              {"config",
+               {{"backend", "host"},
+                {"ranks", 4},
+                {"topology", ""},
+                {"datatype", "float"},
+                {"op", "sum"},
+                {"channels", 2},
+                {"chunk_bytes", 0}}},
               {"results", json::array()}};
   for (int i = 0; i < 3; ++i) {
     doc["results"].push_back({{"size", 1024 << (2 * i)},
                               {"count", 256 << (2 * i)},
                               {"type", "float"},
                               {"algorithm", "ring"},
-                              {"out_of_place", {{"time_us", 10.0 + i}}},
-                              {"in_place", {{"time_us", 9.0 + i}}}});
+                              {"out_of_place", {{"time_us", 10.0 + i}, {"algbw_GBps", 1.0}, {"busbw_GBps", 1.5}}},
+                              {"in_place", {{"time_us", 9.0 + i}, {"algbw_GBps", 1.0}, {"busbw_GBps", 1.5}}}});
   }
   doc["results"][2]["channels"] = 1;
   const auto s = samplesFromPerfJson(doc.dump(), "run.json");

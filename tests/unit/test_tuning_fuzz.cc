@@ -73,10 +73,13 @@ TEST(TuningFuzz, NcclTunerCsv) {
 
 TEST(TuningFuzz, PerfJsonSamples) {
   const std::string perf =
-      R"({"format": "collbench-perf", "version": 1, "collective": "all_reduce", "config": {"ranks": 4, "channels": 1,)"
-      R"( "chunk_bytes": 0, "topology": ""}, "results": [{"size": 1024, "count": 256, "type": "float", "algorithm":)"
-      R"( "ring", "out_of_place": {"time_us": 10.5}}, {"size": 4096, "count": 1024, "type": "float", "algorithm":)"
-      R"( "direct", "chunk_bytes": 0, "channels": 2, "out_of_place": {"time_us": 12.5}}]})";
+      R"({"format": "collbench-perf", "version": 1, "collective": "all_reduce", "config": {"backend": "host",)"
+      R"( "ranks": 4, "datatype": "float", "op": "sum", "channels": 1, "chunk_bytes": 0, "topology": ""},)"
+      R"( "results": [{"size": 1024, "count": 256, "type": "float", "algorithm": "ring", "out_of_place":)"
+      R"( {"time_us": 10.5, "algbw_GBps": 0.1, "busbw_GBps": 0.15}, "in_place": {"time_us": 10.5, "algbw_GBps":)"
+      R"( 0.1, "busbw_GBps": 0.15}}, {"size": 4096, "count": 1024, "type": "float", "algorithm": "direct",)"
+      R"( "chunk_bytes": 0, "channels": 2, "out_of_place": {"time_us": 12.5, "algbw_GBps": 0.3, "busbw_GBps":)"
+      R"( 0.45}, "in_place": {"time_us": 12.5, "algbw_GBps": 0.3, "busbw_GBps": 0.45}}]})";
   fuzz(5150, {perf}, [](const std::string& s) { samplesFromPerfJson(s, "fuzz.json"); });
 }
 
