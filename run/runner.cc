@@ -105,6 +105,10 @@ const Schedule& Runner::schedule(const CollectiveSpec& spec, const std::string& 
   return it->second;
 }
 
+void Runner::dropSchedulesOver(std::size_t cap) {
+  if (schedules_.size() > cap) schedules_.clear();
+}
+
 double Runner::simulate(const CollectiveSpec& spec, const std::string& algorithm, const AlgoParams& params) {
   const Key key = keyOf(spec, algorithm, params);
   auto it = simulated_.find(key);

@@ -27,21 +27,11 @@ constexpr std::string_view kHierarchicalAlgorithm = "hierarchical";
 constexpr int kEngineTrialRounds = 7;
 }  // namespace
 
-namespace {
-SelectorOptions selectorOptions(const EngineConfig& config) {
-  SelectorOptions o;
-  o.topology = config.topology ? &*config.topology : nullptr;
-  o.backend = config.backend;
-  return o;
-}
-}  // namespace
-
 CollectiveEngine::CollectiveEngine(EngineConfig config)
     : config_(std::move(config)),
       replicas_(config_.numWorkers * config_.localReplicas),
       staged_(config_.mode == ExecutionMode::Processes ||
-              (!config_.simulate && config_.hierarchy == HierarchyMode::Hierarchical)),
-      selector_(selectorOptions(config_)) {
+              (!config_.simulate && config_.hierarchy == HierarchyMode::Hierarchical)) {
   origin_ = lastRealEnd_ = Clock::now();
   trace_.worldSize = replicas_;
   trace_.topology = TraceTopology{config_.topologyName, config_.numWorkers, config_.localReplicas};
@@ -74,6 +64,22 @@ CollectiveEngine::CollectiveEngine(EngineConfig config)
   } else if (config_.numWorkers > 1) {
     cross_ = makeBackend(config_.backend, config_.numWorkers, config_.backendOptions);
   }
+  // The runners choose as `perf --algo auto` does (the topology's model; the engine runs its own trial on the
+  // program's calls), keep the schedules and simulate each distinct collective once.
+  const RunnerOptions ro{config_.topology ? &*config_.topology : nullptr, nullptr, "", -1,
+                         config_.defaults.timeoutSeconds.value_or(kDefaultTimeoutSeconds)};
+  if (flat_) flatRunner_ = std::make_unique<Runner>(*flat_, ro);
+  if (cross_) crossRunner_ = std::make_unique<Runner>(*cross_, ro);
+}
+
+Runner& CollectiveEngine::runnerFor(const Backend& backend) {
+  return &backend == flat_.get() ? *flatRunner_ : *crossRunner_;
+}
+
+Plan CollectiveEngine::planOf(const Runner& runner, const Choice& choice) const {
+  AlgoParams params{choice.chunkBytes, std::max(1, choice.channels), {}};
+  if (runner.rankHost().size() == rankHost_.size()) params.rankHost = rankHost_;
+  return Plan{choice, std::move(params)};
 }
 
 bool CollectiveEngine::hierarchical() const {
@@ -111,7 +117,7 @@ Choice CollectiveEngine::choiceFor(const CollectiveSpec& spec, const Communicati
   auto it = autoChoices_.find(key);
   if (it == autoChoices_.end()) {
     if (autoChoices_.size() >= kMaxCachedSchedules) autoChoices_.clear();
-    Choice choice = selector_.choose(spec);
+    Choice choice = (flatRunner_ ? *flatRunner_ : *crossRunner_).plan(spec, CallConfig{}).choice;
     if (overReplicas && config_.hierarchy == HierarchyMode::Flat && choice.algorithm == kHierarchicalAlgorithm) {
       // hierarchy flat: the fastest other algorithm the model ranked.
       for (const Alternative& a : choice.ranking) {
@@ -131,18 +137,6 @@ Choice CollectiveEngine::choiceFor(const CollectiveSpec& spec, const Communicati
     spdlog::debug("AUTO: {} -> {} ({})", describe(spec), it->second.algorithm, it->second.reason);
   }
   return it->second;
-}
-
-const Schedule& CollectiveEngine::schedule(const CollectiveSpec& spec, const Choice& choice) {
-  auto key = std::make_tuple(keyOf(spec), choice.algorithm, choice.chunkBytes, choice.channels);
-  auto it = schedules_.find(key);
-  if (it != schedules_.end()) return it->second;
-  if (schedules_.size() >= kMaxCachedSchedules) schedules_.clear();
-  AlgoParams params;
-  params.chunkBytes = choice.chunkBytes;
-  params.channels = std::max(1, choice.channels);
-  if (static_cast<int>(rankHost_.size()) == spec.nranks) params.rankHost = rankHost_;
-  return schedules_.emplace(key, buildSchedule(spec, choice.algorithm, params)).first->second;
 }
 
 void CollectiveEngine::record(TraceEvent e, Clock::time_point realStart, Clock::time_point realEnd,
@@ -176,19 +170,22 @@ void CollectiveEngine::runCollective(Backend& backend, const CollectiveSpec& spe
                                      const CommunicationOptions& opts, std::string_view group, std::int64_t step,
                                      int pack) {
   const Choice choice = trialTurn(spec, choiceFor(spec, opts), backend);
-  const Schedule& s = schedule(spec, choice);
-  Buffers buffers;
-  const bool data = backend.movesData();
-  if (data) {
-    // This process's ranks: all of them (threads) or its own (a process backend: one rank per process).
-    for (std::byte* b : bufs) buffers.push_back(RankBuffers{b, b});
-  } else {
-    buffers.assign(static_cast<std::size_t>(spec.nranks), RankBuffers{});
-  }
-  RunOptions ro;
-  ro.timeoutSeconds = opts.timeoutSeconds.value_or(kDefaultTimeoutSeconds);
+  Runner& runner = runnerFor(backend);
+  const Plan plan = planOf(runner, choice);
+  RunResult result;
   const auto start = Clock::now();
-  const RunResult result = backend.run(s, buffers, ro);
+  if (!backend.movesData()) {
+    result.seconds = runner.simulate(spec, plan.choice.algorithm, plan.params);
+  } else {
+    runner.dropSchedulesOver(kMaxCachedSchedules);  // programs whose shapes keep changing
+    const Schedule& s = runner.schedule(spec, plan.choice.algorithm, plan.params);
+    // This process's ranks: all of them (threads) or its own (a process backend: one rank per process).
+    Buffers buffers;
+    for (std::byte* b : bufs) buffers.push_back(RankBuffers{b, b});
+    RunOptions ro;
+    ro.timeoutSeconds = opts.timeoutSeconds.value_or(kDefaultTimeoutSeconds);
+    result = backend.run(s, buffers, ro);
+  }
   const auto end = Clock::now();
   TraceEvent e;
   e.kind = spec.kind;

@@ -12,6 +12,7 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/run.h"
 #include "collbench/selector.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "collbench/topology.h"
@@ -80,7 +81,10 @@ class CollectiveEngine {
   /// The algorithm (and its chunking) for a collective: NCCL -> nccl (all-reduce); a forced hierarchical simulated
   /// all-reduce -> hierarchical; RING -> ring; AUTO -> the selector (cached per spec; Flat excludes hierarchical).
   Choice choiceFor(const CollectiveSpec& spec, const CommunicationOptions& opts);
-  const Schedule& schedule(const CollectiveSpec& spec, const Choice& choice);
+  /// The runner over `backend` (flat_ or cross_): its schedules and simulations are cached there.
+  Runner& runnerFor(const Backend& backend);
+  /// What runs for `choice`: its algorithm with its chunk and channels, and the topology's hosts.
+  Plan planOf(const Runner& runner, const Choice& choice) const;
   void record(TraceEvent e, Clock::time_point realStart, Clock::time_point realEnd, double simulatedSeconds);
 
   EngineConfig config_;
@@ -91,7 +95,7 @@ class CollectiveEngine {
   std::unique_ptr<Backend> cross_;  ///< one rank per worker (hierarchical)
   using SpecKey = std::tuple<int, int, std::size_t, int, int, int>;
   static SpecKey keyOf(const CollectiveSpec& spec);
-  Selector selector_;
+  std::unique_ptr<Runner> flatRunner_, crossRunner_;  ///< over flat_ and cross_: choice, schedules, simulations
   std::map<SpecKey, Choice> autoChoices_;
   /// An AUTO choice on a backend that moves data, being tried against its near-tied runner-ups (trialCandidates):
   /// the program's own calls of that spec run the candidates in turn, kEngineTrialRounds each, and the fastest call
@@ -108,7 +112,6 @@ class CollectiveEngine {
   /// this process holds fewer of its ranks than the spec has).
   void trialResult(Backend& backend, const CollectiveSpec& spec, const std::vector<std::byte*>& bufs, double seconds,
                    const CommunicationOptions& opts, std::string_view group, std::int64_t step, int pack);
-  std::map<std::tuple<SpecKey, std::string, std::size_t, int>, Schedule> schedules_;
   std::vector<std::vector<std::byte>> staging_;
 
   mutable std::mutex traceMutex_;

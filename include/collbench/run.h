@@ -160,6 +160,9 @@ class Runner {
   /// Times are agreed (their mean) over the processes, so that every process picks alike.
   std::vector<double> times(const CollectiveSpec& spec, const std::vector<Plan>& plans, const MeasureOptions& measure,
                             int repeats = 0, double budgetSeconds = 0);
+  /// Forgets the cached schedules when there are more than `cap` (a long program whose shapes keep changing); a
+  /// reference schedule() returned before is invalid after.
+  void dropSchedulesOver(std::size_t cap);
   /// The simulated seconds of one call on a backend that moves no data (Backend::runAlgorithm), each distinct
   /// (spec, algorithm, params) simulated once.
   double simulate(const CollectiveSpec& spec, const std::string& algorithm, const AlgoParams& params);
