@@ -207,6 +207,7 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     }
   }
   const int localRank = processMode ? std::stoi(bopts.at("rank")) : -1;
+  admitRanks(backendName, n, "-g/--ngpus");
   if (c.root < 0 || c.root >= n) {
     throw Error(Errc::InvalidArgument, fmt::format("-r/--root {} is not a rank of {} (0..{})", c.root, n, n - 1));
   }
@@ -222,6 +223,10 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   for (std::size_t bytes : sizeSequence(c)) {
     specs.push_back(CollectiveSpec{c.collective, n, countForBytes(c.collective, n, bytes, dtype), dtype, op, c.root});
   }
+  // Admission: the buffers this process would hold at the largest size, before any backend starts.
+  if (!specs.empty() && backendCapabilities(backendName).movesData) {
+    admitBuffers(specs.back(), localRank, fmt::format("-e/--maxbytes {}", formatBytes(c.maxBytes)));
+  }
   // --algo auto: the selector, with the table of --tuning, COLLBENCH_TUNING_FILE or the topology's shipped one.
   const FoundTuningTable found =
       c.algo == "auto" ? findTuningTable(c.tuningFile, topo ? &*topo : nullptr, backendName) : FoundTuningTable{};
@@ -231,10 +236,6 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   if (quiet) out = quiet.get();
   auto backend = makeBackend(backendName, n, bopts);
   n = backend->nranks();
-  // Admission: the buffers this process would hold at the largest size, before any is allocated.
-  if (!specs.empty() && backend->movesData()) {
-    admitBuffers(specs.back(), localRank, fmt::format("-e/--maxbytes {}", formatBytes(c.maxBytes)));
-  }
   Runner runner(*backend, RunnerOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, found.path,
                                         localRank, c.timeoutSeconds, std::max(c.warmup, 1)});
   const std::vector<RankLine> rankLines = describeRanks(*backend, bopts, localRank, c.timeoutSeconds);

@@ -109,4 +109,12 @@ std::map<std::string, std::string> probeEnvironment() {
   return out;
 }
 
+void admitRanks(std::string_view backend, int nranks, std::string_view flag) {
+  const BackendCapabilities caps = backendCapabilities(backend);
+  if (caps.maxRanks <= 0 || nranks <= caps.maxRanks) return;
+  throw Error(Errc::InvalidArgument, fmt::format("{} {}: backend '{}' runs at most {} ranks ({}); use --backend sim "
+                                                 "for larger worlds",
+                                                 flag, nranks, backend, caps.maxRanks, caps.maxRanksReason));
+}
+
 }  // namespace collbench

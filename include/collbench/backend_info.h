@@ -43,7 +43,14 @@ struct BackendCapabilities {
   /// The native algorithms (AlgorithmInfo::native: a peer library's own call, e.g. "nccl", "gloo_ring") this backend
   /// runs; every backend that moves data runs collbench's own schedules besides.
   std::vector<std::string> nativeAlgorithms;
+  /// The most ranks the backend runs (0: no bound of its own), and why, for the one-line refusal of a larger world.
+  int maxRanks = 0;
+  std::string maxRanksReason;
 };
+
+/// Admission of a world size: throws Error{InvalidArgument} naming `flag`, the ranks asked for, the backend's bound
+/// and its reason when `nranks` exceeds capabilities.maxRanks.
+void admitRanks(std::string_view backend, int nranks, std::string_view flag);
 
 /// registerBackend (backend.h) with the backend's capabilities (there: the defaults). A second registration under
 /// `name` replaces the first, capabilities included.

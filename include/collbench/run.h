@@ -54,7 +54,7 @@ struct Plan {
 struct RunnerOptions {
   const Topology* topology = nullptr;  ///< informs the selector and gives hierarchical algorithms their hosts
   const TuningTable* table = nullptr;  ///< the selector's table (nullptr: the cost model alone)
-  std::string tableSource;             ///< the table's file, for reasons
+  std::string tableSource = {};        ///< the table's file, for reasons
   int localRank = -1;                  ///< >= 0: one rank per process, this process holds that rank's buffers
   double timeoutSeconds = kDefaultTimeoutSeconds;
   int trialWarmup = 1;  ///< warm-up calls before a trial's first round (perf's -w, at least 1)

@@ -204,6 +204,11 @@ TEST(PerfCli, EarlyValidationPrintsNothingButOneErrorLine) {
       {"perf broadcast -b 8 -e 8 --algo mpi", "--algo mpi measures MPI_Allreduce only (all_reduce), not broadcast"},
       {"perf -b 8 -e 8 --algo mpi --channels 2", "--algo mpi: --topology, --channels and --chunk-bytes"},
       {"perf -b 8 -e 8 --algo mpi -J /nonexistent-collbench-dir/run.json", "-J/--output_file"},
+      // Admission: requests larger than the machine are refused before anything is allocated or started.
+      {"perf --backend host -g 2 -b 512G -e 512G",
+       "-e/--maxbytes 512 GiB: all_reduce 512 GiB on 2 ranks needs 2 TiB of buffers in this process"},
+      {"perf --backend host -g 100000 -b 1K -e 1K", "-g/--ngpus 100000: backend 'host' runs at most 4096 ranks"},
+      {"perf -b 8 -e 8 -n 0", "-n/--iters must be >= 1, got 0"},
   };
 #ifdef COLLBENCH_HAVE_GLOO
   cases.push_back({"perf -b 8 -e 8 -g 2 --algo gloo_ring",
