@@ -28,7 +28,7 @@ if(COLLBENCH_CLANG_FORMAT)
   # Every C++/CUDA source and header of ours, in every directory that holds code (a glob per directory, so a new
   # file or a new kind of file, e.g. strategy/*.h, cannot be missed).
   set(_format_globs)
-  foreach(_dir include core backend simulator strategy tools bench tests examples)
+  foreach(_dir include core run rendezvous backend simulator strategy tools bench tests examples)
     foreach(_ext h hpp cc cpp cu cuh)
       list(APPEND _format_globs ${PROJECT_SOURCE_DIR}/${_dir}/*.${_ext})
     endforeach()
@@ -48,6 +48,6 @@ if(COLLBENCH_CLANG_TIDY)
   add_custom_target(tidy-check
                     COMMAND ${COLLBENCH_CLANG_TIDY} -quiet -p ${PROJECT_BINARY_DIR}
                             -extra-arg=-Wno-unknown-warning-option -extra-arg=-Wno-error
-                            "^${PROJECT_SOURCE_DIR}/(core|backend/host|simulator|strategy|tools)/.*\\.cc$"
+                            "^${PROJECT_SOURCE_DIR}/(core|run|rendezvous|backend/host|simulator|strategy|tools)/.*\\.cc$"
                     COMMENT "clang-tidy (.clang-tidy) on the project's sources" VERBATIM)
 endif()

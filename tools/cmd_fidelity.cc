@@ -6,15 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/fidelity.h"
 #include "collbench/nccl_tests_log.h"
+#include "collbench/records.h"
+#include "collbench/run.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "commands.h"
-#include "cli_common.h"
-#include "collbench/records.h"
-#include "collbench/run.h"
 
 namespace collbench::cli {
 

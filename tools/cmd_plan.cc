@@ -2,6 +2,7 @@
 #include <memory>
 #include <optional>
 
+#include "cli_common.h"
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/selector.h"
@@ -9,7 +10,6 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "collbench/validator.h"
-#include "cli_common.h"
 #include "commands.h"
 #include "schedule_cli.h"
 

@@ -17,12 +17,12 @@
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
 #include "collbench/records.h"
+#include "collbench/run.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "commands.h"
-#include "collbench/run.h"
 #include "environment.h"
 #include "perf_runner.h"
 
@@ -235,14 +235,13 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         row.sweepChosenUs = row.chosen.timeUs;
         row.sweepBestUs = row.best.timeUs;
         row.sweepTableUs = row.tableChoice.timeUs;
-        if (measured &&
-            (row.chosen.timeUs > row.best.timeUs || row.tableChoice.timeUs > row.best.timeUs)) {
+        if (measured && (row.chosen.timeUs > row.best.timeUs || row.tableChoice.timeUs > row.best.timeUs)) {
           // The sweep's best is the minimum of many noisy times, so it is biased low (the winner's curse): the chosen,
           // the table's choice and the best are timed again, together, and the regrets are ratios there. A chosen
           // configuration that is then the fastest one is the best measured. Few configurations make short rounds,
           // which one burst of other work can cover for several in a row: more of them.
-          const std::vector<double> again = timer.runner->times(spec, {timed[chosenAt], timed[oracleAt], timed[tableAt]},
-                                                                mo, kConfirmationRoundsPerRepeat * a->repeats);
+          const std::vector<double> again = timer.runner->times(
+              spec, {timed[chosenAt], timed[oracleAt], timed[tableAt]}, mo, kConfirmationRoundsPerRepeat * a->repeats);
           row.chosen.timeUs = again[0];
           row.tableChoice.timeUs = again[2];
           row.best.timeUs = again[1];

@@ -152,7 +152,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpinBelow = std::chrono::microseconds(200);
 
 class Replayer {
-
  public:
   Replayer(const ReplayArgs& a, Trace trace) : a_(a), trace_(std::move(trace)) {
     if (a_.scaling == "weak") {
@@ -466,8 +465,9 @@ class Replayer {
     }
     // Trace bytes are a rank's input: the nccl-tests size is n times that for all-gather.
     const std::size_t size = e.kind == Collective::AllGather ? r.bytes * static_cast<std::size_t>(n) : r.bytes;
-    r.spec = CollectiveSpec{e.kind,  n,    e.kind == Collective::Barrier ? 0 : countForBytes(e.kind, n, size, e.dtype, 1),
-                            e.dtype, e.op, rooted(e.kind) ? std::min(e.root, n - 1) : 0};
+    r.spec =
+        CollectiveSpec{e.kind,  n,    e.kind == Collective::Barrier ? 0 : countForBytes(e.kind, n, size, e.dtype, 1),
+                       e.dtype, e.op, rooted(e.kind) ? std::min(e.root, n - 1) : 0};
     r.gap = e.computeGapSeconds * computeScale_;
     if (n > 1) r.algorithm = chooseFor(e, r.spec);
     return r;
@@ -537,15 +537,15 @@ class Replayer {
         ranksHere * (static_cast<double>(e.spec.inputBytes()) + static_cast<double>(e.spec.outputBytes()));
     const double available = availableMemoryBytes();
     if (bufferBytes_ + need > available) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("{}: events[{}]: a {} {} on {} rank{} needs {} of host buffers{}, more than the {} "
-                              "available here; replay it on --backend sim",
-                              a_.trace, index, formatBytes(e.bytes), toString(e.spec.kind), e.spec.nranks,
-                              e.spec.nranks == 1 ? "" : "s", formatBytesD(need),
-                              bufferBytes_ > 0
-                                  ? fmt::format(" (besides {} for earlier collectives)", formatBytesD(bufferBytes_))
-                                  : "",
-                              formatBytesD(available)));
+      throw Error(
+          Errc::InvalidArgument,
+          fmt::format(
+              "{}: events[{}]: a {} {} on {} rank{} needs {} of host buffers{}, more than the {} "
+              "available here; replay it on --backend sim",
+              a_.trace, index, formatBytes(e.bytes), toString(e.spec.kind), e.spec.nranks,
+              e.spec.nranks == 1 ? "" : "s", formatBytesD(need),
+              bufferBytes_ > 0 ? fmt::format(" (besides {} for earlier collectives)", formatBytesD(bufferBytes_)) : "",
+              formatBytesD(available)));
     }
     bufferBytes_ += need;
     runner.buffers(e.spec);
@@ -563,7 +563,8 @@ class Replayer {
     const bool first = seen_.insert(&sched).second;
     ProcessBuffers& bufs = runner.buffers(s);
     if (a_.check) bufs.fill();
-    const RunResult r = runner.backend().run(sched, bufs.views(), RunOptions{1, first ? a_.warmup : 0, a_.timeoutSeconds});
+    const RunResult r =
+        runner.backend().run(sched, bufs.views(), RunOptions{1, first ? a_.warmup : 0, a_.timeoutSeconds});
     if (a_.check) {
       e.wrong = bufs.countWrong();
       wrong_ += e.wrong;

@@ -20,8 +20,8 @@
 #include "collbench/backend_info.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
-#include "collbench/run.h"
 #include "collbench/records.h"
+#include "collbench/run.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
@@ -38,7 +38,6 @@ namespace {
 constexpr const char* kModelBackend = "model";
 /// Default NCCL channel counts swept for the export: H100 NCCL uses up to 32 channels (NCCL_MAX_NCHANNELS).
 constexpr const char* kDefaultNcclChannels = "2,8,16,32";
-
 
 std::string utcNow() {
   const std::time_t t = std::time(nullptr);

@@ -214,8 +214,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   std::optional<Topology> topo;
   if (!topology.empty()) topo = loadTopology(topology);
   if (topo && n > static_cast<int>(topo->ranks.size())) {
-    throw Error(Errc::InvalidArgument, fmt::format("-g/--ngpus {}: topology '{}' has {} ranks", n, topology,
-                                                   topo->ranks.size()));
+    throw Error(Errc::InvalidArgument,
+                fmt::format("-g/--ngpus {}: topology '{}' has {} ranks", n, topology, topo->ranks.size()));
   }
   const CallConfig call{c.algo, c.chunkBytes, c.channels};
   checkSpec(CollectiveSpec{c.collective, n, 0, dtype, op, c.root}, AlgoParams{c.chunkBytes, c.channels, {}});
@@ -290,9 +290,8 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   for (const PlannedRow& row : plan) {
     Half halves[2];
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
-      const Timing t = runner.measure(row.spec, row.plan,
-                                      MeasureSpec{inPlace == 1, c.iters, c.warmup, c.blocking != 0, c.check != 0,
-                                                  c.average});
+      const Timing t = runner.measure(
+          row.spec, row.plan, MeasureSpec{inPlace == 1, c.iters, c.warmup, c.blocking != 0, c.check != 0, c.average});
       Half& h = halves[inPlace];
       h.seconds = t.seconds;
       h.wrong = t.wrong;

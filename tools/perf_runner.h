@@ -7,8 +7,8 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
-#include "collbench/schedule_file.h"
 #include "collbench/records.h"
+#include "collbench/schedule_file.h"
 
 namespace collbench::cli {
 

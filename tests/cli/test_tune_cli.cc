@@ -17,11 +17,11 @@
 #include <string>
 
 #include "cli_runner.h"
+#include "collbench/run.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "commands.h"
-#include "collbench/run.h"
 
 namespace collbench {
 namespace {
@@ -498,9 +498,9 @@ TEST(RunnerBudget, StopsTheRoundsAtTheBudget) {
   OwnedRunner timer("host", 2, {}, RunnerOptions{});
   const CollectiveSpec spec{Collective::AllReduce, 2, (1u << 20) / 4, DType::F32};
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<double> us = timer.runner->times(
-      spec, {Plan{Choice{"ring", ""}, AlgoParams{}}, Plan{Choice{"direct", ""}, AlgoParams{}}},
-      MeasureOptions{1, 0, 1, 30}, 2000, 0.02);
+  const std::vector<double> us =
+      timer.runner->times(spec, {Plan{Choice{"ring", ""}, AlgoParams{}}, Plan{Choice{"direct", ""}, AlgoParams{}}},
+                          MeasureOptions{1, 0, 1, 30}, 2000, 0.02);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 1.5);
   ASSERT_EQ(us.size(), 2u);
