@@ -26,12 +26,6 @@
 namespace collbench::cli {
 namespace {
 
-struct Half {
-  double seconds = 0;
-  double algbw = 0, busbw = 0;
-  long long wrong = -1;  // -1: not checked
-};
-
 std::string timeString(double us) {
   // nccl-tests: fewer decimals as times grow, so the column keeps its width.
   if (us >= 10000.0) return fmt::format("{:7.0f}", us);
@@ -171,106 +165,70 @@ void writePerfJson(const PerfConfig& c, PerfRun r) {
   writeTextFile(c.outputFile, toJson(r).dump(2), "-J/--output_file");
 }
 
-int runPerf(const PerfConfig& c, std::FILE* out) {
-  const DType dtype = parseDType(c.datatype);
-  const ReduceOp op = parseReduceOp(c.op);
-  // -J is checked before the sweep runs, so that a sweep never runs only to lose its results.
-  checkOutputFile(c.outputFile, c.force, "-J/--output_file");
-  if (c.algo == "mpi") return runMpiPerf(c, out);  // peer baseline: Open MPI's own driver under mpirun
-  const std::string backendName = c.backend.empty() ? "host" : c.backend;
-  if (!c.scheduleFile) checkBackendRuns(backendName, c.collective, c.algo);
-  if (c.iters < 1) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be >= 1, got {}", c.iters));
-  std::string topology = c.topology;
+namespace {
+
+/// Where perf runs: the backend and its options, the world (from -g, or the launcher for process backends), and the
+/// rank this process holds (-1: all of them).
+struct PerfWorld {
+  std::string backend;
+  std::string topology;  ///< named in the header; the simulator's default when none is given
+  BackendOptions options;
+  int nranks = 1;
+  int localRank = -1;
+};
+
+PerfWorld resolveWorld(const PerfConfig& c) {
+  PerfWorld w;
+  w.backend = c.backend.empty() ? "host" : c.backend;
   // Name what is simulated (header, JSON, selector) rather than leave the simulator's default implicit.
-  if (topology.empty()) topology = backendCapabilities(backendName).defaultTopology;
-  BackendOptions bopts;
-  if (!topology.empty()) bopts["topology"] = topology;
+  w.topology = c.topology.empty() ? backendCapabilities(w.backend).defaultTopology : c.topology;
+  if (!w.topology.empty()) w.options["topology"] = w.topology;
+  w.nranks = c.ranks;
   // Process backends (gloo) run one rank per process: the world comes from the cluster resolver, each process
   // holds only its rank's buffers, and only rank 0 prints the table and writes -J.
-  const bool processMode = oneRankPerProcess(backendName);
-  int n = c.ranks;
-  if (processMode) {
+  if (oneRankPerProcess(w.backend)) {
     if (!clusterEnvironmentPresent()) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("--backend {} runs one rank per process and found no cluster (no TF_CONFIG, Slurm or "
                               "mpirun environment); start the ranks with: collbench launch -n N -- collbench perf "
                               "--backend {} ...",
-                              backendName, backendName));
+                              w.backend, w.backend));
     }
-    bopts.merge(processWorldOptions(strategy::systemEnvironment(), c.timeoutSeconds));
-    n = std::stoi(bopts.at("world"));
-    if (c.ranksGiven && c.ranks != n) {
+    w.options.merge(processWorldOptions(strategy::systemEnvironment(), c.timeoutSeconds));
+    w.nranks = std::stoi(w.options.at("world"));
+    if (c.ranksGiven && c.ranks != w.nranks) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("-g/--ngpus {} differs from the {} processes launched (--backend {} runs one rank per "
                               "process: drop -g, or launch {} processes)",
-                              c.ranks, n, backendName, c.ranks));
+                              c.ranks, w.nranks, w.backend, c.ranks));
     }
+    w.localRank = std::stoi(w.options.at("rank"));
   }
-  const int localRank = processMode ? std::stoi(bopts.at("rank")) : -1;
-  admitRanks(backendName, n, "-g/--ngpus");
-  if (c.root < 0 || c.root >= n) {
-    throw Error(Errc::InvalidArgument, fmt::format("-r/--root {} is not a rank of {} (0..{})", c.root, n, n - 1));
-  }
-  std::optional<Topology> topo;
-  if (!topology.empty()) topo = loadTopology(topology);
-  if (topo && n > static_cast<int>(topo->ranks.size())) {
+  admitRanks(w.backend, w.nranks, "-g/--ngpus");
+  if (c.root < 0 || c.root >= w.nranks) {
     throw Error(Errc::InvalidArgument,
-                fmt::format("-g/--ngpus {}: topology '{}' has {} ranks", n, topology, topo->ranks.size()));
+                fmt::format("-r/--root {} is not a rank of {} (0..{})", c.root, w.nranks, w.nranks - 1));
   }
-  const CallConfig call{c.algo, c.chunkBytes, c.channels};
-  checkSpec(CollectiveSpec{c.collective, n, 0, dtype, op, c.root}, AlgoParams{c.chunkBytes, c.channels, {}});
-  std::vector<CollectiveSpec> specs;
-  for (std::size_t bytes : sizeSequence(c)) {
-    specs.push_back(CollectiveSpec{c.collective, n, countForBytes(c.collective, n, bytes, dtype), dtype, op, c.root});
-  }
-  // Admission: the buffers this process would hold at the largest size, before any backend starts.
-  if (!specs.empty() && backendCapabilities(backendName).movesData) {
-    admitBuffers(specs.back(), localRank, fmt::format("-e/--maxbytes {}", formatBytes(c.maxBytes)));
-  }
-  // --algo auto: the selector, with the table of --tuning, COLLBENCH_TUNING_FILE or the topology's shipped one.
-  const FoundTuningTable found =
-      c.algo == "auto" ? findTuningTable(c.tuningFile, topo ? &*topo : nullptr, backendName) : FoundTuningTable{};
+  return w;
+}
 
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(localRank > 0 ? std::fopen("/dev/null", "w") : nullptr,
-                                                        [](std::FILE* f) { return f ? std::fclose(f) : 0; });
-  if (quiet) out = quiet.get();
-  auto backend = makeBackend(backendName, n, bopts);
-  n = backend->nranks();
-  Runner runner(*backend, RunnerOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, found.path,
-                                        localRank, c.timeoutSeconds, std::max(c.warmup, 1)});
-  const std::vector<RankLine> rankLines = describeRanks(*backend, bopts, localRank, c.timeoutSeconds);
-  // Every row's choice is made before the header, which names them; on a backend that moves data, near-tied
-  // candidates are timed here (selector.h, kTrialSpread), every process alike.
-  std::vector<PlannedRow> plan;
-  const bool tty = localRank <= 0 && isatty(STDERR_FILENO) != 0 && c.algo == "auto" && backend->movesData();
-  for (const CollectiveSpec& spec : specs) {
-    const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
-    if (tty) std::fprintf(stderr, "\r\033[Kperf: trying near-tied algorithms at %s", formatBytes(rowBytes).c_str());
-    if (c.scheduleFile) {  // the file's schedule; a size it cannot run is refused here, before the header
-      Plan fromFile{Choice{c.algo, "from --schedule " + c.scheduleFile->source}, AlgoParams{}};
-      fromFile.schedule = std::make_shared<const Schedule>(instantiate(*c.scheduleFile, spec));
-      plan.push_back(PlannedRow{rowBytes, spec, std::move(fromFile)});
-      continue;
-    }
-    plan.push_back(PlannedRow{rowBytes, spec, runner.choose(spec, call)});
-  }
-  if (tty) std::fprintf(stderr, "\r\033[K");
-
-  const bool reduces = CollectiveSpec{c.collective, n, 0, dtype, op, c.root}.reduces();
+/// nccl-tests' header: the run, the devices (one line per rank), the column titles.
+void printHeader(std::FILE* out, const PerfConfig& c, const PerfWorld& w, std::string_view backend,
+                 const std::vector<PlannedRow>& plan, const std::vector<RankLine>& rankLines) {
   std::fprintf(out, "# collbench %s perf %s: backend %s, %d ranks%s%s, algorithm %s\n", COLLBENCH_VERSION,
-               std::string(toString(c.collective)).c_str(), std::string(backend->name()).c_str(), n,
-               topology.empty() ? "" : ", topology ", topology.c_str(), describeAlgorithms(c.algo, plan).c_str());
+               std::string(toString(c.collective)).c_str(), std::string(backend).c_str(), w.nranks,
+               w.topology.empty() ? "" : ", topology ", w.topology.c_str(), describeAlgorithms(c.algo, plan).c_str());
   std::fprintf(out,
                "# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg iters: 1 "
                "validation: %d graph: 0\n#\n# Using devices\n",
-               n, c.minBytes, c.maxBytes,
+               w.nranks, c.minBytes, c.maxBytes,
                c.stepFactor > 1 ? fmt::format("{}(factor)", c.stepFactor).c_str()
                                 : fmt::format("{}(bytes)", c.stepBytes).c_str(),
                c.warmup, c.iters, c.check);
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < w.nranks; ++r) {
     const RankLine& l = rankLines[static_cast<std::size_t>(r)];
     std::fprintf(out, "#  Rank %2d Group  0 Pid %6lld on %10s device %2d [%s] %s\n", r, l.pid, l.host.c_str(), l.device,
-                 std::string(backend->name()).c_str(), l.what.c_str());
+                 std::string(backend).c_str(), l.what.c_str());
   }
   std::fprintf(out, "#\n");
   std::fprintf(out, "#%80s%40s\n", "out-of-place", "in-place");
@@ -278,53 +236,128 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
                "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
   std::fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "",
                "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+/// Every row's choice, made before the header, which names them: the file's schedule (a size it cannot run is
+/// refused here), or the runner's choice (on a backend that moves data, near-tied candidates are timed now, every
+/// process alike: selector.h, kTrialSpread).
+std::vector<PlannedRow> planRows(const PerfConfig& c, Runner& runner, const std::vector<CollectiveSpec>& specs,
+                                 bool showProgress) {
+  std::vector<PlannedRow> plan;
+  for (const CollectiveSpec& spec : specs) {
+    const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
+    if (showProgress) {
+      std::fprintf(stderr, "\r\033[Kperf: trying near-tied algorithms at %s", formatBytes(rowBytes).c_str());
+    }
+    if (c.scheduleFile) {
+      Plan fromFile{Choice{c.algo, "from --schedule " + c.scheduleFile->source}, AlgoParams{}};
+      fromFile.schedule = std::make_shared<const Schedule>(instantiate(*c.scheduleFile, spec));
+      plan.push_back(PlannedRow{rowBytes, spec, std::move(fromFile)});
+      continue;
+    }
+    plan.push_back(PlannedRow{rowBytes, spec, runner.choose(spec, CallConfig{c.algo, c.chunkBytes, c.channels})});
+  }
+  if (showProgress) std::fprintf(stderr, "\r\033[K");
+  return plan;
+}
+
+/// One row of the table: both halves measured, printed, and returned for -J.
+PerfRow runRow(std::FILE* out, const PerfConfig& c, Runner& runner, const PlannedRow& row) {
+  const CollectiveSpec& spec = row.spec;
+  const double factor = busBandwidthFactor(c.collective, spec.nranks);
+  PerfSample halves[2];
+  for (int inPlace = 0; inPlace < 2; ++inPlace) {
+    const Timing t = runner.measure(
+        spec, row.plan, MeasureSpec{inPlace == 1, c.iters, c.warmup, c.blocking != 0, c.check != 0, c.average});
+    PerfSample& h = halves[inPlace];
+    h.timeUs = t.seconds * 1e6;
+    h.algbwGBps = t.seconds > 0 ? static_cast<double>(row.bytes) / t.seconds / 1e9 : 0;
+    h.busbwGBps = h.algbwGBps * factor;
+    if (t.wrong >= 0) h.wrong = t.wrong;
+  }
+  const std::size_t es = spec.elementSize();
+  const std::string type(toString(spec.dtype));
+  const std::string redop = spec.reduces() ? std::string(toString(spec.op)) : "none";
+  const int rootCol = hasRoot(c.collective) ? c.root : -1;
+  std::fprintf(out, "  %10zu  %12zu  %8s  %6s  %6d", row.bytes, row.bytes / es, type.c_str(), redop.c_str(), rootCol);
+  for (const PerfSample& h : halves) {
+    const std::string wrong = h.wrong ? std::to_string(*h.wrong) : "N/A";
+    std::fprintf(out, "  %s  %6.2f  %6.2f  %6s", timeString(h.timeUs).c_str(), h.algbwGBps, h.busbwGBps, wrong.c_str());
+  }
+  std::fprintf(out, "\n");
+  std::fflush(out);
+  return PerfRow{row.bytes,
+                 row.bytes / es,
+                 type,
+                 redop,
+                 rootCol,
+                 row.plan.choice.algorithm,
+                 row.plan.choice.reason,
+                 row.plan.params.chunkBytes,
+                 row.plan.params.channels,
+                 halves[0],
+                 halves[1]};
+}
+
+}  // namespace
+
+int runPerf(const PerfConfig& c, std::FILE* out) {
+  const DType dtype = parseDType(c.datatype);
+  const ReduceOp op = parseReduceOp(c.op);
+  // -J is checked before the sweep runs, so that a sweep never runs only to lose its results.
+  checkOutputFile(c.outputFile, c.force, "-J/--output_file");
+  if (c.algo == "mpi") return runMpiPerf(c, out);  // peer baseline: Open MPI's own driver under mpirun
+  if (!c.scheduleFile) checkBackendRuns(c.backend.empty() ? "host" : c.backend, c.collective, c.algo);
+  if (c.iters < 1) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be >= 1, got {}", c.iters));
+  const PerfWorld world = resolveWorld(c);
+  const int n = world.nranks;
+  std::optional<Topology> topo;
+  if (!world.topology.empty()) topo = loadTopology(world.topology);
+  if (topo && n > static_cast<int>(topo->ranks.size())) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("-g/--ngpus {}: topology '{}' has {} ranks", n, world.topology, topo->ranks.size()));
+  }
+  checkSpec(CollectiveSpec{c.collective, n, 0, dtype, op, c.root}, AlgoParams{c.chunkBytes, c.channels, {}});
+  std::vector<CollectiveSpec> specs;
+  for (std::size_t bytes : sizeSequence(c)) {
+    specs.push_back(CollectiveSpec{c.collective, n, countForBytes(c.collective, n, bytes, dtype), dtype, op, c.root});
+  }
+  // Admission: the buffers this process would hold at the largest size, before any backend starts.
+  if (!specs.empty() && backendCapabilities(world.backend).movesData) {
+    admitBuffers(specs.back(), world.localRank, fmt::format("-e/--maxbytes {}", formatBytes(c.maxBytes)));
+  }
+  // --algo auto: the selector, with the table of --tuning, COLLBENCH_TUNING_FILE or the topology's shipped one.
+  const FoundTuningTable found =
+      c.algo == "auto" ? findTuningTable(c.tuningFile, topo ? &*topo : nullptr, world.backend) : FoundTuningTable{};
+
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(world.localRank > 0 ? std::fopen("/dev/null", "w") : nullptr,
+                                                        [](std::FILE* f) { return f ? std::fclose(f) : 0; });
+  if (quiet) out = quiet.get();
+  auto backend = makeBackend(world.backend, n, world.options);
+  Runner runner(*backend, RunnerOptions{topo ? &*topo : nullptr, found.table ? &*found.table : nullptr, found.path,
+                                        world.localRank, c.timeoutSeconds, std::max(c.warmup, 1)});
+  const std::vector<RankLine> rankLines = describeRanks(*backend, world.options, world.localRank, c.timeoutSeconds);
+  const bool tty = world.localRank <= 0 && isatty(STDERR_FILENO) != 0 && c.algo == "auto" && backend->movesData();
+  const std::vector<PlannedRow> plan = planRows(c, runner, specs, tty);
+  printHeader(out, c, world, backend->name(), plan, rankLines);
 
   PerfRun record;
   record.backend = backend->name();
   record.ranks = n;
-  record.topology = topology;
+  record.topology = world.topology;
   double busSum = 0;
-  int busRows = 0;
-  const double factor = busBandwidthFactor(c.collective, n);
-  const std::size_t es = dtypeSize(dtype);
   for (const PlannedRow& row : plan) {
-    Half halves[2];
-    for (int inPlace = 0; inPlace < 2; ++inPlace) {
-      const Timing t = runner.measure(
-          row.spec, row.plan, MeasureSpec{inPlace == 1, c.iters, c.warmup, c.blocking != 0, c.check != 0, c.average});
-      Half& h = halves[inPlace];
-      h.seconds = t.seconds;
-      h.wrong = t.wrong;
-      if (h.wrong > 0) record.wrongTotal += h.wrong;
-      h.algbw = h.seconds > 0 ? static_cast<double>(row.bytes) / h.seconds / 1e9 : 0;
-      h.busbw = h.algbw * factor;
+    record.rows.push_back(runRow(out, c, runner, row));
+    for (const PerfSample* h : {&record.rows.back().outOfPlace, &record.rows.back().inPlace}) {
+      busSum += h->busbwGBps;
+      if (h->wrong && *h->wrong > 0) record.wrongTotal += *h->wrong;
     }
-    const std::string type(toString(dtype));
-    const std::string redop = reduces ? std::string(toString(op)) : "none";
-    const int rootCol = hasRoot(c.collective) ? c.root : -1;
-    std::fprintf(out, "  %10zu  %12zu  %8s  %6s  %6d", row.bytes, row.bytes / es, type.c_str(), redop.c_str(), rootCol);
-    for (const Half& h : halves) {
-      const std::string wrong = h.wrong < 0 ? "N/A" : std::to_string(h.wrong);
-      std::fprintf(out, "  %s  %6.2f  %6.2f  %6s", timeString(h.seconds * 1e6).c_str(), h.algbw, h.busbw,
-                   wrong.c_str());
-    }
-    std::fprintf(out, "\n");
-    std::fflush(out);
-    for (const Half& h : halves) busSum += h.busbw;
-    busRows += 2;
-    const auto sample = [](const Half& h) {
-      return PerfSample{h.seconds * 1e6, h.algbw, h.busbw,
-                        h.wrong < 0 ? std::nullopt : std::optional<long long>(h.wrong)};
-    };
-    record.rows.push_back({row.bytes, row.bytes / es, type, redop, rootCol, row.plan.choice.algorithm,
-                           row.plan.choice.reason, row.plan.params.chunkBytes, row.plan.params.channels,
-                           sample(halves[0]), sample(halves[1])});
   }
-  record.avgBusbwGBps = busRows ? busSum / busRows : 0;
+  record.avgBusbwGBps = plan.empty() ? 0 : busSum / static_cast<double>(2 * plan.size());
   std::fprintf(out, "# Out of bounds values : %lld %s\n", record.wrongTotal, record.wrongTotal == 0 ? "OK" : "FAILED");
   std::fprintf(out, "# Avg bus bandwidth    : %g \n#\n", record.avgBusbwGBps);
 
-  if (!c.outputFile.empty() && localRank <= 0) writePerfJson(c, record);
+  if (!c.outputFile.empty() && world.localRank <= 0) writePerfJson(c, record);
   if (const char* minBw = std::getenv("NCCL_TESTS_MIN_BW")) {
     const double want = std::atof(minBw);
     if (record.avgBusbwGBps < want) {
