@@ -50,15 +50,16 @@ Runner::Runner(Backend& backend, RunnerOptions options) : backend_(&backend), op
 
 Runner::~Runner() = default;
 
-Plan Runner::plan(const CollectiveSpec& spec, const CallConfig& config) const {
+Plan planCall(const Selector& selector, const CollectiveSpec& spec, const CallConfig& config,
+              std::vector<int> rankHost) {
   Plan p;
-  p.params = AlgoParams{config.chunkBytes, config.channels, rankHost_};
+  p.params = AlgoParams{config.chunkBytes, config.channels, std::move(rankHost)};
   if (config.algorithm != "auto") {
     p.choice = Choice{config.algorithm, "forced by --algo"};
     p.choice.source = "forced";
     return p;
   }
-  p.choice = selector_->choose(spec);
+  p.choice = selector.choose(spec);
   // The selector's configuration unless the user set one (then every candidate runs with it).
   if (config.chunkBytes == 0 && config.channels == 1) {
     p.params.chunkBytes = p.choice.chunkBytes;
@@ -72,6 +73,10 @@ Plan Runner::plan(const CollectiveSpec& spec, const CallConfig& config) const {
     }
   }
   return p;
+}
+
+Plan Runner::plan(const CollectiveSpec& spec, const CallConfig& config) const {
+  return planCall(*selector_, spec, config, rankHost_);
 }
 
 Plan Runner::choose(const CollectiveSpec& spec, const CallConfig& config) {

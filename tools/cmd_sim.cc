@@ -12,7 +12,9 @@
 #include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/records.h"
+#include "collbench/run.h"
 #include "collbench/selector.h"
+#include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "commands.h"
 #include "perf_runner.h"
@@ -103,9 +105,20 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     params.channels = a->channels;
     params.rankHost = rankHosts(simulator.topology(), n);
     checkSpec(spec, params);
-    const Choice choice = file                ? Choice{file->schedule.algorithm, "from --schedule " + a->schedule}
-                          : a->algo == "auto" ? chooseAlgorithm(spec)
-                                              : Choice{a->algo, "forced by --algo"};
+    // --algo auto chooses as `perf --backend sim` does: the topology's tuning table, else its cost model.
+    const FoundTuningTable found =
+        a->algo == "auto" ? findTuningTable("", &simulator.topology(), "sim") : FoundTuningTable{};
+    const Selector selector(
+        SelectorOptions{&simulator.topology(), found.table ? &*found.table : nullptr, "sim", "auto", found.path});
+    Choice choice;
+    if (file) {
+      choice = Choice{file->schedule.algorithm, "from --schedule " + a->schedule};
+    } else {
+      const Plan plan =
+          planCall(selector, spec, CallConfig{a->algo, params.chunkBytes, params.channels}, params.rankHost);
+      choice = plan.choice;
+      params = plan.params;
+    }
 
     const sim::SimResult r = file ? simulator.run(instantiate(*file, spec))  // validated when read
                                   : simulator.runAlgorithm(spec, choice.algorithm, params);

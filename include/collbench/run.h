@@ -86,6 +86,12 @@ inline constexpr double kTrialBudgetSeconds = 2.0;
 /// Rounds a time budget leaves at least: the fastest of three survives one burst of other work.
 inline constexpr int kMinBudgetRounds = 3;
 
+/// The choice for `spec` without timing anything (Runner::plan, and the simulator's own commands): the algorithm
+/// `config` forces, or `selector`'s (table, cost model; COLLBENCH_ALGO applies), with its chunk and channels unless
+/// `config` sets them; `rankHost` gives hierarchical algorithms their hosts.
+Plan planCall(const Selector& selector, const CollectiveSpec& spec, const CallConfig& config,
+              std::vector<int> rankHost);
+
 /// Admission, before anything is allocated or started: throws Error{InvalidArgument} naming `request` (the flag and
 /// value that asked for it), what the call needs and the limit, when the buffers this process would hold for `spec`
 /// (every rank's, or only `localRank`'s) do not fit in the memory available now.
