@@ -1,6 +1,8 @@
 // `collbench calibrate`: flags, printing and output files of the two fits (calibrate.h: alpha, beta per link class
 // and gamma for CPU runs, written as a topology; nccl_calibration.h: the NCCL model's open parameters of a GPU system,
 // written as an overlay that applies at any node count of it).
+#include <fmt/ranges.h>
+
 #include <charconv>
 #include <map>
 #include <memory>
@@ -81,6 +83,15 @@ void runAlphaBeta(const CalibrateArgs& a) {
   opt.topologyName = a.name;
   opt.rankKind = kind;
   const CalibrationResult r = calibrate(readCalibrationSamples(in), opt);
+  if (!r.unboundedBandwidths.empty()) {
+    std::string names;
+    for (const std::string& n : r.unboundedBandwidths) names += (names.empty() ? "" : ", ") + n;
+    throw Error(Errc::InvalidArgument,
+                fmt::format("calibrate: degenerate fit, nothing written: {} fitted to no cost (an unbounded link); "
+                            "link classes cannot explain these samples ({}). For nccl-tests logs of a GPU system use "
+                            "--model nccl --topology <system>",
+                            names, fmt::join(r.notes, "; ")));
+  }
   {
     Topology out = r.topology;  // provenance rides in the description (the format has no other free field)
     out.description += fmt::format("; collbench {}: {}", COLLBENCH_VERSION, commandLine());

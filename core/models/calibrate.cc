@@ -604,6 +604,7 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
       res.notes.push_back(
           fmt::format("{} is not identified by these samples: kept at its initial value", kParamNames[j]));
     } else if (chosen.u[static_cast<std::size_t>(j)] == 0) {
+      if (j == 2 || j == 3) res.unboundedBandwidths.push_back(kParamNames[j]);
       res.notes.push_back(
           fmt::format("{} fitted to 0 (no measurable cost{})", kParamNames[j],
                       j == 2 || j == 3 ? fmt::format(": written as {} GB/s", kCalibrateUnboundedGBps) : ""));

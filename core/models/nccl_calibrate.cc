@@ -347,7 +347,7 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
   NcclCalibration out;
   out.topology = options.topology;
   out.topologyFingerprint = fingerprint(topology);
-  const NcclModelParams defaults;
+  const NcclModelParams& defaults = options.prior;
   for (std::size_t li = 0; li < logs.size(); ++li) {
     // The prior's table of this log: the rows, their calls and NCCL's choices.
     const FidelityLog f = predictNcclLog(topology, defaults, logs[li], options);
@@ -426,13 +426,23 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
     pf.value = pf.identified ? ncclParamOf(fittedParams, p, pr.arch, pr.nic) : pf.prior;
     if (!pf.identified) {
       pf.note = fmt::format("not identified by these logs ({}): kept at prior {:.4g}", why[k], pf.prior);
-    } else if (x[k] <= kAtBoundTol || x[k] >= 1 - kAtBoundTol) {
-      pf.note = fmt::format(
-          "at its {} bound {:.4g}: the logs ask for a value outside what is physical (check the "
-          "topology's line rates)",
-          x[k] <= kAtBoundTol ? "lower" : "upper", x[k] <= kAtBoundTol ? pf.bounds.lower : pf.bounds.upper);
+    } else if ((x[k] <= kAtBoundTol && pf.bounds.lower > 0) || x[k] >= 1 - kAtBoundTol) {
+      // A zero latency at its zero bound is an answer (no extra latency), not a limit.
+      pf.note = fmt::format("at its {} bound {:.4g}: {}", x[k] <= kAtBoundTol ? "lower" : "upper",
+                            x[k] <= kAtBoundTol ? pf.bounds.lower : pf.bounds.upper,
+                            isEfficiency(p) ? "the logs ask for a rate outside what is physical (check the topology's "
+                                              "line rates)"
+                                            : "the logs ask for more than the bounds allow around the prior");
     }
     if (!pf.note.empty()) out.notes.push_back(fmt::format("{}: {}", toString(p), pf.note));
+    // An efficiency at a bound is beyond line rate or below a third of it: not this system. A latency or depth at a
+    // bound stays there (the bound is the answer's limit, the note says so).
+    if (pf.identified && !pf.note.empty() && isEfficiency(p)) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("calibrate --model nccl: degenerate fit, nothing written: {} {}; is '{}' the system the "
+                              "logs ran on?",
+                              toString(p), pf.note, printable(options.topology)));
+    }
     out.params.push_back(std::move(pf));
   }
   std::vector<double> priorErr, fitErr, heldErr;

@@ -117,6 +117,10 @@ struct CalibrationResult {
   int iterations = 0;
   Topology topology;  ///< classTopology of the fit, big enough for every sample
   std::vector<std::string> notes;
+  /// Identified bandwidths the fit gave no cost (beta_intra, beta_inter: written as kCalibrateUnboundedGBps): a
+  /// degenerate fit, which `collbench calibrate` refuses to write (the samples cannot be explained by link classes,
+  /// as nccl-tests logs of NCCL's own algorithms: --model nccl fits those).
+  std::vector<std::string> unboundedBandwidths;
 };
 
 /// What `collbench calibrate` reads: collbench-perf JSON files (a '{' first) and nccl-tests logs or `collbench perf`

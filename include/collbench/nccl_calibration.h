@@ -87,6 +87,7 @@ inline constexpr int kNcclCalibrateMaxIterations = 100;
 
 struct NcclParamBounds {
   double lower = 0, upper = 0;
+  bool operator==(const NcclParamBounds&) const = default;
 };
 /// The bounds of `p` around `prior` (see the constants above).
 NcclParamBounds ncclParamBounds(NcclParam p, double prior);
@@ -105,7 +106,8 @@ struct NcclCalibrationOptions {
   int maxIterations = kNcclCalibrateMaxIterations;
   int ranks = 0;  ///< -g: the rank count of logs that do not state one
   Collective defaultCollective = Collective::AllReduce;
-  std::string topology;  ///< the name or file the topology came from (recorded)
+  std::string topology;   ///< the name or file the topology came from (recorded)
+  NcclModelParams prior;  ///< where the fit starts, and the centre of the latency bounds
 };
 
 /// One parameter after the fit.
@@ -148,8 +150,11 @@ struct NcclCalibration {
 };
 
 /// Fits. Throws Error{InvalidArgument} for no usable rows, a log whose collective, rank count or environment is
-/// unusable (naming the log), a log with more ranks than the topology, or when no parameter is identified by the
-/// logs ("... identify none of the NCCL model's open parameters ...": a degenerate fit is refused, not written).
+/// unusable (naming the log), a log with more ranks than the topology, and for degenerate fits, which are refused
+/// rather than written: no parameter identified by the logs ("... identify none of the NCCL model's open parameters
+/// ..."), or an identified parameter pinned at a bound that is not a zero latency ("degenerate fit: <param> at its
+/// upper bound ...": the logs ask for more than line rate, or a third of it, or latencies beyond 3x the prior; the
+/// topology is likely not the system the logs ran on).
 NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCalibrationLog>& logs,
                               const NcclCalibrationOptions& options = {});
 
