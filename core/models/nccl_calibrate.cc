@@ -14,9 +14,9 @@ namespace collbench {
 
 namespace {
 
-constexpr const char* kParamNames[kNcclParamCount] = {"nvlink_fraction",     "nvls_fraction", "nvls_tree_fraction",
-                                                      "nvls_pipeline_depth", "net_fraction",  "net_hop_extra_us",
-                                                      "launch_extra_us"};
+constexpr const char* kParamNames[kNcclParamCount] = {
+    "ll128_rate",          "ll_rate",      "nvlink_fraction",  "nvls_fraction",  "nvls_tree_fraction",
+    "nvls_pipeline_depth", "net_fraction", "net_hop_extra_us", "launch_extra_us"};
 
 /// Central-difference step of the Jacobian, in units of a parameter's bound range: wide enough to see through the
 /// kinks of min() bottlenecks at one size, small against the range.
@@ -269,15 +269,20 @@ NcclParam parseNcclParam(std::string_view s) {
   for (NcclParam p : kNcclParams) {
     if (s == kParamNames[idx(p)]) return p;
   }
-  throw Error(Errc::InvalidArgument,
-              fmt::format("unknown NCCL model parameter '{}' (available: nvlink_fraction, nvls_fraction, "
-                          "nvls_tree_fraction, nvls_pipeline_depth, net_fraction, net_hop_extra_us, launch_extra_us)",
-                          printable(s)));
+  throw Error(
+      Errc::InvalidArgument,
+      fmt::format("unknown NCCL model parameter '{}' (available: ll128_rate, ll_rate, nvlink_fraction, nvls_fraction, "
+                  "nvls_tree_fraction, nvls_pipeline_depth, net_fraction, net_hop_extra_us, launch_extra_us)",
+                  printable(s)));
 }
 
 double& ncclParamRef(NcclModelParams& m, NcclParam p, GpuArch arch, NicKind nic) {
   const auto a = static_cast<std::size_t>(arch), n = static_cast<std::size_t>(nic);
   switch (p) {
+    case NcclParam::Ll128Rate:
+      return m.protocolRate[static_cast<std::size_t>(NcclProtocol::LL128)];
+    case NcclParam::LlRate:
+      return m.protocolRate[static_cast<std::size_t>(NcclProtocol::LL)];
     case NcclParam::NvlinkFraction:
       return m.nvlinkFraction[a];
     case NcclParam::NvlsFraction:

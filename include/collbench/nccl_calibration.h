@@ -45,11 +45,14 @@
 namespace collbench {
 
 /// The open parameters the fit may move, in the order identifiability is decided: a parameter the logs cannot
-/// separate from an earlier one keeps its prior. Bandwidths first; of the two constant latencies, which logs of one
-/// node count cannot tell apart, the network hop before the launch floor: what a multi-node log adds to NCCL's latency
-/// is taken as the network's (it carries to other node counts through the hop count), and a one-node log, where the
-/// hop column is flat, fits the launch floor.
+/// separate from an earlier one keeps its prior. Bandwidths first, the protocols' before the links' (where a link's
+/// fraction shows only in LL/LL128 rows, the protocol is what limits them); of the two constant latencies, which logs
+/// of one node count cannot tell apart, the network hop before the launch floor: what a multi-node log adds to NCCL's
+/// latency is taken as the network's (it carries to other node counts through the hop count), and a one-node log, where
+/// the hop column is flat, fits the launch floor.
 enum class NcclParam {
+  Ll128Rate,
+  LlRate,
   NvlinkFraction,
   NvlsFraction,
   NvlsTreeFraction,
@@ -58,13 +61,14 @@ enum class NcclParam {
   NetHopExtraUs,
   LaunchExtraUs
 };
-inline constexpr int kNcclParamCount = 7;
+inline constexpr int kNcclParamCount = 9;
 inline constexpr NcclParam kNcclParams[kNcclParamCount] = {
-    NcclParam::NvlinkFraction, NcclParam::NvlsFraction,  NcclParam::NvlsTreeFraction, NcclParam::NvlsPipelineDepth,
-    NcclParam::NetFraction,    NcclParam::NetHopExtraUs, NcclParam::LaunchExtraUs};
+    NcclParam::Ll128Rate,    NcclParam::LlRate,           NcclParam::NvlinkFraction,
+    NcclParam::NvlsFraction, NcclParam::NvlsTreeFraction, NcclParam::NvlsPipelineDepth,
+    NcclParam::NetFraction,  NcclParam::NetHopExtraUs,    NcclParam::LaunchExtraUs};
 
-/// JSON keys: "nvlink_fraction", "nvls_fraction", "nvls_tree_fraction", "nvls_pipeline_depth", "net_fraction",
-/// "net_hop_extra_us", "launch_extra_us". Parsing throws Error{InvalidArgument} naming the value.
+/// JSON keys: "ll128_rate", "ll_rate", "nvlink_fraction", "nvls_fraction", "nvls_tree_fraction", "nvls_pipeline_depth",
+/// "net_fraction", "net_hop_extra_us", "launch_extra_us". Parsing throws Error{InvalidArgument} naming the value.
 std::string_view toString(NcclParam p);
 NcclParam parseNcclParam(std::string_view s);
 
@@ -75,7 +79,7 @@ double ncclParamOf(const NcclModelParams& m, NcclParam p, GpuArch arch, NicKind 
 /// Lowest efficiency a fit may give: below a third of line rate a link is misconfigured (a fallback path, PCIe
 /// instead of NVLink), which a calibration must not absorb into a number.
 inline constexpr double kNcclMinEfficiency = 0.3;
-/// Latencies and depths move within [0.5, 3] x their prior (the bounds).
+/// Latencies, depths and protocol rates move within [0.5, 3] x their prior (the bounds).
 inline constexpr double kNcclPriorLow = 0.5, kNcclPriorHigh = 3.0;
 /// Reference of a latency whose prior is 0: NCCL's NET hwLatency of one LL ring step (tuning.cc, 2.7 us) for the hop,
 /// NCCL's ring LL base latency (tuning.cc baseLat, 6.6 us) for the launch floor.

@@ -81,6 +81,10 @@ struct NcclModelParams {
   /// drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at 17
   /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
   double nvlsPipelineDepth = 13;
+  /// Per protocol (indexed by NcclProtocol): scale of the bandwidth a call reaches, for what the model's protocol
+  /// terms (payload, NCCL's per-channel LL/LL128 rates) leave to the hardware. 1: the model as sourced; Simple stays 1
+  /// (its rate is the link fractions above).
+  std::array<double, 3> protocolRate = {1.0, 1.0, 1.0};
 };
 
 /// What NCCL's model needs of the machine. Bandwidths are GB/s (1e9 bytes/s) per direction, datasheet values.
