@@ -3,6 +3,7 @@
 // written as an overlay that applies at any node count of it).
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <memory>
@@ -82,13 +83,16 @@ void runAlphaBeta(const CalibrateArgs& a) {
   }
   opt.topologyName = a.name;
   opt.rankKind = kind;
-  const CalibrationResult r = calibrate(readCalibrationSamples(in), opt);
-  if (!r.unboundedBandwidths.empty()) {
+  const std::vector<CalibrationSample> samples = readCalibrationSamples(in);
+  const CalibrationResult r = calibrate(samples, opt);
+  const bool ncclTests =
+      std::any_of(samples.begin(), samples.end(), [](const CalibrationSample& s) { return s.ncclTests; });
+  if (ncclTests && !r.unboundedBandwidths.empty()) {
     std::string names;
     for (const std::string& n : r.unboundedBandwidths) names += (names.empty() ? "" : ", ") + n;
     throw Error(Errc::InvalidArgument,
                 fmt::format("calibrate: degenerate fit, nothing written: {} fitted to no cost (an unbounded link); "
-                            "link classes cannot explain these samples ({}). For nccl-tests logs of a GPU system use "
+                            "link classes cannot explain NCCL's own algorithms in these nccl-tests logs ({}); use "
                             "--model nccl --topology <system>",
                             names, fmt::join(r.notes, "; ")));
   }

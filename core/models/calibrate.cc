@@ -294,6 +294,7 @@ std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, 
     }
     s.timeUs = r.outOfPlace.timeUs;
     s.origin = fmt::format("{}:{}", source, r.line);
+    s.ncclTests = log.algorithm.empty();
     out.push_back(std::move(s));
   }
   return out;

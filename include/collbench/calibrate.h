@@ -49,6 +49,8 @@ struct CalibrationSample {
   int channels = 1;
   double timeUs = 0;
   std::string origin;  ///< "file:line" or "file results[i]", for messages
+  /// Read from an nccl-tests log (not a collbench table): NCCL chose its own algorithm and protocol per size.
+  bool ncclTests = false;
 };
 
 /// The rows of a collbench-perf JSON document (`collbench perf -J`, any backend): out-of-place times, the row's
@@ -117,9 +119,9 @@ struct CalibrationResult {
   int iterations = 0;
   Topology topology;  ///< classTopology of the fit, big enough for every sample
   std::vector<std::string> notes;
-  /// Identified bandwidths the fit gave no cost (beta_intra, beta_inter: written as kCalibrateUnboundedGBps): a
-  /// degenerate fit, which `collbench calibrate` refuses to write (the samples cannot be explained by link classes,
-  /// as nccl-tests logs of NCCL's own algorithms: --model nccl fits those).
+  /// Identified bandwidths the fit gave no cost (beta_intra, beta_inter: written as kCalibrateUnboundedGBps). On
+  /// nccl-tests logs this is a degenerate fit, which `collbench calibrate` refuses to write: link classes cannot
+  /// explain NCCL's own algorithms (--model nccl fits those).
   std::vector<std::string> unboundedBandwidths;
 };
 
