@@ -393,8 +393,9 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
       std::count_if(pr.samples.begin(), pr.samples.end(), [](const Sample& s) { return !s.heldOut; }));
   if (fitted == 0) throw Error(Errc::InvalidArgument, "calibrate --model nccl: every row is held out");
 
-  // Identify at the prior, fit the identified parameters, re-check at the fit (a parameter can go flat there, e.g.
-  // a fraction raised until another link is the bottleneck): reset those to the prior and fit again.
+  // Identify at the prior, fit the identified parameters, re-check every parameter at the fit (one can go flat there,
+  // e.g. a fraction raised until another link is the bottleneck, or come alive): fit again from the prior with the
+  // new set, until it stands.
   std::array<std::string, kNcclParamCount> why{};
   std::vector<int> all;
   for (NcclParam p : kNcclParams) all.push_back(idx(p));
@@ -404,8 +405,8 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
     x = x0;
     out.iterations += minimise(pr, x, free, options.loss, options.maxIterations);
     if (round == kMaxIdentifyRounds) break;
-    const std::vector<int> still = identify(pr, x, free, why);
-    if (still.size() == free.size()) break;
+    const std::vector<int> still = identify(pr, x, all, why);
+    if (still == free) break;
     free = still;
   }
   if (free.empty()) {

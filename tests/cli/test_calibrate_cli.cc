@@ -56,7 +56,7 @@ TEST_F(NcclCalibrateCli, TwoNodeCalibrationPredictsTheOneNodeTable) {
 }
 
 TEST_F(NcclCalibrateCli, RingTableUnderItsEnvironment) {
-  // NCCL_ALGO=Ring on 2 nodes: the network's rate is the ring's bottleneck at large sizes and is identified.
+  // NCCL_ALGO=Ring on 2 nodes: every row is NCCL's ring under that environment, never NVLSTree.
   const CliResult r = runCli(fmt::format(
       "calibrate {}h100x16-2node-ib400-ring-ncclTests309-G.csv --model nccl --topology dgx-h100-ib400 -o {} "
       "--nccl-env NCCL_ALGO=Ring --nccl-env NCCL_MIN_CTAS=24 --holdout-every 0",
