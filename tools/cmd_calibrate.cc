@@ -1,22 +1,18 @@
-// `collbench calibrate`: fits alpha, beta per link class and gamma to measured runs (collbench-perf JSON from any
-// backend, nccl-tests or `collbench perf` stdout tables), writes the calibrated topology and prints the fit quality,
-// on held-out sizes too; --verify-sim also simulates the held-out samples on the calibrated topology.
+// `collbench calibrate`: flags, printing and output files of the two fits (calibrate.h: alpha, beta per link class
+// and gamma for CPU runs, written as a topology; nccl_calibration.h: the NCCL model's open parameters of a GPU system,
+// written as an overlay that applies at any node count of it).
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <charconv>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
-#include <tuple>
 
 #include "cli_common.h"
-#include "collbench/algorithms.h"
-#include "collbench/backend.h"
-#include "collbench/backend_info.h"
 #include "collbench/calibrate.h"
 #include "collbench/error.h"
+#include "collbench/fidelity.h"
+#include "collbench/nccl_calibration.h"
 #include "collbench/nccl_tests_log.h"
 #include "collbench/records.h"
 #include "collbench/topology.h"
@@ -29,46 +25,230 @@ namespace collbench::cli {
 namespace {
 
 struct CalibrateArgs {
-  std::vector<std::string> inputs;
+  std::vector<std::string> inputs, predict, ncclEnv;
   std::string output, json, collective, assumeAlgorithm = "ring", rankKind = "cpu", name = "calibrated", loss = "l2";
-  int hosts = 1, holdOutEvery = 2;
+  std::string model = "alpha-beta", topology;
+  int hosts = 1, holdOutEvery = 2, ranks = 0;
   std::string minBytes = "0", maxBytes = "0", memoryTiers = "auto";
   bool force = false, verifySim = false, keepAll = false;
 };
 
-std::string readAll(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(Errc::InvalidArgument, fmt::format("cannot read '{}'", printable(path)));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-double medianAbs(std::vector<double> v) {
-  if (v.empty()) return 0;
-  for (double& x : v) x = std::abs(x);
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-double worstAbs(const std::vector<double>& v) {
-  double w = 0;
-  for (double x : v) w = std::max(w, std::abs(x));
-  return w;
-}
-
 std::string pct(double x) { return fmt::format("{:+.1f}%", 100 * x); }
+
+std::string errorsText(const CalibrationErrors& e) {
+  if (e.count == 0) return "n/a (no rows)";
+  return fmt::format("median {:.1f}%, worst {:.1f}% ({} rows)", 100 * e.median.value_or(0), 100 * e.worst.value_or(0),
+                     e.count);
+}
+
+CalibrationLoss parseLoss(const std::string& loss) {
+  if (loss != "l1" && loss != "l2") {
+    throw Error(Errc::InvalidArgument, fmt::format("--loss: '{}' is not l1 or l2", printable(loss)));
+  }
+  return loss == "l1" ? CalibrationLoss::L1 : CalibrationLoss::L2;
+}
+
+void checkHoldOut(int k) {
+  if (k < 0 || k == 1) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--holdout-every: {} is not a hold-out (k >= 2 holds out every k-th size, 0 none)", k));
+  }
+}
+
+/// `--model alpha-beta`: the cost model's link classes, written as a topology.
+void runAlphaBeta(const CalibrateArgs& a) {
+  const NodeKind kind = parseNodeKind(a.rankKind);
+  if (kind != NodeKind::Cpu && kind != NodeKind::Gpu) {
+    throw Error(Errc::InvalidArgument, "--rank-kind must be cpu or gpu");
+  }
+  CalibrationInput in;
+  in.files = a.inputs;
+  in.hosts = a.hosts;
+  in.assumeAlgorithm = a.assumeAlgorithm;
+  if (!a.collective.empty()) in.collective = parseCollective(a.collective);
+  in.minBytes = parseBytes(a.minBytes, "--min-bytes");
+  in.maxBytes = parseBytes(a.maxBytes, "--max-bytes");
+  in.keepAll = a.keepAll;
+  CalibrationOptions opt;
+  opt.loss = parseLoss(a.loss);
+  opt.holdOutEvery = a.holdOutEvery;
+  if (a.memoryTiers != "auto") {
+    int k = 0;
+    const auto [end, ec] = std::from_chars(a.memoryTiers.data(), a.memoryTiers.data() + a.memoryTiers.size(), k);
+    if (ec != std::errc() || end != a.memoryTiers.data() + a.memoryTiers.size() || k < 1) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--memory-tiers: '{}' is not auto or a number >= 1", printable(a.memoryTiers)));
+    }
+    opt.memoryTiers = k;
+  }
+  opt.topologyName = a.name;
+  opt.rankKind = kind;
+  const std::vector<CalibrationSample> samples = readCalibrationSamples(in);
+  const CalibrationResult r = calibrate(samples, opt);
+  const bool ncclTests =
+      std::any_of(samples.begin(), samples.end(), [](const CalibrationSample& s) { return s.ncclTests; });
+  if (ncclTests && !r.unboundedBandwidths.empty()) {
+    std::string names;
+    for (const std::string& n : r.unboundedBandwidths) names += (names.empty() ? "" : ", ") + n;
+    throw Error(Errc::InvalidArgument,
+                fmt::format("calibrate: degenerate fit, nothing written: {} fitted to no cost (an unbounded link); "
+                            "link classes cannot explain NCCL's own algorithms in these nccl-tests logs ({}); use "
+                            "--model nccl --topology <system>",
+                            names, fmt::join(r.notes, "; ")));
+  }
+  {
+    Topology out = r.topology;  // provenance rides in the description (the format has no other free field)
+    out.description += fmt::format("; collbench {}: {}", COLLBENCH_VERSION, commandLine());
+    writeTextFile(a.output, toJson(out), "-o/--output");
+  }
+  const std::vector<double> simUs = a.verifySim ? simulateCalibration(r, a.output) : std::vector<double>{};
+  const CalibrationParams& p = r.params;
+  auto cls = [&](const LinkClassCost& c, bool alphaId, bool betaId) {
+    return fmt::format("alpha {:.4g} us{}, beta {:.4g} GB/s{}", c.alphaUs, alphaId ? "" : " (not identified)",
+                       c.betaGBps, betaId ? "" : " (not identified)");
+  };
+  fmt::print("# collbench calibrate: {} samples from {} file(s), {} held out; {} iterations\n", r.fits.size(),
+             a.inputs.size(), r.heldOutCount, r.iterations);
+  fmt::print("# intra: {}\n# inter: {}\n# gamma: {}\n# call overhead: {:.4g} us{}\n",
+             cls(p.intra, r.identified[0], r.identified[2]), cls(p.inter, r.identified[1], r.identified[3]),
+             p.gammaGBps > 0 ? fmt::format("{:.4g} GB/s{}", p.gammaGBps, r.identified[4] ? "" : " (not identified)")
+                             : std::string("free (0)"),
+             p.callOverheadUs, r.identified[5] ? "" : " (not identified)");
+  for (const MemoryTier& m : r.memoryTiers) {
+    fmt::print("# memory tier: working set {:>14} -> intra-host rates x {:.4g}\n",
+               m.maxWorkingSetBytes ? fmt::format("<= {}", formatBytes(m.maxWorkingSetBytes)) : "above",
+               m.bandwidthScale);
+  }
+  for (const std::string& n : r.notes) fmt::print("# note: {}\n", n);
+  fmt::print("# wrote {}\n", a.output);
+  fmt::print("# {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12}  {:>12}  {:>8}{}  {}\n", "collective", "algorithm", "nranks",
+             "hosts", "bytes", "measured_us", "model_us", "model", a.verifySim ? "       sim_us       sim" : "", "set");
+  for (std::size_t i = 0; i < r.fits.size(); ++i) {
+    const SampleFit& f = r.fits[i];
+    const std::string simCols =
+        a.verifySim ? fmt::format("  {:>12.3f}  {:>8}", simUs[i], pct(simUs[i] / f.sample.timeUs - 1)) : "";
+    fmt::print("  {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12.3f}  {:>12.3f}  {:>8}{}  {}\n", toString(f.sample.collective),
+               f.sample.algorithm, f.sample.nranks, f.sample.hosts, f.sample.bytes, f.sample.timeUs, f.predictedUs,
+               pct(f.relError), simCols, f.heldOut ? "held-out" : "fit");
+  }
+  fmt::print("# model fit: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.fitMedian, 100 * r.fitWorst,
+             r.fits.size() - static_cast<std::size_t>(r.heldOutCount));
+  if (r.heldOutCount > 0) {
+    fmt::print("# model held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.heldOutMedian,
+               100 * r.heldOutWorst, r.heldOutCount);
+  } else {
+    fmt::print("# model held-out: n/a (nothing held out)\n");
+  }
+  CalibrationRecord doc = toRecord(r);
+  if (a.verifySim) {
+    addSimulated(doc, r, simUs);
+    fmt::print("# calibrated simulator held-out: {}\n",
+               doc.simHeldOut ? errorsText(*doc.simHeldOut) : std::string("n/a (nothing held out)"));
+  }
+  if (!a.json.empty()) {
+    doc.tool = toolName();
+    doc.commandLine = commandLine();
+    doc.environment = describeEnvironment();
+    doc.topologyFile = a.output;
+    writeTextFile(a.json, toJson(doc).dump(2), "-J/--output_file");
+  }
+}
+
+/// `--model nccl`: the NCCL model's open parameters of the topology's system, written as a collbench-nccl-calibration
+/// overlay; --predict logs are predicted with it (not fitted) and compared.
+void runNccl(const CalibrateArgs& a) {
+  if (a.topology.empty()) {
+    throw Error(Errc::InvalidArgument,
+                "--topology: --model nccl needs the system the logs ran on (e.g. dgx-h100-ib400)");
+  }
+  if (a.verifySim) throw Error(Errc::InvalidArgument, "--verify-sim: only with --model alpha-beta");
+  std::map<std::string, std::string> env;
+  for (const std::string& kv : a.ncclEnv) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0 || kv.rfind("NCCL_", 0) != 0) {
+      throw Error(Errc::InvalidArgument, fmt::format("--nccl-env: '{}' is not NCCL_<NAME>=<value>", printable(kv)));
+    }
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  parseNcclEnv(env);  // a bad value fails here, before any log is read
+  NcclCalibrationOptions opt;
+  opt.loss = parseLoss(a.loss);
+  opt.holdOutEvery = a.holdOutEvery;
+  opt.ranks = a.ranks;
+  if (!a.collective.empty()) opt.defaultCollective = parseCollective(a.collective);
+  opt.topology = a.topology;
+  const Topology topo = loadTopology(a.topology);
+  const auto readLogs = [&](const std::vector<std::string>& files) {
+    std::vector<NcclCalibrationLog> logs;
+    for (const std::string& f : files) logs.push_back({readNcclTestsLog(f), f, env});
+    return logs;
+  };
+  const std::vector<NcclCalibrationLog> fitLogs = readLogs(a.inputs), predictLogs = readLogs(a.predict);
+  NcclCalibration cal = calibrateNccl(topo, fitLogs, opt);
+  cal.tool = toolName();
+  cal.commandLine = commandLine();
+  writeTextFile(a.output, toJson(cal).dump(2), "-o/--output");
+
+  fmt::print(
+      "# collbench calibrate --model nccl: {} ({}, {}, {} GPUs per node); {} rows from {} log(s), {} held out; "
+      "{} iterations\n",
+      a.topology, toString(cal.arch), toString(cal.nicKind), cal.gpusPerNode, cal.fit.count + cal.heldOut.count,
+      fitLogs.size(), cal.heldOut.count, cal.iterations);
+  fmt::print("# {:<20} {:>10} {:>10} {:>20}  {}\n", "parameter", "value", "prior", "bounds", "status");
+  for (const NcclParamFit& p : cal.params) {
+    fmt::print("  {:<20} {:>10.4g} {:>10.4g} {:>20}  {}\n", toString(p.param), p.value, p.prior,
+               fmt::format("[{:.4g}, {:.4g}]", p.bounds.lower, p.bounds.upper),
+               p.identified ? (p.note.empty() ? "fitted" : "fitted, " + p.note) : p.note);
+  }
+  fmt::print("# wrote {}\n", a.output);
+  fmt::print("# {:<40} {:>6} {:>12}  {:>12}  {:>12}  {:>8}  {:>8}  {:<22} {}\n", "row", "ranks", "bytes", "measured_us",
+             "prior_us", "prior", "fitted", "NCCL's choice", "set");
+  for (const NcclCalibrationRow& r : cal.rows) {
+    fmt::print("  {:<40} {:>6} {:>12}  {:>12.2f}  {:>12.2f}  {:>8}  {:>8}  {:<22} {}\n",
+               fmt::format("{}:{}", r.log, r.line), r.ranks, r.bytes, r.measuredUs, r.priorUs,
+               pct(r.priorUs / r.measuredUs - 1), pct(r.fittedUs / r.measuredUs - 1), r.choice,
+               r.heldOut ? "held-out" : "fit");
+  }
+  fmt::print("# prior (the model's defaults) on the fitted rows: {}\n", errorsText(cal.priorFit));
+  fmt::print("# fit: {}\n", errorsText(cal.fit));
+  fmt::print("# held-out: {}\n", cal.heldOut.count ? errorsText(cal.heldOut) : "n/a (nothing held out)");
+  const NcclModelParams params = ncclModelParams(cal);
+  FidelityDocument doc;
+  doc.tool = cal.tool;
+  doc.commandLine = cal.commandLine;
+  for (const NcclCalibrationLog& log : predictLogs) {
+    const FidelityLog f = predictNcclLog(topo, params, log, opt);
+    fmt::print("# predicted {} ({} ranks, not fitted): median {:.1f}%, p90 {:.1f}%, worst {:.1f}% ({} rows)\n",
+               log.source, f.ranks, 100 * f.all.median, 100 * f.all.p90, 100 * f.all.worst, f.all.rows);
+    doc.logs.push_back(f);
+  }
+  if (!a.json.empty()) writeTextFile(a.json, toJson(doc), "-J/--output_file");
+}
 
 }  // namespace
 
 void addCalibrateCommand(CLI::App& app, int& exitCode) {
   auto a = std::make_shared<CalibrateArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "calibrate", "fit alpha/beta per link class and gamma to measured runs; write a calibrated topology");
+      "calibrate",
+      "fit a model to measured runs: alpha/beta per link class and gamma (written as a topology), or with --model nccl "
+      "the NCCL model's open parameters of a GPU system (written as an overlay for any node count)");
   cmd->add_option("inputs", a->inputs, "collbench perf -J files, nccl-tests logs or collbench perf tables")->required();
-  cmd->add_option("-o,--output", a->output, "calibrated topology to write (JSON)")->required();
+  cmd->add_option("-o,--output", a->output,
+                  "calibrated topology (alpha-beta) or collbench-nccl-calibration overlay (nccl) to write (JSON)")
+      ->required();
   cmd->add_flag("--force", a->force, "overwrite existing output files");
+  cmd->add_option("--model", a->model,
+                  "alpha-beta (link classes, CPU runs) or nccl (the NCCL model's open parameters, nccl-tests logs of a "
+                  "GPU system)")
+      ->default_val("alpha-beta");
+  cmd->add_option("--topology", a->topology, "--model nccl: the system the logs ran on (file or shipped name)");
+  cmd->add_option("--nccl-env", a->ncclEnv,
+                  "--model nccl: NCCL_<NAME>=<value> the logs ran under (NCCL_ALGO, NCCL_PROTO, NCCL_MIN_CTAS, ...); "
+                  "repeatable, applies to every log");
+  cmd->add_option("--predict", a->predict,
+                  "--model nccl: logs to predict with the calibration (not fitted), e.g. another node count");
+  cmd->add_option("-g,--ngpus", a->ranks, "--model nccl: rank count of logs that do not state one")->default_val(0);
   cmd->add_option("--collective", a->collective, "collective of logs that do not say");
   cmd->add_option("--assume-algorithm", a->assumeAlgorithm,
                   "collbench algorithm modelling nccl-tests runs (NCCL picks its own; record with NCCL_ALGO)")
@@ -85,170 +265,26 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--memory-tiers", a->memoryTiers,
                   "working-set tiers of intra-host rates (cache levels): N >= 1, or auto (1..3 by BIC)")
       ->default_val("auto");
-  cmd->add_option("--loss", a->loss, "l2 (least squares of relative errors) or l1 (sum of |relative error|, robust)")
+  cmd->add_option("--loss", a->loss,
+                  "l2 (least squares of relative errors; of log-time with --model nccl) or l1 (absolute, robust)")
       ->default_val("l2");
   cmd->add_flag("--keep-all", a->keepAll,
                 "fit every repeated measurement of a point (default: keep the fastest of the runs given)");
-  cmd->add_option("-J,--output_file", a->json, "write the fit and every sample as JSON");
+  cmd->add_option("-J,--output_file", a->json,
+                  "write the fit and every sample as JSON (--model nccl: the --predict logs' fidelity tables)");
   cmd->callback([a, &exitCode] {
     checkOutputFile(a->output, a->force, "-o/--output");
     checkOutputFile(a->json, a->force, "-J/--output_file");
-    if (a->holdOutEvery < 0 || a->holdOutEvery == 1) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("--holdout-every: {} is not a hold-out (k >= 2 holds out every k-th size, 0 none)",
-                              a->holdOutEvery));
-    }
-    const NodeKind kind = parseNodeKind(a->rankKind);
-    if (kind != NodeKind::Cpu && kind != NodeKind::Gpu) {
-      throw Error(Errc::InvalidArgument, "--rank-kind must be cpu or gpu");
-    }
-    std::optional<Collective> coll;
-    if (!a->collective.empty()) coll = parseCollective(a->collective);
-    std::vector<CalibrationSample> samples;
-    for (const std::string& in : a->inputs) {
-      const std::string text = readAll(in);
-      const auto first = text.find_first_not_of(" \t\r\n");
-      std::vector<CalibrationSample> got;
-      if (first != std::string::npos && text[first] == '{') {
-        got = samplesFromPerfJson(text, in, a->hosts);
-      } else {
-        got = samplesFromNcclTestsLog(parseNcclTestsLog(text, in), in, a->assumeAlgorithm, coll);
+    checkHoldOut(a->holdOutEvery);
+    if (a->model == "nccl") {
+      runNccl(*a);
+    } else if (a->model == "alpha-beta") {
+      if (!a->predict.empty() || !a->topology.empty() || !a->ncclEnv.empty()) {
+        throw Error(Errc::InvalidArgument, "--topology, --nccl-env and --predict need --model nccl");
       }
-      samples.insert(samples.end(), got.begin(), got.end());
-    }
-    {
-      const std::size_t lo = parseBytes(a->minBytes, "--min-bytes"), hi = parseBytes(a->maxBytes, "--max-bytes");
-      std::erase_if(samples, [&](const CalibrationSample& s) { return s.bytes < lo || (hi > 0 && s.bytes > hi); });
-    }
-    if (!a->keepAll) {
-      // Repeated runs of one point (several files): keep the fastest. Interference from other work on the machine
-      // only ever adds time, so the minimum is the measurement least disturbed by it.
-      std::map<std::tuple<int, std::string, int, int, std::size_t, int, std::size_t, int>, std::size_t> best;
-      std::vector<CalibrationSample> kept;
-      for (const CalibrationSample& s : samples) {
-        const auto key = std::make_tuple(static_cast<int>(s.collective), s.algorithm, s.nranks, s.hosts, s.bytes,
-                                         static_cast<int>(s.dtype), s.chunkBytes, s.channels);
-        auto it = best.find(key);
-        if (it == best.end()) {
-          best.emplace(key, kept.size());
-          kept.push_back(s);
-        } else if (s.timeUs < kept[it->second].timeUs) {
-          kept[it->second] = s;
-        }
-      }
-      samples = std::move(kept);
-    }
-    CalibrationOptions opt;
-    if (a->loss != "l1" && a->loss != "l2") {
-      throw Error(Errc::InvalidArgument, fmt::format("--loss: '{}' is not l1 or l2", printable(a->loss)));
-    }
-    opt.loss = a->loss == "l1" ? CalibrationLoss::L1 : CalibrationLoss::L2;
-    opt.holdOutEvery = a->holdOutEvery;
-    if (a->memoryTiers != "auto") {
-      int k = 0;
-      const auto [end, ec] = std::from_chars(a->memoryTiers.data(), a->memoryTiers.data() + a->memoryTiers.size(), k);
-      if (ec != std::errc() || end != a->memoryTiers.data() + a->memoryTiers.size() || k < 1) {
-        throw Error(Errc::InvalidArgument,
-                    fmt::format("--memory-tiers: '{}' is not auto or a number >= 1", printable(a->memoryTiers)));
-      }
-      opt.memoryTiers = k;
-    }
-    opt.topologyName = a->name;
-    opt.rankKind = kind;
-    const CalibrationResult r = calibrate(samples, opt);
-    {
-      Topology out = r.topology;  // provenance rides in the description (the format has no other free field)
-      out.description += fmt::format("; collbench {}: {}", COLLBENCH_VERSION, commandLine());
-      writeTextFile(a->output, toJson(out), "-o/--output");
-    }
-    // The calibrated simulator on every sample (the topology just written, by path).
-    std::vector<double> simUs(r.fits.size(), -1);
-    if (a->verifySim) {
-      std::string simulator;  // the first simulated backend linked in
-      for (const auto& [name, summary] : backendNames()) {
-        if (simulator.empty() && backendCapabilities(name).device == DeviceKind::Simulated) simulator = name;
-      }
-      if (simulator.empty()) {
-        throw Error(Errc::Unsupported, "--verify-sim: this collbench was built without the simulator");
-      }
-      std::map<int, std::unique_ptr<Backend>> sims;
-      for (std::size_t i = 0; i < r.fits.size(); ++i) {
-        const CalibrationSample& s = r.fits[i].sample;
-        auto& b = sims[s.nranks];
-        if (!b) b = makeBackend(simulator, s.nranks, {{"topology", a->output}});
-        const std::size_t es = dtypeSize(s.dtype);
-        const bool perRank = s.collective == Collective::ReduceScatter || s.collective == Collective::AllGather;
-        CollectiveSpec spec{s.collective, s.nranks,
-                            perRank ? s.bytes / es / static_cast<std::size_t>(s.nranks) : s.bytes / es, s.dtype};
-        AlgoParams p{s.chunkBytes, s.channels, rankHosts(r.topology, s.nranks)};
-        Buffers none(static_cast<std::size_t>(s.nranks));
-        // Topologies carry no per-call overhead: the calibrated simulator is simulated time + the fitted overhead.
-        simUs[i] =
-            b->run(buildSchedule(spec, s.algorithm, p), none, RunOptions{}).seconds * 1e6 + r.params.callOverheadUs;
-      }
-    }
-    const CalibrationParams& p = r.params;
-    auto cls = [&](const LinkClassCost& c, bool alphaId, bool betaId) {
-      return fmt::format("alpha {:.4g} us{}, beta {:.4g} GB/s{}", c.alphaUs, alphaId ? "" : " (not identified)",
-                         c.betaGBps, betaId ? "" : " (not identified)");
-    };
-    fmt::print("# collbench calibrate: {} samples from {} file(s), {} held out; {} iterations\n", r.fits.size(),
-               a->inputs.size(), r.heldOutCount, r.iterations);
-    fmt::print("# intra: {}\n# inter: {}\n# gamma: {}\n# call overhead: {:.4g} us{}\n",
-               cls(p.intra, r.identified[0], r.identified[2]), cls(p.inter, r.identified[1], r.identified[3]),
-               p.gammaGBps > 0 ? fmt::format("{:.4g} GB/s{}", p.gammaGBps, r.identified[4] ? "" : " (not identified)")
-                               : std::string("free (0)"),
-               p.callOverheadUs, r.identified[5] ? "" : " (not identified)");
-    for (const MemoryTier& m : r.memoryTiers) {
-      fmt::print("# memory tier: working set {:>14} -> intra-host rates x {:.4g}\n",
-                 m.maxWorkingSetBytes ? fmt::format("<= {}", formatBytes(m.maxWorkingSetBytes)) : "above",
-                 m.bandwidthScale);
-    }
-    for (const std::string& n : r.notes) fmt::print("# note: {}\n", n);
-    fmt::print("# wrote {}\n", a->output);
-    fmt::print("# {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12}  {:>12}  {:>8}{}  {}\n", "collective", "algorithm", "nranks",
-               "hosts", "bytes", "measured_us", "model_us", "model", a->verifySim ? "       sim_us       sim" : "",
-               "set");
-    std::vector<double> simHeld, simFit;
-    for (std::size_t i = 0; i < r.fits.size(); ++i) {
-      const SampleFit& f = r.fits[i];
-      std::string simCols;
-      if (a->verifySim) {
-        const double e = simUs[i] / f.sample.timeUs - 1;
-        (f.heldOut ? simHeld : simFit).push_back(e);
-        simCols = fmt::format("  {:>12.3f}  {:>8}", simUs[i], pct(e));
-      }
-      fmt::print("  {:<14} {:<20} {:>6} {:>5} {:>12}  {:>12.3f}  {:>12.3f}  {:>8}{}  {}\n",
-                 toString(f.sample.collective), f.sample.algorithm, f.sample.nranks, f.sample.hosts, f.sample.bytes,
-                 f.sample.timeUs, f.predictedUs, pct(f.relError), simCols, f.heldOut ? "held-out" : "fit");
-    }
-    fmt::print("# model fit: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.fitMedian, 100 * r.fitWorst,
-               r.fits.size() - static_cast<std::size_t>(r.heldOutCount));
-    if (r.heldOutCount > 0) {
-      fmt::print("# model held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n", 100 * r.heldOutMedian,
-                 100 * r.heldOutWorst, r.heldOutCount);
+      runAlphaBeta(*a);
     } else {
-      fmt::print("# model held-out: n/a (nothing held out)\n");
-    }
-    if (a->verifySim) {
-      if (!simHeld.empty()) {
-        fmt::print("# calibrated simulator held-out: median {:.1f}%, worst {:.1f}% ({} samples)\n",
-                   100 * medianAbs(simHeld), 100 * worstAbs(simHeld), simHeld.size());
-      } else {
-        fmt::print("# calibrated simulator held-out: n/a (nothing held out)\n");
-      }
-    }
-    if (!a->json.empty()) {
-      CalibrationRecord doc = toRecord(r);
-      doc.tool = toolName();
-      doc.commandLine = commandLine();
-      doc.environment = describeEnvironment();
-      doc.topologyFile = a->output;
-      for (std::size_t i = 0; i < doc.samples.size(); ++i) {
-        if (simUs[i] >= 0) doc.samples[i].simUs = simUs[i];
-      }
-      if (!simHeld.empty()) doc.simHeldOut = CalibrationErrors{medianAbs(simHeld), worstAbs(simHeld), simHeld.size()};
-      writeTextFile(a->json, toJson(doc).dump(2), "-J/--output_file");
+      throw Error(Errc::InvalidArgument, fmt::format("--model: '{}' is not alpha-beta or nccl", printable(a->model)));
     }
     exitCode = 0;
   });

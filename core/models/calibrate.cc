@@ -8,11 +8,15 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
 #include "collbench/algorithms.h"
+#include "collbench/backend.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "collbench/fidelity.h"
 #include "collbench/records.h"
 
 namespace collbench {
@@ -290,6 +294,7 @@ std::vector<CalibrationSample> samplesFromNcclTestsLog(const NcclTestsLog& log, 
     }
     s.timeUs = r.outOfPlace.timeUs;
     s.origin = fmt::format("{}:{}", source, r.line);
+    s.ncclTests = log.algorithm.empty();
     out.push_back(std::move(s));
   }
   return out;
@@ -600,6 +605,7 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& all, const Cal
       res.notes.push_back(
           fmt::format("{} is not identified by these samples: kept at its initial value", kParamNames[j]));
     } else if (chosen.u[static_cast<std::size_t>(j)] == 0) {
+      if (j == 2 || j == 3) res.unboundedBandwidths.push_back(kParamNames[j]);
       res.notes.push_back(
           fmt::format("{} fitted to 0 (no measurable cost{})", kParamNames[j],
                       j == 2 || j == 3 ? fmt::format(": written as {} GB/s", kCalibrateUnboundedGBps) : ""));
@@ -682,6 +688,70 @@ CalibrationRecord toRecord(const CalibrationResult& r) {
                            std::nullopt, f.heldOut});
   }
   return rec;
+}
+
+std::vector<CalibrationSample> readCalibrationSamples(const CalibrationInput& in) {
+  std::vector<CalibrationSample> samples;
+  for (const std::string& file : in.files) {
+    const std::string text = readTextFile(file, "calibration input");
+    const auto first = text.find_first_not_of(" \t\r\n");
+    const std::vector<CalibrationSample> got =
+        first != std::string::npos && text[first] == '{'
+            ? samplesFromPerfJson(text, file, in.hosts)
+            : samplesFromNcclTestsLog(parseNcclTestsLog(text, file), file, in.assumeAlgorithm, in.collective);
+    samples.insert(samples.end(), got.begin(), got.end());
+  }
+  std::erase_if(samples, [&](const CalibrationSample& s) {
+    return s.bytes < in.minBytes || (in.maxBytes > 0 && s.bytes > in.maxBytes);
+  });
+  if (in.keepAll) return samples;
+  std::map<std::tuple<int, std::string, int, int, std::size_t, int, std::size_t, int>, std::size_t> best;
+  std::vector<CalibrationSample> kept;
+  for (const CalibrationSample& s : samples) {
+    const auto key = std::make_tuple(static_cast<int>(s.collective), s.algorithm, s.nranks, s.hosts, s.bytes,
+                                     static_cast<int>(s.dtype), s.chunkBytes, s.channels);
+    auto it = best.find(key);
+    if (it == best.end()) {
+      best.emplace(key, kept.size());
+      kept.push_back(s);
+    } else if (s.timeUs < kept[it->second].timeUs) {
+      kept[it->second] = s;
+    }
+  }
+  return kept;
+}
+
+std::vector<double> simulateCalibration(const CalibrationResult& r, const std::string& topologyFile) {
+  std::string simulator;  // the first simulated backend linked in
+  for (const auto& [name, summary] : backendNames()) {
+    if (simulator.empty() && backendCapabilities(name).device == DeviceKind::Simulated) simulator = name;
+  }
+  if (simulator.empty()) throw Error(Errc::Unsupported, "--verify-sim: this collbench was built without the simulator");
+  std::map<int, std::unique_ptr<Backend>> sims;
+  std::vector<double> simUs;
+  for (const SampleFit& f : r.fits) {
+    const CalibrationSample& s = f.sample;
+    auto& b = sims[s.nranks];
+    if (!b) b = makeBackend(simulator, s.nranks, {{"topology", topologyFile}});
+    const CollectiveSpec spec{s.collective, s.nranks, countForBytes(s.collective, s.nranks, s.bytes, s.dtype), s.dtype};
+    const AlgoParams p{s.chunkBytes, s.channels, rankHosts(r.topology, s.nranks)};
+    const Buffers none(static_cast<std::size_t>(s.nranks));
+    simUs.push_back(b->run(buildSchedule(spec, s.algorithm, p), none, RunOptions{}).seconds * 1e6 +
+                    r.params.callOverheadUs);
+  }
+  return simUs;
+}
+
+void addSimulated(CalibrationRecord& rec, const CalibrationResult& r, const std::vector<double>& simUs) {
+  std::vector<double> held;
+  for (std::size_t i = 0; i < simUs.size() && i < rec.samples.size(); ++i) {
+    rec.samples[i].simUs = simUs[i];
+    if (r.fits[i].heldOut) held.push_back(simUs[i] / r.fits[i].sample.timeUs - 1);
+  }
+  if (!held.empty()) {
+    const ErrorStats e = errorStats(held);
+    rec.simHeldOut = CalibrationErrors{e.median, e.worst, e.rows};
+  }
 }
 
 }  // namespace collbench

@@ -1,7 +1,7 @@
 // NCCL's choice for a call, emulated from NVIDIA/nccl v2.28.9-1 (commit dbc86fd06e8b0c4517b95d8958a09ccacf9520c9),
 // and a time model of the call on the machine. Facts and figures come from NCCL's sources named next to each
 // constant; only what they leave open (achievable fractions of line rate, per-interconnect latency floors) is
-// fitted, on the nccl-tests tables of tests/data/realdata/ (see kNvlinkFraction ... below).
+// fitted, on the nccl-tests tables of tests/data/realdata/ (NcclModelParams, nccl_model.h).
 #include "collbench/nccl_model.h"
 
 #include <fmt/format.h>
@@ -125,29 +125,8 @@ constexpr std::size_t kNvlsChunkBytes = 128 * 1024;
 /// Protocol payload efficiency (device.h): LL lines carry 4 data bytes per 8 (a 4-byte flag per 4-byte word), LL128
 /// 120 of 128 bytes, Simple all.
 constexpr double kProtoPayload[kProtos] = {0.5, 120.0 / 128.0, 1.0};
-/// Fitted per NVLink generation: fraction of the datasheet rate a ring/tree reaches in busbw. NVLink3: 8xA100 235
-/// GB/s of 300 (0.78; Volta assumed alike). NVLink4: 2x8 H100 IB ring 392.7 GB/s of 450 needs at least 0.87 (the
-/// one-node ring, 368.8 GB/s, is held lower by the search's 24 x 15 GB/s channels; Blackwell assumed alike).
-constexpr double kNvlinkFraction[4] = {0.78, 0.78, 0.87, 0.87};
-/// Fitted: fraction of the NVLink rate NVLS reaches (per-GPU traffic S(1 + 1/n) each way): 8xH100 480 GB/s busbw
-/// = 450 x f x 2(n-1)/(n+1) -> f = 0.686.
-constexpr double kNvlsFraction = 0.686;
-/// Fitted: NVLSTree's intra-node stage runs below NVLS alone (network proxy traffic shares the GPUs' memory and
-/// SMs): 2x8 H100 IB 469 GB/s and EFA 487 GB/s busbw against 514 from kNvlsFraction.
-constexpr double kNvlsTreeFraction = 0.93;
-/// Fitted per NIC kind: achievable fraction of the line rate (IB ring 392.7 of 400 GB/s on 2x8 H100; EFA tree 78.3
-/// busbw on 2x8 A100 p4de = 50 GB/s x f x 1.875) and the extra latency of one network hop beyond NCCL's NET
-/// hwLatency, from the median of the 8 B .. 1 KiB rows on 2 nodes (2 network hops on top of NCCL's 25.2 us tree LL
-/// estimate, and Ampere's launch extra): IB 0 (2x8 H100 IB: 25 us), EFA2 23.4 (p5: 72 us), EFA 59.7 (p4de: 161.5 us).
-constexpr double kNetFraction[4] = {0.98, 0.95, 0.835, 0.835};  // InfiniBand, RoCE (estimate), Efa, Efa2
-constexpr double kNetHopExtraUs[4] = {0.0, 1.0, 59.7, 23.4};    // RoCE: estimate
-/// Fitted: Ampere's per-call floor above NCCL's base latency: 8xA100 32 us at 64 B .. 32 KiB against NCCL's 15 us
-/// ring LL estimate (the table's NCCL predates 2.18; Hopper tables match NCCL's estimate without it).
-constexpr double kArchLaunchExtraUs[4] = {17.0, 17.0, 0.0, 0.0};
-/// Fitted: NVLS streams each channel's data in chunks (calcCollChunking's 16..128 KiB) through a pipeline whose fill
-/// and drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at
-/// 17 GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
-constexpr double kNvlsPipelineDepth = 13;
+// The fitted fractions, latency floors and NVLS pipeline depth are NcclSystem::model (NcclModelParams, nccl_model.h),
+// so that a calibration can override them per system.
 
 constexpr double kBytesPerUsPerGBps = 1e3;  // 1 GB/s = 1e3 bytes/us
 
@@ -821,10 +800,10 @@ double bottleneckBusBw(const NcclSystem& s, int f, int a, int p, int nranks) {
   const int nodes = s.nodes, ppn = s.gpusPerNode;
   const double busFactor = busBandwidthFactor(collectiveOf(f), nranks);
   const double link = s.nvlink ? s.nvlinkGBps : kNcclPciBw;
-  const double intraBus = link * kNvlinkFraction[archIndex(s.arch)];
-  const double net = s.nicsPerNode * s.nicGBps * kNetFraction[static_cast<int>(s.nicKind)];
+  const double intraBus = link * s.model.nvlinkFraction[static_cast<std::size_t>(archIndex(s.arch))];
+  const double net = s.nicsPerNode * s.nicGBps * s.model.netFraction[static_cast<std::size_t>(s.nicKind)];
   // NVLS all-reduce moves S(1 + 1/ppn) through each GPU's links each way; gathers and scatters S(ppn-1)/ppn.
-  const double nvlsAlg = link * kNvlsFraction / (f == kFuncAllReduce ? 1.0 + 1.0 / ppn : 1.0);
+  const double nvlsAlg = link * s.model.nvlsFraction / (f == kFuncAllReduce ? 1.0 + 1.0 / ppn : 1.0);
   // Per node and direction the network carries S for a 2-node tree or in-network reduction, 2S for deeper trees.
   const double treeNetAlg = nodes <= 2 ? net : net / 2;
   double bus = 0;
@@ -840,7 +819,7 @@ double bottleneckBusBw(const NcclSystem& s, int f, int a, int p, int nranks) {
       bus = nodes > 1 ? std::min(nvlsAlg, net) * busFactor : (f == kFuncAllReduce ? nvlsAlg * busFactor : nvlsAlg);
       break;
     case kNvlsTree:
-      bus = std::min(nvlsAlg * kNvlsTreeFraction, treeNetAlg) * busFactor;
+      bus = std::min(nvlsAlg * s.model.nvlsTreeFraction, treeNetAlg) * busFactor;
       break;
     case kCollNetDirect:
     case kCollNetChain:
@@ -871,30 +850,32 @@ double perChannelBusBw(const NcclComm& c, int a, int p) {
 double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nranks, int nc, std::size_t chunk) {
   const NcclSystem& s = c.sys;
   // One rank: NCCL's ring Simple launch, a local copy.
-  if (nranks == 1) return kBaseLatUs[kRing][kSimple] + kArchLaunchExtraUs[archIndex(s.arch)];
+  if (nranks == 1)
+    return kBaseLatUs[kRing][kSimple] + s.model.launchExtraUs[static_cast<std::size_t>(archIndex(s.arch))];
   Tuned t = tune(c, f, a, p, nranks);
   if (!(t.bw > 0)) return -1;
   // Latency: NCCL's per-step model, with each network hop's extra latency and the arch's launch floor.
-  double lat = t.lat + kArchLaunchExtraUs[archIndex(s.arch)];
+  double lat = t.lat + s.model.launchExtraUs[static_cast<std::size_t>(archIndex(s.arch))];
   if (s.nodes > 1) {
     const int hops = a == kRing  ? (f == kFuncAllReduce ? 2 * (s.nodes - 1) : s.nodes - 1)
                      : a == kPat ? log2i(static_cast<std::size_t>(s.nodes))
                      : a == kNvls || a == kCollNetDirect || a == kCollNetChain
                          ? 1
                          : 2 * log2i(static_cast<std::size_t>(s.nodes));
-    lat += hops * kNetHopExtraUs[static_cast<int>(s.nicKind)];
+    lat += hops * s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)];
   }
   const Collective coll = collectiveOf(f);
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
   double bw = bottleneckBusBw(s, f, a, p, nranks);
   if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, a, p));
+  bw *= s.model.protocolRate[static_cast<std::size_t>(p)];
   // tuning.cc: trees run below their model at medium sizes; NCCL's own correction factor applies to the hardware too.
   const int logSize = log2i(bytes >> 6);
   if (a == kTree && f == kFuncAllReduce && logSize >= 0 && logSize < 23) bw *= kTreeCorrection[p][logSize];
   // NVLS pipeline fill and drain: `depth` chunk times of one channel (rings need none: all their links work at once;
   // trees are left to NCCL's per-step latencies).
   double depth = 0;
-  if (a == kNvls || a == kNvlsTree) depth = kNvlsPipelineDepth;
+  if (a == kNvls || a == kNvlsTree) depth = s.model.nvlsPipelineDepth;
   double fillUs = 0;
   if (depth > 0 && chunk > 0) {
     const double perChannelAlgBw = bw / busBandwidthFactor(coll, nranks) / nc;

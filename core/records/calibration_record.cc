@@ -9,20 +9,6 @@ namespace collbench {
 
 using nlohmann::json;
 
-namespace {
-
-CalibrationErrors readErrors(const JsonFields& f) {
-  return {f.optionalNumber("median", 0), f.optionalNumber("worst", 0), static_cast<std::size_t>(f.integer("count", 0))};
-}
-
-json errorsJson(const CalibrationErrors& e) {
-  return {{"median", e.median ? json(*e.median) : json(nullptr)},
-          {"worst", e.worst ? json(*e.worst) : json(nullptr)},
-          {"count", e.count}};
-}
-
-}  // namespace
-
 CalibrationRecord parseCalibrationRecord(std::string_view text, std::string_view source) {
   const json doc = parseJsonDocument(text, source);
   const JsonFields top = records_detail::header(doc, source, CalibrationRecord::kFormat, CalibrationRecord::kVersion);
@@ -58,8 +44,8 @@ CalibrationRecord parseCalibrationRecord(std::string_view text, std::string_view
   const JsonFields fit = top.object("fit");
   r.fitMedian = fit.number("median", 0);
   r.fitWorst = fit.number("worst", 0);
-  r.heldOut = readErrors(top.object("held_out"));
-  if (top.has("sim_held_out")) r.simHeldOut = readErrors(top.object("sim_held_out"));
+  r.heldOut = records_detail::readErrors(top.object("held_out"));
+  if (top.has("sim_held_out")) r.simHeldOut = records_detail::readErrors(top.object("sim_held_out"));
   if (top.has("notes")) {
     const json& notes = top.array("notes");
     for (std::size_t i = 0; i < notes.size(); ++i) {
@@ -125,8 +111,8 @@ json toJson(const CalibrationRecord& r) {
             {"memory_tiers", tiers}}},
           {"identified", identified},
           {"fit", {{"median", r.fitMedian}, {"worst", r.fitWorst}}},
-          {"held_out", errorsJson(r.heldOut)},
-          {"sim_held_out", r.simHeldOut ? errorsJson(*r.simHeldOut) : json(nullptr)},
+          {"held_out", records_detail::errorsJson(r.heldOut)},
+          {"sim_held_out", r.simHeldOut ? records_detail::errorsJson(*r.simHeldOut) : json(nullptr)},
           {"notes", r.notes},
           {"samples", samples}};
 }

@@ -7,6 +7,7 @@
 
 #include "collbench/json_document.h"
 #include "collbench/json_fields.h"
+#include "collbench/records.h"
 
 namespace collbench::records_detail {
 
@@ -25,6 +26,16 @@ inline JsonFields header(const nlohmann::json& doc, std::string_view source, std
   JsonFields top(source, "", doc);
   top.requireFormat(format, version);
   return top;
+}
+
+/// CalibrationErrors as {"median", "worst", "count"} (median and worst null for an empty set), and back.
+inline CalibrationErrors readErrors(const JsonFields& f) {
+  return {f.optionalNumber("median", 0), f.optionalNumber("worst", 0), static_cast<std::size_t>(f.integer("count", 0))};
+}
+inline nlohmann::json errorsJson(const CalibrationErrors& e) {
+  return {{"median", e.median ? nlohmann::json(*e.median) : nlohmann::json(nullptr)},
+          {"worst", e.worst ? nlohmann::json(*e.worst) : nlohmann::json(nullptr)},
+          {"count", e.count}};
 }
 
 }  // namespace collbench::records_detail

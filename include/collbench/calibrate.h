@@ -49,6 +49,8 @@ struct CalibrationSample {
   int channels = 1;
   double timeUs = 0;
   std::string origin;  ///< "file:line" or "file results[i]", for messages
+  /// Read from an nccl-tests log (not a collbench table): NCCL chose its own algorithm and protocol per size.
+  bool ncclTests = false;
 };
 
 /// The rows of a collbench-perf JSON document (`collbench perf -J`, any backend): out-of-place times, the row's
@@ -117,7 +119,28 @@ struct CalibrationResult {
   int iterations = 0;
   Topology topology;  ///< classTopology of the fit, big enough for every sample
   std::vector<std::string> notes;
+  /// Identified bandwidths the fit gave no cost (beta_intra, beta_inter: written as kCalibrateUnboundedGBps). On
+  /// nccl-tests logs this is a degenerate fit, which `collbench calibrate` refuses to write: link classes cannot
+  /// explain NCCL's own algorithms (--model nccl fits those).
+  std::vector<std::string> unboundedBandwidths;
 };
+
+/// What `collbench calibrate` reads: collbench-perf JSON files (a '{' first) and nccl-tests logs or `collbench perf`
+/// tables (the others), kept where their size is in [minBytes, maxBytes] (maxBytes 0: no limit).
+struct CalibrationInput {
+  std::vector<std::string> files;
+  int hosts = 1;                         ///< hosts of perf runs without a topology (samplesFromPerfJson)
+  std::string assumeAlgorithm = "ring";  ///< what models nccl-tests runs (samplesFromNcclTestsLog)
+  std::optional<Collective> collective;  ///< of logs that do not say
+  std::size_t minBytes = 0, maxBytes = 0;
+  /// Every repeated measurement of a point (same collective, algorithm, ranks, hosts, size, type, chunk, channels);
+  /// false: only the fastest of them (interference from other work only ever adds time, so the minimum is the
+  /// measurement least disturbed by it).
+  bool keepAll = false;
+};
+/// The samples of every file of `in`, in file order; errors of the readers above, and Error{InvalidArgument} "cannot
+/// read '<file>'".
+std::vector<CalibrationSample> readCalibrationSamples(const CalibrationInput& in);
 
 /// Fits; throws Error{InvalidArgument} without usable samples (time > 0, bytes > 0, a schedule algorithm) or for a
 /// negative holdOutEvery.
@@ -126,5 +149,12 @@ CalibrationResult calibrate(const std::vector<CalibrationSample>& samples, const
 /// The fit as a collbench-calibration record (records.h): parameters, tiers, errors, notes and every sample, without
 /// the simulator's figures (sim_us, sim_held_out) and provenance, which the caller adds.
 CalibrationRecord toRecord(const CalibrationResult& r);
+
+/// The calibrated simulator on every fitted sample: each sample's schedule simulated on `topologyFile` (the written
+/// calibration of `r`) by the first simulated backend linked in, plus the fitted call overhead (topologies carry
+/// none), in us, in the order of r.fits. Throws Error{Unsupported} "--verify-sim: ..." without a simulator.
+std::vector<double> simulateCalibration(const CalibrationResult& r, const std::string& topologyFile);
+/// Adds the simulator's figures to `rec` (toRecord of `r`): sim_us per sample and the held-out errors.
+void addSimulated(CalibrationRecord& rec, const CalibrationResult& r, const std::vector<double>& simUs);
 
 }  // namespace collbench

@@ -51,6 +51,42 @@ NcclProtocol parseNcclProtocol(std::string_view s);
 /// "volta", "ampere", "hopper", "blackwell" (also "v100", "a100", "h100", "h200", "b200", "sm80" ...).
 GpuArch parseGpuArch(std::string_view s);
 
+/// The time model's open parameters: what NCCL's sources and the datasheets leave open (achievable fractions of line
+/// rate, latency floors), fitted on the nccl-tests tables of tests/data/realdata/ (the defaults below) or for one
+/// system by `collbench calibrate --model nccl` (nccl_calibration.h). Entries differ per GPU generation (indexed by
+/// GpuArch) or per network (indexed by NicKind). Only ncclPredictUs and NcclChoice::predictedUs read them: NCCL's own
+/// estimate, hence its choice, does not depend on them.
+struct NcclModelParams {
+  /// Fraction of the datasheet NVLink rate a ring/tree reaches in busbw. NVLink3: 8xA100 235 GB/s of 300 (0.78; Volta
+  /// assumed alike). NVLink4: 2x8 H100 IB ring 392.7 GB/s of 450 needs at least 0.87 (the one-node ring, 368.8 GB/s,
+  /// is held lower by the search's 24 x 15 GB/s channels; Blackwell assumed alike).
+  std::array<double, 4> nvlinkFraction = {0.78, 0.78, 0.87, 0.87};
+  /// Fraction of the NVLink rate NVLS reaches (per-GPU traffic S(1 + 1/n) each way): 8xH100 480 GB/s busbw
+  /// = 450 x f x 2(n-1)/(n+1) -> f = 0.686.
+  double nvlsFraction = 0.686;
+  /// NVLSTree's intra-node stage runs below NVLS alone (network proxy traffic shares the GPUs' memory and SMs): 2x8
+  /// H100 IB 469 GB/s and EFA 487 GB/s busbw against 514 from nvlsFraction.
+  double nvlsTreeFraction = 0.93;
+  /// Per NIC kind: achievable fraction of the line rate (IB ring 392.7 of 400 GB/s on 2x8 H100; EFA tree 78.3 busbw
+  /// on 2x8 A100 p4de = 50 GB/s x f x 1.875; RoCE an estimate).
+  std::array<double, 4> netFraction = {0.98, 0.95, 0.835, 0.835};
+  /// Per NIC kind: extra latency of one network hop beyond NCCL's NET hwLatency, from the median of the 8 B .. 1 KiB
+  /// rows on 2 nodes (2 network hops on top of NCCL's 25.2 us tree LL estimate, and Ampere's launch extra): IB 0
+  /// (2x8 H100 IB: 25 us), EFA2 23.4 (p5: 72 us), EFA 59.7 (p4de: 161.5 us); RoCE an estimate.
+  std::array<double, 4> netHopExtraUs = {0.0, 1.0, 59.7, 23.4};
+  /// Per arch: the per-call floor above NCCL's base latency: 8xA100 32 us at 64 B .. 32 KiB against NCCL's 15 us ring
+  /// LL estimate (the table's NCCL predates 2.18; Hopper tables match NCCL's estimate without it).
+  std::array<double, 4> launchExtraUs = {17.0, 17.0, 0.0, 0.0};
+  /// NVLS streams each channel's data in chunks (calcCollChunking's 16..128 KiB) through a pipeline whose fill and
+  /// drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at 17
+  /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
+  double nvlsPipelineDepth = 13;
+  /// Per protocol (indexed by NcclProtocol): scale of the bandwidth a call reaches, for what the model's protocol
+  /// terms (payload, NCCL's per-channel LL/LL128 rates) leave to the hardware. 1: the model as sourced; Simple stays 1
+  /// (its rate is the link fractions above).
+  std::array<double, 3> protocolRate = {1.0, 1.0, 1.0};
+};
+
 /// What NCCL's model needs of the machine. Bandwidths are GB/s (1e9 bytes/s) per direction, datasheet values.
 struct NcclSystem {
   GpuArch arch = GpuArch::Hopper;
@@ -69,6 +105,8 @@ struct NcclSystem {
   NicKind nicKind = NicKind::InfiniBand;
   NcclPath gpuNicPath = NcclPath::Pix;  ///< path from a GPU to its nearest NIC
   CpuVendor cpuVendor = CpuVendor::Intel;
+  /// The time model's open parameters (applyNcclCalibration sets this system's entries from a calibration).
+  NcclModelParams model;
 
   int nranks() const { return nodes * gpusPerNode; }
 };

@@ -7,6 +7,8 @@
 ///   collbench-sweep       `sweep -J`        SweepRecord      docs/sweep.schema.json
 ///   collbench-regret      `regret -J`       RegretRecord     docs/regret.schema.json
 ///   collbench-calibration `calibrate -J`    CalibrationRecord docs/calibration.schema.json
+///   collbench-nccl-calibration `calibrate --model nccl -o`  NcclCalibration (nccl_calibration.h)
+///                                                     docs/calibration-nccl.schema.json
 /// (the tuning table's owner is tuning.h, docs/tuning.schema.json). Readers check the fields they read and throw
 /// Error{InvalidArgument} "<source>: <field path>: <problem>" naming the value (json_fields.h); fields they do not
 /// know are allowed, so that a newer writer's additions do not break an older reader. Non-finite numbers are written

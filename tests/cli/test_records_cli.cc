@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli_runner.h"
+#include "collbench/nccl_calibration.h"
 #include "collbench/records.h"
 
 namespace collbench {
@@ -73,6 +74,10 @@ TEST_F(RecordsCli, ToolOutputsValidateAndReadBack) {
       fmt::format("calibrate {0}/reports/calibration/runs/host-ring-1.json {0}/reports/calibration/runs/host-rd-1.json "
                   "-o {1} -J {2}",
                   source, path("calibrated.json"), fit));
+  const std::string ncal = path("nccl-calibration.json");
+  run(fmt::format(
+      "calibrate {}/tests/data/realdata/h100x8-nvls-dgxcbench.csv --model nccl --topology dgx-h100-ib400 -o {}", source,
+      ncal));
   run(fmt::format("workload --model gpt2-xl --dtype half --bytes-per-pack 64M --steps 2 -o {}", trace));
   run(fmt::format("replay {} --backend sim -J {}", trace, replay));
 
@@ -94,6 +99,9 @@ TEST_F(RecordsCli, ToolOutputsValidateAndReadBack) {
   const CalibrationRecord c = parseCalibrationRecord(slurp(fit), fit);
   EXPECT_FALSE(c.samples.empty());
   EXPECT_EQ(c.topologyFile, path("calibrated.json"));
+  const NcclCalibration nc = readNcclCalibration(ncal);
+  EXPECT_EQ(nc.arch, GpuArch::Hopper);
+  EXPECT_EQ(nc.rows.size(), 32u);
   const ReplayRun rp = parseReplayRun(slurp(replay), replay);
   EXPECT_EQ(rp.worldSize, 8);
   EXPECT_EQ(rp.events.size(), 74u);  // 37 packs x 2 steps
@@ -103,6 +111,7 @@ TEST_F(RecordsCli, ToolOutputsValidateAndReadBack) {
                                     {"sweep", sweep},
                                     {"regret", regret},
                                     {"calibration", fit},
+                                    {"calibration-nccl", ncal},
                                     {"replay", replay}}) {
     const int v = validate(schema, doc);
     if (v < 0) GTEST_SKIP() << "python3 with jsonschema is not installed (apt-get install python3-jsonschema)";

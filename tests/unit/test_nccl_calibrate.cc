@@ -1,0 +1,222 @@
+// `calibrate --model nccl`: recovering known open parameters of the NCCL model from tables it generated, the
+// identifiability verdicts, calibrating on a real 2-node table and predicting the 1-node table of the same system it
+// did not see (and back), refusal of degenerate fits, the overlay's round trip and its application to a system.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "collbench/error.h"
+#include "collbench/nccl_calibration.h"
+#include "collbench/nccl_tests_log.h"
+#include "collbench/topology.h"
+
+namespace collbench {
+namespace {
+
+const std::string kSource = COLLBENCH_SOURCE_DIR;
+/// The real tables of one system (tests/data/realdata/README.md): 2 x 8 H100, 8 x 400G IB (NVLSTree by default), and
+/// one 8 x H100 NVLS node.
+const std::string kTwoNode = kSource + "/tests/data/realdata/h100x16-2node-ib400-nvlstree-ncclTests309-A.csv";
+const std::string kOneNode = kSource + "/tests/data/realdata/h100x8-nvls-dgxcbench.csv";
+/// The target for predicting a table of another size than the calibration's.
+constexpr double kCrossSizeMedianBound = 0.15;
+
+Topology h100ib() { return loadTopology(kSource + "/topologies/dgx-h100-ib400.json"); }
+
+NcclCalibrationLog realLog(const std::string& path) { return {readNcclTestsLog(path), path, {}}; }
+
+/// An all-reduce table of `ranks` ranks, 8 B .. 1 GiB by 4x, timed by the model with `truth`.
+NcclCalibrationLog syntheticLog(const Topology& t, int ranks, const NcclModelParams& truth) {
+  NcclSystem sys = ncclSystemOf(t, ranks);
+  sys.model = truth;
+  NcclTestsLog log;
+  log.collective = Collective::AllReduce;
+  log.nranks = ranks;
+  log.nodes = sys.nodes;
+  int line = 1;
+  for (std::size_t b = 8; b <= (std::size_t{1} << 30); b *= 4) {
+    NcclTestsRow r;
+    r.bytes = b;
+    r.count = b / 4;
+    r.type = "float";
+    r.redop = "sum";
+    r.line = line++;
+    r.outOfPlace.timeUs = ncclChoose(sys, Collective::AllReduce, b, ranks).predictedUs;
+    r.inPlace = r.outOfPlace;
+    log.rows.push_back(r);
+  }
+  return {log, "synthetic", {}};
+}
+
+const NcclParamFit& param(const NcclCalibration& c, NcclParam p) {
+  for (const NcclParamFit& f : c.params) {
+    if (f.param == p) return f;
+  }
+  throw Error(Errc::InvalidArgument, "missing parameter");
+}
+
+TEST(NcclCalibrate, RecoversKnownParametersOfOneNode) {
+  const Topology t = h100ib();
+  NcclModelParams truth;
+  truth.nvlsFraction = 0.6;
+  truth.nvlsPipelineDepth = 20;
+  truth.launchExtraUs[static_cast<std::size_t>(GpuArch::Hopper)] = 4;
+  NcclCalibrationOptions opt;
+  opt.topology = "dgx-h100-ib400";
+  const NcclCalibration c = calibrateNccl(t, {syntheticLog(t, 8, truth)}, opt);
+  EXPECT_EQ(c.arch, GpuArch::Hopper);
+  EXPECT_EQ(c.nicKind, NicKind::InfiniBand);
+  EXPECT_NEAR(param(c, NcclParam::NvlsFraction).value, 0.6, 0.01);
+  EXPECT_NEAR(param(c, NcclParam::NvlsPipelineDepth).value, 20, 1);
+  EXPECT_NEAR(param(c, NcclParam::LaunchExtraUs).value, 4, 0.2);
+  ASSERT_TRUE(c.fit.median.has_value());
+  EXPECT_LT(*c.fit.median, 0.005);
+  // One node: the network is invisible, and NVLSTree does not exist.
+  for (NcclParam p : {NcclParam::NetFraction, NcclParam::NetHopExtraUs, NcclParam::NvlsTreeFraction}) {
+    const NcclParamFit& f = param(c, p);
+    EXPECT_FALSE(f.identified) << toString(p);
+    EXPECT_EQ(f.value, f.prior) << toString(p);
+    EXPECT_NE(f.note.find("not identified by these logs (no row depends on it): kept at prior"), std::string::npos)
+        << f.note;
+  }
+}
+
+TEST(NcclCalibrate, TwoNodeCountsSeparateLaunchFromNetworkLatency) {
+  const Topology t = h100ib();
+  NcclModelParams truth;
+  truth.launchExtraUs[static_cast<std::size_t>(GpuArch::Hopper)] = 3;
+  truth.netHopExtraUs[static_cast<std::size_t>(NicKind::InfiniBand)] = 5;
+  // One node count alone: two constant latencies, which the rows cannot tell apart; the network's is fitted.
+  const NcclCalibration two = calibrateNccl(t, {syntheticLog(t, 16, truth)});
+  EXPECT_TRUE(param(two, NcclParam::NetHopExtraUs).identified);
+  EXPECT_FALSE(param(two, NcclParam::LaunchExtraUs).identified);
+  EXPECT_NE(param(two, NcclParam::LaunchExtraUs).note.find("cannot separate it from net_hop_extra_us"),
+            std::string::npos);
+  // Both node counts: each latency recovered.
+  const NcclCalibration both = calibrateNccl(t, {syntheticLog(t, 8, truth), syntheticLog(t, 16, truth)});
+  EXPECT_NEAR(param(both, NcclParam::LaunchExtraUs).value, 3, 0.2);
+  EXPECT_NEAR(param(both, NcclParam::NetHopExtraUs).value, 5, 0.2);
+}
+
+TEST(NcclCalibrate, BoundsArePhysical) {
+  EXPECT_EQ(ncclParamBounds(NcclParam::NvlinkFraction, 0.87).lower, kNcclMinEfficiency);
+  EXPECT_EQ(ncclParamBounds(NcclParam::NetFraction, 0.98).upper, 1.0);
+  EXPECT_EQ(ncclParamBounds(NcclParam::NetHopExtraUs, 23.4).lower, 0.5 * 23.4);
+  EXPECT_EQ(ncclParamBounds(NcclParam::NetHopExtraUs, 23.4).upper, 3 * 23.4);
+  EXPECT_EQ(ncclParamBounds(NcclParam::NetHopExtraUs, 0).upper, 3 * kNcclHopRefUs);
+  EXPECT_EQ(ncclParamBounds(NcclParam::LaunchExtraUs, 0).upper, 3 * kNcclLaunchRefUs);
+}
+
+// The test: calibrate on the 2-node table, predict the 1-node table of the same system (only the intra-node
+// parameters and the launch floor carry), and the other way round.
+TEST(NcclCalibrate, TwoNodeCalibrationPredictsOneNodeTableAndBack) {
+  const Topology t = h100ib();
+  NcclCalibrationOptions opt;
+  opt.topology = "dgx-h100-ib400";
+  opt.holdOutEvery = 2;
+  const NcclCalibration fromTwo = calibrateNccl(t, {realLog(kTwoNode)}, opt);
+  // The 2-node table is NVLSTree at large sizes, whose NVLink stage is the bottleneck: the network's rate is never
+  // the limit, and NVLSTree's own fraction only multiplies NVLS's.
+  EXPECT_FALSE(param(fromTwo, NcclParam::NetFraction).identified);
+  EXPECT_NE(param(fromTwo, NcclParam::NetFraction).note.find("no row depends on it"), std::string::npos);
+  EXPECT_FALSE(param(fromTwo, NcclParam::NvlsTreeFraction).identified);
+  EXPECT_NE(param(fromTwo, NcclParam::NvlsTreeFraction).note.find("cannot separate it from nvls_fraction"),
+            std::string::npos);
+  EXPECT_TRUE(param(fromTwo, NcclParam::NvlsFraction).identified);
+  const FidelityLog one = predictNcclLog(t, ncclModelParams(fromTwo), realLog(kOneNode), opt);
+  EXPECT_EQ(one.ranks, 8);
+  EXPECT_EQ(one.rows.size(), 32u);
+  std::printf("2-node calibration -> 1-node table: median %.1f%%, p90 %.1f%%\n", 100 * one.all.median,
+              100 * one.all.p90);
+  EXPECT_LE(one.all.median, kCrossSizeMedianBound);
+
+  const NcclCalibration fromOne = calibrateNccl(t, {realLog(kOneNode)}, opt);
+  EXPECT_FALSE(param(fromOne, NcclParam::NetHopExtraUs).identified);
+  const FidelityLog two = predictNcclLog(t, ncclModelParams(fromOne), realLog(kTwoNode), opt);
+  std::printf("1-node calibration -> 2-node table: median %.1f%%, p90 %.1f%%\n", 100 * two.all.median,
+              100 * two.all.p90);
+  EXPECT_LE(two.all.median, kCrossSizeMedianBound);
+}
+
+// The calibration, not the prior, carries: from a prior far off (NVLS at 45% of NVLink, a 25-stage pipeline, 6 us
+// per network hop), the 1-node table is mispredicted; calibrated on the 2-node table, it is predicted within bound.
+TEST(NcclCalibrate, CalibrationFromAWrongPriorCarriesToAnotherSize) {
+  const Topology t = h100ib();
+  NcclCalibrationOptions opt;
+  opt.topology = "dgx-h100-ib400";
+  opt.prior.nvlsFraction = 0.45;
+  opt.prior.nvlsPipelineDepth = 25;
+  opt.prior.netHopExtraUs[static_cast<std::size_t>(NicKind::InfiniBand)] = 6;
+  const FidelityLog before = predictNcclLog(t, opt.prior, realLog(kOneNode), opt);
+  const NcclCalibration cal = calibrateNccl(t, {realLog(kTwoNode)}, opt);
+  const FidelityLog after = predictNcclLog(t, ncclModelParams(cal), realLog(kOneNode), opt);
+  std::printf("wrong prior -> 1-node table: median %.1f%%; calibrated on 2 nodes: median %.1f%%\n",
+              100 * before.all.median, 100 * after.all.median);
+  EXPECT_GT(before.all.median, kCrossSizeMedianBound);
+  EXPECT_LE(after.all.median, kCrossSizeMedianBound);
+}
+
+TEST(NcclCalibrate, RefusesDegenerateFits) {
+  const Topology t = h100ib();
+  // Ten times faster than 8 x H100 can be: every efficiency would have to exceed line rate.
+  NcclCalibrationLog fast = realLog(kOneNode);
+  for (NcclTestsRow& r : fast.log.rows) r.outOfPlace.timeUs /= 10;
+  NcclCalibrationOptions opt;
+  opt.topology = "dgx-h100-ib400";
+  try {
+    calibrateNccl(t, {fast}, opt);
+    FAIL() << "a fit beyond line rate was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("degenerate fit, nothing written"), std::string::npos) << m;
+    EXPECT_NE(m.find("bound"), std::string::npos) << m;
+    EXPECT_NE(m.find("is 'dgx-h100-ib400' the system the logs ran on?"), std::string::npos) << m;
+  }
+  opt.holdOutEvery = 1;
+  EXPECT_THROW(calibrateNccl(t, {realLog(kOneNode)}, opt), Error);
+}
+
+TEST(NcclCalibrate, RecordRoundTripsAndApplies) {
+  const Topology t = h100ib();
+  NcclCalibrationOptions opt;
+  opt.topology = "dgx-h100-ib400";
+  NcclCalibration c = calibrateNccl(t, {realLog(kOneNode)}, opt);
+  c.tool = "collbench test";
+  c.commandLine = "collbench calibrate ...";
+  const NcclCalibration back = parseNcclCalibration(toJson(c).dump(2), "cal.json");
+  EXPECT_EQ(back, c);
+
+  // The overlay applies at another node count of the same system: 4 nodes' prediction uses the fitted NVLS fraction.
+  NcclSystem four = ncclSystemOf(t, 32);
+  applyNcclCalibration(back, four, "cal.json");
+  EXPECT_EQ(four.model.nvlsFraction, param(c, NcclParam::NvlsFraction).value);
+  EXPECT_EQ(four.model.launchExtraUs[static_cast<std::size_t>(GpuArch::Hopper)],
+            param(c, NcclParam::LaunchExtraUs).value);
+
+  NcclSystem a100 = four;
+  a100.arch = GpuArch::Ampere;
+  try {
+    applyNcclCalibration(back, a100, "cal.json");
+    FAIL() << "an H100 calibration applied to an A100 system";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "calibration 'cal.json' is for hopper/infiniband systems, the topology's are ampere/infiniband");
+  }
+
+  nlohmann::json doc = toJson(c);
+  doc["params"]["nvls_fraction"]["value"] = 1.5;
+  try {
+    parseNcclCalibration(doc.dump(), "cal.json");
+    FAIL() << "a value outside its bounds was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cal.json: params.nvls_fraction.value: 1.5 is outside the bounds [0.3, 1]"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parseNcclParam("net_hop_extra_us"), NcclParam::NetHopExtraUs);
+  EXPECT_THROW(parseNcclParam("nvlink_speed"), Error);
+}
+
+}  // namespace
+}  // namespace collbench
