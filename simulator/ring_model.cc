@@ -174,14 +174,20 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       prevChannels = active;
       prevBytes.clear();
     }
+    // Blocks of one size (every active piece a multiple of n elements): every step moves the same bytes.
+    const bool uniformBlocks = std::all_of(active.begin(), active.end(), [&](int c) {
+      return pieces[static_cast<std::size_t>(pieceAt[at(c, k)])].length % nu == 0;
+    });
     for (int s = 0; s < steps; ++s) {
       const bool rs = s < n - 1;
-      bytes.clear();
-      for (int c : active) {
-        const Piece& p = pieces[static_cast<std::size_t>(pieceAt[at(c, k)])];
-        for (int r = 0; r < n; ++r) {
-          const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
-          bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
+      if (!uniformBlocks || s == 0) {
+        bytes.clear();
+        for (int c : active) {
+          const Piece& p = pieces[static_cast<std::size_t>(pieceAt[at(c, k)])];
+          for (int r = 0; r < n; ++r) {
+            const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
+            bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
+          }
         }
       }
       // Starts: the send waits for the previous receive on its rank (reduced during reduce-scatter) and for the
