@@ -1,7 +1,8 @@
 // Simulator scale: 1 GiB all-reduce (ring, Rabenseifner, tree) on 256..8192 ranks of a k = 32 fat tree (8192
-// single-GPU hosts, 50 GB/s links, H100 reduce rate). Manual time is the host wall time of one simulation (fork,
-// platform and all); counters give the simulated time, the schedule ops represented per wall second, the SimGrid
-// activities actually run, and the peak RSS of the simulating process.
+// single-GPU hosts, 50 GB/s links, H100 reduce rate), and multi_node generation up to 16384 x 8 GPUs
+// (--benchmark_filter=topology; bench/scale.sh times whole simulations on 8-GPU servers). Manual time is the host wall
+// time of one simulation (fork, platform and all); counters give the simulated time, the schedule ops represented per
+// wall second, the SimGrid activities actually run, and the peak RSS of the simulating process.
 //   build/release/bench/bench_sim_scale --benchmark_out=sim_scale.json --benchmark_out_format=json
 //   build/release/bench/bench_sim_scale --benchmark_filter='ring'     # the 1 s / 30 s targets
 // simulator/README.md ("Scale") has the measured table. Each simulation runs in a forked child; rss_MB is that
