@@ -24,22 +24,62 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
 /// with one key behave identically in SimGrid.
 class GroupCache {
  public:
-  GroupCache(World& w, bool crossTraffic) : world_(w), crossTraffic_(crossTraffic) {}
+  GroupCache(World& w, bool crossTraffic)
+      : world_(w), crossTraffic_(crossTraffic), closedForm_(!crossTraffic && w.config().model == NetworkModel::CM02) {}
   /// Durations of the flows (src, dst, bytes, start time) of several link-disjoint groups; `start` may be empty (all
   /// together). `group[i]` numbers the group of flow i (0..groups-1). Simulates the groups not seen before, at once.
   std::vector<double> durations(const std::vector<int>& src, const std::vector<int>& dst,
                                 const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
                                 const std::vector<int>& group, int groups);
+  /// durations() for a sequence of steps over the same flows and groups (`sameFlows`: src, dst and group are the
+  /// previous call's): a group whose start offsets (from its first start) and sizes equal the previous call's keeps
+  /// its times without building its key, which is a function of exactly these and of the unchanged routes. The
+  /// result equals durations().
+  std::vector<double> stepDurations(const std::vector<int>& src, const std::vector<int>& dst,
+                                    const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
+                                    const std::vector<int>& group, int groups, bool sameFlows);
   std::size_t patterns() const { return cache_.size(); }
 
  private:
   struct KeyHash {
     std::size_t operator()(const std::vector<std::uint64_t>& k) const;
   };
+  /// True when every flow of the group takes one route: nothing else uses its links, so under CM02 max-min sharing
+  /// (no cross-traffic, equal sharing penalties) each flow waits its route's latency and then gets an equal share of
+  /// the route's slowest link, a processor-sharing queue solved in closed form (sharedRouteDurations).
+  static bool sameRoute(const std::vector<const std::vector<DirLink>*>& routes, const std::vector<int>& flows);
+  void closedFormGroup(const std::vector<const std::vector<DirLink>*>& routes, const std::vector<double>& offset,
+                       const std::vector<std::uint64_t>& bytes, const std::vector<int>& flows,
+                       std::vector<double>& out) const;
+
+  /// Appends a route to a key: its length, then per link its label (numbered by first appearance since the last
+  /// reset of linkLabel_, recorded in `labelled`), bandwidth and latency.
+  void appendLinks(const std::vector<DirLink>& route, std::vector<std::uint64_t>& key, std::uint64_t& labels,
+                   std::vector<DirLink>& labelled);
+
   World& world_;
   bool crossTraffic_;
+  bool closedForm_;  // CM02 without cross-traffic: groups of flows on one route have a closed form
   std::unordered_map<std::vector<std::uint64_t>, std::vector<double>, KeyHash> cache_;
+  static constexpr std::uint64_t kNoLabel = ~std::uint64_t{0};
+  std::unordered_map<std::vector<std::uint64_t>, std::uint64_t, KeyHash> routeClasses_;  // link parameters -> class
+  std::vector<std::uint64_t> linkLabel_;  // directed link -> its label in the key being built, kNoLabel outside
+  // stepDurations: each group's flows and structure number, structures by key, and times by structure, offsets and
+  // sizes.
+  std::vector<std::vector<int>> stepMembers_;
+  std::vector<std::uint64_t> stepStructure_;
+  std::vector<const std::vector<DirLink>*> stepRoutes_;
+  std::vector<char> stepClosedForm_;
+  std::unordered_map<std::vector<std::uint64_t>, std::uint64_t, KeyHash> structures_;
+  std::unordered_map<std::vector<std::uint64_t>, std::vector<double>, KeyHash> stepMemo_;
+  std::vector<double> stepOffset_, stepOut_;  // the previous stepDurations call's offsets and result, by flow
+  std::vector<std::uint64_t> stepBytes_;
 };
+
+/// Durations (latency included, from each flow's own start) of flows that share one route and nothing else: each
+/// joins after `latency` seconds and then gets bandwidth / (flows joined and not done) bytes/s.
+std::vector<double> sharedRouteDurations(const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
+                                         double latency, double bandwidth);
 
 /// Numbers the groups of flows (src[i] -> dst[i]) that share a directed link, transitively (with cross-traffic, the
 /// reverse routes count too); returns the group count.

@@ -3,6 +3,7 @@
 // simulated once.
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <numeric>
 
 #include "collbench/error.h"
@@ -10,6 +11,9 @@
 
 namespace collbench::sim::detail {
 namespace {
+
+// SimGrid's surf/precision as World sets it (world.cc): flows due within it of an event end with the event.
+constexpr double kSharedRoutePrecisionSeconds = 1e-13;
 
 int findRoot(std::vector<int>& parent, int x) {
   while (parent[static_cast<std::size_t>(x)] != x) {
@@ -20,6 +24,90 @@ int findRoot(std::vector<int>& parent, int x) {
 }
 
 }  // namespace
+
+std::vector<double> sharedRouteDurations(const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
+                                         double latency, double bandwidth) {
+  const std::size_t m = offset.size();
+  std::vector<std::size_t> order(m);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return offset[a] < offset[b]; });
+  std::vector<double> out(m, 0), left(m, 0);
+  std::vector<std::size_t> active;
+  std::size_t next = 0;
+  double t = 0;
+  while (next < m || !active.empty()) {
+    // The next event: a flow's latency ends (it joins the sharing) or the active flow with the least bytes left ends.
+    const double arrival = next < m ? offset[order[next]] + latency : std::numeric_limits<double>::infinity();
+    double finish = std::numeric_limits<double>::infinity();
+    const double share = active.empty() ? 0 : bandwidth / static_cast<double>(active.size());
+    for (std::size_t f : active) finish = std::min(finish, t + left[f] / share);
+    if (arrival <= finish) {
+      for (std::size_t f : active) left[f] -= (arrival - t) * share;
+      t = arrival;
+      const std::size_t f = order[next++];
+      left[f] = static_cast<double>(bytes[f]);
+      if (left[f] <= 0) {
+        out[f] = t - offset[f];
+      } else {
+        active.push_back(f);
+      }
+      continue;
+    }
+    const double least = (finish - t) * share;
+    t = finish;
+    std::vector<std::size_t> still;
+    for (std::size_t f : active) {
+      // Flows due within SimGrid's precision of this event end with it (surf/precision, world.cc).
+      if (left[f] - least <= kSharedRoutePrecisionSeconds * share) {
+        out[f] = t - offset[f];
+      } else {
+        left[f] -= least;
+        still.push_back(f);
+      }
+    }
+    active.swap(still);
+  }
+  return out;
+}
+
+void GroupCache::appendLinks(const std::vector<DirLink>& route, std::vector<std::uint64_t>& key, std::uint64_t& labels,
+                             std::vector<DirLink>& labelled) {
+  key.push_back(route.size());
+  for (DirLink l : route) {
+    std::uint64_t& label = linkLabel_[static_cast<std::size_t>(l)];
+    if (label == kNoLabel) {
+      label = labels++;
+      labelled.push_back(l);
+    }
+    key.push_back(label);
+    key.push_back(std::bit_cast<std::uint64_t>(world_.bandwidth(l)));
+    key.push_back(std::bit_cast<std::uint64_t>(world_.latency(l)));
+  }
+}
+
+bool GroupCache::sameRoute(const std::vector<const std::vector<DirLink>*>& routes, const std::vector<int>& flows) {
+  const auto& first = *routes[static_cast<std::size_t>(flows[0])];
+  return std::all_of(flows.begin(), flows.end(), [&](int f) { return *routes[static_cast<std::size_t>(f)] == first; });
+}
+
+void GroupCache::closedFormGroup(const std::vector<const std::vector<DirLink>*>& routes,
+                                 const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
+                                 const std::vector<int>& flows, std::vector<double>& out) const {
+  const auto& route = *routes[static_cast<std::size_t>(flows[0])];
+  double latency = 0, bandwidth = std::numeric_limits<double>::infinity();
+  for (DirLink l : route) {
+    latency += world_.latency(l);
+    bandwidth = std::min(bandwidth, world_.bandwidth(l));
+  }
+  std::vector<double> off;
+  std::vector<std::uint64_t> b;
+  for (int f : flows) {
+    off.push_back(offset[static_cast<std::size_t>(f)]);
+    b.push_back(bytes[static_cast<std::size_t>(f)]);
+  }
+  const std::vector<double> d = sharedRouteDurations(off, b, latency, bandwidth);
+  for (std::size_t k = 0; k < flows.size(); ++k) out[static_cast<std::size_t>(flows[k])] = d[k];
+}
 
 std::size_t GroupCache::KeyHash::operator()(const std::vector<std::uint64_t>& k) const {
   // FNV-1a over the words: keys are short and compared in full on collisions.
@@ -94,50 +182,54 @@ std::vector<double> GroupCache::durations(const std::vector<int>& src, const std
   std::unordered_map<std::vector<std::uint64_t>, std::size_t, KeyHash> pendingIndex;
   std::vector<std::vector<int>> canonical(static_cast<std::size_t>(groups));
 
+  // Each flow's route and the class of its route's link parameters (bandwidth and latency along it, numbered by
+  // first appearance in this cache's lifetime: any fixed numbering gives a canonical order, and the key below
+  // records the parameters themselves).
+  std::vector<const std::vector<DirLink>*> routes(n), backRoutes(crossTraffic_ ? n : 0);
+  std::vector<std::uint64_t> routeClass(n);
+  std::vector<std::uint64_t> params;
+  for (std::size_t i = 0; i < n; ++i) {
+    routes[i] = &world_.route(src[i], dst[i]);
+    if (crossTraffic_) backRoutes[i] = &world_.route(dst[i], src[i]);
+    params.clear();
+    for (DirLink l : *routes[i]) {
+      params.push_back(std::bit_cast<std::uint64_t>(world_.bandwidth(l)));
+      params.push_back(std::bit_cast<std::uint64_t>(world_.latency(l)));
+    }
+    routeClass[i] = routeClasses_.try_emplace(params, routeClasses_.size()).first->second;
+  }
+  if (linkLabel_.empty()) linkLabel_.assign(world_.topology().links.size() * 2, kNoLabel);
+  std::vector<DirLink> labelled;
+  std::vector<std::uint64_t> key;
+
   for (int g = 0; g < groups; ++g) {
     std::vector<int>& fl = members[static_cast<std::size_t>(g)];
-    // Canonical order: by size, then by the parameters of the links along the route; ties keep their order.
-    auto signature = [&](int f) {
-      std::vector<std::uint64_t> sig{std::bit_cast<std::uint64_t>(offset[static_cast<std::size_t>(f)]),
-                                     bytes[static_cast<std::size_t>(f)]};
-      for (DirLink l : world_.route(src[static_cast<std::size_t>(f)], dst[static_cast<std::size_t>(f)])) {
-        sig.push_back(std::bit_cast<std::uint64_t>(world_.bandwidth(l)));
-        sig.push_back(std::bit_cast<std::uint64_t>(world_.latency(l)));
-      }
-      return sig;
-    };
+    if (fl.size() > 1 && closedForm_ && sameRoute(routes, fl)) {
+      closedFormGroup(routes, offset, bytes, fl, out);
+      continue;
+    }
+    // Canonical order: by offset, size and route class; ties keep their order.
     if (fl.size() > 1) {
-      std::vector<std::pair<std::vector<std::uint64_t>, int>> sigs;
-      sigs.reserve(fl.size());
-      for (int f : fl) sigs.emplace_back(signature(f), f);
-      std::stable_sort(sigs.begin(), sigs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (std::size_t i = 0; i < fl.size(); ++i) fl[i] = sigs[i].second;
+      std::stable_sort(fl.begin(), fl.end(), [&](int a, int b) {
+        const auto ua = static_cast<std::size_t>(a), ub = static_cast<std::size_t>(b);
+        if (offset[ua] != offset[ub]) return offset[ua] < offset[ub];
+        if (bytes[ua] != bytes[ub]) return bytes[ua] < bytes[ub];
+        return routeClass[ua] < routeClass[ub];
+      });
     }
     // Key: the flows in canonical order, each with its offset, its size and its links relabelled by first appearance.
-    std::vector<std::uint64_t> key{fl.size()};
-    std::unordered_map<DirLink, std::uint64_t> label;
+    key.assign(1, fl.size());
+    std::uint64_t labels = 0;
+    auto addLinks = [&](const std::vector<DirLink>& route) { appendLinks(route, key, labels, labelled); };
     for (int f : fl) {
-      const auto& route = world_.route(src[static_cast<std::size_t>(f)], dst[static_cast<std::size_t>(f)]);
-      key.push_back(std::bit_cast<std::uint64_t>(offset[static_cast<std::size_t>(f)]));
-      key.push_back(bytes[static_cast<std::size_t>(f)]);
-      key.push_back(route.size());
-      for (DirLink l : route) {
-        auto [it, inserted] = label.try_emplace(l, label.size());
-        key.push_back(it->second);
-        key.push_back(std::bit_cast<std::uint64_t>(world_.bandwidth(l)));
-        key.push_back(std::bit_cast<std::uint64_t>(world_.latency(l)));
-      }
-      if (crossTraffic_) {
-        const auto& back = world_.route(dst[static_cast<std::size_t>(f)], src[static_cast<std::size_t>(f)]);
-        key.push_back(back.size());
-        for (DirLink l : back) {
-          auto [it, inserted] = label.try_emplace(l, label.size());
-          key.push_back(it->second);
-          key.push_back(std::bit_cast<std::uint64_t>(world_.bandwidth(l)));
-          key.push_back(std::bit_cast<std::uint64_t>(world_.latency(l)));
-        }
-      }
+      const auto fu = static_cast<std::size_t>(f);
+      key.push_back(std::bit_cast<std::uint64_t>(offset[fu]));
+      key.push_back(bytes[fu]);
+      addLinks(*routes[fu]);
+      if (crossTraffic_) addLinks(*backRoutes[fu]);
     }
+    for (DirLink l : labelled) linkLabel_[static_cast<std::size_t>(l)] = kNoLabel;
+    labelled.clear();
     canonical[static_cast<std::size_t>(g)] = fl;
     auto hit = cache_.find(key);
     if (hit != cache_.end()) {
@@ -176,6 +268,112 @@ std::vector<double> GroupCache::durations(const std::vector<int>& src, const std
     cache_.emplace(std::move(p.key), std::move(d));
   }
   return out;
+}
+
+std::vector<double> GroupCache::stepDurations(const std::vector<int>& src, const std::vector<int>& dst,
+                                              const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
+                                              const std::vector<int>& group, int groups, bool sameFlows) {
+  const std::size_t n = src.size();
+  std::vector<double> offset(n, 0);
+  if (!start.empty()) {
+    std::vector<double> first(static_cast<std::size_t>(groups), std::numeric_limits<double>::infinity());
+    for (std::size_t i = 0; i < n; ++i) {
+      double& f = first[static_cast<std::size_t>(group[i])];
+      f = std::min(f, start[i]);
+    }
+    for (std::size_t i = 0; i < n; ++i) offset[i] = start[i] - first[static_cast<std::size_t>(group[i])];
+  }
+  const bool comparable = sameFlows && stepOut_.size() == n;
+  if (!comparable) {
+    // New flows: each group's structure (its flows' links, relabelled by first appearance, in flow order), numbered
+    // so that groups of one structure share a number.
+    stepOut_.assign(n, 0);
+    stepMembers_.assign(static_cast<std::size_t>(groups), {});
+    for (std::size_t i = 0; i < n; ++i) stepMembers_[static_cast<std::size_t>(group[i])].push_back(static_cast<int>(i));
+    stepStructure_.assign(static_cast<std::size_t>(groups), 0);
+    stepRoutes_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) stepRoutes_[i] = &world_.route(src[i], dst[i]);
+    stepClosedForm_.assign(static_cast<std::size_t>(groups), 0);
+    for (std::size_t gi = 0; gi < stepMembers_.size(); ++gi) {
+      const auto& members = stepMembers_[gi];
+      stepClosedForm_[gi] = members.size() > 1 && closedForm_ && sameRoute(stepRoutes_, members) ? 1 : 0;
+    }
+    if (linkLabel_.empty()) linkLabel_.assign(world_.topology().links.size() * 2, kNoLabel);
+    std::vector<DirLink> labelled;
+    std::vector<std::uint64_t> key;
+    for (std::size_t gi = 0; gi < stepMembers_.size(); ++gi) {
+      key.clear();
+      std::uint64_t labels = 0;
+      auto addLinks = [&](const std::vector<DirLink>& route) { appendLinks(route, key, labels, labelled); };
+      for (int f : stepMembers_[gi]) {
+        const auto fu = static_cast<std::size_t>(f);
+        addLinks(world_.route(src[fu], dst[fu]));
+        if (crossTraffic_) addLinks(world_.route(dst[fu], src[fu]));
+      }
+      for (DirLink l : labelled) linkLabel_[static_cast<std::size_t>(l)] = kNoLabel;
+      labelled.clear();
+      stepStructure_[gi] = structures_.try_emplace(key, structures_.size()).first->second;
+    }
+  }
+  // A group whose offsets and sizes equal the previous call's keeps its times; else a group of the same structure
+  // with the same offsets and sizes, flow for flow, behaves the same (memo); else its key is built (durations()).
+  std::vector<int> renumber(static_cast<std::size_t>(groups), -1), subSrc, subDst, subGroup, subFlow;
+  std::vector<std::uint64_t> subBytes;
+  std::vector<double> subStart;
+  std::vector<std::size_t> missed;
+  std::vector<std::vector<std::uint64_t>> missedKeys;
+  int subGroups = 0;
+  std::vector<std::uint64_t> memoKey;
+  for (std::size_t gi = 0; gi < stepMembers_.size(); ++gi) {
+    const auto& members = stepMembers_[gi];
+    if (comparable) {
+      bool same = true;
+      for (int f : members) {
+        const auto fu = static_cast<std::size_t>(f);
+        // Bitwise, as the key compares them.
+        same = same && std::bit_cast<std::uint64_t>(offset[fu]) == std::bit_cast<std::uint64_t>(stepOffset_[fu]) &&
+               bytes[fu] == stepBytes_[fu];
+      }
+      if (same) continue;
+    }
+    if (stepClosedForm_[gi]) {
+      closedFormGroup(stepRoutes_, offset, bytes, members, stepOut_);
+      continue;
+    }
+    memoKey.assign(1, stepStructure_[gi]);
+    for (int f : members) {
+      memoKey.push_back(std::bit_cast<std::uint64_t>(offset[static_cast<std::size_t>(f)]));
+      memoKey.push_back(bytes[static_cast<std::size_t>(f)]);
+    }
+    if (auto hit = stepMemo_.find(memoKey); hit != stepMemo_.end()) {
+      for (std::size_t k = 0; k < members.size(); ++k) stepOut_[static_cast<std::size_t>(members[k])] = hit->second[k];
+      continue;
+    }
+    renumber[gi] = subGroups++;
+    missed.push_back(gi);
+    missedKeys.push_back(memoKey);
+    for (int f : members) {
+      const auto fu = static_cast<std::size_t>(f);
+      subSrc.push_back(src[fu]);
+      subDst.push_back(dst[fu]);
+      subBytes.push_back(bytes[fu]);
+      if (!start.empty()) subStart.push_back(start[fu]);
+      subGroup.push_back(renumber[gi]);
+      subFlow.push_back(f);
+    }
+  }
+  if (subGroups > 0) {
+    const std::vector<double> d = durations(subSrc, subDst, subBytes, subStart, subGroup, subGroups);
+    for (std::size_t j = 0; j < subFlow.size(); ++j) stepOut_[static_cast<std::size_t>(subFlow[j])] = d[j];
+    for (std::size_t m = 0; m < missed.size(); ++m) {
+      std::vector<double> times;
+      for (int f : stepMembers_[missed[m]]) times.push_back(stepOut_[static_cast<std::size_t>(f)]);
+      stepMemo_.try_emplace(std::move(missedKeys[m]), std::move(times));
+    }
+  }
+  stepOffset_ = std::move(offset);
+  stepBytes_ = bytes;
+  return stepOut_;
 }
 
 }  // namespace collbench::sim::detail

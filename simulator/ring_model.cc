@@ -46,6 +46,13 @@ std::vector<Piece> ringPieces(std::size_t elems, std::size_t elemSize, const Alg
   return out;
 }
 
+// Steady state of a ring phase (see simulateRingModel): a step's times must equal the previous step's plus the period
+// within this fraction of the period (far above the rounding of differences of times: 1e-18 s at 10 ms against
+// periods of microseconds), for this many steps in a row, before the rest of the phase is continued by the period.
+// The continued times are then within kPeriodTolerance x period x steps of the step-by-step ones.
+constexpr double kPeriodTolerance = 1e-9;
+constexpr int kPeriodicSteps = 2;
+
 std::size_t blockLen(std::size_t pieceLen, std::size_t n, std::size_t b) {
   return pieceLen / n + (b < pieceLen % n ? 1 : 0);
 }
@@ -131,6 +138,10 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   std::vector<double> prevGroupEnd, groupEnd;
   double prevEnd = 0, makespan = 0;
   const double kTolRel = 1e-12;
+  std::vector<double> state, prevState;
+  std::vector<std::uint64_t> periodBytes;
+  int periodicSteps = 0;
+  std::size_t continued = 0;  // steps continued by their period
   for (int k = 0; k < maxRounds; ++k) {
     active.clear();
     for (int c = 0; c < channels; ++c) {
@@ -163,14 +174,20 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       prevChannels = active;
       prevBytes.clear();
     }
+    // Blocks of one size (every active piece a multiple of n elements): every step moves the same bytes.
+    const bool uniformBlocks = std::all_of(active.begin(), active.end(), [&](int c) {
+      return pieces[static_cast<std::size_t>(pieceAt[at(c, k)])].length % nu == 0;
+    });
     for (int s = 0; s < steps; ++s) {
       const bool rs = s < n - 1;
-      bytes.clear();
-      for (int c : active) {
-        const Piece& p = pieces[static_cast<std::size_t>(pieceAt[at(c, k)])];
-        for (int r = 0; r < n; ++r) {
-          const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
-          bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
+      if (!uniformBlocks || s == 0) {
+        bytes.clear();
+        for (int c : active) {
+          const Piece& p = pieces[static_cast<std::size_t>(pieceAt[at(c, k)])];
+          for (int r = 0; r < n; ++r) {
+            const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
+            bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
+          }
         }
       }
       // Starts: the send waits for the previous receive on its rank (reduced during reduce-scatter) and for the
@@ -193,7 +210,8 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
           fb.push_back(bytes[static_cast<std::size_t>(i)]);
           fstart.push_back(start[static_cast<std::size_t>(i)]);
         }
-        netDur = cache.durations(fs, fd, fb, multiFlowGroups ? fstart : std::vector<double>{}, g, groups);
+        netDur =
+            cache.stepDurations(fs, fd, fb, multiFlowGroups ? fstart : std::vector<double>{}, g, groups, sameStructure);
         dur.assign(src.size(), 0);
         for (std::size_t i = 0; i < src.size(); ++i) {
           if (!w.sameNode(src[i], dst[i])) continue;
@@ -247,9 +265,51 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       for (int c : active) {
         std::copy_n(&nextRecvDone[static_cast<std::size_t>(c) * nu], nu, &recvDone[static_cast<std::size_t>(c) * nu]);
       }
+      // Steady state. A step maps (receive times, connection times) to the next ones through maxima, sums and the
+      // group durations, which depend only on offsets within groups: shifting every input time by P shifts every
+      // output by P while the block sizes repeat. So once a step's state is the previous one plus P (every entry),
+      // each further step of the phase adds P, and the rest of the phase is continued at once. Entries are compared
+      // within kPeriodTolerance of P (rounding of the differences), kPeriodicSteps steps in a row.
+      state.clear();
+      for (int c : active) {
+        const auto from = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(c) * nu);
+        state.insert(state.end(), recvDone.begin() + from, recvDone.begin() + from + n);
+        state.insert(state.end(), connFree.begin() + from, connFree.begin() + from + n);
+      }
+      bool shifted = bytes == periodBytes && state.size() == prevState.size();
+      const double period = shifted ? state[0] - prevState[0] : 0;
+      shifted = shifted && period > 0;
+      for (std::size_t i = 0; shifted && i < state.size(); ++i) {
+        shifted = std::abs(state[i] - prevState[i] - period) <= kPeriodTolerance * period;
+      }
+      periodicSteps = shifted ? periodicSteps + 1 : 0;
+      std::swap(state, prevState);
+      periodBytes = bytes;
+      const int phaseLast = rs ? n - 2 : steps - 1;
+      if (periodicSteps >= kPeriodicSteps && s < phaseLast) {
+        const int m = phaseLast - s;
+        const double jump = static_cast<double>(m) * period;
+        for (int c : active) {
+          for (std::size_t i = static_cast<std::size_t>(c) * nu; i < (static_cast<std::size_t>(c) + 1) * nu; ++i) {
+            recvDone[i] += jump;
+            connFree[i] += jump;
+            makespan = std::max(makespan, recvDone[i]);
+          }
+        }
+        prevEnd += jump;
+        for (double& e : prevGroupEnd) e += jump;
+        s += m;
+        continued += static_cast<std::size_t>(m);
+        periodicSteps = 0;
+        prevState.clear();
+      }
     }
   }
   res.seconds = makespan;
+  if (continued > 0) {
+    res.note += fmt::format("{}{} of {} steps continued by the steady-state period", res.note.empty() ? "" : "; ",
+                            continued, static_cast<std::size_t>(maxRounds) * static_cast<std::size_t>(steps));
+  }
   const std::size_t transfers = pieces.size() * nu * static_cast<std::size_t>(steps);
   res.transfers = transfers;
   res.ops = 2 * transfers;

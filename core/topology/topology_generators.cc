@@ -108,6 +108,12 @@ class Params {
     if (const std::string why = rateProblem(v, "infinitely fast"); !why.empty()) bad(key, why);
     return v;
   }
+  /// An oversubscription ratio s (downlinks : uplinks = s : 1), 1 (non-blocking) when absent.
+  double ratio(const char* key) {
+    const double v = number(key, 1);
+    if (!(v >= 1 && v <= kMaxCount)) bad(key, fmt::format("must be between 1 and {}", kMaxCount));
+    return v;
+  }
   /// One of `accepted`, or `def` ("" allowed) when absent.
   std::string choice(const char* key, std::string def, const std::vector<std::string>& accepted) {
     const json* v = get(key);
@@ -227,6 +233,15 @@ std::string hostId(long long host) { return fmt::format("n{}", host); }
 
 long long ceilDiv(long long a, long long b) { return (a + b - 1) / b; }
 
+/// Uplinks of a switch with `down` downlinks at oversubscription s: ceil(down / s), at least one.
+long long uplinks(long long down, double s) {
+  return std::max<long long>(1, static_cast<long long>(std::ceil(static_cast<double>(down) / s)));
+}
+/// "2" or "1.33": a ratio for descriptions.
+std::string ratioText(long long down, long long up) {
+  return fmt::format("{:.3g}", static_cast<double>(down) / static_cast<double>(std::max<long long>(1, up)));
+}
+
 Topology nvswitchNode(Params& p) {
   const long long gpus = p.integer("gpus", 8, 1, kMaxCount);
   const double bw = p.bandwidth("link_GBps", kNvlink4GBps);
@@ -259,8 +274,11 @@ Topology multiNode(Params& p) {
   const double fabricBw = p.bandwidth("fabric_GBps", nicBw);
   const double fabricLat = p.latency("fabric_latency_us", kFabricLatencyUs);
   const long long radix = p.integer("radix", kSwitchRadix, 2, kMaxCount);
+  const long long levelsParam = p.integer("levels", 0, 0, 3);
   const std::optional<long long> leavesParam = p.optionalInteger("leaves", 1, kMaxCount);
   const std::optional<long long> spinesParam = p.optionalInteger("spines", 0, kMaxCount);
+  const double leafOver = p.ratio("leaf_oversubscription");
+  const double spineOver = p.ratio("spine_oversubscription");
   const double reduce = p.reduceRate("reduce_GBps", kH100ReduceGBps);
   const std::string arch = p.choice("arch", "", gpuArchitectures());
   const double nvls = p.reduceRate("nvls_GBps", 0);
@@ -272,51 +290,92 @@ Topology multiNode(Params& p) {
   }
   if (nvls > 0 && gpus == 1) p.bad("nvls_GBps", "needs an NVSwitch: gpus_per_node must be > 1");
 
-  // Half of a leaf's ports face the NICs, half the spines: the non-blocking two-level layout.
+  // Half of a switch's ports face down, half up (the non-blocking Clos layout); an s:1 oversubscribed level keeps
+  // its downlinks and has ceil(down / s) uplinks at the full rate, as real s:1 fabrics are built.
   const long long downPorts = std::max<long long>(1, radix / 2);
   const long long ports = nodes * nics;
-  // leafOf(host, nic) and the leaf count follow the fabric style.
-  long long leaves = 0, leavesPerRail = 0, nodesPerLeaf = 0, portsPerLeaf = 0;
+  // Leaves the fabric needs in one pod of at most `perPod` leaves: rail-optimized, NIC r of every server of a pod
+  // sits on rail r's leaves of that pod, so same-rail traffic never meets a spine while it stays in its leaf.
+  const long long railLeavesOnePod = ceilDiv(nodes, downPorts) * nics;
+  const long long sharedLeavesOnePod = ceilDiv(ports, downPorts);
+  const long long leavesOnePod = rail ? railLeavesOnePod : sharedLeavesOnePod;
+  long long levels = levelsParam;
+  if (levels == 0) {
+    // The fewest levels that fit: one leaf alone, leaves joined by spines of `radix` ports, else pods under cores.
+    levels = (leavesParam || spinesParam) ? 2 : leavesOnePod <= 1 ? 1 : leavesOnePod <= radix ? 2 : 3;
+  }
+  if (levels != 2 && (leavesParam || spinesParam)) {
+    p.bad(leavesParam ? "leaves" : "spines", "applies to two-level fabrics only (levels 2)");
+  }
+  if (levels == 1 && leavesOnePod > 1) {
+    p.bad("levels", fmt::format("one leaf of {} down ports cannot take {} NIC ports", downPorts, ports));
+  }
+  if (levels == 3 && rail && nics > downPorts) {
+    p.bad("levels", fmt::format("a pod needs a leaf per rail: {} rails exceed {} leaves per pod", nics, downPorts));
+  }
+
+  // Pods: all of the fabric below two levels; with three, blocks of servers (rail) or of leaves (shared) whose
+  // leaves a spine's down ports can all reach.
+  auto podsFor = [&](long long r) {
+    const long long half = std::max<long long>(1, r / 2);
+    return rail ? ceilDiv(nodes, std::max<long long>(1, half / nics) * half) : ceilDiv(ceilDiv(ports, half), half);
+  };
+  const long long pods = levels == 3 ? podsFor(radix) : 1;
+  const long long nodesPerPod = ceilDiv(nodes, pods);
+  long long leavesPerPod = 0, leavesPerRail = 0, nodesPerLeaf = 0, portsPerLeaf = 0;
   if (rail) {
-    // Rail-optimised: NIC r of every server sits on rail r's leaves, so same-rail traffic never meets a spine.
     if (leavesParam) {
       if (*leavesParam % nics != 0) p.bad("leaves", fmt::format("must be a multiple of nics_per_node ({})", nics));
       leavesPerRail = *leavesParam / nics;
     } else {
-      leavesPerRail = ceilDiv(nodes, downPorts);
+      leavesPerRail = ceilDiv(nodesPerPod, downPorts);
     }
-    leaves = leavesPerRail * nics;
-    nodesPerLeaf = ceilDiv(nodes, leavesPerRail);
+    leavesPerPod = leavesPerRail * nics;
+    nodesPerLeaf = ceilDiv(nodesPerPod, leavesPerRail);
   } else {
-    leaves = leavesParam ? *leavesParam : ceilDiv(ports, downPorts);
-    portsPerLeaf = ceilDiv(ports, leaves);
+    leavesPerPod = leavesParam ? *leavesParam : ceilDiv(sharedLeavesOnePod, pods);
+    portsPerLeaf = ceilDiv(ports, leavesPerPod * pods);
   }
+  const long long leaves = leavesPerPod * pods;
   auto leafOf = [&](long long host, long long nic) {
-    return rail ? nic * leavesPerRail + host / nodesPerLeaf : (host * nics + nic) / portsPerLeaf;
+    if (!rail) return (host * nics + nic) / portsPerLeaf;
+    const long long pod = host / nodesPerPod;
+    return pod * leavesPerPod + nic * leavesPerRail + (host % nodesPerPod) / nodesPerLeaf;
   };
   std::vector<long long> down(static_cast<std::size_t>(leaves), 0);
   for (long long h = 0; h < nodes; ++h) {
     for (long long r = 0; r < nics; ++r) ++down[static_cast<std::size_t>(leafOf(h, r))];
   }
   const long long maxDown = *std::max_element(down.begin(), down.end());
-  long long spines = 0;
+  // Spines per pod: each leaf has one link to every spine of its pod.
+  long long spinesPerPod = 0;
   if (spinesParam) {
-    spines = *spinesParam;
-  } else if (leaves > 1) {
-    // One uplink per downlink keeps the fabric non-blocking; each spine takes one link from every leaf.
-    spines = std::min(maxDown, radix);
-    if (leaves > radix) {
+    spinesPerPod = *spinesParam;
+  } else if (levels >= 2) {
+    spinesPerPod = leaves > 1 ? std::min(uplinks(maxDown, leafOver), radix) : 0;
+    if (levels == 2 && leaves > radix) {
       p.badConfig(
-          fmt::format("{} leaves exceed the spine radix {}: a two-level fabric cannot join them (raise radix "
-                      "or give leaves and spines)",
+          fmt::format("{} leaves exceed the spine radix {}: a two-level fabric cannot join them (raise radix, give "
+                      "leaves and spines, or leave levels out for a three-level fabric)",
                       leaves, radix));
     }
   }
-  if (leaves > 1 && spines == 0) p.bad("spines", "must be >= 1 when there are several leaves");
+  if (leaves > 1 && spinesPerPod == 0) p.bad("spines", "must be >= 1 when there are several leaves");
+  // Cores: spine j of every pod has `spineUp` uplinks, to cores j * spineUp .. j * spineUp + spineUp - 1 (one plane
+  // per spine index); a core has one link to each pod.
+  const long long spineUp = levels == 3 ? uplinks(leavesPerPod, spineOver) : 0;
+  if (levels == 3 && pods > radix) {
+    long long enough = radix;
+    while (podsFor(enough) > enough) enough += 2;
+    p.badConfig(fmt::format("{} pods exceed the core radix {}: {} servers x {} NICs need radix >= {} for three levels",
+                            pods, radix, nodes, nics, enough));
+  }
+  const long long spines = spinesPerPod * pods, cores = spinesPerPod * spineUp;
 
   const bool nvswitch = gpus > 1;
-  const long long nodeCount = nodes * (gpus + nics + (nvswitch ? 1 : 0)) + leaves + spines;
-  const long long linkCount = nodes * ((nvswitch ? gpus : 0) + std::max(gpus, nics) + nics) + leaves * spines;
+  const long long nodeCount = nodes * (gpus + nics + (nvswitch ? 1 : 0)) + leaves + spines + cores;
+  const long long linkCount =
+      nodes * ((nvswitch ? gpus : 0) + std::max(gpus, nics) + nics) + leaves * spinesPerPod + cores * pods;
   p.checkSize(nodeCount, linkCount);
   Builder b(fmt::format("multi_node-{}x{}-{}", nodes, gpus, rail ? "rail" : "shared"), nodeCount, linkCount);
   auto nicId = [](long long h, long long r) { return fmt::format("n{}.nic{}", h, r); };
@@ -330,6 +389,7 @@ Topology multiNode(Params& p) {
   }
   for (long long l = 0; l < leaves; ++l) b.node(leafId(l), NodeKind::Switch, "", sharp);
   for (long long s = 0; s < spines; ++s) b.node(spineId(s), NodeKind::Switch, "", sharp);
+  for (long long c = 0; c < cores; ++c) b.node(fmt::format("core{}", c), NodeKind::Switch, "", sharp);
   const long long nicsPerGpu = std::max<long long>(1, nics / gpus);
   for (long long h = 0; h < nodes; ++h) {
     for (long long g = 0; g < gpus; ++g) {
@@ -344,13 +404,28 @@ Topology multiNode(Params& p) {
     for (long long r = 0; r < nics; ++r) b.link(nicId(h, r), leafId(leafOf(h, r)), nicBw, nicLat, "nic");
   }
   for (long long l = 0; l < leaves; ++l) {
-    for (long long s = 0; s < spines; ++s) b.link(leafId(l), spineId(s), fabricBw, fabricLat, "fabric");
+    const long long pod = l / leavesPerPod;
+    for (long long s = 0; s < spinesPerPod; ++s) {
+      b.link(leafId(l), spineId(pod * spinesPerPod + s), fabricBw, fabricLat, "fabric");
+    }
   }
-  return b.done(fmt::format(
-      "{} servers x {}{} GPUs{}{}, {} NICs of {} GB/s per server, {} leaf/spine fabric: {} leaves, {} spines{}", nodes,
-      gpus, arch.empty() ? "" : " " + arch, nvswitch ? fmt::format(" on NVSwitch ({} GB/s)", nvlinkBw) : "",
-      nvls > 0 ? fmt::format(", NVLS {} GB/s", nvls) : "", nics, nicBw, rail ? "rail-optimized" : "shared", leaves,
-      spines, sharp > 0 ? fmt::format(", SHARP {} GB/s", sharp) : ""));
+  for (long long c = 0; c < cores; ++c) {
+    for (long long pod = 0; pod < pods; ++pod) {
+      b.link(spineId(pod * spinesPerPod + c / spineUp), fmt::format("core{}", c), fabricBw, fabricLat, "fabric");
+    }
+  }
+  const std::string fabric =
+      levels == 3 ? fmt::format(
+                        "three-level fabric: {} pods of {} leaves and {} spines ({}:1 at the leaves), {} cores "
+                        "({}:1 at the spines)",
+                        pods, leavesPerPod, spinesPerPod, ratioText(maxDown, spinesPerPod), cores,
+                        ratioText(leavesPerPod, spineUp))
+                  : fmt::format("leaf/spine fabric: {} leaves, {} spines", leaves, spines);
+  return b.done(
+      fmt::format("{} servers x {}{} GPUs{}{}, {} NICs of {} GB/s per server, {} {}{}", nodes, gpus,
+                  arch.empty() ? "" : " " + arch, nvswitch ? fmt::format(" on NVSwitch ({} GB/s)", nvlinkBw) : "",
+                  nvls > 0 ? fmt::format(", NVLS {} GB/s", nvls) : "", nics, nicBw, rail ? "rail-optimized" : "shared",
+                  fabric, sharp > 0 ? fmt::format(", SHARP {} GB/s", sharp) : ""));
 }
 
 Topology fatTree(Params& p) {

@@ -138,7 +138,22 @@ struct RingCase {
   std::function<Topology()> topo;
   std::size_t count;
   AlgoParams params;
+  double bound = 0;        // 0: proved exact (kSameRel); else the model is flagged approximate, within this fraction
+  bool continued = false;  // steps continued by the steady-state period
 };
+
+// multi_node with infinitely fast reductions (the model takes reductions as delays, which is exact only when those
+// of concurrent channels do not overlap on a GPU) and `extra` parameters.
+Topology multiNode(const std::string& extra) {
+  return generateTopology("multi_node", fmt::format(R"({{"reduce_GBps": 0, {}}})", extra));
+}
+// Rings over 8-GPU servers as the tools build them (rankHosts: each channel leaves a server on its own GPU).
+AlgoParams ringParams(int channels, int n) {
+  AlgoParams p{0, channels, {}};
+  p.rankHost.resize(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) p.rankHost[static_cast<std::size_t>(r)] = r / 8;
+  return p;
+}
 
 class RingModelVsExact : public ::testing::TestWithParam<RingCase> {};
 
@@ -152,19 +167,40 @@ TEST_P(RingModelVsExact, SameTime) {
   const sim::SimResult exact =
       sim::Simulator(t, n, mode(sim::SimMode::Exact)).run(buildSchedule(spec, "ring", c.params));
   ASSERT_EQ(model.method, "ring-model");
-  EXPECT_TRUE(model.exact) << model.note;
   EXPECT_EQ(model.transfers, exact.transfers);
-  EXPECT_NEAR(model.seconds, exact.seconds, kSameRel * exact.seconds);
+  if (c.bound == 0) {
+    EXPECT_TRUE(model.exact) << model.note;
+    EXPECT_NEAR(model.seconds, exact.seconds, kSameRel * exact.seconds);
+  } else {
+    // Channels whose flows share NVLink or spine links across steps: the step-by-step evaluation cannot prove
+    // itself exact and says so; its measured distance from op by op is the case's bound.
+    EXPECT_FALSE(model.exact);
+    EXPECT_NE(model.note.find("share links at the same time"), std::string::npos) << model.note;
+    EXPECT_NEAR(model.seconds, exact.seconds, c.bound * exact.seconds);
+  }
+  EXPECT_EQ(model.note.find("continued") != std::string::npos, c.continued) << model.note;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     MidSize, RingModelVsExact,
-    ::testing::Values(RingCase{"flat64_even", [] { return flatTopology(64, 50, 1); }, 64 * 5000, {}},
-                      RingCase{"flat64_uneven_gamma", [] { return flatWithReduce(64, 200); }, 64 * 5000 + 33, {}},
-                      RingCase{"flat32_rounds", [] { return flatWithReduce(32, 200); }, 32 * 5000, {8000, 1, {}}},
-                      RingCase{"flat32_channels", [] { return flatTopology(32, 50, 1); }, 3 * 32 * 5000, {0, 3, {}}},
-                      RingCase{"fattree_k4", [] { return fatTree(4, 1, 0); }, 16 * 100000, {}},
-                      RingCase{"fattree_k4_oversub2_uneven", [] { return fatTree(4, 2, 0); }, 16 * 100000 + 5, {}}),
+    ::testing::Values(
+        RingCase{"flat64_even", [] { return flatTopology(64, 50, 1); }, 64 * 5000, {}, 0, true},
+        RingCase{"flat64_uneven_gamma", [] { return flatWithReduce(64, 200); }, 64 * 5000 + 33, {}},
+        RingCase{"flat32_rounds", [] { return flatWithReduce(32, 200); }, 32 * 5000, {8000, 1, {}}},
+        RingCase{"flat32_channels", [] { return flatTopology(32, 50, 1); }, 3 * 32 * 5000, {0, 3, {}}, 0, true},
+        RingCase{"fattree_k4", [] { return fatTree(4, 1, 0); }, 16 * 100000, {}, 0, true},
+        RingCase{"fattree_k4_oversub2_uneven", [] { return fatTree(4, 2, 0); }, 16 * 100000 + 5, {}},
+        // 8-GPU servers with 8 channels over 8 rails (NVLink groups of 7 flows on one route: the
+        // closed form), a shared-leaf fabric whose ECMP spreads rings unevenly over spines, and a
+        // three-level fabric with 4 GPUs per NIC (groups of several routes: the group cache).
+        RingCase{"rail_8x8_channels8", [] { return multiNode(R"("nodes": 8)"); }, 64 * 8 * 2000, ringParams(8, 64),
+                 1e-9, true},
+        RingCase{"shared_7x8_channels8_uneven",
+                 [] { return multiNode(R"("nodes": 7, "rail_optimized": false, "radix": 16)"); }, 56 * 8 * 2000 + 3,
+                 ringParams(8, 56), 0.02},
+        RingCase{"three_level_16x8_nics2_channels4",
+                 [] { return multiNode(R"("nodes": 12, "nics_per_node": 2, "radix": 6)"); }, 96 * 4 * 500,
+                 ringParams(4, 96), 1e-9}),
     [](const auto& paramInfo) { return paramInfo.param.name; });
 
 // ---- Extrapolated pipelines against exact simulation (chunks of one size, so the real run is the steady state

@@ -439,6 +439,108 @@ TEST(TopologyGenerators, MultiNodeSharedLeavesFromRadix) {
       Errc::InvalidTopology, {"params.leaves: must be a multiple of nics_per_node"});
 }
 
+// Links of one class leaving the switches whose id starts with `prefix`, per switch, towards `to` (a prefix).
+std::map<std::string, int> linksBetween(const Topology& t, const std::string& prefix, const std::string& to) {
+  std::map<std::string, int> out;
+  for (const auto& l : t.links) {
+    if (l.a.rfind(prefix, 0) == 0 && l.b.rfind(to, 0) == 0) ++out[l.a];
+    if (l.b.rfind(prefix, 0) == 0 && l.a.rfind(to, 0) == 0) ++out[l.b];
+  }
+  return out;
+}
+
+// 512 servers x 8 rails do not fit two levels of radix-64 switches (128 leaves): the generator builds pods of 128
+// servers (4 leaves per rail, 32 spines) under cores, and a route crosses the level its endpoints need.
+TEST(TopologyGenerators, MultiNodeThreeLevelRailOptimized) {
+  const Topology t = gen("multi_node", {{"nodes", 512}});
+  // 4 pods x 32 leaves, 4 pods x 32 spines (32 NICs per leaf, one uplink each), 32 spines x 32 uplinks = 1024 cores.
+  EXPECT_EQ(t.nodes.size(), 512u * 17 + 128 + 128 + 1024);
+  EXPECT_EQ(t.links.size(), 512u * 24 + 128 * 32 + 1024 * 4);
+  for (const auto& [leaf, n] : linksBetween(t, "leaf", "spine")) EXPECT_EQ(n, 32) << leaf;
+  for (const auto& [spine, n] : linksBetween(t, "spine", "core")) EXPECT_EQ(n, 32) << spine;
+  for (const auto& [core, n] : linksBetween(t, "core", "spine")) EXPECT_EQ(n, 4) << core;  // one per pod
+  const Router r(t);
+  auto crosses = [&](int a, int b, const std::string& level) {
+    const auto path = nodesOnRoute(t, r.route(a, b));
+    return std::any_of(path.begin(), path.end(), [&](const std::string& n) { return n.rfind(level, 0) == 0; });
+  };
+  EXPECT_EQ(r.route(0, 8).size(), 4u);       // n0.gpu0 -> n1.gpu0: rail 0's leaf
+  EXPECT_EQ(r.route(0, 32 * 8).size(), 6u);  // n32: rail 0's next leaf in pod 0, via a spine
+  EXPECT_FALSE(crosses(0, 32 * 8, "core"));
+  EXPECT_EQ(r.route(0, 128 * 8).size(), 8u);  // n128: pod 1, via a core
+  EXPECT_TRUE(crosses(0, 128 * 8, "core"));
+  expectPath(t, r.route(0, 511 * 8 + 7), "n0.gpu0", "n511.gpu7");
+  EXPECT_EQ(t.ranks.size(), 4096u);
+}
+
+TEST(TopologyGenerators, MultiNodeOversubscriptionPerLevel) {
+  // Leaves: 32 NICs down, 16 spines up (2:1); spines: 32 leaves down, 8 cores up (4:1).
+  const Topology t = gen("multi_node", {{"nodes", 512}, {"leaf_oversubscription", 2}, {"spine_oversubscription", 4}});
+  for (const auto& [leaf, n] : linksBetween(t, "leaf", "spine")) EXPECT_EQ(n, 16) << leaf;
+  for (const auto& [leaf, n] : linksBetween(t, "leaf", "n")) EXPECT_EQ(n, 32) << leaf;
+  for (const auto& [spine, n] : linksBetween(t, "spine", "core")) EXPECT_EQ(n, 8) << spine;
+  for (const auto& [spine, n] : linksBetween(t, "spine", "leaf")) EXPECT_EQ(n, 32) << spine;
+  EXPECT_EQ(linksBetween(t, "core", "spine").size(), 16u * 8);
+  // Two levels: fewer spines; the summary's bisection halves with them.
+  const Topology full =
+      gen("multi_node",
+          {{"nodes", 64}, {"gpus_per_node", 1}, {"nics_per_node", 1}, {"rail_optimized", false}, {"radix", 16}});
+  const Topology half = gen("multi_node", {{"nodes", 64},
+                                           {"gpus_per_node", 1},
+                                           {"nics_per_node", 1},
+                                           {"rail_optimized", false},
+                                           {"radix", 16},
+                                           {"leaf_oversubscription", 2}});
+  EXPECT_EQ(linksBetween(full, "leaf", "spine").begin()->second, 8);
+  EXPECT_EQ(linksBetween(half, "leaf", "spine").begin()->second, 4);
+  EXPECT_NEAR(summarize(half).bisectionGBps, summarize(full).bisectionGBps / 2, 1e-9);
+  expectError(
+      [] {
+        gen("multi_node", {{"spine_oversubscription", 0.5}});
+      },
+      Errc::InvalidTopology, {"params.spine_oversubscription: must be between 1 and", "(got 0.5)"});
+}
+
+// Shared (non-rail) leaves: 64 single-NIC servers on radix-8 switches are 16 leaves, more than a spine's 8 ports:
+// 4 pods of 4 leaves and 4 spines, 16 cores, the k = 8 fat tree's shape with 4 hosts per leaf.
+TEST(TopologyGenerators, MultiNodeThreeLevelSharedLevelsChosen) {
+  const json params = {
+      {"nodes", 64}, {"gpus_per_node", 1}, {"nics_per_node", 1}, {"rail_optimized", false}, {"radix", 8}};
+  const Topology t = gen("multi_node", params);
+  EXPECT_EQ(t.nodes.size(), 64u * 2 + 16 + 16 + 16);
+  EXPECT_EQ(t.links.size(), 64u * 2 + 16 * 4 + 16 * 4);
+  const Router r(t);
+  EXPECT_EQ(r.route(0, 1).size(), 4u);   // same leaf
+  EXPECT_EQ(r.route(0, 4).size(), 6u);   // same pod
+  EXPECT_EQ(r.route(0, 16).size(), 8u);  // another pod
+  json two = params;
+  two["levels"] = 2;
+  expectError([&] { gen("multi_node", two); }, Errc::InvalidTopology,
+              {"16 leaves exceed the spine radix 8: a two-level fabric cannot join them"});
+  expectError(
+      [] {
+        gen("multi_node", {{"nodes", 16384}});
+      },
+      Errc::InvalidTopology,
+      {"128 pods exceed the core radix 64: 16384 servers x 8 NICs need radix >= 82 for three levels"});
+  expectError(
+      [] {
+        gen("multi_node", {{"nodes", 512}, {"levels", 3}, {"leaves", 8}});
+      },
+      Errc::InvalidTopology, {"params.leaves: applies to two-level fabrics only (levels 2)", "(got 8)"});
+}
+
+// 2048 servers x 8 GPUs (16384 GPUs, three levels) generate and route in well under a second (bench/ times 16384
+// servers); the node and link counts grow linearly.
+TEST(TopologyGenerators, MultiNodeThreeLevel2048Servers) {
+  const Topology t = gen("multi_node", {{"nodes", 2048}});
+  // 16 pods x (32 leaves + 32 spines), 1024 cores with one link per pod.
+  EXPECT_EQ(t.nodes.size(), 2048u * 17 + 512 + 512 + 1024);
+  EXPECT_EQ(t.links.size(), 2048u * 24 + 512 * 32 + 1024 * 16);
+  const Router r(t);
+  EXPECT_EQ(r.route(0, 2047 * 8).size(), 8u);
+}
+
 // The PCIe pairing of GPUs and NICs for more NICs than GPUs (4 per GPU, AWS p5), fewer (2 GPUs per NIC, p4de) and
 // equal; arch, NVLS and SHARP land on the GPUs, the NVSwitch and the fabric switches.
 TEST(TopologyGenerators, MultiNodeNicsPerGpuArchNvlsSharp) {
