@@ -11,6 +11,7 @@
 
 #include "collbench/error.h"
 #include "collbench/json_document.h"
+#include "collbench/json_fields.h"
 #include "collbench/units.h"
 
 namespace collbench {
@@ -54,53 +55,22 @@ json logToJson(const FidelityLog& f) {
           {"summary", summary}};
 }
 
-/// Field access with messages "<source>: <path>: <problem>"; unknown fields are errors.
-class Fields {
+/// The shared field reader (json_fields.h) over one object of the document, its unknown fields refused. Numbers are
+/// read from -1 up: a signed error is at least -1 (a simulated time of 0), every other number is non-negative.
+class Fields : public JsonFields {
  public:
   Fields(std::string_view source, std::string where, const json& obj, const std::set<std::string>& allowed)
-      : source_(source), where_(std::move(where)), obj_(obj) {
-    if (!obj_.is_object()) fail("", fmt::format("must be an object, got {}", obj_.type_name()));
-    for (const auto& item : obj_.items()) {
-      if (!allowed.count(item.key())) fail(item.key(), "unknown field");
-    }
+      : JsonFields(source, std::move(where), obj) {
+    allowOnly(allowed);
   }
-  [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
-    std::string path = where_;
-    if (!field.empty()) path += (path.empty() ? "" : ".") + std::string(field);
-    throw Error(Errc::InvalidArgument,
-                fmt::format("{}: {}: {}", printable(source_), path.empty() ? "(top level)" : path, problem));
+  double number(const char* field) const { return JsonFields::number(field, kLowestNumber); }
+  /// The path of `field` below this object, for a nested reader.
+  std::string where(const char* field) const {
+    return JsonFields::where().empty() ? field : JsonFields::where() + "." + field;
   }
-  const json& need(const char* field) const {
-    if (!obj_.contains(field)) fail(field, "missing required field");
-    return obj_.at(field);
-  }
-  std::string string(const char* field) const {
-    const json& v = need(field);
-    if (!v.is_string()) fail(field, fmt::format("expected a string, got {}", v.type_name()));
-    return v.get<std::string>();
-  }
-  long long integer(const char* field, long long min) const {
-    const json& v = need(field);
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > (1ULL << 62))) {
-      fail(field, fmt::format("expected an integer, got {}", v.dump()));
-    }
-    const long long x = v.get<long long>();
-    if (x < min) fail(field, fmt::format("must be >= {}, got {}", min, x));
-    return x;
-  }
-  double number(const char* field) const {
-    const json& v = need(field);
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -1) {
-      fail(field, fmt::format("expected a finite number, got {}", v.dump()));
-    }
-    return v.get<double>();
-  }
-  std::string where(const char* field) const { return where_.empty() ? field : where_ + "." + field; }
 
  private:
-  std::string_view source_;
-  std::string where_;
-  const json& obj_;
+  static constexpr double kLowestNumber = -1;
 };
 
 ErrorStats statsFromJson(std::string_view source, const std::string& where, const json& j) {

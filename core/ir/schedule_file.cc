@@ -9,6 +9,7 @@
 
 #include "collbench/error.h"
 #include "collbench/json_document.h"
+#include "collbench/json_fields.h"
 #include "collbench/validator.h"
 
 namespace collbench {
@@ -20,14 +21,6 @@ using ordered_json = nlohmann::ordered_json;
 /// Cap on one rank buffer described by a file: 1 PiB, beyond any machine's memory, so that every offset + size and
 /// every product of a chunk count and a chunk size in a readable file stays far below 2^64.
 constexpr std::uint64_t kMaxBufferBytes = std::uint64_t{1} << 50;
-/// Cap on echoed values in messages (a hostile file must not make a message pages long).
-constexpr std::size_t kMaxEchoChars = 80;
-
-std::string echo(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > kMaxEchoChars) s = s.substr(0, kMaxEchoChars) + "...";
-  return s;
-}
 
 /// The names of the file: buffers are spelt out ("input", not dump()'s "in").
 constexpr std::pair<BufferKind, std::string_view> kBufferNames[] = {
@@ -52,70 +45,14 @@ struct Units {
   const char* noun() const { return chunks ? "chunks" : "bytes"; }
 };
 
-/// One JSON object of the file at `path` ("ranks[2].ops[5]"): its fields, with errors "source: path.field: problem".
-class Fields {
+/// One JSON object of the file at `path` ("ranks[2].ops[5]"): the shared field reader (json_fields.h), its unknown
+/// fields refused.
+class Fields : public JsonFields {
  public:
   Fields(std::string_view source, std::string path, const json& obj, const std::set<std::string>& known)
-      : source_(source), path_(std::move(path)), obj_(obj) {
-    if (!obj_.is_object()) fail("", fmt::format("expected an object, got {} {}", obj_.type_name(), echo(obj_)));
-    for (const auto& item : obj_.items()) {
-      if (known.count(item.key())) continue;
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      fail(item.key(), fmt::format("unknown field (known here: {})", list));
-    }
+      : JsonFields(source, std::move(path), obj) {
+    allowOnly(known);
   }
-
-  std::string path(std::string_view field) const {
-    if (field.empty()) return path_.empty() ? "(top level)" : path_;
-    return path_.empty() ? std::string(field) : fmt::format("{}.{}", path_, field);
-  }
-  [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
-    throw Error(Errc::InvalidArgument, fmt::format("{}: {}: {}", printable(source_), printable(path(field)), problem));
-  }
-
-  bool has(const char* field) const { return obj_.contains(field); }
-  const json& need(const char* field) const {
-    if (!obj_.contains(field)) fail(field, "missing required field");
-    return obj_.at(field);
-  }
-  std::string string(const char* field) const {
-    const json& v = need(field);
-    if (!v.is_string()) fail(field, fmt::format("expected a string, got {} {}", v.type_name(), echo(v)));
-    return v.get<std::string>();
-  }
-  std::int64_t integer(const char* field, std::int64_t min, std::int64_t max) const {
-    return integerIn(need(field), field, min, max);
-  }
-  std::int64_t integerIn(const json& v, std::string_view field, std::int64_t min, std::int64_t max) const {
-    if (!v.is_number_integer()) fail(field, fmt::format("expected an integer, got {} {}", v.type_name(), echo(v)));
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
-      fail(field, fmt::format("{} is larger than {}", echo(v), max));
-    }
-    const auto x = v.get<std::int64_t>();
-    if (x < min || x > max) fail(field, fmt::format("{} is not in {}..{}", x, min, max));
-    return x;
-  }
-  const json& array(const char* field) const {
-    const json& v = need(field);
-    if (!v.is_array()) fail(field, fmt::format("expected an array, got {} {}", v.type_name(), echo(v)));
-    return v;
-  }
-  /// Runs a core parser (parseDType, ...) and reports its error against this field.
-  template <typename F>
-  auto parsed(const char* field, F&& parse) const {
-    const std::string text = string(field);
-    try {
-      return parse(text);
-    } catch (const Error& e) {
-      fail(field, e.what());
-    }
-  }
-
- private:
-  std::string_view source_;
-  std::string path_;
-  const json& obj_;
 };
 
 /// What the op readers share: the spec, the units and each buffer's capacity in them.
@@ -184,8 +121,7 @@ Op readOp(const json& j, int rank, int index, const FileContext& cx, std::uint64
   }
   const int n = cx.unitSpec.nranks;
   if (op.isComm()) {
-    op.peer = static_cast<int>(
-        f.integerIn(f.need("peer"), "peer", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+    op.peer = static_cast<int>(f.integer("peer", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
     if (op.peer < 0 || op.peer >= n) f.fail("peer", fmt::format("{} is not a rank (0..{})", op.peer, n - 1));
     if (op.peer == rank)
       f.fail("peer", fmt::format("{} is this op's own rank; a {} needs another rank", op.peer, kind));
@@ -208,7 +144,12 @@ Op readOp(const json& j, int rank, int index, const FileContext& cx, std::uint64
     const json& deps = f.array("deps");
     for (std::size_t k = 0; k < deps.size(); ++k) {
       const std::string field = fmt::format("deps[{}]", k);
-      const auto d = f.integerIn(deps[k], field, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+      const json& dep = deps[k];
+      if (!dep.is_number_integer() ||
+          (dep.is_number_unsigned() && dep.get<std::uint64_t>() > std::uint64_t{std::numeric_limits<int>::max()})) {
+        f.fail(field, fmt::format("expected an op index, got {} {}", dep.type_name(), echoJson(dep)));
+      }
+      const auto d = dep.get<std::int64_t>();
       if (d < 0 || d >= index) {
         f.fail(field, index == 0 ? fmt::format("{} is not an earlier op: op 0 of rank {} has none", d, rank)
                                  : fmt::format("{} is not an earlier op of rank {} (0..{})", d, rank, index - 1));
@@ -337,7 +278,7 @@ ScheduleFile parseScheduleFile(std::string_view text, std::string_view source) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", ScheduleFile::kFormat, printable(format)));
   }
   if (const json& v = top.need("version"); v != ScheduleFile::kVersion) {
-    top.fail("version", fmt::format("version {} is not supported (this collbench reads version {})", echo(v),
+    top.fail("version", fmt::format("version {} is not supported (this collbench reads version {})", echoJson(v),
                                     ScheduleFile::kVersion));
   }
   ScheduleFile f;

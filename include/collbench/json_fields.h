@@ -73,11 +73,11 @@ class JsonFields {
   }
 
   const std::string& where() const { return where_; }
+  /// The path of `field` of this object ("results[2].time_us"), as messages name it.
+  std::string path(std::string_view field) const;
   std::string_view source() const { return source_; }
 
  private:
-  std::string path(std::string_view field) const;
-
   std::string_view source_;
   std::string where_;
   const nlohmann::json& obj_;

@@ -221,7 +221,7 @@ TEST(ScheduleCli, BadFilesAreOneLineAndExit2) {
       R"({"kind": "send", "peer": 1, "src": {"buffer": "input", "chunk": 0}, "chunk_count": 1})";
   const std::vector<Case> cases = {
       {"unknown_field", mutated("\"chunks\": 8", "\"chunks\": 8, \"chunk\": 8"),
-       "chunk: unknown field (known here: algorithm, chunks, collective, command, description, format, "
+       "chunk: unknown field (known: algorithm, chunks, collective, command, description, format, "
        "ranks, tool, version)"},
       {"bad_peer",
        mutated(rank0op0, R"({"kind": "send", "peer": 9, "src": {"buffer": "input", "chunk": 0}, "chunk_count": 1})"),

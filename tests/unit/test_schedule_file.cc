@@ -200,7 +200,7 @@ TEST(ScheduleFile, EachBadFieldIsOneLineNamingRankOpAndField) {
   EXPECT_EQ(mutatedError([](json& d) { op(d, 2, 5)["peer"] = 2; }),
             "schedule.json: ranks[2].ops[5].peer: 2 is this op's own rank; a recv_reduce needs another rank");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 1, 0)["colour"] = "red"; }),
-            "schedule.json: ranks[1].ops[0].colour: unknown field (known here: channel, chunk_count, deps, dst, kind, "
+            "schedule.json: ranks[1].ops[0].colour: unknown field (known: channel, chunk_count, deps, dst, kind, "
             "peer, src)");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 0, 1)["dst"]["buffer"] = "outptu"; }),
             "schedule.json: ranks[0].ops[1].dst.buffer: \"outptu\" is not a buffer (input, output, scratch)");
@@ -226,7 +226,7 @@ TEST(ScheduleFile, EachBadFieldIsOneLineNamingRankOpAndField) {
       mutatedError([](json& d) { op(d, 1, 0)["bytes"] = 4; }),
       "schedule.json: ranks[1].ops[0].bytes: this file counts chunks (top-level chunks is set): write chunk_count");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 1, 1)["dst"]["offset"] = 4; }),
-            "schedule.json: ranks[1].ops[1].dst.offset: unknown field (known here: buffer, chunk)");
+            "schedule.json: ranks[1].ops[1].dst.offset: unknown field (known: buffer, chunk)");
   EXPECT_EQ(mutatedError([](json& d) { d["collective"]["nranks"] = 5; }),
             "schedule.json: ranks: 4 rank programs for collective.nranks 5");
   EXPECT_EQ(mutatedError([](json& d) { d["collective"]["count"] = 64; }),
