@@ -54,7 +54,8 @@ Plan Runner::plan(const CollectiveSpec& spec, const CallConfig& config) const {
   Plan p;
   p.params = AlgoParams{config.chunkBytes, config.channels, rankHost_};
   if (config.algorithm != "auto") {
-    p.choice = Choice{config.algorithm, "forced by --algo"};
+    const std::string described = backend_->describeCall(spec, config.algorithm);
+    p.choice = Choice{config.algorithm, described.empty() ? "forced by --algo" : described};
     p.choice.source = "forced";
     return p;
   }
@@ -151,8 +152,8 @@ Timing Runner::measure(const CollectiveSpec& spec, const Plan& plan, const Measu
     }
     t.seconds = how.iterations > 0 ? total / how.iterations : 0;
   } else {
-    t.seconds = combineRanks(backend_->run(s, bufs.views(), RunOptions{how.iterations, how.warmup, opt_.timeoutSeconds}),
-                             how.average);
+    t.seconds = combineRanks(
+        backend_->run(s, bufs.views(), RunOptions{how.iterations, how.warmup, opt_.timeoutSeconds}), how.average);
   }
   if (how.check) {
     bufs.fill();
