@@ -76,7 +76,14 @@ Plan planCall(const Selector& selector, const CollectiveSpec& spec, const CallCo
 }
 
 Plan Runner::plan(const CollectiveSpec& spec, const CallConfig& config) const {
-  return planCall(*selector_, spec, config, rankHost_);
+  Plan p = planCall(*selector_, spec, config, rankHost_);
+  // A backend that decides more than the algorithm name (the simulator's emulated NCCL) says what it will run.
+  if (p.choice.source == "forced") {
+    if (std::string described = backend_->describeCall(spec, config.algorithm); !described.empty()) {
+      p.choice.reason = std::move(described);
+    }
+  }
+  return p;
 }
 
 Plan Runner::choose(const CollectiveSpec& spec, const CallConfig& config) {

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "collbench/nccl_model.h"
 
 namespace collbench::sim {
 namespace {
@@ -31,9 +33,13 @@ bool parseFlag(const std::string& key, const std::string& v) {
   throw Error(Errc::InvalidArgument, fmt::format("sim backend option {}: expected 0 or 1, got '{}'", key, v));
 }
 
+/// Runs collbench's schedules on the simulator, and NCCL's own collective ("nccl") as NCCL 2.28 would run it on the
+/// topology: ncclChoose on the topology's NcclSystem with the backend's NCCL environment picks (algorithm, protocol,
+/// channels), and the call takes the time model's prediction for that choice (ncclPredictUs: NCCL's latencies and
+/// the datasheet link rates, which --set overrides change through the topology).
 class SimBackend : public Backend {
  public:
-  explicit SimBackend(Simulator sim) : sim_(std::move(sim)) {}
+  SimBackend(Simulator sim, NcclEnv ncclEnv) : sim_(std::move(sim)), ncclEnv_(std::move(ncclEnv)) {}
   std::string_view name() const override { return "sim"; }
   int nranks() const override { return sim_.nranks(); }
   bool movesData() const override { return false; }
@@ -46,13 +52,30 @@ class SimBackend : public Backend {
   RunResult runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params,
                          const RunOptions&) override {
     RunResult out;
-    out.seconds = sim_.runAlgorithm(spec, algorithm, params).seconds;
     out.algorithm = std::string(algorithm);
+    if (algorithm == kNcclNativeAlgorithm) {
+      out.seconds = ncclChoice(spec).predictedUs * 1e-6;
+    } else {
+      out.seconds = sim_.runAlgorithm(spec, algorithm, params).seconds;
+    }
     return out;
+  }
+  std::string describeCall(const CollectiveSpec& spec, std::string_view algorithm) const override {
+    return algorithm == kNcclNativeAlgorithm ? ncclChoiceSummary(ncclChoice(spec)) : "";
   }
 
  private:
+  NcclChoice ncclChoice(const CollectiveSpec& spec) const {
+    auto it = ncclSystems_.find(spec.nranks);
+    if (it == ncclSystems_.end()) {
+      it = ncclSystems_.emplace(spec.nranks, ncclSystemOf(sim_.topology(), spec.nranks)).first;
+    }
+    return ncclChoose(it->second, spec, ncclEnv_);
+  }
+
   Simulator sim_;
+  NcclEnv ncclEnv_;
+  mutable std::map<int, NcclSystem> ncclSystems_;  ///< by rank count
 };
 
 }  // namespace
@@ -114,7 +137,7 @@ Topology loadTopologyWithOverrides(const std::string& nameOrPath, const std::str
 }
 
 std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& options) {
-  std::string topology = kDefaultTopology, overrides;
+  std::string topology = kDefaultTopology, overrides, ncclEnv;
   SimConfig cfg;
   for (const auto& [key, value] : options) {
     if (key == "topology") {
@@ -127,13 +150,19 @@ std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& option
       cfg.crossTraffic = parseFlag(key, value);
     } else if (key == "mode") {
       cfg.mode = parseSimMode(value);
+    } else if (key == "nccl_env") {
+      ncclEnv = value;
     } else {
-      throw Error(
-          Errc::InvalidArgument,
-          fmt::format("unknown sim backend option '{}' (accepted: topology, model, set, crosstraffic, mode)", key));
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("unknown sim backend option '{}' (accepted: topology, model, set, crosstraffic, mode, "
+                              "nccl_env)",
+                              key));
     }
   }
-  return std::make_unique<SimBackend>(Simulator(loadTopologyWithOverrides(topology, overrides), nranks, cfg));
+  // The NCCL environment is read (and a bad value refused) before the platform is built, as NCCL reads it at init.
+  NcclEnv env = ncclEnvWith(ncclEnv, "sim backend option nccl_env");
+  return std::make_unique<SimBackend>(Simulator(loadTopologyWithOverrides(topology, overrides), nranks, cfg),
+                                      std::move(env));
 }
 
 void registerSimBackend() {
@@ -142,7 +171,11 @@ void registerSimBackend() {
   caps.ranksPerProcess = RanksPerProcess::All;
   caps.movesData = false;
   caps.defaultTopology = kDefaultTopology;
-  registerBackend("sim", "SimGrid simulation of the topology (--topology, default dgx-h100-8x1)", makeSimBackend, caps);
+  caps.nativeAlgorithms = {std::string(kNcclNativeAlgorithm)};  // emulated: NCCL 2.28's choice and time model
+  registerBackend("sim",
+                  "SimGrid simulation of the topology (--topology, default dgx-h100-8x1); nccl: NCCL 2.28's choice "
+                  "emulated (NCCL_* environment)",
+                  makeSimBackend, caps);
 }
 
 }  // namespace collbench::sim

@@ -153,8 +153,9 @@ Topology loadTopologyWithOverrides(const std::string& nameOrPath, const std::str
 void writeTimeline(std::ostream& out, const SimResult& r, const std::string& title);
 
 /// The "sim" backend. Options: "topology" (name or path; default kDefaultTopology), "model" (CM02 | LV08),
-/// "set" ("k=v;k=v" topology overrides), "crosstraffic" (0 | 1), "mode" (auto | exact | aggregated). nranks <= the
-/// topology's ranks (<= 0: all).
+/// "set" ("k=v;k=v" topology overrides), "crosstraffic" (0 | 1), "mode" (auto | exact | aggregated), "nccl_env"
+/// ("NCCL_ALGO=Ring NCCL_MIN_CTAS=24": NCCL variables over the process's, for the native algorithm "nccl"). nranks <=
+/// the topology's ranks (<= 0: all).
 std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& options);
 inline constexpr const char* kDefaultTopology = "dgx-h100-8x1";
 

@@ -9,6 +9,7 @@
 #include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/fidelity.h"
+#include "collbench/nccl_model.h"
 #include "collbench/nccl_tests_log.h"
 #include "collbench/records.h"
 #include "collbench/run.h"
@@ -22,7 +23,7 @@ namespace {
 
 struct FidelityArgs {
   std::vector<std::string> logs;
-  std::string topology, algo = "auto", json, collective;
+  std::string topology, algo = "auto", json, collective, ncclEnv;
   int ranks = 0;
   bool force = false;
 };
@@ -42,6 +43,7 @@ SimulateFn simulateOn(Runner& runner, const std::string& algo) {
 int run(const FidelityArgs& a) {
   if (a.ranks < 0) throw Error(Errc::InvalidArgument, fmt::format("-g/--ranks must be >= 1, got {}", a.ranks));
   checkOutputFile(a.json, a.force, "-J/--output_file");
+  ncclEnvWith(a.ncclEnv, "--nccl-env");  // a bad variable is refused before anything is read or simulated
   FidelityOptions options;
   options.ranks = a.ranks;
   options.algorithm = a.algo;
@@ -64,7 +66,8 @@ int run(const FidelityArgs& a) {
   doc.tool = std::string("collbench ") + COLLBENCH_VERSION;
   doc.commandLine = commandLine();
   for (std::size_t i = 0; i < logs.size(); ++i) {
-    OwnedRunner sim("sim", fidelityRanks(logs[i], a.logs[i], a.ranks), BackendOptions{{"topology", a.topology}},
+    OwnedRunner sim("sim", fidelityRanks(logs[i], a.logs[i], a.ranks),
+                    BackendOptions{{"topology", a.topology}, {"nccl_env", a.ncclEnv}},
                     RunnerOptions{&topo, found.table ? &*found.table : nullptr, found.path});
     doc.logs.push_back(compareWithSimulation(logs[i], a.logs[i], options, simulateOn(*sim.runner, a.algo)));
     fmt::print("{}{}", i ? "\n" : "", formatFidelityTable(doc.logs.back()));
@@ -86,6 +89,9 @@ void addFidelityCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--topology", a->topology, "topology file or shipped name")->required();
   cmd->add_option("--algo", a->algo, "algorithm the simulator runs, or auto (as perf --backend sim)")
       ->default_str("auto");
+  cmd->add_option("--nccl-env", a->ncclEnv,
+                  "NCCL variables of the measurement for --algo nccl, as logs print them: \"NCCL_ALGO=Ring "
+                  "NCCL_MIN_CTAS=24\" (over the process environment; every log of the call)");
   cmd->add_option("-g,--ranks", a->ranks, "rank count of logs that state none (CSV without gpu_count)");
   cmd->add_option("--collective", a->collective, "collective of logs that do not name it")->default_str("all_reduce");
   cmd->add_option("-J,--output_file", a->json, "write the comparison as JSON (docs/fidelity.schema.json)");

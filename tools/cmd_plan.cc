@@ -4,7 +4,9 @@
 
 #include "cli_common.h"
 #include "collbench/algorithms.h"
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "collbench/nccl_model.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
@@ -39,6 +41,26 @@ Schedule planFromFile(const std::string& path, const ScheduleFlags& flags, Colle
   validate(s, ValidateOptions{inPlace});
   printPlan(s, Choice{s.algorithm, fmt::format("from --schedule {}", path)}, inPlace);
   return s;
+}
+
+/// `plan --algo nccl --topology T`: NCCL 2.28's emulated choice on the topology's system (NCCL_* environment
+/// applies) and its cost table: every algorithm x protocol with NCCL's estimate and the predicted time.
+void printNcclChoice(const Topology& topo, const CollectiveSpec& spec) {
+  const NcclSystem sys = ncclSystemOf(topo, spec.nranks);
+  const NcclChoice c = ncclChoose(sys, spec, ncclEnvFromProcess());
+  fmt::print(
+      "nccl choice: {}\n  {}\n  threads {}, chunk {} B, slice {} B; NCCL's estimate {:.2f} us, predicted {:.2f} us\n",
+      ncclChoiceSummary(c), c.reason, c.threads, c.chunkBytes, c.sliceBytes, c.ncclUs, c.predictedUs);
+  fmt::print("system: {} x {} {} GPUs, NVLink {} GB/s{}{}, {} NIC(s) x {} GB/s {}\n", sys.nodes, sys.gpusPerNode,
+             toString(sys.arch), sys.nvlinkGBps, sys.nvswitch ? ", NVSwitch" : "", sys.nvls ? " (NVLS)" : "",
+             sys.nicsPerNode, sys.nicGBps, toString(sys.nicKind));
+  fmt::print("  {:<14} {:<8} {:>14} {:>14}\n", "algorithm", "protocol", "nccl_est_us", "predicted_us");
+  for (const NcclCandidate& k : c.candidates) {
+    const bool chosen = k.algorithm == c.algorithm && k.protocol == c.protocol;
+    const auto us = [](double v) { return v < 0 ? std::string("-") : fmt::format("{:.2f}", v); };
+    fmt::print("{} {:<14} {:<8} {:>14} {:>14}\n", chosen ? "*" : " ", toString(k.algorithm), toString(k.protocol),
+               us(k.ncclUs), us(k.predictedUs));
+  }
 }
 
 }  // namespace
@@ -118,6 +140,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, commandLine()), a->scheduleOut);
     printPlan(s, choice, a->inPlace);
     if (a->algo == "auto") fmt::print("tuning table: {}\n", found.describe());
+    if (a->algo == kNcclNativeAlgorithm && topo) printNcclChoice(*topo, spec);
     if (!choice.ranking.empty()) {  // --algo auto: what the choice rests on and what came next
       fmt::print("choice: {} ({}), chunk {} B, channels {}\n", choice.algorithm, choice.source, choice.chunkBytes,
                  choice.channels);

@@ -20,6 +20,7 @@
 #include "collbench/backend_info.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
+#include "collbench/nccl_model.h"
 #include "collbench/records.h"
 #include "collbench/run.h"
 #include "collbench/topology.h"
@@ -151,19 +152,6 @@ void addCandidate(TuningEntry& e, const TuningCandidate& k) { e.candidates.push_
 void sortEntry(TuningEntry& e) {
   std::stable_sort(e.candidates.begin(), e.candidates.end(),
                    [](const auto& a, const auto& b) { return a.timeUs < b.timeUs; });
-}
-
-std::string ncclAlgoEnv(NcclAlgo a) { return a == NcclAlgo::Tree ? "Tree" : "Ring"; }
-std::string ncclProtoEnv(NcclProto p) {
-  switch (p) {
-    case NcclProto::LL:
-      return "LL";
-    case NcclProto::LL128:
-      return "LL128";
-    case NcclProto::Simple:
-      return "Simple";
-  }
-  return "Simple";
 }
 
 // NOLINTBEGIN(concurrency-mt-unsafe): setenv races with any thread reading the environment, so a scope begins
@@ -383,16 +371,16 @@ class Tuner {
     return sec;
   }
 
-  /// NCCL's algorithms x protocols x channels: on the nccl backend (NCCL_ALGO / NCCL_PROTO / NCCL_MIN_NCHANNELS /
-  /// NCCL_MAX_NCHANNELS), simulated (collbench's ring and tree on ncclProtocolTopology, plus NCCL's base latency),
-  /// or with NCCL's own model (backend "model").
+  /// NCCL's algorithms x protocols x channels where NCCL offers them on the system: on the nccl backend (NCCL_ALGO /
+  /// NCCL_PROTO / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS), on the simulator (its emulated NCCL under the same
+  /// variables, backend option nccl_env), or with NCCL's model alone (backend "model": ncclPredictUs).
   TuningSection sweepNccl() {
     TuningSection sec = newSection(kLibraryNccl);
     // Hardware: a backend that runs NCCL's own collective; the model is not a registered backend.
     const std::optional<BackendCapabilities> caps = findBackendCapabilities(a_.backend);
     const auto& natives = caps ? caps->nativeAlgorithms : std::vector<std::string>{};
     const bool sim = caps && caps->device == DeviceKind::Simulated, mdl = a_.backend == kModelBackend;
-    const bool hw = std::find(natives.begin(), natives.end(), kNcclNativeAlgorithm) != natives.end();
+    const bool hw = !sim && std::find(natives.begin(), natives.end(), kNcclNativeAlgorithm) != natives.end();
     if (!sim && !hw && !mdl) {
       throw Error(Errc::InvalidArgument, fmt::format("--export nccl-tuner sweeps NCCL's algorithms: use --backend nccl "
                                                      "(hardware), sim or model, not '{}'",
@@ -401,87 +389,83 @@ class Tuner {
     if ((sim || mdl) && !topo_) {
       throw Error(Errc::InvalidArgument, "--export nccl-tuner with the simulator or the model needs --topology");
     }
-    std::filesystem::path tmp;
-    if (sim) {
-      tmp = std::filesystem::temp_directory_path() / fmt::format("collbench-tune-{}", getpid());
-      std::filesystem::create_directories(tmp);
-    }
-    struct Cleanup {
-      std::filesystem::path p;
-      ~Cleanup() {
-        std::error_code ec;
-        if (!p.empty()) std::filesystem::remove_all(p, ec);
-      }
-    } cleanup{tmp};
     std::size_t total = 0;
     for (int n : ranks_) {
-      for (const Point& p : pointsFor(colls_, n, sizes_, dtype_)) {
-        total += (p.collective == Collective::AllReduce ? 2 : 1) * std::size(kNcclProtos) * ncclChannels_.size();
-      }
+      total += pointsFor(colls_, n, sizes_, dtype_).size() * std::size(kNcclAlgorithms) * std::size(kNcclProtocols) *
+               ncclChannels_.size();
     }
     Progress progress(total);
     for (int n : ranks_) {
-      const std::vector<int> hosts = topo_ ? rankHosts(*topo_, n) : std::vector<int>{};
       const int nnodes = hostsOf(n);
       std::map<std::pair<Collective, std::size_t>, TuningEntry> entries;
       const std::vector<Point> points = pointsFor(colls_, n, sizes_, dtype_);
-      const NcclMachine machine = topo_ ? ncclMachine(*topo_, n) : NcclMachine{n, nnodes, 0, false, 0};
-      std::map<std::pair<Collective, std::size_t>, double> bestNccl;  // NCCL's model, for --prune
+      NcclSystem system;  // without a topology (hardware), NCCL's model only prunes: nodes and GPUs per node
+      if (topo_) {
+        system = ncclSystemOf(*topo_, n);
+      } else {
+        system.nodes = nnodes;
+        system.gpusPerNode = (n + nnodes - 1) / nnodes;
+      }
+      // NCCL's model of every configuration (< 0: NCCL does not offer it here), and its best per point for --prune.
+      const auto modelUs = [&](const Point& p, NcclAlgorithm algo, NcclProtocol proto, int ch) {
+        return ncclPredictUs(system, p.collective, ncclTestsBytes(p.spec), n, algo, proto, ch);
+      };
+      std::map<std::pair<Collective, std::size_t>, double> bestNccl;
       for (const Point& p : points) {
         double best = std::numeric_limits<double>::infinity();
-        for (NcclAlgo algo : kNcclAlgos) {
-          for (NcclProto proto : kNcclProtos) {
+        for (NcclAlgorithm algo : kNcclAlgorithms) {
+          for (NcclProtocol proto : kNcclProtocols) {
             for (int ch : ncclChannels_) {
-              const auto t = ncclModelTimeUs(p.collective, algo, proto, ch, p.bytes, machine);
-              if (t) best = std::min(best, *t);
+              const double t = modelUs(p, algo, proto, ch);
+              if (t >= 0) best = std::min(best, t);
             }
           }
         }
         bestNccl[{p.collective, p.bytes}] = best;
       }
-      for (NcclAlgo algo : kNcclAlgos) {
-        for (NcclProto proto : kNcclProtos) {
+      for (NcclAlgorithm algo : kNcclAlgorithms) {
+        for (NcclProtocol proto : kNcclProtocols) {
           for (int ch : ncclChannels_) {
+            const std::string vars =
+                fmt::format("NCCL_ALGO={} NCCL_PROTO={} NCCL_MIN_NCHANNELS={} NCCL_MAX_NCHANNELS={}", toString(algo),
+                            toString(proto), ch, ch);
             std::unique_ptr<OwnedRunner> timer;
             std::optional<ScopedEnv> env;
-            std::unique_ptr<Backend> backend;
             if (sim) {
-              const auto path = tmp / fmt::format("{}-{}-{}.json", toString(algo), toString(proto), ch);
-              writeTextFile(path.string(), toJson(ncclProtocolTopology(*topo_, algo, proto, ch, n)), "topology");
-              timer = timerFor(n, path.string());
+              BackendOptions o = world_;
+              o["topology"] = a_.topology;
+              o["nccl_env"] = vars;
+              RunnerOptions ro;
+              ro.timeoutSeconds = mo_.timeoutSeconds;
+              timer = std::make_unique<OwnedRunner>(a_.backend, n, o, ro);
             } else if (hw) {
               env.emplace();
-              env->set("NCCL_ALGO", ncclAlgoEnv(algo));
-              env->set("NCCL_PROTO", ncclProtoEnv(proto));
+              env->set("NCCL_ALGO", std::string(toString(algo)));
+              env->set("NCCL_PROTO", std::string(toString(proto)));
               env->set("NCCL_MIN_NCHANNELS", std::to_string(ch));
               env->set("NCCL_MAX_NCHANNELS", std::to_string(ch));
               timer = timerFor(n);
             }
             for (const Point& p : points) {
-              if (algo == NcclAlgo::Tree && p.collective != Collective::AllReduce) continue;  // NCCL: tree is AR only
               progress.step(fmt::format("nccl {} n={} {} {}/{} x{}", toString(p.collective), n, formatBytes(p.bytes),
                                         toString(algo), toString(proto), ch));
-              if (a_.prune > 0 && !mdl) {  // NCCL's own model decides what is worth measuring
-                const auto t = ncclModelTimeUs(p.collective, algo, proto, ch, p.bytes, machine);
-                if (t && *t > a_.prune * bestNccl.at({p.collective, p.bytes})) continue;
-              }
-              double us = 0;
-              if (mdl) {
-                const auto t = ncclModelTimeUs(p.collective, algo, proto, ch, p.bytes, machine);
-                if (!t) continue;
-                us = *t;
-              } else if (sim) {
-                const std::string a = algo == NcclAlgo::Tree ? "tree" : "ring";
-                us = timer->runner->timeUs(p.spec, a, AlgoParams{ncclChunkBytes(proto), ch, hosts}, mo_) +
-                     ncclBaseLatencyUs(algo, proto);
-              } else {
-                us = timer->runner->timeUs(p.spec, std::string(kNcclNativeAlgorithm), {}, mo_);
+              const double model = modelUs(p, algo, proto, ch);
+              if (topo_ && model < 0) continue;  // NCCL does not offer it on this system (tree all-gather, NVLS ...)
+              if (a_.prune > 0 && !mdl && model > a_.prune * bestNccl.at({p.collective, p.bytes})) continue;
+              double us = model;
+              if (!mdl) {
+                try {
+                  us = timer->runner->timeUs(p.spec, std::string(kNcclNativeAlgorithm), {}, mo_);
+                } catch (const Error& e) {
+                  if (e.code() != Errc::Unsupported) throw;
+                  continue;  // the variables leave NCCL nothing for this call
+                }
               }
               auto [it, fresh] =
                   entries.try_emplace({p.collective, p.bytes}, TuningEntry{p.collective, n, nnodes, p.bytes, {}});
               (void)fresh;
-              it->second.candidates.push_back(
-                  TuningCandidate{std::string(toString(algo)), std::string(toString(proto)), 0, ch, us});
+              it->second.candidates.push_back(TuningCandidate{std::string(ncclTunerAlgorithmName(algo)),
+                                                              std::string(ncclTunerProtocolName(proto)), 0, ch, us});
             }
           }
         }

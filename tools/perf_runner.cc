@@ -44,25 +44,41 @@ struct PlannedRow {
 
 /// The header's algorithm: the forced name, or what auto chose: "ring (auto)" when every size got the same one,
 /// else "auto (tree 8 B..64 KiB, ring 128 KiB..256 MiB)" (per-row choices and reasons are in the -J rows).
+/// A forced algorithm the backend describes per call (Backend::describeCall, the sim backend's emulated NCCL choice:
+/// "NCCL 2.28: NVLS/Simple, 16 channels (runner-up ...)") is followed by its configurations by size: "nccl (Ring/LL,
+/// 1 channel 8 B..4 KiB; NVLS/Simple, 16 channels 8 KiB..16 GiB)".
 std::string describeAlgorithms(const std::string& algo, const std::vector<PlannedRow>& plan) {
-  if (algo != "auto") return algo;
+  const bool forced = algo != "auto";
+  // What a row ran: auto's algorithm, or the head of the backend's description of the forced one.
+  const auto label = [&](const Plan& p) -> std::string {
+    if (!forced) return p.choice.algorithm;
+    const std::string& why = p.choice.reason;
+    const std::size_t colon = why.find(": "), open = why.find(" (");
+    if (why.rfind("forced by", 0) == 0 || colon == std::string::npos) return "";
+    return why.substr(colon + 2, open == std::string::npos ? std::string::npos : open - colon - 2);
+  };
   struct Run {
     std::string algorithm;
     std::size_t first, last;
   };
   std::vector<Run> runs;
   for (const PlannedRow& r : plan) {
-    if (runs.empty() || runs.back().algorithm != r.plan.choice.algorithm) {
-      runs.push_back({r.plan.choice.algorithm, r.bytes, r.bytes});
+    const std::string l = label(r.plan);
+    if (runs.empty() || runs.back().algorithm != l) {
+      runs.push_back({l, r.bytes, r.bytes});
     } else {
       runs.back().last = r.bytes;
     }
   }
+  if (forced) {
+    if (runs.empty() || (runs.size() == 1 && runs[0].algorithm.empty())) return algo;
+    if (runs.size() == 1) return fmt::format("{} ({})", algo, runs[0].algorithm);
+  }
   if (runs.empty()) return "auto";
   if (runs.size() == 1) return runs[0].algorithm + " (auto)";
-  std::string s = "auto (";
+  std::string s = forced ? algo + " (" : "auto (";
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    s += fmt::format("{}{} {}..{}", i ? ", " : "", runs[i].algorithm, formatBytes(runs[i].first),
+    s += fmt::format("{}{} {}..{}", i ? (forced ? "; " : ", ") : "", runs[i].algorithm, formatBytes(runs[i].first),
                      formatBytes(runs[i].last));
   }
   return s + ")";

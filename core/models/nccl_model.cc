@@ -345,12 +345,41 @@ NcclEnv parseNcclEnv(const std::map<std::string, std::string>& vars) {
   return env;
 }
 
-NcclEnv ncclEnvFromProcess() {
+namespace {
+
+/// The NCCL variables of the process environment the model honours.
+std::map<std::string, std::string> processNcclVars() {
   std::map<std::string, std::string> vars;
   for (const char* name :
        {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
         "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
+  }
+  return vars;
+}
+
+}  // namespace
+
+NcclEnv ncclEnvFromProcess() { return parseNcclEnv(processNcclVars()); }
+
+NcclEnv ncclEnvWith(std::string_view assignments, std::string_view what) {
+  std::map<std::string, std::string> vars = processNcclVars();
+  std::size_t at = 0;
+  while (at < assignments.size()) {
+    if (std::isspace(static_cast<unsigned char>(assignments[at]))) {
+      ++at;
+      continue;
+    }
+    std::size_t end = at;
+    while (end < assignments.size() && !std::isspace(static_cast<unsigned char>(assignments[end]))) ++end;
+    const std::string_view item = assignments.substr(at, end - at);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0 || item.substr(0, 5) != "NCCL_") {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("{}: '{}' is not NCCL_<NAME>=VALUE", what, printable(std::string(item))));
+    }
+    vars[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
+    at = end;
   }
   return parseNcclEnv(vars);
 }
@@ -961,6 +990,27 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
                            env.algo.empty() ? "" : fmt::format("; NCCL_ALGO={}", env.algo),
                            env.proto.empty() ? "" : fmt::format("; NCCL_PROTO={}", env.proto));
   return out;
+}
+
+std::size_t ncclTestsBytes(const CollectiveSpec& spec) { return std::max(spec.inputBytes(), spec.outputBytes()); }
+
+NcclChoice ncclChoose(const NcclSystem& sys, const CollectiveSpec& spec, const NcclEnv& env) {
+  return ncclChoose(sys, spec.kind, ncclTestsBytes(spec), spec.nranks, env);
+}
+
+std::string ncclChoiceSummary(const NcclChoice& choice) {
+  const NcclCandidate* runnerUp = nullptr;
+  for (const NcclCandidate& c : choice.candidates) {
+    if (c.ncclUs < 0 || (c.algorithm == choice.algorithm && c.protocol == choice.protocol)) continue;
+    if (runnerUp == nullptr || c.ncclUs < runnerUp->ncclUs) runnerUp = &c;
+  }
+  const std::string next =
+      runnerUp == nullptr || !(choice.ncclUs > 0)
+          ? std::string(choice.candidates.empty() ? "" : " (the only candidate)")
+          : fmt::format(" (runner-up {}/{} +{:.0f}%)", toString(runnerUp->algorithm), toString(runnerUp->protocol),
+                        (runnerUp->ncclUs / choice.ncclUs - 1) * 100);
+  return fmt::format("NCCL 2.28: {}/{}, {} channel{}{}", toString(choice.algorithm), toString(choice.protocol),
+                     choice.channels, choice.channels == 1 ? "" : "s", next);
 }
 
 }  // namespace collbench

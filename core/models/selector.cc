@@ -8,8 +8,10 @@
 #include <cstdlib>
 
 #include "collbench/algorithms.h"
+#include "collbench/backend_info.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
+#include "collbench/nccl_model.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
@@ -55,6 +57,25 @@ std::string runnerUp(const std::vector<Alternative>& ranking) {
   return fmt::format("; runner-up {} {:.3g} us (x{:.3f})", describeAlt(ranking[1]), ranking[1].predictedUs, r);
 }
 
+/// A GPU system: the topology's rank GPUs name their architecture (TopoNode::arch), so NCCL's model applies.
+bool gpuSystem(const Topology& t) {
+  if (t.ranks.empty()) return false;
+  for (const TopoNode& n : t.nodes) {
+    if (n.id == t.ranks.front()) return n.kind == NodeKind::Gpu && !n.arch.empty();
+  }
+  return false;
+}
+
+/// Backend `name` runs NCCL's own collective (the sim backend emulates it); "" (plan without --backend) counts as
+/// the simulator, the default backend of a topology.
+bool runsNccl(const std::string& name) {
+  if (name.empty()) return true;
+  const std::optional<BackendCapabilities> caps = findBackendCapabilities(name);
+  if (!caps) return false;
+  const auto& natives = caps->nativeAlgorithms;
+  return std::find(natives.begin(), natives.end(), kNcclNativeAlgorithm) != natives.end();
+}
+
 }  // namespace
 
 std::string forcedAlgorithm(std::string_view value, Collective c) {
@@ -90,8 +111,33 @@ std::string forcedAlgorithm(std::string_view value, Collective c) {
   return "";  // the plain name is another collective's algorithm: this one is not forced
 }
 
+struct Selector::NcclState {
+  std::map<int, NcclSystem> systems;  ///< by rank count
+  NcclEnv env = ncclEnvFromProcess();
+};
+
 Selector::Selector(SelectorOptions options) : opt_(std::move(options)) {}
 Selector::~Selector() = default;
+
+std::optional<Alternative> Selector::ncclCandidate(const CollectiveSpec& spec) const {
+  if (!opt_.topology || !gpuSystem(*opt_.topology) || !runsNccl(opt_.backend)) return std::nullopt;
+  const bool registered = std::any_of(algorithms().begin(), algorithms().end(), [&](const AlgorithmInfo& a) {
+    return a.collective == spec.kind && a.name == kNcclNativeAlgorithm;
+  });
+  if (!registered) return std::nullopt;
+  if (!nccl_) nccl_ = std::make_unique<NcclState>();
+  auto it = nccl_->systems.find(spec.nranks);
+  if (it == nccl_->systems.end()) {
+    it = nccl_->systems.emplace(spec.nranks, ncclSystemOf(*opt_.topology, spec.nranks)).first;
+  }
+  try {
+    const NcclChoice c = ncclChoose(it->second, spec, nccl_->env);
+    return Alternative{std::string(kNcclNativeAlgorithm), 0, 1, c.predictedUs};
+  } catch (const Error& e) {
+    if (e.code() == Errc::Unsupported) return std::nullopt;  // NCCL_ALGO / NCCL_PROTO leave nothing for this call
+    throw;
+  }
+}
 
 const CostModel& Selector::model(int nranks) const {
   auto it = models_.find(nranks);
@@ -184,6 +230,12 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
                               : fmt::format("; {} has no {} entry for these algorithms", where, toString(spec.kind));
       } else {
         const TablePrediction& best = preds.front();
+        if (const auto nccl = forced.empty() ? ncclCandidate(spec) : std::nullopt;
+            nccl && nccl->predictedUs < best.candidate.timeUs) {
+          return ncclChoice(
+              spec, *nccl,
+              fmt::format("; {} best {} {:.3g} us", where, best.candidate.algorithm, best.candidate.timeUs));
+        }
         Choice c{best.candidate.algorithm, ""};
         c.chunkBytes = best.candidate.chunkBytes;
         c.channels = best.candidate.channels;
@@ -231,11 +283,15 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
     }
     if (best.predictedUs >= 0) ranking.push_back(best);
   }
+  if (const auto nccl = forced.empty() ? ncclCandidate(spec) : std::nullopt) ranking.push_back(*nccl);
   std::stable_sort(ranking.begin(), ranking.end(),
                    [](const Alternative& x, const Alternative& y) { return x.predictedUs < y.predictedUs; });
   if (ranking.empty()) {
     throw Error(Errc::Unsupported, fmt::format("no algorithm can run {}{}", describe(spec),
                                                unsupported.empty() ? "" : ": " + unsupported));
+  }
+  if (ranking.front().algorithm == kNcclNativeAlgorithm) {
+    return ncclChoice(spec, ranking.front(), runnerUp(ranking) + tableNote, ranking);
   }
   Choice c{ranking.front().algorithm, ""};
   c.chunkBytes = ranking.front().chunkBytes;
@@ -248,6 +304,18 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
                                                      kDefaultFlatGBps, kDefaultFlatLatencyUs);
   c.reason = fmt::format("{}cost model on {}: {:.3g} us{}{}", forced.empty() ? "" : "forced by " + forcedBy + "; ", on,
                          c.predictedUs, runnerUp(ranking), tableNote);
+  return c;
+}
+
+Choice Selector::ncclChoice(const CollectiveSpec& spec, const Alternative& nccl, const std::string& note,
+                            std::vector<Alternative> ranking) const {
+  Choice c{nccl.algorithm, ""};
+  c.predictedUs = nccl.predictedUs;
+  c.source = "model";
+  c.ranking = ranking.empty() ? std::vector<Alternative>{nccl} : std::move(ranking);
+  const NcclChoice emulated = ncclChoose(nccl_->systems.at(spec.nranks), spec, nccl_->env);
+  c.reason = fmt::format("NCCL's model on topology {}: {}: {:.3g} us{}", printable(opt_.topology->name),
+                         ncclChoiceSummary(emulated), nccl.predictedUs, note);
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -46,20 +47,34 @@ TuningCandidate parseCandidate(const JsonFields& f, Collective c, bool nccl) {
   TuningCandidate k;
   k.algorithm = f.string("algorithm");
   if (nccl) {
-    try {
-      k.algorithm = std::string(toString(parseNcclAlgo(k.algorithm)));
-    } catch (const Error&) {
-      failName(f, "algorithm", "unknown NCCL algorithm (tree, ring)", k.algorithm);
+    // The tuner plugin's names (ncclTunerAlgorithmName / ncclTunerProtocolName), any case.
+    const auto lower = [](std::string v) {
+      std::transform(v.begin(), v.end(), v.begin(),
+                     [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      return v;
+    };
+    std::string names;
+    bool known = false;
+    for (NcclAlgorithm a : kNcclAlgorithms) {
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", ncclTunerAlgorithmName(a));
+      if (lower(k.algorithm) == ncclTunerAlgorithmName(a)) {
+        k.algorithm = std::string(ncclTunerAlgorithmName(a));
+        known = true;
+      }
     }
-    if (parseNcclAlgo(k.algorithm) == NcclAlgo::Tree && c != Collective::AllReduce) {
+    if (!known) failName(f, "algorithm", fmt::format("unknown NCCL algorithm ({})", names), k.algorithm);
+    if (k.algorithm == ncclTunerAlgorithmName(NcclAlgorithm::Tree) && c != Collective::AllReduce) {
       failName(f, "algorithm", fmt::format("NCCL has no tree {}", toString(c)), k.algorithm);
     }
     k.protocol = f.string("protocol");
-    try {
-      k.protocol = std::string(toString(parseNcclProto(k.protocol)));
-    } catch (const Error&) {
-      failName(f, "protocol", "unknown NCCL protocol (ll, ll128, simple)", k.protocol);
+    known = false;
+    for (NcclProtocol p : kNcclProtocols) {
+      if (lower(k.protocol) == ncclTunerProtocolName(p)) {
+        k.protocol = std::string(ncclTunerProtocolName(p));
+        known = true;
+      }
     }
+    if (!known) failName(f, "protocol", "unknown NCCL protocol (ll, ll128, simple)", k.protocol);
   } else {
     bool known = false;
     for (const auto& a : algorithms()) known = known || (a.collective == c && a.name == k.algorithm);

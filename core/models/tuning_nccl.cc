@@ -20,7 +20,7 @@ constexpr std::size_t kMaxLineChars = 255;
 /// Fields: 8 required, numPipeOps and regBuff optional (CONFIG_FIELDS_REQUIRED .. CONFIG_FIELDS_MAX).
 constexpr std::size_t kRequiredFields = 8;
 constexpr std::size_t kMaxFields = 10;
-/// Algorithm names the plugin knows (parseAlgorithm); collbench tables only produce tree and ring.
+/// Algorithm names the plugin knows (parseAlgorithm), in NCCL's order.
 constexpr std::string_view kPluginAlgorithms[] = {"tree",      "ring", "collnet_direct", "collnet_chain", "nvls",
                                                   "nvls_tree", "pat"};
 constexpr std::string_view kPluginProtocols[] = {"ll", "ll128", "simple"};
@@ -76,6 +76,10 @@ std::string_view ncclTunerCollectiveName(Collective c) {
   }
   throw Error(Errc::InvalidArgument, "NCCL's tuner has no barrier collective");
 }
+
+// kPluginAlgorithms and kPluginProtocols are in NCCL's order, as NcclAlgorithm and NcclProtocol.
+std::string_view ncclTunerAlgorithmName(NcclAlgorithm a) { return kPluginAlgorithms[static_cast<std::size_t>(a)]; }
+std::string_view ncclTunerProtocolName(NcclProtocol p) { return kPluginProtocols[static_cast<std::size_t>(p)]; }
 
 std::vector<NcclTunerRule> ncclTunerRules(const TuningTable& table) {
   std::vector<NcclTunerRule> rules;

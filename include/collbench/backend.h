@@ -53,6 +53,9 @@ class Backend {
   /// reaches this, so one question gets one method. The default builds the schedule and runs it once.
   virtual RunResult runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params,
                                  const RunOptions& opt);
+  /// One line on what `algorithm` does for `spec` on this backend, for the reasons of run headers and -J rows (the
+  /// sim backend's emulated NCCL choice: "NCCL 2.28: NVLS/Simple, 16 channels ..."); "" where there is nothing to say.
+  virtual std::string describeCall(const CollectiveSpec&, std::string_view) const { return ""; }
 };
 
 /// Free-form options a backend understands ("topology" for the simulator, "timeout" ...).

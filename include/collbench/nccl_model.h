@@ -146,6 +146,11 @@ struct NcclEnv {
 NcclEnv parseNcclEnv(const std::map<std::string, std::string>& vars);
 /// parseNcclEnv over the process environment.
 NcclEnv ncclEnvFromProcess();
+/// The process environment's NCCL variables overridden by `assignments`: whitespace-separated NAME=VALUE items, as
+/// nccl-tests logs print them ("NCCL_ALGO=Ring NCCL_MIN_CTAS=24"; NCCL's values never contain blanks). Throws
+/// Error{InvalidArgument} naming `what` (the flag) for an item that is not NCCL_<NAME>=VALUE, and as parseNcclEnv
+/// for a bad value.
+NcclEnv ncclEnvWith(std::string_view assignments, std::string_view what);
 
 /// The communicator-level results of NCCL's topology search and channel setup for one graph (search.cc, connect.cc).
 struct NcclGraph {
@@ -191,6 +196,17 @@ struct NcclChoice {
 /// algorithm/protocol available"), naming NCCL_ALGO / NCCL_PROTO.
 NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                       const NcclEnv& env = NcclEnv{});
+
+/// The size NCCL's tuning and nccl-tests tables key a call by: the per-rank buffer of all-reduce, broadcast and
+/// reduce, the total of all-gather and reduce-scatter (the larger of the spec's input and output bytes).
+std::size_t ncclTestsBytes(const CollectiveSpec& spec);
+
+/// ncclChoose for `spec` on its system and environment.
+NcclChoice ncclChoose(const NcclSystem& sys, const CollectiveSpec& spec, const NcclEnv& env);
+
+/// One line for run headers and -J rows: "NCCL 2.28: NVLS/Simple, 16 channels (runner-up Ring/LL128 +12%)", the
+/// runner-up being the candidate with the next lowest NCCL estimate and the percentage its estimate's excess.
+std::string ncclChoiceSummary(const NcclChoice& choice);
 
 /// Time (us) of one call with a given algorithm, protocol and channel count: NCCL's latency model (base latency +
 /// per-step protocol latency x steps) plus each network hop's measured extra and the arch's launch floor; bytes

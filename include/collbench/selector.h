@@ -11,11 +11,15 @@
 ///   3. the cost model on the topology (or, without one, CostModel::defaultFlat over the algorithms
 ///      whose AlgorithmTraits::defaultModel is set),
 ///      minimised over each algorithm's kModelChunkCandidates x kModelChannelCandidates.
+///   On a GPU system (the topology's GPUs have an `arch`) and a backend that runs "nccl" (the simulator emulates it),
+///   NCCL's own collective competes in 2 and 3 with the time NCCL 2.28's model predicts for its choice (nccl_model.h;
+///   NCCL_* variables of the process apply), and is chosen where it is faster.
 ///   4. on a backend that moves data, `collbench perf` (tools/config_timer.h) times the choice of 2 or 3 against its
 ///      near-tied runner-ups (trialCandidates) and runs the fastest (settleTrial).
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,8 +72,15 @@ class Selector {
 
  private:
   const CostModel& model(int nranks) const;
+  /// "nccl" with its predicted time on a GPU system whose backend runs it; nullopt elsewhere.
+  std::optional<Alternative> ncclCandidate(const CollectiveSpec& spec) const;
+  /// The choice of "nccl" (after ncclCandidate) with a reason naming NCCL's emulated choice, then `note`.
+  Choice ncclChoice(const CollectiveSpec& spec, const Alternative& nccl, const std::string& note,
+                    std::vector<Alternative> ranking = {}) const;
   SelectorOptions opt_;
   mutable std::map<int, std::unique_ptr<CostModel>> models_;
+  struct NcclState;  ///< NCCL's systems by rank count and its environment, made on first use
+  mutable std::unique_ptr<NcclState> nccl_;
 };
 
 /// Trial (`--algo auto` on a backend that moves data): a table predicts from other sizes, rank counts and another

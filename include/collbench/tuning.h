@@ -30,6 +30,7 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/nccl_model.h"
 #include "collbench/types.h"
 
 namespace collbench {
@@ -188,6 +189,11 @@ struct NcclTunerRule {
 /// The plugin's collective names: allreduce, reducescatter, allgather, broadcast, reduce (barrier has none: throws
 /// Error{InvalidArgument}).
 std::string_view ncclTunerCollectiveName(Collective c);
+
+/// The plugin's algorithm and protocol names (its parseAlgorithm / parseProtocol): tree, ring, collnet_direct,
+/// collnet_chain, nvls, nvls_tree, pat; ll, ll128, simple.
+std::string_view ncclTunerAlgorithmName(NcclAlgorithm a);
+std::string_view ncclTunerProtocolName(NcclProtocol p);
 
 /// Rules from the "nccl" sections of `table`: per (collective, nranks, nnodes), the fastest candidate at each size,
 /// size ranges split at the geometric mean of neighbouring sizes (the first from 0, the last to SIZE_MAX), equal

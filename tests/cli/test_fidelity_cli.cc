@@ -1,10 +1,11 @@
-// `collbench fidelity`: each real nccl-tests table of tests/data/realdata against its closest shipped topology, with
-// the median |error| bounded per table (the CI gate of reports/fidelity), prefixed logs, and bad input (exit 2, one
-// line naming it).
+// `collbench fidelity`: each real nccl-tests table of tests/data/realdata against its system's shipped topology with
+// --algo nccl, the median, p90 and size-class errors bounded per table (the CI gate of reports/fidelity), prefixed
+// logs, and bad input (exit 2, one line naming it).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,32 +22,45 @@ using testing::runCli;
 const std::filesystem::path kSource(COLLBENCH_SOURCE_DIR);
 const std::string kRealdata = (kSource / "tests/data/realdata").string();
 
-// Median |error| bounds of `collbench fidelity --algo auto` per table: what the simulator gave when the gate was set
-// (reports/fidelity/*.txt, the simulator without NCCL's protocols, channels and NVLS) plus 3 percentage points, so
-// that a change making a table worse fails. The NCCL model (issue 23: median <= 10%) tightens them.
-constexpr double kMedianBoundH100x8Nvls = 0.852 + 0.03;
-constexpr double kMedianBoundA100x8Ring = 0.902 + 0.03;
-constexpr double kMedianBoundH100x16Ib400NvlsTree = 0.805 + 0.03;
-constexpr double kMedianBoundH100x16Ib400Ring = 0.496 + 0.03;
-constexpr double kMedianBoundH100x16EfaP5 = 0.893 + 0.03;
-constexpr double kMedianBoundA100x16EfaP4de = 0.924 + 0.03;
+// Issue 23's targets for `collbench fidelity --algo nccl` on a table's shipped topology: median |error| <= 10%, p90
+// <= 25%, and each size class's median <= 15%.
+constexpr double kTargetMedian = 0.10;
+constexpr double kTargetP90 = 0.25;
+constexpr double kTargetClassMedian = 0.15;
+// Where a table misses a target, the bound is what the model gave when the gate was set (reports/fidelity/*.txt)
+// plus this margin, so that a change making the table worse fails.
+constexpr double kMargin = 0.03;
+
+struct Bounds {
+  double median = kTargetMedian, p90 = kTargetP90;
+  std::array<double, 3> classMedian = {kTargetClassMedian, kTargetClassMedian, kTargetClassMedian};
+};
 
 struct RealTable {
   const char* file;      ///< in tests/data/realdata
-  const char* topology;  ///< shipped name, or a path under the source tree
+  const char* topology;  ///< shipped name
+  const char* ncclEnv;   ///< the measurement's NCCL variables (its "# env_vars:" header), for --nccl-env
   std::size_t rows;      ///< rows of the table
-  double medianBound;
+  Bounds bounds;
 };
 
-// The closest topology each checkout ships: the 2-node tables use the first two servers of h100-4x8-rail (8 x 400G
-// per server, as the IB cluster and as p5's 3200 Gbps), and the p4de one the stand-in of reports/fidelity.
+// The gaps, all in the 64 KiB - 16 MiB class where NCCL switches protocols and channel counts: the A100 table's
+// medium sizes run 26% fast (NCCL's LL128 is off on A100 by default: Simple's pipeline fill at 256 KiB - 4 MiB is
+// underestimated); the forced ring on 2 IB nodes runs 45% fast at 1-8 MiB (its 24 CTAs over 16 NICs pay a per-step
+// network latency the model does not have); the EFA tables 22-27% fast there (libfabric's per-message cost); the
+// NVLSTree table's small sizes 15% (two-node tree LL latency).
 const RealTable kTables[] = {
-    {"h100x8-nvls-dgxcbench.csv", "dgx-h100-8x1", 32, kMedianBoundH100x8Nvls},
-    {"a100x8-ring-ocitutorials-ja.csv", "dgx-a100-8x1", 28, kMedianBoundA100x8Ring},
-    {"h100x16-2node-ib400-nvlstree-ncclTests309-A.csv", "h100-4x8-rail", 32, kMedianBoundH100x16Ib400NvlsTree},
-    {"h100x16-2node-ib400-ring-ncclTests309-G.csv", "h100-4x8-rail", 14, kMedianBoundH100x16Ib400Ring},
-    {"h100x16-2node-efa-p5-awsome.csv", "h100-4x8-rail", 32, kMedianBoundH100x16EfaP5},
-    {"a100x16-2node-efa-p4de-awsome.csv", "reports/fidelity/a100-2x8-efa.json", 29, kMedianBoundA100x16EfaP4de},
+    {"h100x8-nvls-dgxcbench.csv", "dgx-h100-8x1", "", 32, Bounds{}},
+    {"a100x8-ring-ocitutorials-ja.csv", "dgx-a100-8x1", "", 28,
+     Bounds{kTargetMedian, 0.330 + kMargin, {kTargetClassMedian, 0.263 + kMargin, kTargetClassMedian}}},
+    {"h100x16-2node-ib400-nvlstree-ncclTests309-A.csv", "dgx-h100-ib400", "", 32,
+     Bounds{kTargetMedian, kTargetP90, {0.151 + kMargin, kTargetClassMedian, kTargetClassMedian}}},
+    {"h100x16-2node-ib400-ring-ncclTests309-G.csv", "dgx-h100-ib400", "NCCL_ALGO=Ring NCCL_MIN_CTAS=24", 14,
+     Bounds{kTargetMedian, 0.457 + kMargin, {kTargetClassMedian, 0.451 + kMargin, kTargetClassMedian}}},
+    {"h100x16-2node-efa-p5-awsome.csv", "aws-p5", "", 32,
+     Bounds{kTargetMedian, 0.276 + kMargin, {kTargetClassMedian, 0.223 + kMargin, kTargetClassMedian}}},
+    {"a100x16-2node-efa-p4de-awsome.csv", "aws-p4de", "", 29,
+     Bounds{kTargetMedian, 0.403 + kMargin, {kTargetClassMedian, 0.266 + kMargin, kTargetClassMedian}}},
 };
 
 class FidelityCli : public ::testing::Test {
@@ -76,10 +90,9 @@ TEST_F(FidelityCli, RealTablesStayWithinTheirMedianBound) {
   if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
   for (const RealTable& t : kTables) {
     SCOPED_TRACE(t.file);
-    const std::string topo = std::string(t.topology).find('/') == std::string::npos ? std::string(t.topology)
-                                                                                    : (kSource / t.topology).string();
     const std::string json = path(std::string(t.file) + ".json");
-    const CliResult r = runCli(fmt::format("fidelity {}/{} --topology {} -J {}", kRealdata, t.file, topo, json));
+    const CliResult r = runCli(fmt::format("fidelity {}/{} --topology {} --algo nccl --nccl-env '{}' -J {}", kRealdata,
+                                           t.file, t.topology, t.ncclEnv, json));
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_NE(r.out.find("# all sizes"), std::string::npos) << r.out;
     const FidelityDocument doc = parseFidelityDocument(testing::slurp(json), json);
@@ -87,8 +100,15 @@ TEST_F(FidelityCli, RealTablesStayWithinTheirMedianBound) {
     const FidelityLog& f = doc.logs.front();
     EXPECT_EQ(f.rows.size(), t.rows);
     EXPECT_EQ(f.ranks, std::string(t.file).find("x16") != std::string::npos ? 16 : 8);
-    EXPECT_LE(f.all.median, t.medianBound) << "median |error| of " << t.file << " on " << t.topology << " rose to "
-                                           << 100 * f.all.median << "% (bound " << 100 * t.medianBound << "%)";
+    EXPECT_LE(f.all.median, t.bounds.median)
+        << "median |error| of " << t.file << " on " << t.topology << " rose to " << 100 * f.all.median << "%";
+    EXPECT_LE(f.all.p90, t.bounds.p90) << "p90 |error| of " << t.file << " rose to " << 100 * f.all.p90 << "%";
+    for (SizeClass c : kSizeClasses) {
+      const ErrorStats& cs = f.byClass[static_cast<std::size_t>(c)];
+      EXPECT_LE(cs.median, t.bounds.classMedian[static_cast<std::size_t>(c)])
+          << describe(c) << " median |error| of " << t.file << " rose to " << 100 * cs.median << "%";
+    }
+    for (const FidelityRow& row : f.rows) EXPECT_EQ(row.algorithm, "nccl");
     // The table prints every row the JSON holds.
     EXPECT_EQ(testing::tableRows(r.out).size(), f.rows.size());
   }
@@ -132,7 +152,7 @@ TEST_F(FidelityCli, ReportDrawsMeasuredAndSimulatedBusbw) {
   // One plot, two series (measured, simulated) of the table's 14 rows each.
   EXPECT_NE(page.find(R"(data-plot="fidelity-busbw" data-points="28" data-series="2")"), std::string::npos);
   EXPECT_NE(page.find(R"(data-label="measured")"), std::string::npos);
-  EXPECT_NE(page.find(R"~(data-label="simulated on h100-4x8-rail (auto)")~"), std::string::npos);
+  EXPECT_NE(page.find(R"~(data-label="simulated on dgx-h100-ib400 (nccl)")~"), std::string::npos);
   // The 8 GiB row's measured busbw as a point.
   EXPECT_NE(page.find(R"(data-x="8.58993e+09" data-y="392.69")"), std::string::npos);
   const CliResult md = runCli(fmt::format("report {} --format md", json));
@@ -163,6 +183,10 @@ TEST_F(FidelityCli, BadInputIsOneLineAndExit2) {
                               "  1024 256 float sum -1 12.0 0.1\n";
   }
   expectBadInput(fmt::format("fidelity {} --topology dgx-h100-8x1", garbage), "garbage.log:2: row");
+  expectBadInput(fmt::format("fidelity {} --topology dgx-h100-ib400 --algo nccl --nccl-env ALGO=Ring", h100x16),
+                 "--nccl-env: 'ALGO=Ring' is not NCCL_<NAME>=VALUE");
+  expectBadInput(fmt::format("fidelity {} --topology dgx-h100-ib400 --algo nccl --nccl-env NCCL_ALGO=bogus", h100x16),
+                 "NCCL_ALGO=bogus: unknown element 'bogus'");
   const std::string existing = path("existing.json");
   { std::ofstream(existing) << "{}"; }
   expectBadInput(fmt::format("fidelity {} --topology h100-4x8-rail -J {}", h100x16, existing),

@@ -144,13 +144,15 @@ TEST_F(TuneCli, NcclTunerExportParsesBackToTheTableChoices) {
     EXPECT_EQ(rule->channels, best.channels) << e.bytes;
     protocols.insert(best.protocol);
     for (const TuningCandidate& k : e.candidates) {
-      EXPECT_TRUE(k.algorithm == "ring" || k.algorithm == "tree");
+      // What NCCL offers on one NVLS node (no network: no CollNet; PAT is for one GPU per node).
+      EXPECT_TRUE(k.algorithm == "ring" || k.algorithm == "tree" || k.algorithm == "nvls") << k.algorithm;
       EXPECT_TRUE(k.protocol == "ll" || k.protocol == "ll128" || k.protocol == "simple");
     }
   }
-  // LL wins small all-reduces and Simple (or LL128) large ones, as in NCCL.
+  // LL wins small all-reduces and NVLS Simple (NVSwitch reduction) large ones, as in NCCL on an H100 node.
   EXPECT_EQ(s->entries.front().candidates.front().protocol, "ll");
-  EXPECT_NE(s->entries.back().candidates.front().protocol, "ll");
+  EXPECT_EQ(s->entries.back().candidates.front().algorithm, "nvls");
+  EXPECT_EQ(s->entries.back().candidates.front().protocol, "simple");
   // Every size maps to a rule (0 .. SIZE_MAX covered without gaps).
   for (std::size_t b : {std::size_t{0}, std::size_t{3000}, std::size_t{1} << 30}) {
     EXPECT_NE(matchNcclTunerRule(rules, Collective::AllReduce, b, 1, 8), nullptr) << b;
