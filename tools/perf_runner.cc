@@ -80,6 +80,11 @@ void checkBackendRuns(const std::string& backend, Collective collective, const s
   const std::vector<std::string> natives = backendNativeAlgorithms(backend);
   if (algo == "auto") return;
   const AlgorithmInfo& info = findAlgorithm(collective, algo);
+  if (info.traits.needsSwitchReduction && backendCapabilities(backend).device == DeviceKind::Cpu) {
+    throw Error(Errc::Unsupported, fmt::format("--algo {} needs a switch that reduces (NVLS/SHARP), which backend '{}' "
+                                               "does not have; run it on --backend sim or nccl",
+                                               algo, backend));
+  }
   if (!info.native || std::find(natives.begin(), natives.end(), algo) != natives.end()) return;
   std::string how;
   for (const auto& [name, summary] : backendNames()) {

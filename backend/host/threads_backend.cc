@@ -134,6 +134,7 @@ class ThreadsBackend final : public Backend {
                                                  "backend runs only collbench schedules",
                                                  s.algorithm));
     }
+    requireNoSwitchOps(s, "host");
     if (static_cast<int>(bufs.size()) != nranks_) {
       throw Error(Errc::InvalidArgument, fmt::format("got buffers for {} ranks, need {}", bufs.size(), nranks_));
     }
