@@ -104,7 +104,8 @@ Dag::Dag(const Schedule& s, const Matching& m, World& w, std::vector<int> groupS
   for (std::size_t k = 0; k < m.switchMatches.size(); ++k) {
     const std::size_t members = m.switchMatches[k].ops.size();
     sstate_[k].ready.assign(members, -1);
-    sstate_[k].pending = static_cast<int>(members);
+    sstate_[k].downDone.assign(members, 0);
+    sstate_[k].upsLeft = static_cast<int>(members);
   }
 }
 
@@ -211,9 +212,9 @@ void Dag::tryStart(int m) {
   }
 }
 
-// Switch ops (sim_backend.h): a SwitchReduce pulls every member's bytes up once the member and the root are both
-// ready, then sends the reduced bytes down to the root; a Multicast sends the root's bytes up, then down to every
-// member once it is ready.
+// Switch ops (sim_backend.h): the switch streams them (cut-through, as NVLS's multimem instructions): a
+// SwitchReduce's reduced bytes go down to the root while the members' contributions go up, a Multicast's copies go
+// down to the members while the root's bytes go up; an op completes on a member when its data has arrived.
 void Dag::switchReady(int g, int rank, double t) {
   const int i = g - rankOffset_[static_cast<std::size_t>(rank)];
   const int k = m_.opMatch[static_cast<std::size_t>(rank)][static_cast<std::size_t>(i)];
@@ -224,29 +225,43 @@ void Dag::switchReady(int g, int rank, double t) {
   st.ready[static_cast<std::size_t>(x)] = t;
   const Op& o = op(g);
   const bool root = rank == o.peer;
+  if (root) st.rootReady = t;
   if (o.kind == OpKind::SwitchReduce) {
     if (root) {
-      st.rootReady = t;
       for (std::size_t y = 0; y < members.size(); ++y) {
-        if (st.ready[y] >= 0) startSwitchFlow(k, static_cast<int>(y), World::SwitchLeg::Up, t);
+        if (st.ready[y] >= 0) startReductionUp(k, static_cast<int>(y), t);
       }
     } else if (st.rootReady >= 0) {
-      startSwitchFlow(k, x, World::SwitchLeg::Up, t);
+      startReductionUp(k, x, t);
     }
     return;
   }
   if (root) {
-    st.rootReady = t;
     startSwitchFlow(k, x, World::SwitchLeg::Up, t);
-  } else if (st.atSwitch >= 0) {
+    for (std::size_t y = 0; y < members.size(); ++y) {
+      if (st.ready[y] >= 0) startSwitchFlow(k, static_cast<int>(y), World::SwitchLeg::Down, t);
+    }
+  } else if (st.rootReady >= 0) {
     startSwitchFlow(k, x, World::SwitchLeg::Down, t);
   }
+}
+
+void Dag::startReductionUp(int k, int member, double t) {
+  SwitchState& st = sstate_[static_cast<std::size_t>(k)];
+  startSwitchFlow(k, member, World::SwitchLeg::Up, t);
+  if (++st.upsStarted < static_cast<int>(st.ready.size())) return;
+  const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(k)];
+  const auto& members = s_.switchGroups[static_cast<std::size_t>(sm.group)];
+  const int root =
+      op(globalOp(members[static_cast<std::size_t>(member)], sm.ops[static_cast<std::size_t>(member)])).peer;
+  const auto rootMember = std::lower_bound(members.begin(), members.end(), root) - members.begin();
+  startSwitchFlow(k, static_cast<int>(rootMember), World::SwitchLeg::ReducedDown, t);
 }
 
 void Dag::startSwitchFlow(int k, int member, World::SwitchLeg leg, double t) {
   const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(k)];
   const int rank = s_.switchGroups[static_cast<std::size_t>(sm.group)][static_cast<std::size_t>(member)];
-  const Op& o = s_.ranks[static_cast<std::size_t>(rank)].ops[static_cast<std::size_t>(sm.ops[static_cast<std::size_t>(member)])];
+  const Op& o = op(globalOp(rank, sm.ops[static_cast<std::size_t>(member)]));
   const int f = static_cast<int>(sflow_.size());
   sflow_.push_back({k, member, rank, groupSwitch_[static_cast<std::size_t>(sm.group)], leg, o.bytes});
   timing_->switchFlow(*this, f, t);
@@ -259,30 +274,35 @@ void Dag::switchFlowDone(int f, double t) {
   SwitchState& st = sstate_[static_cast<std::size_t>(fl.match)];
   auto memberOp = [&](std::size_t y) { return globalOp(members[y], sm.ops[y]); };
   const Op& o = op(memberOp(static_cast<std::size_t>(fl.member)));
-  const int root = o.peer;
   const auto rootMember =
-      static_cast<std::size_t>(std::lower_bound(members.begin(), members.end(), root) - members.begin());
-  switch (fl.leg) {
-    case World::SwitchLeg::Up:
-      if (o.kind == OpKind::Multicast) {
-        // The root's bytes are in the switch: down to every member that is ready (the others follow when they are).
-        st.atSwitch = t;
-        for (std::size_t y = 0; y < members.size(); ++y) {
-          if (st.ready[y] >= 0) startSwitchFlow(fl.match, static_cast<int>(y), World::SwitchLeg::Down, t);
-        }
-      } else if (--st.pending == 0) {
-        // Every contribution is in: the non-roots are done, the reduced bytes go down to the root.
-        st.atSwitch = t;
-        for (std::size_t y = 0; y < members.size(); ++y) {
-          if (y != rootMember) opDone(memberOp(y), t);
-        }
-        startSwitchFlow(fl.match, static_cast<int>(rootMember), World::SwitchLeg::ReducedDown, t);
+      static_cast<std::size_t>(std::lower_bound(members.begin(), members.end(), o.peer) - members.begin());
+  if (o.kind == OpKind::SwitchReduce) {
+    // The root has the reduction once every contribution is in and the reduced bytes have arrived.
+    if (fl.leg == World::SwitchLeg::ReducedDown) {
+      st.downLeft = false;
+      if (st.upsLeft == 0) opDone(memberOp(rootMember), t);
+    } else if (--st.upsLeft == 0) {
+      // Every contribution is in: the members' inputs are free again.
+      for (std::size_t y = 0; y < members.size(); ++y) {
+        if (y != rootMember) opDone(memberOp(y), t);
       }
-      break;
-    case World::SwitchLeg::Down:
-    case World::SwitchLeg::ReducedDown:
-      opDone(memberOp(static_cast<std::size_t>(fl.member)), t);
-      break;
+      if (!st.downLeft) opDone(memberOp(rootMember), t);
+    }
+    return;
+  }
+  if (fl.leg == World::SwitchLeg::Up) {
+    // The root's bytes have all left it: every member whose copy already arrived is done.
+    st.upsDone = t;
+    for (std::size_t y = 0; y < members.size(); ++y) {
+      if (st.downDone[y]) opDone(memberOp(y), t);
+    }
+    return;
+  }
+  // A copy cannot be complete before the bytes it copies have left the root.
+  if (st.upsDone >= 0) {
+    opDone(memberOp(static_cast<std::size_t>(fl.member)), t);
+  } else {
+    st.downDone[static_cast<std::size_t>(fl.member)] = 1;
   }
 }
 

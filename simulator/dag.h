@@ -80,6 +80,7 @@ class Dag {
   void tryStart(int m);
   void switchReady(int g, int rank, double t);
   void startSwitchFlow(int k, int member, World::SwitchLeg leg, double t);
+  void startReductionUp(int k, int member, double t);
   void switchFlowDone(int f, double t);
 
   const Schedule& s_;
@@ -93,12 +94,17 @@ class Dag {
   std::vector<Xfer> xf_;
   std::vector<int> connStart_, connMatches_, connNext_;
   std::vector<double> connFree_;
-  // Switch ops: per switch match, the members' ready times (-1: not yet), the root's ready time and when the switch
-  // has the data (every contribution of a SwitchReduce, the root's bytes of a Multicast; -1: not yet).
+  // Switch ops: per switch match, the members' ready times (-1: not yet) and legs still running. A SwitchReduce's
+  // ups start when the member and the root are ready, its reduced down once every up has started; a Multicast's up
+  // when the root is ready, each down when the root and that member are. A member's op completes when its own legs
+  // and the legs it waits for (every up of a reduction, the up of a multicast) are done (sim_backend.h).
   struct SwitchState {
     std::vector<double> ready;
-    double rootReady = -1, atSwitch = -1;
-    int pending = 0;  // contributions still going up
+    std::vector<char> downDone;  // multicast: the member's down finished, waiting for the up
+    double rootReady = -1;
+    int upsStarted = 0, upsLeft = 0;
+    bool downLeft = true;  // reduction: the reduced bytes have not reached the root yet
+    double upsDone = -1;   // multicast: when the root's bytes had all gone up
   };
   std::vector<int> groupSwitch_;
   std::vector<SwitchState> sstate_;

@@ -91,7 +91,7 @@ class World {
   // output (where it reduces); DirLink leaving a reducing switch -> that port's reduction resource.
   std::unordered_map<int, int> switchHost_, switchReduceHost_;
   std::unordered_map<int, simgrid::s4u::Link*> reducePort_;
-  std::unordered_map<std::uint64_t, bool> switchRoutes_;  // (rank node << 32 | switch node) << 2 | leg
+  std::unordered_map<std::uint64_t, bool> switchRoutes_;            // (rank node << 32 | switch node) << 2 | leg
   std::vector<double> linkBandwidth_, linkLatency_;                 // bytes/s and s, after switch caps
   std::unordered_map<std::uint64_t, std::vector<DirLink>> routes_;  // src rank << 32 | dst rank
   std::unordered_map<std::uint64_t, bool> installed_;               // src node << 32 | dst node

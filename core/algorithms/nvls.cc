@@ -1,7 +1,8 @@
 // NVLS all-reduce (NCCL's NCCL_ALGO_NVLS inside one NVSwitch domain): the data is cut into loops of channels x n
 // chunks; in each loop, chunk (channel c, rank q) is reduced by the switch for its owner q (SwitchReduce with root q:
 // NVLS multimem.ld_reduce) and written back into every rank by the switch (Multicast from q: multimem.st). Each
-// owner's loads and stores are two chains per channel, so loop i's multicast overlaps loop i+1's reduction, as
+// owner keeps up to NCCL_STEPS chunks of a channel in flight: the load of loop i waits for the store of loop
+// i - NCCL_STEPS (its buffer slot), stores go in order, so reductions and multicasts of consecutive loops overlap as
 // NCCL's warps pipeline them. Per rank and loop the links carry channels x chunk x (n + 1) bytes each way: n
 // contributions up and n multicast chunks down, plus the owner's reduced chunk down and its store up.
 #include <fmt/format.h>
@@ -25,6 +26,9 @@ constexpr std::size_t kNvlsChunkBytes = 128 * 1024;
 /// (nBytes < 64 x nChannels x nHeads x chunkSize), so that small calls still spread over every channel.
 constexpr std::size_t kNvlsSmallChunkBytes = 64 * 1024;
 constexpr std::size_t kNvlsChunksPerOp = 64;
+/// Chunks of one channel in flight: NCCL_STEPS (NCCL 2.28 src/include/device.h), the slots of NVLS's buffer
+/// (src/transport/nvls.cc: buffSize = nvlsChunkSize x NCCL_STEPS).
+constexpr std::size_t kNvlsSteps = 8;
 
 /// The chunk of one (channel, owner) per loop, in elements (at least one).
 std::size_t nvlsChunkElems(const CollectiveSpec& spec, const AlgoParams& p) {
@@ -57,9 +61,11 @@ Schedule nvlsAllReduce(const CollectiveSpec& spec, const AlgoParams& p) {
   const int group = b.switchGroup(all);
   const std::size_t chunk = nvlsChunkElems(spec, p);
   const std::size_t lanes = static_cast<std::size_t>(p.channels) * static_cast<std::size_t>(n);
-  // The owner's last load (SwitchReduce) and store (Multicast) of each lane (channel, owner): its two chains.
-  std::vector<OpId> lastLoad(lanes, kNoOp), lastStore(lanes, kNoOp);
-  for (std::size_t base = 0; base < spec.count; base += lanes * chunk) {
+  // The owner's stores (Multicast) of each lane (channel, owner), by loop modulo kNvlsSteps: the slot each load
+  // reuses, and the previous store.
+  std::vector<std::vector<OpId>> stores(lanes, std::vector<OpId>(kNvlsSteps, kNoOp));
+  std::size_t loop = 0;
+  for (std::size_t base = 0; base < spec.count; base += lanes * chunk, ++loop) {
     const Partition parts{std::min(lanes * chunk, spec.count - base), lanes};
     for (int c = 0; c < p.channels; ++c) {
       for (int q = 0; q < n; ++q) {
@@ -70,13 +76,12 @@ Schedule nvlsAllReduce(const CollectiveSpec& spec, const AlgoParams& p) {
           const bool owner = r == q;
           // A non-owner only lends its input to the owner's load, then takes the owner's store (after its input has
           // been read: in place they are the same bytes).
-          const OpId load = b.switchReduce(r, group, q, in(at), out(at), len, {owner ? lastLoad[lane] : kNoOp}, c);
-          const OpId store =
-              b.multicast(r, group, q, out(at), out(at), len, {load, owner ? lastStore[lane] : kNoOp}, c);
-          if (owner) {
-            lastLoad[lane] = load;
-            lastStore[lane] = store;
-          }
+          auto& slots = stores[lane];
+          const OpId slotFree = owner ? slots[loop % kNvlsSteps] : kNoOp;
+          const OpId previous = owner ? slots[(loop + kNvlsSteps - 1) % kNvlsSteps] : kNoOp;
+          const OpId load = b.switchReduce(r, group, q, in(at), out(at), len, {slotFree}, c);
+          const OpId store = b.multicast(r, group, q, out(at), out(at), len, {load, previous}, c);
+          if (owner) slots[loop % kNvlsSteps] = store;
         }
       }
     }
@@ -86,10 +91,11 @@ Schedule nvlsAllReduce(const CollectiveSpec& spec, const AlgoParams& p) {
 
 namespace {
 
-/// Loops x (stage of the reduction, stage of the multicast), as the simulator times them (simulator/sim_backend.h):
-/// the reduction stage pulls n chunks per channel up every rank's link and sends one reduced chunk per channel down
-/// at min(link, reduce_GBps); the multicast stage sends one chunk per channel up and n down. The first loop runs
-/// both stages in turn; after it, each loop adds the slower stage (the two chains overlap).
+/// The first loop's two stages, as the simulator times switch ops (simulator/sim_backend.h: legs of one op stream
+/// together): the reduction pulls n chunks per channel up every rank's link while one reduced chunk per channel
+/// comes down at min(link, reduce_GBps); the multicast sends one chunk per channel up while n come down. Each further
+/// loop adds the busier direction of a link (n + 1 chunks per channel each way, the reduced one at its rate), or a
+/// kNvlsSteps-th of the two stages where the pipeline is latency bound.
 Estimate nvlsCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
   const int n = ctx.n;
   if (n == 1) return estimateOf(ctx.gammaCost(static_cast<double>(s.inputBytes()), 0));
@@ -132,9 +138,19 @@ Estimate nvlsCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoPar
     t.betaBytes[cls] = bytes * link / rate;
     return t;
   };
-  const CostTerms load = leg(lanesPerRank * n * chunk, link) + leg(lanesPerRank * chunk, reduced);
-  const CostTerms store = leg(lanesPerRank * chunk, link) + leg(lanesPerRank * n * chunk, link);
-  return estimateOf(load + store + CostTerms::max(load, store) * static_cast<double>(loops - 1));
+  const CostTerms load = CostTerms::max(leg(lanesPerRank * n * chunk, link), leg(lanesPerRank * chunk, reduced));
+  const CostTerms store = leg(lanesPerRank * n * chunk, link);
+  auto bytesOnly = [&](double bytes, double rate) {
+    CostTerms t = leg(bytes, rate);
+    t.us -= lat;
+    t.alphaCount[cls] = 0;
+    return t;
+  };
+  const CostTerms up = bytesOnly(lanesPerRank * (n + 1) * chunk, link);
+  const CostTerms down = bytesOnly(lanesPerRank * n * chunk, link) + bytesOnly(lanesPerRank * chunk, reduced);
+  const CostTerms period =
+      CostTerms::max(CostTerms::max(up, down), (load + store) * (1.0 / static_cast<double>(kNvlsSteps)));
+  return estimateOf(load + store + period * static_cast<double>(loops - 1));
 }
 
 /// Switch flows: per loop and lane, n + 1 for the reduction and n + 1 for the multicast.

@@ -39,7 +39,8 @@ Schedule twoChunkAllReduce(int n) {
   for (auto& prog : s.ranks) {
     for (int c = 0; c < 2; ++c) {
       const std::size_t at = static_cast<std::size_t>(c) * kHalf;
-      prog.ops.push_back(switchOp(OpKind::SwitchReduce, 0, c, {BufferKind::Input, at}, {BufferKind::Output, at}, kHalf));
+      prog.ops.push_back(
+          switchOp(OpKind::SwitchReduce, 0, c, {BufferKind::Input, at}, {BufferKind::Output, at}, kHalf));
     }
     for (int c = 0; c < 2; ++c) {
       const std::size_t at = static_cast<std::size_t>(c) * kHalf;
@@ -159,8 +160,8 @@ TEST(SwitchOps, DeadlockThroughTheSwitchIsFound) {
   recv.dst = {BufferKind::Scratch, 0};
   recv.bytes = 4;
   s.ranks[0].scratchBytes = 4;
-  s.ranks[0].ops = {recv, switchOp(OpKind::SwitchReduce, 0, 0, {BufferKind::Input, 0}, {BufferKind::Output, 0}, 256,
-                                   {0})};
+  s.ranks[0].ops = {recv,
+                    switchOp(OpKind::SwitchReduce, 0, 0, {BufferKind::Input, 0}, {BufferKind::Output, 0}, 256, {0})};
   Op send;
   send.kind = OpKind::Send;
   send.peer = 0;
