@@ -19,6 +19,7 @@
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
+#include "collbench/validator.h"
 #include "environment.h"
 #include "process_world.h"
 #include "world_options.h"
@@ -220,6 +221,10 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   if (topo && n > static_cast<int>(topo->ranks.size())) {
     throw Error(Errc::InvalidArgument, fmt::format("-g/--ngpus {}: topology '{}' has {} ranks", n, topology,
                                                    topo->ranks.size()));
+  }
+  if (topo && c.algo != "auto" && findAlgorithm(c.collective, c.algo).traits.needsSwitchReduction) {
+    // Refused before the table starts: a one-element-per-rank schedule names the op and the switch that cannot.
+    validateOnTopology(buildSchedule({c.collective, n, static_cast<std::size_t>(n), dtype, op, c.root}, c.algo), *topo);
   }
   const CallConfig call{c.algo, c.chunkBytes, c.channels};
   checkSpec(CollectiveSpec{c.collective, n, 0, dtype, op, c.root}, AlgoParams{c.chunkBytes, c.channels, {}});

@@ -89,9 +89,9 @@ void matchSwitchOps(const Schedule& s, Matching& m) {
       const Op& op = ops[static_cast<std::size_t>(i)];
       if (!op.isSwitch()) continue;
       if (op.group < 0 || op.group >= groups) {
-        switchFail(r, i, op,
-                   groups == 0 ? "the schedule has no switch groups"
-                               : fmt::format("not a switch group (0..{})", groups - 1));
+        switchFail(
+            r, i, op,
+            groups == 0 ? "the schedule has no switch groups" : fmt::format("not a switch group (0..{})", groups - 1));
       }
       const auto& pos = position[static_cast<std::size_t>(op.group)];
       if (pos[static_cast<std::size_t>(r)] < 0) {
@@ -135,8 +135,7 @@ void matchSwitchOps(const Schedule& s, Matching& m) {
                                  refRank, refOp, toString(a.kind), a.peer, a.bytes, toString(b.kind), b.peer, b.bytes));
         }
         sm.ops[x] = i;
-        m.opMatch[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] =
-            static_cast<int>(m.switchMatches.size());
+        m.opMatch[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] = static_cast<int>(m.switchMatches.size());
       }
       m.switchMatches.push_back(std::move(sm));
     }
@@ -147,11 +146,11 @@ void matchSwitchOps(const Schedule& s, Matching& m) {
 
 void requireNoSwitchOps(const Schedule& s, std::string_view backend) {
   if (!s.usesSwitch()) return;
-  throw Error(Errc::Unsupported,
-              fmt::format("{} needs a switch that reduces (NVLS/SHARP), which backend '{}' does not have; run it on "
-                          "--backend sim or nccl",
-                          s.algorithm.empty() ? std::string("this schedule") : "algorithm '" + s.algorithm + "'",
-                          backend));
+  throw Error(
+      Errc::Unsupported,
+      fmt::format("{} needs a switch that reduces (NVLS/SHARP), which backend '{}' does not have; run it on "
+                  "--backend sim or nccl",
+                  s.algorithm.empty() ? std::string("this schedule") : "algorithm '" + s.algorithm + "'", backend));
 }
 
 Matching matchSchedule(const Schedule& s) {

@@ -215,7 +215,8 @@ Op readOp(const json& j, int rank, int index, const FileContext& cx, std::uint64
   if (op.writesOn(rank)) {
     op.dst = readRef(f, "dst", cx, size, scratch);
   } else if (f.has("dst")) {
-    f.fail("dst", fmt::format("a {} writes nothing local {}and has no dst", kind, op.isSwitch() ? "off its root " : ""));
+    f.fail("dst",
+           fmt::format("a {} writes nothing local {}and has no dst", kind, op.isSwitch() ? "off its root " : ""));
   }
   if (f.has("deps")) {
     const json& deps = f.array("deps");
@@ -348,10 +349,9 @@ std::string toJson(const ScheduleFile& f) {
 
 ScheduleFile parseScheduleFile(std::string_view text, std::string_view source) {
   const json root = parseJsonDocument(text, source);
-  const Fields top(
-      source, "", root,
-      {"format", "version", "algorithm", "description", "tool", "command", "collective", "chunks", "switch_groups",
-       "ranks"});
+  const Fields top(source, "", root,
+                   {"format", "version", "algorithm", "description", "tool", "command", "collective", "chunks",
+                    "switch_groups", "ranks"});
   if (const std::string format = top.string("format"); format != ScheduleFile::kFormat) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", ScheduleFile::kFormat, printable(format)));
   }

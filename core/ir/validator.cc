@@ -261,7 +261,8 @@ std::vector<int> validateOnTopology(const Schedule& s, const Topology& t) {
       const Op& op = ops[static_cast<std::size_t>(i)];
       if (!op.isSwitch()) continue;
       const int v = sw[static_cast<std::size_t>(op.group)];
-      if (v < 0) fail(s, r, i, fmt::format("no switch of topology {} connects the ranks of group {}", t.name, op.group));
+      if (v < 0)
+        fail(s, r, i, fmt::format("no switch of topology {} connects the ranks of group {}", t.name, op.group));
       const TopoNode& node = t.nodes[static_cast<std::size_t>(v)];
       if (op.kind == OpKind::SwitchReduce && !node.reducesInNetwork()) {
         fail(s, r, i,

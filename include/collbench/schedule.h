@@ -53,7 +53,7 @@ struct Op {
   OpKind kind = OpKind::Copy;
   int peer = -1;  ///< other rank for Send/Recv/RecvReduce, the root for switch ops, -1 for local ops
   BufRef src;     ///< read range (Send, Copy, Reduce, RecvReduce; SwitchReduce on every member, Multicast on the root)
-  BufRef dst;     ///< written range (Recv, RecvReduce, Copy, Reduce; SwitchReduce on the root, Multicast on every member)
+  BufRef dst;  ///< written range (Recv, RecvReduce, Copy, Reduce; SwitchReduce on the root, Multicast on every member)
   std::size_t bytes = 0;
   std::vector<int> deps;
   int channel = 0;

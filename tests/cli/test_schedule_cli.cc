@@ -300,5 +300,27 @@ TEST(ScheduleSchema, ExampleAndPlanOutputValidate) {
   for (const auto& p : {written, peerless, mixed}) std::filesystem::remove(p);
 }
 
+TEST(ScheduleSchema, SwitchOpsValidate) {
+  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 with jsonschema is not installed (apt-get install python3-jsonschema)";
+  }
+  const std::string schema = (std::filesystem::path(COLLBENCH_SOURCE_DIR) / "docs" / "schedule.schema.json").string();
+  const auto written = temp("schema_nvls");
+  std::filesystem::remove(written);
+  ASSERT_EQ(runCli("plan all_reduce --algo nvls -g 4 --bytes 64K --schedule-out " + written.string()).exitCode, 0);
+  const std::string cmd = fmt::format(
+      "python3 -c \"import json, sys, jsonschema; s = json.load(open(sys.argv[1])); "
+      "sys.exit(1 if list(jsonschema.Draft202012Validator(s).iter_errors(json.load(open(sys.argv[2])))) else 0)\" "
+      "{} {}",
+      schema, written.string());
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  // And the file runs on the simulator, refused by the host backend.
+  EXPECT_EQ(runCli("sim --schedule " + written.string()).exitCode, 0);
+  const CliResult host = runCli("perf --backend host --schedule " + written.string());
+  EXPECT_EQ(host.exitCode, 2);
+  EXPECT_NE(host.err.find("needs a switch that reduces (NVLS/SHARP)"), std::string::npos) << host.err;
+  std::filesystem::remove(written);
+}
+
 }  // namespace
 }  // namespace collbench
