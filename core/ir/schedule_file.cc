@@ -194,7 +194,9 @@ Op readOp(const json& j, int rank, int index, const FileContext& cx, std::uint64
     if (op.peer == rank)
       f.fail("peer", fmt::format("{} is this op's own rank; a {} needs another rank", op.peer, kind));
   } else if (f.has("peer")) {
-    f.fail("peer", fmt::format("a {} has no peer (only send, recv and recv_reduce do)", kind));
+    f.fail("peer", op.isSwitch()
+                       ? fmt::format("a {} has no peer: it names its group and root", kind)
+                       : fmt::format("a {} is local and has no peer (only send, recv and recv_reduce do)", kind));
   }
   if (op.isSwitch()) {
     if (cx.switchGroups == 0) f.fail("group", fmt::format("a {} needs the top-level switch_groups", kind));
