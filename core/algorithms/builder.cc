@@ -42,23 +42,10 @@ OpId ScheduleBuilder::add(int rank, Op op, std::initializer_list<OpId> deps) {
   return addVirtual(rank, {static_cast<int>(ops.size() - 1)});
 }
 
-OpId ScheduleBuilder::switchReduce(int rank, int group, int root, BufRef src, BufRef dst, std::size_t elems,
-                                   std::initializer_list<OpId> deps, int channel) {
+OpId ScheduleBuilder::switchOp(OpKind kind, int rank, int group, int root, BufRef src, BufRef dst, std::size_t elems,
+                               std::initializer_list<OpId> deps, int channel) {
   Op op;
-  op.kind = OpKind::SwitchReduce;
-  op.group = group;
-  op.peer = root;
-  op.src = src;
-  op.dst = dst;
-  op.bytes = elems * elemSize_;
-  op.channel = channel;
-  return add(rank, std::move(op), deps);
-}
-
-OpId ScheduleBuilder::multicast(int rank, int group, int root, BufRef src, BufRef dst, std::size_t elems,
-                                std::initializer_list<OpId> deps, int channel) {
-  Op op;
-  op.kind = OpKind::Multicast;
+  op.kind = kind;
   op.group = group;
   op.peer = root;
   op.src = src;

@@ -79,8 +79,8 @@ Schedule nvlsAllReduce(const CollectiveSpec& spec, const AlgoParams& p) {
           auto& slots = stores[lane];
           const OpId slotFree = owner ? slots[loop % kNvlsSteps] : kNoOp;
           const OpId previous = owner ? slots[(loop + kNvlsSteps - 1) % kNvlsSteps] : kNoOp;
-          const OpId load = b.switchReduce(r, group, q, in(at), out(at), len, {slotFree}, c);
-          const OpId store = b.multicast(r, group, q, out(at), out(at), len, {load, previous}, c);
+          const OpId load = b.switchOp(OpKind::SwitchReduce, r, group, q, in(at), out(at), len, {slotFree}, c);
+          const OpId store = b.switchOp(OpKind::Multicast, r, group, q, out(at), out(at), len, {load, previous}, c);
           if (owner) slots[loop % kNvlsSteps] = store;
         }
       }
