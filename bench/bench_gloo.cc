@@ -86,7 +86,7 @@ void registerBenchmarks(int n) {
            host::kGlooNativeAlgorithms.end();
   };
   for (const auto& a : algorithms()) {
-    if (a.collective == Collective::Barrier || (a.native && !isGloo(a))) continue;
+    if (a.collective == Collective::Barrier || (a.native && !isGloo(a)) || a.traits.needsSwitchReduction) continue;
     for (std::int64_t bytes = 8; bytes <= (std::int64_t{256} << 20); bytes *= 32) {
       // One registration per size: the fixed iteration count belongs to a registration, and it depends on the size.
       auto* b = benchmark::RegisterBenchmark(

@@ -75,7 +75,7 @@ const bool kRegistered = [] {
     }
   }
   for (const auto& a : algorithms()) {
-    if (a.native || a.collective == Collective::Barrier) continue;
+    if (a.native || a.collective == Collective::Barrier || a.traits.needsSwitchReduction) continue;
     auto* b = benchmark::RegisterBenchmark(fmt::format("host/{}/{}", toString(a.collective), a.name).c_str(),
                                            runCollective, &a);
     b->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"ranks", "bytes"});

@@ -45,6 +45,7 @@ const bool kRegistered = [] {
     const auto* topo = new Topology(loadTopology(name));  // lives as long as the registered benchmarks
     for (const auto& a : algorithms()) {
       if (a.native || a.collective == Collective::Barrier) continue;
+      if (a.traits.needsSwitchReduction && hostProfiles(*topo).front().nvlsGBps <= 0) continue;
       if (a.traits.needsHosts &&
           rankHosts(*topo, static_cast<int>(topo->ranks.size())) == std::vector<int>(topo->ranks.size(), 0)) {
         continue;  // one host: nothing to be hierarchical about

@@ -19,7 +19,14 @@ std::uint64_t connKey(int src, int dst, int channel) {
 
 }  // namespace
 
-Dag::Dag(const Schedule& s, const Matching& m, World& w) : s_(s), m_(m), world_(w) {
+void Dag::Timing::switchFlow(Dag&, int, double) {
+  COLLBENCH_CHECK(false, "this simulation method does not time switch ops (the exact method does)");
+}
+
+Dag::Dag(const Schedule& s, const Matching& m, World& w, std::vector<int> groupSwitch)
+    : s_(s), m_(m), world_(w), groupSwitch_(std::move(groupSwitch)) {
+  COLLBENCH_CHECK(groupSwitch_.size() == s.switchGroups.size(), "{} group switches for {} switch groups",
+                  groupSwitch_.size(), s.switchGroups.size());
   const int n = static_cast<int>(s.ranks.size());
   rankOffset_.resize(static_cast<std::size_t>(n) + 1, 0);
   for (int r = 0; r < n; ++r) {
@@ -93,6 +100,13 @@ Dag::Dag(const Schedule& s, const Matching& m, World& w) : s_(s), m_(m), world_(
   }
   connNext_.assign(connCount.size(), 0);
   connFree_.assign(connCount.size(), 0);
+  sstate_.resize(m.switchMatches.size());
+  for (std::size_t k = 0; k < m.switchMatches.size(); ++k) {
+    const std::size_t members = m.switchMatches[k].ops.size();
+    sstate_[k].ready.assign(members, -1);
+    sstate_[k].downDone.assign(members, 0);
+    sstate_[k].upsLeft = static_cast<int>(members);
+  }
 }
 
 const Op& Dag::op(int g) const {
@@ -149,6 +163,9 @@ void Dag::handle(std::uint64_t tag, double t) {
     case kReduce:
       opDone(xf_[static_cast<std::size_t>(id)].recvOp, t);
       break;
+    case kSwitch:
+      switchFlowDone(id, t);
+      break;
     default:
       COLLBENCH_CHECK(false, "tag {}", tag);
   }
@@ -164,6 +181,10 @@ void Dag::opReady(int g, double t) {
     Xfer& x = xf_[static_cast<std::size_t>(m)];
     (o.kind == OpKind::Send ? x.sendReady : x.recvReady) = t;
     tryStart(m);
+    return;
+  }
+  if (o.isSwitch()) {
+    switchReady(g, rank, t);
     return;
   }
   // A copy onto itself moves nothing.
@@ -188,6 +209,100 @@ void Dag::tryStart(int m) {
     timing_->exec(*this, tag(kTransfer, static_cast<std::uint64_t>(m)), x.src, t, static_cast<double>(x.bytes));
   } else {
     post(tag(kTransfer, static_cast<std::uint64_t>(m)), t);
+  }
+}
+
+// Switch ops (sim_backend.h): the switch streams them (cut-through, as NVLS's multimem instructions): a
+// SwitchReduce's reduced bytes go down to the root while the members' contributions go up, a Multicast's copies go
+// down to the members while the root's bytes go up; an op completes on a member when its data has arrived.
+void Dag::switchReady(int g, int rank, double t) {
+  const int i = g - rankOffset_[static_cast<std::size_t>(rank)];
+  const int k = m_.opMatch[static_cast<std::size_t>(rank)][static_cast<std::size_t>(i)];
+  const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(k)];
+  const auto& members = s_.switchGroups[static_cast<std::size_t>(sm.group)];
+  const int x = static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) - members.begin());
+  SwitchState& st = sstate_[static_cast<std::size_t>(k)];
+  st.ready[static_cast<std::size_t>(x)] = t;
+  const Op& o = op(g);
+  const bool root = rank == o.peer;
+  if (root) st.rootReady = t;
+  if (o.kind == OpKind::SwitchReduce) {
+    if (root) {
+      for (std::size_t y = 0; y < members.size(); ++y) {
+        if (st.ready[y] >= 0) startReductionUp(k, static_cast<int>(y), t);
+      }
+    } else if (st.rootReady >= 0) {
+      startReductionUp(k, x, t);
+    }
+    return;
+  }
+  if (root) {
+    startSwitchFlow(k, x, World::SwitchLeg::Up, t);
+    for (std::size_t y = 0; y < members.size(); ++y) {
+      if (st.ready[y] >= 0) startSwitchFlow(k, static_cast<int>(y), World::SwitchLeg::Down, t);
+    }
+  } else if (st.rootReady >= 0) {
+    startSwitchFlow(k, x, World::SwitchLeg::Down, t);
+  }
+}
+
+void Dag::startReductionUp(int k, int member, double t) {
+  SwitchState& st = sstate_[static_cast<std::size_t>(k)];
+  startSwitchFlow(k, member, World::SwitchLeg::Up, t);
+  if (++st.upsStarted < static_cast<int>(st.ready.size())) return;
+  const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(k)];
+  const auto& members = s_.switchGroups[static_cast<std::size_t>(sm.group)];
+  const int root =
+      op(globalOp(members[static_cast<std::size_t>(member)], sm.ops[static_cast<std::size_t>(member)])).peer;
+  const auto rootMember = std::lower_bound(members.begin(), members.end(), root) - members.begin();
+  startSwitchFlow(k, static_cast<int>(rootMember), World::SwitchLeg::ReducedDown, t);
+}
+
+void Dag::startSwitchFlow(int k, int member, World::SwitchLeg leg, double t) {
+  const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(k)];
+  const int rank = s_.switchGroups[static_cast<std::size_t>(sm.group)][static_cast<std::size_t>(member)];
+  const Op& o = op(globalOp(rank, sm.ops[static_cast<std::size_t>(member)]));
+  const int f = static_cast<int>(sflow_.size());
+  sflow_.push_back({k, member, rank, groupSwitch_[static_cast<std::size_t>(sm.group)], leg, o.bytes});
+  timing_->switchFlow(*this, f, t);
+}
+
+void Dag::switchFlowDone(int f, double t) {
+  const SwitchFlow fl = sflow_[static_cast<std::size_t>(f)];
+  const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(fl.match)];
+  const auto& members = s_.switchGroups[static_cast<std::size_t>(sm.group)];
+  SwitchState& st = sstate_[static_cast<std::size_t>(fl.match)];
+  auto memberOp = [&](std::size_t y) { return globalOp(members[y], sm.ops[y]); };
+  const Op& o = op(memberOp(static_cast<std::size_t>(fl.member)));
+  const auto rootMember =
+      static_cast<std::size_t>(std::lower_bound(members.begin(), members.end(), o.peer) - members.begin());
+  if (o.kind == OpKind::SwitchReduce) {
+    // The root has the reduction once every contribution is in and the reduced bytes have arrived.
+    if (fl.leg == World::SwitchLeg::ReducedDown) {
+      st.downLeft = false;
+      if (st.upsLeft == 0) opDone(memberOp(rootMember), t);
+    } else if (--st.upsLeft == 0) {
+      // Every contribution is in: the members' inputs are free again.
+      for (std::size_t y = 0; y < members.size(); ++y) {
+        if (y != rootMember) opDone(memberOp(y), t);
+      }
+      if (!st.downLeft) opDone(memberOp(rootMember), t);
+    }
+    return;
+  }
+  if (fl.leg == World::SwitchLeg::Up) {
+    // The root's bytes have all left it: every member whose copy already arrived is done.
+    st.upsDone = t;
+    for (std::size_t y = 0; y < members.size(); ++y) {
+      if (st.downDone[y]) opDone(memberOp(y), t);
+    }
+    return;
+  }
+  // A copy cannot be complete before the bytes it copies have left the root.
+  if (st.upsDone >= 0) {
+    opDone(memberOp(static_cast<std::size_t>(fl.member)), t);
+  } else {
+    st.downDone[static_cast<std::size_t>(fl.member)] = 1;
   }
 }
 
@@ -247,6 +362,12 @@ std::vector<Span> Dag::spans() const {
         sp.end = end_[g];
         out.push_back(sp);
       }
+    } else if (o.isSwitch()) {
+      // On the timeline a switch reduction is a reduction and a multicast a receive from its root (`peer`).
+      sp.kind = o.kind == OpKind::SwitchReduce ? SpanKind::Reduce : SpanKind::Recv;
+      sp.start = start_[g];
+      sp.end = end_[g];
+      out.push_back(sp);
     } else {
       sp.kind = o.kind == OpKind::Copy ? SpanKind::Copy : SpanKind::Reduce;
       sp.start = start_[g];

@@ -12,7 +12,7 @@ namespace collbench::sim::detail {
 
 class Dag {
  public:
-  enum TagKind : std::uint64_t { kLocal = 0, kTransfer = 1, kReduce = 2 };
+  enum TagKind : std::uint64_t { kLocal = 0, kTransfer = 1, kReduce = 2, kSwitch = 3 };
   static std::uint64_t tag(TagKind k, std::uint64_t id) { return id << 2 | k; }
 
   struct Xfer {
@@ -25,6 +25,15 @@ class Dag {
     double sendReady = -1, recvReady = -1, start = -1, end = -1;
   };
 
+  /// One leg of a switch op's data between a member and the group's switch (sim_backend.h has the semantics).
+  struct SwitchFlow {
+    int match = 0;   // index into Matching::switchMatches
+    int member = 0;  // index into the group's ranks
+    int rank = 0, sw = 0;
+    World::SwitchLeg leg = World::SwitchLeg::Up;
+    std::uint64_t bytes = 0;
+  };
+
   class Timing {
    public:
     virtual ~Timing() = default;
@@ -32,9 +41,12 @@ class Dag {
     virtual void transfer(Dag& d, int m, double t) = 0;
     /// `bytes` of local work at the node's rate (> 0) starts at t: a reduction, a copy or a same-node transfer.
     virtual void exec(Dag& d, std::uint64_t tag, int rank, double t, double bytes) = 0;
+    /// Switch flow `f` starts at time t; ends with tag(kSwitch, f). Only the exact method times switch ops.
+    virtual void switchFlow(Dag& d, int f, double t);
   };
 
-  Dag(const Schedule& s, const Matching& m, World& w);
+  /// `groupSwitch`: the switch node of each switch group (validateOnTopology); empty when s has none.
+  Dag(const Schedule& s, const Matching& m, World& w, std::vector<int> groupSwitch = {});
 
   /// Makes the ops without deps ready at time 0 and processes what follows without waiting.
   void begin(Timing& timing);
@@ -51,6 +63,7 @@ class Dag {
   double makespan() const;
   const std::vector<Xfer>& transfers() const { return xf_; }
   const Xfer& transfer(int m) const { return xf_[static_cast<std::size_t>(m)]; }
+  const SwitchFlow& switchFlow(int f) const { return sflow_[static_cast<std::size_t>(f)]; }
   std::size_t ops() const { return opRank_.size(); }
   int globalOp(int rank, int op) const { return rankOffset_[static_cast<std::size_t>(rank)] + op; }
   double opStart(int g) const { return start_[static_cast<std::size_t>(g)]; }
@@ -65,6 +78,10 @@ class Dag {
   void opReady(int g, double t);
   void opDone(int g, double t);
   void tryStart(int m);
+  void switchReady(int g, int rank, double t);
+  void startSwitchFlow(int k, int member, World::SwitchLeg leg, double t);
+  void startReductionUp(int k, int member, double t);
+  void switchFlowDone(int f, double t);
 
   const Schedule& s_;
   const Matching& m_;
@@ -77,6 +94,21 @@ class Dag {
   std::vector<Xfer> xf_;
   std::vector<int> connStart_, connMatches_, connNext_;
   std::vector<double> connFree_;
+  // Switch ops: per switch match, the members' ready times (-1: not yet) and legs still running. A SwitchReduce's
+  // ups start when the member and the root are ready, its reduced down once every up has started; a Multicast's up
+  // when the root is ready, each down when the root and that member are. A member's op completes when its own legs
+  // and the legs it waits for (every up of a reduction, the up of a multicast) are done (sim_backend.h).
+  struct SwitchState {
+    std::vector<double> ready;
+    std::vector<char> downDone;  // multicast: the member's down finished, waiting for the up
+    double rootReady = -1;
+    int upsStarted = 0, upsLeft = 0;
+    bool downLeft = true;  // reduction: the reduced bytes have not reached the root yet
+    double upsDone = -1;   // multicast: when the root's bytes had all gone up
+  };
+  std::vector<int> groupSwitch_;
+  std::vector<SwitchState> sstate_;
+  std::vector<SwitchFlow> sflow_;
   struct Work {
     std::uint64_t tag;
     double t;

@@ -10,8 +10,10 @@
 
 namespace collbench::sim::detail {
 
-/// Every transfer and reduction as its own SimGrid activity.
-SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool timeline);
+/// Every transfer and reduction as its own SimGrid activity; `groupSwitch` is the switch node of each switch group
+/// (validateOnTopology), empty when the schedule has none.
+SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool timeline,
+                        const std::vector<int>& groupSwitch = {});
 /// The dependency graph evaluated batch by batch: the transfers that can start once the previous batch finished are
 /// split into contention groups, each distinct group is simulated once, and identical groups reuse its times.
 SimResult simulateAggregated(World& w, const Schedule& s, const Matching& m, bool timeline);

@@ -14,6 +14,10 @@ class SimGridTiming : public Dag::Timing {
     w_.startComm(x.src, x.dst, x.bytes, Dag::tag(Dag::kTransfer, static_cast<std::uint64_t>(m)));
   }
   void exec(Dag&, std::uint64_t tag, int rank, double, double bytes) override { w_.startExec(rank, bytes, tag); }
+  void switchFlow(Dag& d, int f, double) override {
+    const Dag::SwitchFlow& x = d.switchFlow(f);
+    w_.startSwitchComm(x.rank, x.sw, x.leg, x.bytes, Dag::tag(Dag::kSwitch, static_cast<std::uint64_t>(f)));
+  }
 
  private:
   World& w_;
@@ -21,8 +25,9 @@ class SimGridTiming : public Dag::Timing {
 
 }  // namespace
 
-SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool timeline) {
-  Dag d(s, m, w);
+SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool timeline,
+                        const std::vector<int>& groupSwitch) {
+  Dag d(s, m, w, groupSwitch);
   SimGridTiming timing(w);
   const double t0 = w.now();
   const std::size_t before = w.activities();

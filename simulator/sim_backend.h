@@ -15,6 +15,19 @@
 ///   reduction; a Copy whose source and destination are the same range is free). reduce_GBps 0 means infinitely
 ///   fast. Concurrent reductions on one node share its rate. Ranks on the same node (several ranks on one cpu) have
 ///   no link between them: their transfers are memory copies at that rate too.
+/// - Switch ops (schedule.h) are performed by the switch of their group (validateOnTopology: the switch nearest to
+///   every member; one that cannot reduce or multicast is an Error{InvalidSchedule} naming the rank, the op and the
+///   switch). Each leg is a flow between a member's node and the switch along Router's path, and the legs of one op
+///   stream together (cut-through, as NVLS's multimem instructions): a SwitchReduce sends every member's bytes up
+///   once the member and the root are ready, and the reduced bytes down to the root once every contribution has
+///   started, through the switch's reduction port toward the root (reduce_GBps, shared by the reductions delivered
+///   there); non-roots complete when every contribution is in, the root when the reduced bytes have arrived too. A
+///   Multicast sends the root's bytes up once it is ready and a copy down to each member once the root and that
+///   member are ready (at link rate: replication is not reduction); a member completes when its copy has arrived and
+///   the root's bytes have all gone up. One NVLS all-reduce loop of B bytes on n ranks (link L, latency a, reduction
+///   S) is 2a + max(B / L, B / (n min(L, S))) + B / L (tests/sim/test_sim_switch.cc). Only the exact method times
+///   switch ops: schedules with them are simulated op by op in every mode. On the timeline a SwitchReduce is a
+///   reduce span and a Multicast a receive from its root.
 /// - Network models: CM02 (default; max-min fair sharing, time = latency + bytes / share, TCP window bound off,
 ///   cross-traffic off: exact alpha-beta where nothing is shared) and LV08 (SimGrid's calibrated TCP model: latency
 ///   x13.01, bandwidth x0.97, RTT-weighted sharing, 4 MiB window). `crossTraffic` adds SimGrid's reverse-direction

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "collbench/error.h"
+#include "collbench/validator.h"
 #include "engine.h"
 #include "sim_backend.h"
 #include "world.h"
@@ -257,13 +258,19 @@ std::size_t pipelineSlices(const AlgorithmInfo& info, const AlgoParams& p) {
   return static_cast<std::size_t>(p.channels) * static_cast<std::size_t>(info.traits.pipelineSlices);
 }
 
-/// The Auto policy (sim_backend.h, kAlwaysExactTransfers); Exact and Aggregated do what they say.
+/// The Auto policy (sim_backend.h, kAlwaysExactTransfers); Exact and Aggregated do what they say. Schedules with
+/// switch ops are simulated op by op whatever the mode (only the exact method times them).
 SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching& m, const SimConfig& cfg,
                              bool timeline) {
   std::vector<std::pair<int, int>> pairs;
   pairs.reserve(m.matches.size());
   for (const Match& x : m.matches) pairs.emplace_back(x.srcRank, x.dstRank);
   w.prefetchRoutes(pairs);
+  if (s.usesSwitch()) {
+    SimResult r = detail::simulateExact(w, s, m, timeline, validateOnTopology(s, w.topology()));
+    if (cfg.mode == SimMode::Aggregated) r.note = "switch ops are simulated op by op (the aggregated method has none)";
+    return r;
+  }
   if (cfg.mode == SimMode::Exact) return detail::simulateExact(w, s, m, timeline);
   if (cfg.mode == SimMode::Aggregated) return detail::simulateAggregated(w, s, m, timeline);
   if (m.matches.size() <= kAlwaysExactTransfers) return detail::simulateExact(w, s, m, timeline);

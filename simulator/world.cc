@@ -69,10 +69,24 @@ World::World(const Topology& topology, int nranks, const SimConfig& config)
     rankHost_[static_cast<std::size_t>(r)] = h;
   }
   sleeper_ = zone_->create_host("sleeper", kSleeperSpeed);
+  // Switches that perform switch ops are transfer ends; a reducing one also gets a host for its reduction output.
+  for (int v = 0; v < nodes; ++v) {
+    const TopoNode& tn = topo_.nodes[static_cast<std::size_t>(v)];
+    if (!tn.reducesInNetwork() && !tn.multicasts()) continue;
+    switchHost_[v] = static_cast<int>(hosts_.size());
+    hosts_.push_back(zone_->create_host("s" + std::to_string(v), kUnusedHostSpeed));
+    hostReduceRate_.push_back(0);
+    if (!tn.reducesInNetwork()) continue;
+    switchReduceHost_[v] = static_cast<int>(hosts_.size());
+    hosts_.push_back(zone_->create_host("sr" + std::to_string(v), kUnusedHostSpeed));
+    hostReduceRate_.push_back(0);
+  }
   // Per-port switch limits cap the links on that port (the same reading as summarize()'s bisection).
   std::unordered_map<std::string, double> switchCap;
+  std::unordered_map<std::string, double> reduceRate;  // reducing switches
   for (const TopoNode& tn : topo_.nodes) {
     if (tn.kind == NodeKind::Switch && tn.switchGBps > 0) switchCap[tn.id] = tn.switchGBps;
+    if (tn.reducesInNetwork()) reduceRate[tn.id] = tn.reduceGBps;
   }
   links_.reserve(topo_.links.size());
   for (std::size_t i = 0; i < topo_.links.size(); ++i) {
@@ -88,6 +102,15 @@ World::World(const Topology& topology, int nranks, const SimConfig& config)
     link->set_latency(l.latencyUs * kSecondsPerUs);
     link->seal();
     links_.push_back(link);
+    // A reducing switch delivers reduced bytes on each port at its reduce_GBps: one more resource per port, crossed
+    // only by reduced data.
+    for (int e = 0; e < 2; ++e) {
+      auto it = reduceRate.find(e == 0 ? l.a : l.b);
+      if (it == reduceRate.end()) continue;
+      sg4::Link* port = zone_->create_link(fmt::format("r{}.{}", i, e), it->second * kBytesPerGB);
+      port->seal();
+      reducePort_[static_cast<int>(i) * 2 + e] = port;  // the DirLink leaving that end
+    }
   }
   zone_->seal();
   sg4::Activity::on_completion_cb([](const sg4::Activity& a) {
@@ -132,11 +155,7 @@ void World::installRoute(int src, int dst) {
                           hosts_[static_cast<std::size_t>(hostOfNode(dn))]->get_netpoint(), nullptr, nullptr, links);
 }
 
-void World::startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag) {
-  const int sn = router_.rankNode(src), dn = router_.rankNode(dst);
-  COLLBENCH_CHECK(sn != dn, "transfer between ranks {} and {} of one node", src, dst);
-  installRoute(src, dst);
-  if (config_.crossTraffic) installRoute(dst, src);  // SimGrid sends the acknowledgements along the reverse route
+std::size_t World::takeSlot(std::uint64_t tag) {
   std::size_t slot;
   if (!freeSlots_.empty()) {
     slot = freeSlots_.back();
@@ -146,32 +165,63 @@ void World::startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag) 
     live_.emplace_back();
     liveTag_.push_back(0);
   }
+  liveTag_[slot] = tag;
+  return slot;
+}
+
+void World::startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag) {
+  const int rn = router_.rankNode(rank);
+  const auto hostIt = (leg == SwitchLeg::ReducedDown ? switchReduceHost_ : switchHost_).find(sw);
+  COLLBENCH_CHECK(hostIt != (leg == SwitchLeg::ReducedDown ? switchReduceHost_ : switchHost_).end(),
+                  "switch node {} cannot perform this switch op", sw);
+  sg4::Host* rankHost = hosts_[static_cast<std::size_t>(hostIndex(rank))];
+  sg4::Host* swHost = hosts_[static_cast<std::size_t>(hostIt->second)];
+  const bool up = leg == SwitchLeg::Up;
+  const std::uint64_t key = (pairKey(rn, sw) << 2) | static_cast<std::uint64_t>(leg);
+  if (switchRoutes_.try_emplace(key, true).second) {
+    std::vector<Hop> hops;
+    COLLBENCH_CHECK(router_.nodeRoute(up ? rn : sw, up ? sw : rn, hops) > 0, "no route between rank {} and switch {}",
+                    rank, sw);
+    std::vector<sg4::LinkInRoute> links;
+    if (leg == SwitchLeg::ReducedDown) links.emplace_back(reducePort_.at(dirLink(hops.front())));
+    for (const Hop& h : hops) {
+      links.emplace_back(links_[static_cast<std::size_t>(h.link)],
+                         h.forward ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
+    }
+    zone_->add_bypass_route(up ? rankHost->get_netpoint() : swHost->get_netpoint(),
+                            up ? swHost->get_netpoint() : rankHost->get_netpoint(), nullptr, nullptr, links);
+  }
+  const std::size_t slot = takeSlot(tag);
+  sg4::CommPtr c = sg4::Comm::sendto_init(up ? rankHost : swHost, up ? swHost : rankHost);
+  c->set_payload_size(bytes);
+  c->set_data(reinterpret_cast<void*>(slot + 1));  // NOLINT(performance-no-int-to-ptr): a slot number, as below
+  live_[slot] = c;
+  ++activities_;
+  c->start();
+}
+
+void World::startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag) {
+  const int sn = router_.rankNode(src), dn = router_.rankNode(dst);
+  COLLBENCH_CHECK(sn != dn, "transfer between ranks {} and {} of one node", src, dst);
+  installRoute(src, dst);
+  if (config_.crossTraffic) installRoute(dst, src);  // SimGrid sends the acknowledgements along the reverse route
+  const std::size_t slot = takeSlot(tag);
   sg4::CommPtr c = sg4::Comm::sendto_init(hosts_[static_cast<std::size_t>(hostIndex(src))],
                                           hosts_[static_cast<std::size_t>(hostIndex(dst))]);
   c->set_payload_size(bytes);
   // SimGrid's user data is a void*: it carries the slot number + 1 (0: none), never dereferenced.
   c->set_data(reinterpret_cast<void*>(slot + 1));  // NOLINT(performance-no-int-to-ptr)
-  liveTag_[slot] = tag;
   live_[slot] = c;
   ++activities_;
   c->start();
 }
 
 void World::startExec(int rank, double bytes, std::uint64_t tag) {
-  std::size_t slot;
-  if (!freeSlots_.empty()) {
-    slot = freeSlots_.back();
-    freeSlots_.pop_back();
-  } else {
-    slot = live_.size();
-    live_.emplace_back();
-    liveTag_.push_back(0);
-  }
+  const std::size_t slot = takeSlot(tag);
   sg4::ExecPtr e = sg4::Exec::init();
   e->set_flops_amount(bytes);
   e->set_host(hosts_[static_cast<std::size_t>(hostIndex(rank))]);
   e->set_data(reinterpret_cast<void*>(slot + 1));  // NOLINT(performance-no-int-to-ptr): a slot number, as above
-  liveTag_[slot] = tag;
   live_[slot] = e;
   ++activities_;
   e->start();

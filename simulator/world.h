@@ -24,6 +24,10 @@ inline DirLink dirLink(const Hop& h) { return h.link * 2 + (h.forward ? 0 : 1); 
 /// installed on first use along Router's path.
 class World {
  public:
+  /// The three legs of a switch op's data (sim_backend.h): a member's bytes up to the switch, the switch's bytes down
+  /// to a member (multicast), and reduced bytes down to the root, through the switch's per-port reduction rate.
+  enum class SwitchLeg { Up, Down, ReducedDown };
+
   /// Creates the process's SimGrid engine: call once per process.
   World(const Topology& topology, int nranks, const SimConfig& config);
   World(const World&) = delete;
@@ -48,6 +52,9 @@ class World {
   double now() const { return simgrid::s4u::Engine::get_clock(); }
   /// Starts a transfer between the nodes of two ranks (not the same node); `tag` comes back in the completion handler.
   void startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag);
+  /// Starts a transfer between the rank's node and switch node `sw` (one that reduces or multicasts) along Router's
+  /// path; ReducedDown also crosses the switch's reduction port toward the rank (reduce_GBps).
+  void startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag);
   /// Starts `bytes` of reduction work on the rank's node (shared with the node's other executions).
   void startExec(int rank, double bytes, std::uint64_t tag);
   /// Runs the engine until no activity is left, calling `onDone(tag)` at each completion (activities may be started
@@ -64,6 +71,8 @@ class World {
 
  private:
   void installRoute(int srcRank, int dstRank);
+  /// A free slot of live_ for an activity carrying `tag`.
+  std::size_t takeSlot(std::uint64_t tag);
   void completed(const simgrid::s4u::Activity& a);
 
   const Topology& topo_;
@@ -78,6 +87,11 @@ class World {
   std::vector<int> nodeHost_;           // topology node -> host index, -1 without ranks
   std::vector<double> hostReduceRate_;  // bytes/s, 0 = infinite
   std::vector<simgrid::s4u::SplitDuplexLink*> links_;
+  // Switches that reduce or multicast: node -> host index of the switch as a transfer end, and of its reduction
+  // output (where it reduces); DirLink leaving a reducing switch -> that port's reduction resource.
+  std::unordered_map<int, int> switchHost_, switchReduceHost_;
+  std::unordered_map<int, simgrid::s4u::Link*> reducePort_;
+  std::unordered_map<std::uint64_t, bool> switchRoutes_;            // (rank node << 32 | switch node) << 2 | leg
   std::vector<double> linkBandwidth_, linkLatency_;                 // bytes/s and s, after switch caps
   std::unordered_map<std::uint64_t, std::vector<DirLink>> routes_;  // src rank << 32 | dst rank
   std::unordered_map<std::uint64_t, bool> installed_;               // src node << 32 | dst node

@@ -180,7 +180,8 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
         std::map<std::string, std::vector<std::pair<std::size_t, int>>> configs;
         for (const auto& alg : algorithms()) {
           if (alg.collective != coll || alg.native) continue;
-          if (alg.traits.needsHosts && (!model || !model->estimate(spec, alg.name).supported)) continue;
+          const bool needsTopology = alg.traits.needsHosts || alg.traits.needsSwitchReduction;
+          if (needsTopology && (!model || !model->estimate(spec, alg.name).supported)) continue;
           for (const AlgoParams& p : sweepConfigs(coll, alg.name, chunkList, channelList)) {
             configs[alg.name].push_back({p.chunkBytes, p.channels});
           }

@@ -283,8 +283,8 @@ class Tuner {
       if (a.collective != c || a.native) continue;
       if (!algoFilter_.empty() && std::find(algoFilter_.begin(), algoFilter_.end(), a.name) == algoFilter_.end())
         continue;
-      if (a.traits.needsHosts) {
-        if (!topo_) continue;  // needs the hosts of the ranks
+      if (a.traits.needsHosts || a.traits.needsSwitchReduction) {
+        if (!topo_) continue;  // needs the hosts of the ranks, or a switch that reduces
         const CostModel m(*topo_, n);
         if (!m.estimate(CollectiveSpec{c, n, 1024, dtype_}, a.name).supported) continue;  // unequal hosts
       }

@@ -19,6 +19,7 @@
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "collbench/units.h"
+#include "collbench/validator.h"
 #include "environment.h"
 #include "process_world.h"
 #include "world_options.h"
@@ -90,6 +91,11 @@ void checkBackendRuns(const std::string& backend, Collective collective, const s
   const std::vector<std::string> natives = backendNativeAlgorithms(backend);
   if (algo == "auto") return;
   const AlgorithmInfo& info = findAlgorithm(collective, algo);
+  if (info.traits.needsSwitchReduction && backendCapabilities(backend).device == DeviceKind::Cpu) {
+    throw Error(Errc::Unsupported, fmt::format("--algo {} needs a switch that reduces (NVLS/SHARP), which backend '{}' "
+                                               "does not have; run it on --backend sim or nccl",
+                                               algo, backend));
+  }
   if (!info.native || std::find(natives.begin(), natives.end(), algo) != natives.end()) return;
   std::string how;
   for (const auto& [name, summary] : backendNames()) {
@@ -332,6 +338,10 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   if (topo && n > static_cast<int>(topo->ranks.size())) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("-g/--ngpus {}: topology '{}' has {} ranks", n, world.topology, topo->ranks.size()));
+  }
+  if (topo && c.algo != "auto" && findAlgorithm(c.collective, c.algo).traits.needsSwitchReduction) {
+    // Refused before the table starts: a one-element-per-rank schedule names the op and the switch that cannot.
+    validateOnTopology(buildSchedule({c.collective, n, static_cast<std::size_t>(n), dtype, op, c.root}, c.algo), *topo);
   }
   checkSpec(CollectiveSpec{c.collective, n, 0, dtype, op, c.root}, AlgoParams{c.chunkBytes, c.channels, {}});
   std::vector<CollectiveSpec> specs;

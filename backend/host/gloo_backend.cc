@@ -116,6 +116,7 @@ RunResult GlooBackend::run(const Schedule& s, const Buffers& bufs, const RunOpti
     throw Error(Errc::InvalidArgument, fmt::format("schedule is for {} ranks but this gloo world has {} processes",
                                                    s.spec.nranks, world_.world));
   }
+  requireNoSwitchOps(s, "gloo");
   if (bufs.size() != 1 && static_cast<int>(bufs.size()) != world_.world) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("the gloo backend runs one rank per process: pass this rank's buffers (1 entry), got {}",

@@ -187,6 +187,10 @@ void GlooBackend::runEpoch(RunPlan& p, std::uint32_t headerEpochs, bool postNext
       const int i = ready.pop();
       const Op& op = ops[static_cast<std::size_t>(i)];
       switch (op.kind) {
+        case OpKind::SwitchReduce:
+        case OpKind::Multicast:
+          COLLBENCH_CHECK(false, "switch ops are refused before a run (requireNoSwitchOps)");
+          break;
         case OpKind::Copy:
         case OpKind::Reduce:
           runLocalOp(op, resolve(p, op.dst), resolve(p, op.src), dtype, rop, p.elemSize);

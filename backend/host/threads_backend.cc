@@ -134,6 +134,7 @@ class ThreadsBackend final : public Backend {
                                                  "backend runs only collbench schedules",
                                                  s.algorithm));
     }
+    requireNoSwitchOps(s, "host");
     if (static_cast<int>(bufs.size()) != nranks_) {
       throw Error(Errc::InvalidArgument, fmt::format("got buffers for {} ranks, need {}", bufs.size(), nranks_));
     }
@@ -370,6 +371,10 @@ class ThreadsBackend final : public Backend {
       const Op& op = ops[static_cast<std::size_t>(i)];
       progress = true;
       switch (op.kind) {
+        case OpKind::SwitchReduce:
+        case OpKind::Multicast:
+          COLLBENCH_CHECK(false, "switch ops are refused before a run (requireNoSwitchOps)");
+          break;
         case OpKind::Copy:
         case OpKind::Reduce:
           runLocalOp(op, resolve(p, op.dst), resolve(p, op.src), dtype, rop, es);

@@ -160,6 +160,13 @@ class NcclBackend final : public Backend {
       }
       initComms();
     }
+    if (s.usesSwitch()) {
+      // NCCL reads NCCL_ALGO when a communicator is created, so its NVLS needs communicators made for it.
+      throw Error(Errc::Unsupported,
+                  fmt::format("algorithm '{}' has switch ops, which the nccl backend's schedule executor cannot issue; "
+                              "run NCCL's own NVLS as: NCCL_ALGO=NVLS collbench perf --backend nccl --algo {}",
+                              s.algorithm, kNativeAlgorithm));
+    }
     const bool native = s.native || s.algorithm == kNativeAlgorithm;
     if (native && s.algorithm != kNativeAlgorithm) {
       throw Error(Errc::Unsupported, fmt::format("algorithm '{}' is another library's own call; the nccl backend runs "

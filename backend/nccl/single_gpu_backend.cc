@@ -54,6 +54,7 @@ class SingleGpuBackend final : public Backend {
                               "ranks of one communicator on one GPU; use --backend nccl for the native call)",
                               s.algorithm));
     }
+    requireNoSwitchOps(s, "cuda-1gpu");
     if (s.spec.nranks != nranks_ || static_cast<int>(s.ranks.size()) != nranks_) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("schedule is for {} ranks but the cuda-1gpu backend runs {}", s.spec.nranks, nranks_));

@@ -78,7 +78,7 @@ void runCollective(benchmark::State& state, std::string backendName, const Algor
 const bool kRegistered = [] {
   for (const std::string backend : kBackends) {
     for (const auto& a : algorithms()) {
-      if (a.collective == Collective::Barrier) continue;
+      if (a.collective == Collective::Barrier || a.traits.needsSwitchReduction) continue;
       // Native calls: NCCL's own on the nccl backend only (gloo_* and mpi belong to other backends).
       if (a.native && (backend != "nccl" || a.name != nccl::kNativeAlgorithm)) continue;
       for (int n : kRankCounts) {

@@ -56,6 +56,7 @@ const std::vector<AlgorithmInfo>& algorithms() {
       algo::chainReduceAlgorithm(),
       algo::disseminationBarrierAlgorithm(),
       algo::ringBidirAllReduceAlgorithm(),
+      algo::nvlsAlgorithm(),
       // Peer libraries' own implementations, measured in the same harness (backends nccl, gloo, mpi).
       native("nccl", C::AllReduce, "ncclAllReduce (nccl backends; NCCL_ALGO/NCCL_PROTO apply)"),
       native("nccl", C::ReduceScatter, "ncclReduceScatter (nccl backends)"),

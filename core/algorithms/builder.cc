@@ -42,6 +42,24 @@ OpId ScheduleBuilder::add(int rank, Op op, std::initializer_list<OpId> deps) {
   return addVirtual(rank, {static_cast<int>(ops.size() - 1)});
 }
 
+OpId ScheduleBuilder::switchOp(OpKind kind, int rank, int group, int root, BufRef src, BufRef dst, std::size_t elems,
+                               std::initializer_list<OpId> deps, int channel) {
+  Op op;
+  op.kind = kind;
+  op.group = group;
+  op.peer = root;
+  op.src = src;
+  op.dst = dst;
+  op.bytes = elems * elemSize_;
+  op.channel = channel;
+  return add(rank, std::move(op), deps);
+}
+
+int ScheduleBuilder::switchGroup(std::vector<int> ranks) {
+  schedule_.switchGroups.push_back(std::move(ranks));
+  return static_cast<int>(schedule_.switchGroups.size() - 1);
+}
+
 OpId ScheduleBuilder::send(int rank, int peer, BufRef src, std::size_t elems, std::initializer_list<OpId> deps,
                            int channel) {
   Op op;

@@ -30,6 +30,12 @@ class ScheduleBuilder {
                   int channel = 0);
   OpId copy(int rank, BufRef src, BufRef dst, std::size_t elems, std::initializer_list<OpId> deps);
   OpId reduce(int rank, BufRef src, BufRef dst, std::size_t elems, std::initializer_list<OpId> deps);
+  /// A switch op (OpKind::SwitchReduce or Multicast, schedule.h) of switch group `group` (from switchGroup) with root
+  /// `root`; every member adds each.
+  OpId switchOp(OpKind kind, int rank, int group, int root, BufRef src, BufRef dst, std::size_t elems,
+                std::initializer_list<OpId> deps, int channel = 0);
+  /// Adds a switch group of these ranks (ascending); returns its index.
+  int switchGroup(std::vector<int> ranks);
   /// An op id standing for all of `ids` (a join point).
   OpId join(int rank, const std::vector<OpId>& ids);
 

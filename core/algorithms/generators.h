@@ -16,6 +16,7 @@ Schedule ringAllGather(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule chainBroadcast(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule chainReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule disseminationBarrier(const CollectiveSpec& spec, const AlgoParams& params);
+Schedule nvlsAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
 
 AlgorithmInfo ringAllReduceAlgorithm();
 AlgorithmInfo treeAllReduceAlgorithm();
@@ -29,6 +30,7 @@ AlgorithmInfo chainBroadcastAlgorithm();
 AlgorithmInfo chainReduceAlgorithm();
 AlgorithmInfo disseminationBarrierAlgorithm();
 AlgorithmInfo ringBidirAllReduceAlgorithm();
+AlgorithmInfo nvlsAlgorithm();
 
 /// Parent of `rank` in NCCL's binary tree over n ranks rooted at 0 (-1 for the root): the lowest set bit b of the
 /// rank picks parent (rank ^ b) | (b << 1), or rank ^ b when that is out of range.

@@ -68,7 +68,10 @@ std::string JsonFields::stringOr(const char* field, const std::string& fallback)
 }
 
 std::int64_t JsonFields::integer(const char* field, std::int64_t min, std::int64_t max) const {
-  const json& v = need(field);
+  return integerValue(need(field), field, min, max);
+}
+
+std::int64_t JsonFields::integerValue(const json& v, std::string_view field, std::int64_t min, std::int64_t max) const {
   if (!v.is_number_integer()) fail(field, fmt::format("expected an integer, got {}", got(v)));
   if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
     fail(field, fmt::format("{} is too large", echoJson(v)));

@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -21,6 +22,10 @@ std::string_view toString(OpKind k) {
       return "copy";
     case OpKind::Reduce:
       return "reduce";
+    case OpKind::SwitchReduce:
+      return "switch_reduce";
+    case OpKind::Multicast:
+      return "multicast";
   }
   return "?";
 }
@@ -46,6 +51,106 @@ std::size_t Schedule::totalOps() const {
 std::size_t Schedule::resultBytes(int rank) const {
   if (spec.kind == Collective::Reduce && rank != spec.root) return 0;
   return spec.outputBytes();
+}
+
+namespace {
+
+[[noreturn]] void switchFail(int rank, int i, const Op& op, const std::string& what) {
+  throw Error(Errc::InvalidSchedule,
+              fmt::format("rank {} op {} ({}, group {}, channel {}): {}", rank, i, toString(op.kind), op.group,
+                          op.channel, what),
+              rank, op.peer);
+}
+
+/// Checks the groups and each switch op's group and root; fills m.switchMatches and their opMatch entries.
+void matchSwitchOps(const Schedule& s, Matching& m) {
+  const int n = static_cast<int>(s.ranks.size());
+  const int groups = static_cast<int>(s.switchGroups.size());
+  // position[g][rank] = index of rank in group g, -1 when not a member.
+  std::vector<std::vector<int>> position(static_cast<std::size_t>(groups), std::vector<int>(s.ranks.size(), -1));
+  for (int g = 0; g < groups; ++g) {
+    const auto& members = s.switchGroups[static_cast<std::size_t>(g)];
+    if (members.empty()) throw Error(Errc::InvalidSchedule, fmt::format("switch group {} has no ranks", g));
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const int r = members[k];
+      if (r < 0 || r >= n || (k > 0 && r <= members[k - 1])) {
+        throw Error(Errc::InvalidSchedule,
+                    fmt::format("switch group {}: ranks must be distinct ranks of {} in ascending order, got {}", g, n,
+                                fmt::join(members, ", ")));
+      }
+      position[static_cast<std::size_t>(g)][static_cast<std::size_t>(r)] = static_cast<int>(k);
+    }
+  }
+  // (group, channel) -> per member, its ops of that (group, channel) in program order.
+  std::map<std::pair<int, int>, std::vector<std::vector<int>>> lanes;
+  for (int r = 0; r < n; ++r) {
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)].ops;
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const Op& op = ops[static_cast<std::size_t>(i)];
+      if (!op.isSwitch()) continue;
+      if (op.group < 0 || op.group >= groups) {
+        switchFail(
+            r, i, op,
+            groups == 0 ? "the schedule has no switch groups" : fmt::format("not a switch group (0..{})", groups - 1));
+      }
+      const auto& pos = position[static_cast<std::size_t>(op.group)];
+      if (pos[static_cast<std::size_t>(r)] < 0) {
+        switchFail(r, i, op,
+                   fmt::format("rank {} is not a member of the group (ranks {})", r,
+                               fmt::join(s.switchGroups[static_cast<std::size_t>(op.group)], ", ")));
+      }
+      if (op.peer < 0 || op.peer >= n || pos[static_cast<std::size_t>(op.peer)] < 0) {
+        switchFail(r, i, op, fmt::format("root {} is not a member of the group", op.peer));
+      }
+      auto& lane = lanes[{op.group, op.channel}];
+      lane.resize(s.switchGroups[static_cast<std::size_t>(op.group)].size());
+      lane[static_cast<std::size_t>(pos[static_cast<std::size_t>(r)])].push_back(i);
+    }
+  }
+  for (const auto& [key, perMember] : lanes) {
+    const auto [g, channel] = key;
+    const auto& members = s.switchGroups[static_cast<std::size_t>(g)];
+    std::size_t most = 0;
+    for (const auto& ops : perMember) most = std::max(most, ops.size());
+    for (std::size_t k = 0; k < most; ++k) {
+      // The first member that has the k-th op is the reference; every member must have a matching one.
+      std::size_t ref = 0;
+      while (perMember[ref].size() <= k) ++ref;
+      const int refRank = members[ref];
+      const int refOp = perMember[ref][k];
+      const Op& a = s.ranks[static_cast<std::size_t>(refRank)].ops[static_cast<std::size_t>(refOp)];
+      SwitchMatch sm{g, channel, std::vector<int>(members.size(), -1)};
+      for (std::size_t x = 0; x < members.size(); ++x) {
+        const int r = members[x];
+        if (perMember[x].size() <= k) {
+          switchFail(refRank, refOp, a,
+                     fmt::format("rank {} of the group has no matching op (it issues {} ops of this group and channel)",
+                                 r, perMember[x].size()));
+        }
+        const int i = perMember[x][k];
+        const Op& b = s.ranks[static_cast<std::size_t>(r)].ops[static_cast<std::size_t>(i)];
+        if (b.kind != a.kind || b.peer != a.peer || b.bytes != a.bytes) {
+          switchFail(r, i, b,
+                     fmt::format("matches rank {} op {} ({} root {}, {} bytes) but is a {} with root {} of {} bytes",
+                                 refRank, refOp, toString(a.kind), a.peer, a.bytes, toString(b.kind), b.peer, b.bytes));
+        }
+        sm.ops[x] = i;
+        m.opMatch[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] = static_cast<int>(m.switchMatches.size());
+      }
+      m.switchMatches.push_back(std::move(sm));
+    }
+  }
+}
+
+}  // namespace
+
+void requireNoSwitchOps(const Schedule& s, std::string_view backend) {
+  if (!s.usesSwitch()) return;
+  throw Error(
+      Errc::Unsupported,
+      fmt::format("{} needs a switch that reduces (NVLS/SHARP), which backend '{}' does not have; run it on "
+                  "--backend sim or nccl",
+                  s.algorithm.empty() ? std::string("this schedule") : "algorithm '" + s.algorithm + "'", backend));
 }
 
 Matching matchSchedule(const Schedule& s) {
@@ -112,20 +217,26 @@ Matching matchSchedule(const Schedule& s) {
                   dst, src);
     }
   }
+  matchSwitchOps(s, m);
   return m;
 }
 
 std::string dump(const Schedule& s) {
   std::string out = fmt::format("# schedule {} for {}: {} ops\n", s.algorithm, describe(s.spec), s.totalOps());
+  for (std::size_t g = 0; g < s.switchGroups.size(); ++g) {
+    out += fmt::format("switch group {}: ranks {}\n", g, fmt::join(s.switchGroups[g], ","));
+  }
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     const auto& prog = s.ranks[r];
+    const int rank = static_cast<int>(r);
     out += fmt::format("rank {} ({} ops, scratch {} B)\n", r, prog.ops.size(), prog.scratchBytes);
     for (std::size_t i = 0; i < prog.ops.size(); ++i) {
       const Op& op = prog.ops[i];
       out += fmt::format("  {:4} {:<11}", i, toString(op.kind));
       if (op.isComm()) out += fmt::format(" peer {:<3} ch {:<2}", op.peer, op.channel);
-      if (op.reads()) out += fmt::format(" src {}+{}", toString(op.src.buffer), op.src.offset);
-      if (op.writes()) out += fmt::format(" dst {}+{}", toString(op.dst.buffer), op.dst.offset);
+      if (op.isSwitch()) out += fmt::format(" group {} root {} ch {}", op.group, op.peer, op.channel);
+      if (op.readsOn(rank)) out += fmt::format(" src {}+{}", toString(op.src.buffer), op.src.offset);
+      if (op.writesOn(rank)) out += fmt::format(" dst {}+{}", toString(op.dst.buffer), op.dst.offset);
       out += fmt::format(" {} B", op.bytes);
       if (!op.deps.empty()) out += fmt::format(" deps {}", fmt::join(op.deps, ","));
       out += '\n';

@@ -25,7 +25,8 @@ constexpr std::uint64_t kMaxBufferBytes = std::uint64_t{1} << 50;
 /// The names of the file: buffers are spelt out ("input", not dump()'s "in").
 constexpr std::pair<BufferKind, std::string_view> kBufferNames[] = {
     {BufferKind::Input, "input"}, {BufferKind::Output, "output"}, {BufferKind::Scratch, "scratch"}};
-constexpr OpKind kOpKinds[] = {OpKind::Send, OpKind::Recv, OpKind::RecvReduce, OpKind::Copy, OpKind::Reduce};
+constexpr OpKind kOpKinds[] = {OpKind::Send,   OpKind::Recv,         OpKind::RecvReduce, OpKind::Copy,
+                               OpKind::Reduce, OpKind::SwitchReduce, OpKind::Multicast};
 
 std::string_view bufferName(BufferKind b) {
   for (const auto& [kind, name] : kBufferNames) {
@@ -61,6 +62,7 @@ struct FileContext {
   CollectiveSpec unitSpec;  ///< the spec at one unit per byte (bytes) or per element (chunks)
   Units units;
   std::uint64_t unitBytes = 1;  ///< bytes of one unit in unitSpec
+  int switchGroups = 0;         ///< entries of the top-level switch_groups
 };
 
 std::uint64_t capacityUnits(const FileContext& cx, BufferKind b, std::uint64_t scratch) {
@@ -109,7 +111,8 @@ Op readOp(const json& j, int rank, int index, const FileContext& cx, std::uint64
       }
     }
   }
-  const Fields f(cx.source, path, j, {"kind", "peer", "src", "dst", cx.units.size(), "deps", "channel"});
+  const Fields f(cx.source, path, j,
+                 {"kind", "peer", "src", "dst", cx.units.size(), "deps", "channel", "group", "root"});
   Op op;
   const std::string kind = f.string("kind");
   bool found = false;
@@ -117,7 +120,8 @@ Op readOp(const json& j, int rank, int index, const FileContext& cx, std::uint64
     if (kind == toString(k)) op.kind = k, found = true;
   }
   if (!found) {
-    f.fail("kind", fmt::format("\"{}\" is not an op (send, recv, recv_reduce, copy, reduce)", printable(kind)));
+    f.fail("kind", fmt::format("\"{}\" is not an op (send, recv, recv_reduce, copy, reduce, switch_reduce, multicast)",
+                               printable(kind)));
   }
   const int n = cx.unitSpec.nranks;
   if (op.isComm()) {
@@ -126,30 +130,37 @@ Op readOp(const json& j, int rank, int index, const FileContext& cx, std::uint64
     if (op.peer == rank)
       f.fail("peer", fmt::format("{} is this op's own rank; a {} needs another rank", op.peer, kind));
   } else if (f.has("peer")) {
-    f.fail("peer", fmt::format("a {} is local and has no peer (only send, recv and recv_reduce do)", kind));
+    f.fail("peer", op.isSwitch()
+                       ? fmt::format("a {} has no peer: it names its group and root", kind)
+                       : fmt::format("a {} is local and has no peer (only send, recv and recv_reduce do)", kind));
+  }
+  if (op.isSwitch()) {
+    if (cx.switchGroups == 0) f.fail("group", fmt::format("a {} needs the top-level switch_groups", kind));
+    op.group = static_cast<int>(f.integer("group", 0, cx.switchGroups - 1));
+    op.peer = static_cast<int>(f.integer("root", 0, n - 1));
+  } else {
+    for (const char* field : {"group", "root"}) {
+      if (f.has(field)) f.fail(field, fmt::format("a {} has no {} (only switch_reduce and multicast do)", kind, field));
+    }
   }
   const auto size = static_cast<std::uint64_t>(f.integer(cx.units.size(), 0, kMaxBufferBytes));
   op.bytes = static_cast<std::size_t>(size);
-  if (op.reads()) {
+  if (op.readsOn(rank)) {
     op.src = readRef(f, "src", cx, size, scratch);
   } else if (f.has("src")) {
-    f.fail("src", fmt::format("a {} reads nothing local and has no src", kind));
+    f.fail("src", fmt::format("a {} reads nothing local {}and has no src", kind, op.isSwitch() ? "off its root " : ""));
   }
-  if (op.writes()) {
+  if (op.writesOn(rank)) {
     op.dst = readRef(f, "dst", cx, size, scratch);
   } else if (f.has("dst")) {
-    f.fail("dst", fmt::format("a {} writes nothing local and has no dst", kind));
+    f.fail("dst",
+           fmt::format("a {} writes nothing local {}and has no dst", kind, op.isSwitch() ? "off its root " : ""));
   }
   if (f.has("deps")) {
     const json& deps = f.array("deps");
     for (std::size_t k = 0; k < deps.size(); ++k) {
       const std::string field = fmt::format("deps[{}]", k);
-      const json& dep = deps[k];
-      if (!dep.is_number_integer() ||
-          (dep.is_number_unsigned() && dep.get<std::uint64_t>() > std::uint64_t{std::numeric_limits<int>::max()})) {
-        f.fail(field, fmt::format("expected an op index, got {} {}", dep.type_name(), echoJson(dep)));
-      }
-      const auto d = dep.get<std::int64_t>();
+      const auto d = f.integerValue(deps[k], field, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
       if (d < 0 || d >= index) {
         f.fail(field, index == 0 ? fmt::format("{} is not an earlier op: op 0 of rank {} has none", d, rank)
                                  : fmt::format("{} is not an earlier op of rank {} (0..{})", d, rank, index - 1));
@@ -208,12 +219,16 @@ ordered_json refToJson(const BufRef& r, const Units& u) {
   return j;
 }
 
-ordered_json opToJson(const Op& op, const Units& u) {
+ordered_json opToJson(const Op& op, int rank, const Units& u) {
   ordered_json j;
   j["kind"] = toString(op.kind);
   if (op.isComm()) j["peer"] = op.peer;
-  if (op.reads()) j["src"] = refToJson(op.src, u);
-  if (op.writes()) j["dst"] = refToJson(op.dst, u);
+  if (op.isSwitch()) {
+    j["group"] = op.group;
+    j["root"] = op.peer;
+  }
+  if (op.readsOn(rank)) j["src"] = refToJson(op.src, u);
+  if (op.writesOn(rank)) j["dst"] = refToJson(op.dst, u);
   j[u.size()] = op.bytes;
   if (!op.deps.empty()) j["deps"] = op.deps;
   if (op.channel != 0) j["channel"] = op.channel;
@@ -256,12 +271,13 @@ std::string toJson(const ScheduleFile& f) {
   if (!f.command.empty()) field("command", f.command);
   field("collective", coll);
   if (u.chunks) field("chunks", f.chunks);
+  if (f.schedule.usesSwitch()) field("switch_groups", f.schedule.switchGroups);
   out += "  \"ranks\": [";
   for (std::size_t r = 0; r < f.schedule.ranks.size(); ++r) {
     const RankProgram& prog = f.schedule.ranks[r];
     out += fmt::format("{}\n    {{\"{}\": {}, \"ops\": [", r ? "," : "", u.scratch(), prog.scratchBytes);
     for (std::size_t i = 0; i < prog.ops.size(); ++i) {
-      out += fmt::format("{}\n      {}", i ? "," : "", opToJson(prog.ops[i], u).dump());
+      out += fmt::format("{}\n      {}", i ? "," : "", opToJson(prog.ops[i], static_cast<int>(r), u).dump());
     }
     out += prog.ops.empty() ? "]}" : "\n    ]}";
   }
@@ -271,9 +287,9 @@ std::string toJson(const ScheduleFile& f) {
 
 ScheduleFile parseScheduleFile(std::string_view text, std::string_view source) {
   const json root = parseJsonDocument(text, source);
-  const Fields top(
-      source, "", root,
-      {"format", "version", "algorithm", "description", "tool", "command", "collective", "chunks", "ranks"});
+  const Fields top(source, "", root,
+                   {"format", "version", "algorithm", "description", "tool", "command", "collective", "chunks",
+                    "switch_groups", "ranks"});
   if (const std::string format = top.string("format"); format != ScheduleFile::kFormat) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", ScheduleFile::kFormat, printable(format)));
   }
@@ -335,6 +351,25 @@ ScheduleFile parseScheduleFile(std::string_view text, std::string_view source) {
     cx.unitSpec = spec;
   }
 
+  if (top.has("switch_groups")) {
+    const json& groups = top.array("switch_groups");
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const std::string field = fmt::format("switch_groups[{}]", g);
+      if (!groups[g].is_array() || groups[g].empty()) {
+        top.fail(field, fmt::format("expected a non-empty array of ranks, got {}", echoJson(groups[g])));
+      }
+      std::vector<int> members;
+      for (std::size_t k = 0; k < groups[g].size(); ++k) {
+        const auto r = top.integerValue(groups[g][k], fmt::format("{}[{}]", field, k), 0, spec.nranks - 1);
+        if (!members.empty() && r <= members.back()) {
+          top.fail(field, fmt::format("ranks must be distinct and ascending, got {}", echoJson(groups[g])));
+        }
+        members.push_back(static_cast<int>(r));
+      }
+      s.switchGroups.push_back(std::move(members));
+    }
+    cx.switchGroups = static_cast<int>(s.switchGroups.size());
+  }
   const json& ranks = top.array("ranks");
   if (static_cast<int>(ranks.size()) != spec.nranks) {
     top.fail("ranks", fmt::format("{} rank programs for collective.nranks {}", ranks.size(), spec.nranks));

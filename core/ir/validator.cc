@@ -18,6 +18,9 @@ std::string opName(const Schedule& s, int rank, int i) {
       return fmt::format("rank {} op {} (recv from rank {})", rank, i, op.peer);
     case OpKind::RecvReduce:
       return fmt::format("rank {} op {} (recv_reduce from rank {})", rank, i, op.peer);
+    case OpKind::SwitchReduce:
+    case OpKind::Multicast:
+      return fmt::format("rank {} op {} ({}, group {}, root {})", rank, i, toString(op.kind), op.group, op.peer);
     default:
       return fmt::format("rank {} op {} ({})", rank, i, toString(op.kind));
   }
@@ -58,9 +61,10 @@ void checkLocal(const Schedule& s) {
                            ref.offset, ref.offset + op.bytes, toString(ref.buffer), cap));
         }
       };
-      if (op.reads()) checkRange(op.src, "src");
-      if (op.writes()) checkRange(op.dst, "dst");
-      const bool combines = op.kind == OpKind::Reduce || op.kind == OpKind::RecvReduce;
+      if (op.readsOn(r)) checkRange(op.src, "src");
+      if (op.writesOn(r)) checkRange(op.dst, "dst");
+      const bool combines =
+          op.kind == OpKind::Reduce || op.kind == OpKind::RecvReduce || op.kind == OpKind::SwitchReduce;
       if (combines && (op.bytes % es != 0 || op.src.offset % es != 0 || op.dst.offset % es != 0)) {
         fail(s, r, i,
              fmt::format("reduction over {} bytes at src {} / dst {} is not aligned to {}-byte elements", op.bytes,
@@ -70,7 +74,8 @@ void checkLocal(const Schedule& s) {
   }
 }
 
-/// Union-find-free merge: each matched pair becomes one node (the send's global id represents both).
+/// Union-find-free merge: each matched pair becomes one node (the send's global id represents both), and so does each
+/// switch match (all its members' ops: the switch completes the op for the group together).
 struct MergedGraph {
   std::vector<std::size_t> base;  // global id of rank r's op 0
   std::vector<int> rep;           // global op id -> node id
@@ -92,6 +97,13 @@ MergedGraph mergeAndOrder(const Schedule& s, const Matching& m) {
     const int id = g.nodes++;
     g.rep[g.base[static_cast<std::size_t>(mt.srcRank)] + static_cast<std::size_t>(mt.srcOp)] = id;
     g.rep[g.base[static_cast<std::size_t>(mt.dstRank)] + static_cast<std::size_t>(mt.dstOp)] = id;
+  }
+  for (const SwitchMatch& sm : m.switchMatches) {
+    const int id = g.nodes++;
+    const auto& members = s.switchGroups[static_cast<std::size_t>(sm.group)];
+    for (std::size_t x = 0; x < members.size(); ++x) {
+      g.rep[g.base[static_cast<std::size_t>(members[x])] + static_cast<std::size_t>(sm.ops[x])] = id;
+    }
   }
   for (auto& r : g.rep) {
     if (r < 0) r = g.nodes++;
@@ -181,8 +193,8 @@ void checkHazards(const Schedule& s, const MergedGraph& g, bool inPlace) {
       locate(op.src, ss, sa);
       locate(op.dst, ds, da);
       if (op.kind == OpKind::Copy && ss == ds && sa == da) continue;  // identity copy: executors skip it
-      if (op.reads()) acc.push_back({sa, sa + op.bytes, ss, i, false});
-      if (op.writes()) acc.push_back({da, da + op.bytes, ds, i, true});
+      if (op.readsOn(r)) acc.push_back({sa, sa + op.bytes, ss, i, false});
+      if (op.writesOn(r)) acc.push_back({da, da + op.bytes, ds, i, true});
     }
     std::sort(acc.begin(), acc.end(), [](const Access& a, const Access& b) {
       return a.space != b.space ? a.space < b.space : a.begin < b.begin;
@@ -206,7 +218,67 @@ void checkHazards(const Schedule& s, const MergedGraph& g, bool inPlace) {
   }
 }
 
+bool performsSwitchOps(const TopoNode& n) { return n.reducesInNetwork() || n.multicasts(); }
+
 }  // namespace
+
+int switchOfRanks(const Router& router, const std::vector<int>& ranks) {
+  const Topology& t = router.topology();
+  int best = -1, bestFar = -1;
+  bool bestCapable = false;
+  for (int sw = 0; sw < static_cast<int>(t.nodes.size()); ++sw) {
+    if (t.nodes[static_cast<std::size_t>(sw)].kind != NodeKind::Switch) continue;
+    int far = 0;
+    for (int r : ranks) {
+      const int d = router.distance(router.rankNode(r), sw);
+      far = d < 0 ? -1 : std::max(far, d);
+      if (far < 0) break;
+    }
+    if (far < 0) continue;
+    const bool capable = performsSwitchOps(t.nodes[static_cast<std::size_t>(sw)]);
+    if (best < 0 || far < bestFar || (far == bestFar && capable && !bestCapable)) {
+      best = sw;
+      bestFar = far;
+      bestCapable = capable;
+    }
+  }
+  return best;
+}
+
+std::vector<int> groupSwitches(const Schedule& s, const Topology& t) {
+  std::vector<int> out;
+  if (s.switchGroups.empty()) return out;
+  const Router router(t);
+  for (const auto& members : s.switchGroups) out.push_back(switchOfRanks(router, members));
+  return out;
+}
+
+std::vector<int> validateOnTopology(const Schedule& s, const Topology& t) {
+  const std::vector<int> sw = groupSwitches(s, t);
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
+    const auto& ops = s.ranks[static_cast<std::size_t>(r)].ops;
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const Op& op = ops[static_cast<std::size_t>(i)];
+      if (!op.isSwitch()) continue;
+      const int v = sw[static_cast<std::size_t>(op.group)];
+      if (v < 0)
+        fail(s, r, i, fmt::format("no switch of topology {} connects the ranks of group {}", t.name, op.group));
+      const TopoNode& node = t.nodes[static_cast<std::size_t>(v)];
+      if (op.kind == OpKind::SwitchReduce && !node.reducesInNetwork()) {
+        fail(s, r, i,
+             fmt::format("switch {} of group {} cannot reduce (reduce_GBps {}): in-network reduction needs a switch "
+                         "with reduce_GBps > 0 (NVLS, SHARP)",
+                         node.id, op.group, node.reduceGBps));
+      }
+      if (op.kind == OpKind::Multicast && !node.multicasts()) {
+        fail(s, r, i,
+             fmt::format("switch {} of group {} cannot multicast (multicast false, or reduce_GBps 0)", node.id,
+                         op.group));
+      }
+    }
+  }
+  return sw;
+}
 
 void validate(const Schedule& s, const ValidateOptions& opt) {
   if (static_cast<int>(s.ranks.size()) != s.spec.nranks) {

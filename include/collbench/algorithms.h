@@ -43,6 +43,10 @@ struct AlgorithmTraits {
   bool usesChannels = false;    ///< the generator reads AlgoParams::channels (the tuner sweeps it)
   /// Needs AlgoParams::rankHost (the topology's hosts): left out where no topology says where ranks live.
   bool needsHosts = false;
+  /// Emits switch ops (SwitchReduce, Multicast): runs only where a switch reduces in the network (a topology switch
+  /// with reduce_GBps > 0: NVLS, SHARP) on the simulator or NCCL; the host backends refuse it, the cost model
+  /// marks it unsupported elsewhere.
+  bool needsSwitchReduction = false;
   /// Offered by the cost model when there is no topology (CostModel::defaultFlat). Off for algorithms that model
   /// flatters on an ideal flat switch (direct: n-1 concurrent flows per rank cost nothing extra there), that need
   /// hosts, or that match another one there; the model then picks recursive doubling for latency-bound sizes and

@@ -45,6 +45,10 @@ class JsonFields {
   std::string stringOr(const char* field, const std::string& fallback) const;
   /// An integer in [min, max] ("must be >= min" when max is INT64_MAX).
   std::int64_t integer(const char* field, std::int64_t min, std::int64_t max = INT64_MAX) const;
+  /// `v` (an element of one of this object's arrays, named `field` in messages, e.g. "deps[2]") as an integer in
+  /// [min, max].
+  std::int64_t integerValue(const nlohmann::json& v, std::string_view field, std::int64_t min,
+                            std::int64_t max = INT64_MAX) const;
   std::int64_t integerOr(const char* field, std::int64_t fallback, std::int64_t min,
                          std::int64_t max = INT64_MAX) const;
   /// A finite number >= min.

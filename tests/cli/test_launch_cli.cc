@@ -169,7 +169,8 @@ TEST(LaunchCli, PerfOverGlooEveryAllReduceAlgorithm) {
   for (const auto& a : algorithms()) {
     const bool gloo = a.native && a.name.rfind("gloo_", 0) == 0;
     // hierarchical needs a topology (hosts of ranks); the fork tests cover it.
-    if (a.collective == Collective::AllReduce && (gloo || !a.native) && a.name != "hierarchical") {
+    if (a.collective == Collective::AllReduce && (gloo || !a.native) && a.name != "hierarchical" &&
+        !a.traits.needsSwitchReduction) {
       algos += " " + a.name;
     }
   }

@@ -222,7 +222,7 @@ TEST(ScheduleCli, BadFilesAreOneLineAndExit2) {
   const std::vector<Case> cases = {
       {"unknown_field", mutated("\"chunks\": 8", "\"chunks\": 8, \"chunk\": 8"),
        "chunk: unknown field (known: algorithm, chunks, collective, command, description, format, "
-       "ranks, tool, version)"},
+       "ranks, switch_groups, tool, version)"},
       {"bad_peer",
        mutated(rank0op0, R"({"kind": "send", "peer": 9, "src": {"buffer": "input", "chunk": 0}, "chunk_count": 1})"),
        "ranks[0].ops[0].peer: 9 is not a rank (0..3)"},
@@ -298,6 +298,28 @@ TEST(ScheduleSchema, ExampleAndPlanOutputValidate) {
   EXPECT_EQ(runCli("plan --schedule " + peerless.string()).exitCode, 2);
   EXPECT_EQ(runCli("plan --schedule " + mixed.string()).exitCode, 2);
   for (const auto& p : {written, peerless, mixed}) std::filesystem::remove(p);
+}
+
+TEST(ScheduleSchema, SwitchOpsValidate) {
+  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 with jsonschema is not installed (apt-get install python3-jsonschema)";
+  }
+  const std::string schema = (std::filesystem::path(COLLBENCH_SOURCE_DIR) / "docs" / "schedule.schema.json").string();
+  const auto written = temp("schema_nvls");
+  std::filesystem::remove(written);
+  ASSERT_EQ(runCli("plan all_reduce --algo nvls -g 4 --bytes 64K --schedule-out " + written.string()).exitCode, 0);
+  const std::string cmd = fmt::format(
+      "python3 -c \"import json, sys, jsonschema; s = json.load(open(sys.argv[1])); "
+      "sys.exit(1 if list(jsonschema.Draft202012Validator(s).iter_errors(json.load(open(sys.argv[2])))) else 0)\" "
+      "{} {}",
+      schema, written.string());
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  // And the file runs on the simulator, refused by the host backend.
+  EXPECT_EQ(runCli("sim --schedule " + written.string()).exitCode, 0);
+  const CliResult host = runCli("perf --backend host --schedule " + written.string());
+  EXPECT_EQ(host.exitCode, 2);
+  EXPECT_NE(host.err.find("needs a switch that reduces (NVLS/SHARP)"), std::string::npos) << host.err;
+  std::filesystem::remove(written);
 }
 
 }  // namespace

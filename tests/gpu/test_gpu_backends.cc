@@ -69,7 +69,7 @@ std::string caseName(const Case& c) {
 std::vector<Case> singleGpuCases() {
   std::vector<Case> cases;
   for (const auto& a : algorithms()) {
-    if (a.native) continue;
+    if (a.native || a.traits.needsSwitchReduction) continue;
     for (int n : {1, 2, 3, 4, 5, 8}) {
       for (std::size_t count : {0u, 1u, 7u, 1000u, 65537u}) {
         if (a.collective == Collective::Barrier && count != 0) continue;
@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(All, GpuSingle, ::testing::ValuesIn(singleGpuCases()),
 TEST(GpuSingleBackend, PipelinedChannelsAndRepeatedIterations) {
   COLLBENCH_REQUIRE_GPUS(1);
   for (const auto& a : algorithms()) {
-    if (a.native || a.collective == Collective::Barrier) continue;
+    if (a.native || a.collective == Collective::Barrier || a.traits.needsSwitchReduction) continue;
     for (int n : {2, 3, 5, 8}) {
       const CollectiveSpec spec{a.collective, n, 4099, DType::F32, ReduceOp::Sum, 1 % n};
       AlgoParams p;
@@ -188,7 +188,7 @@ TEST(GpuNcclOneRank, SchedulesMatchReferenceAndRecordNcclSettings) {
   COLLBENCH_REQUIRE_GPUS(1);
   Backend& b = cached("nccl", 1);
   for (const auto& a : algorithms()) {
-    if (a.native) continue;
+    if (a.native || a.traits.needsSwitchReduction) continue;
     const std::size_t count = a.collective == Collective::Barrier ? 0 : 4099;
     const CollectiveSpec spec{a.collective, 1, count, DType::F16, ReduceOp::Sum, 0};
     const auto ours = runChecked(b, a.build(spec, paramsFor(1)), a.name);
@@ -213,7 +213,7 @@ TEST(MultiGpuNccl, SchedulesEqualNativeNccl) {
   for (int n : {2, multiGpuRanks()}) {
     Backend& b = cached("nccl", n);
     for (const auto& a : algorithms()) {
-      if (a.native) continue;
+      if (a.native || a.traits.needsSwitchReduction) continue;
       for (std::size_t count : {1u, 1000u, 65537u}) {
         if (a.collective == Collective::Barrier) count = 0;
         const CollectiveSpec spec{a.collective, n, count, DType::F32, ReduceOp::Sum, n - 1};
@@ -253,7 +253,7 @@ TEST(MultiGpuNccl, PipelinedChannels) {
   COLLBENCH_REQUIRE_GPUS(2);
   const int n = multiGpuRanks();
   for (const auto& a : algorithms()) {
-    if (a.native || a.collective == Collective::Barrier) continue;
+    if (a.native || a.collective == Collective::Barrier || a.traits.needsSwitchReduction) continue;
     const CollectiveSpec spec{a.collective, n, 4099, DType::BF16, ReduceOp::Max, 0};
     AlgoParams p;
     p.chunkBytes = 256;

@@ -226,7 +226,7 @@ struct PlanCase {
 std::vector<PlanCase> planCases() {
   std::vector<PlanCase> cases;
   for (const auto& a : algorithms()) {
-    if (a.native) continue;
+    if (a.native || a.traits.needsSwitchReduction) continue;
     const bool reduces = a.collective == Collective::AllReduce || a.collective == Collective::ReduceScatter ||
                          a.collective == Collective::Reduce;
     for (int n : {1, 2, 3, 4, 5, 8, 9}) {

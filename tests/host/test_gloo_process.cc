@@ -205,7 +205,9 @@ std::string sweep(int rank, const BackendOptions& o) {
   const std::pair<DType, ReduceOp> glooTypes[] = {
       {DType::F32, ReduceOp::Sum}, {DType::F64, ReduceOp::Avg}, {DType::I64, ReduceOp::Prod}};
   for (const AlgorithmInfo& a : algorithms()) {
-    if (a.collective != Collective::AllReduce || (a.native && !isGlooNative(a))) continue;
+    if (a.collective != Collective::AllReduce || (a.native && !isGlooNative(a)) || a.traits.needsSwitchReduction) {
+      continue;
+    }
     const std::span<const std::pair<DType, ReduceOp>> types =
         a.native ? std::span<const std::pair<DType, ReduceOp>>(glooTypes)
                  : std::span<const std::pair<DType, ReduceOp>>(ours);

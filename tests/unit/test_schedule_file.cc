@@ -200,8 +200,8 @@ TEST(ScheduleFile, EachBadFieldIsOneLineNamingRankOpAndField) {
   EXPECT_EQ(mutatedError([](json& d) { op(d, 2, 5)["peer"] = 2; }),
             "schedule.json: ranks[2].ops[5].peer: 2 is this op's own rank; a recv_reduce needs another rank");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 1, 0)["colour"] = "red"; }),
-            "schedule.json: ranks[1].ops[0].colour: unknown field (known: channel, chunk_count, deps, dst, kind, "
-            "peer, src)");
+            "schedule.json: ranks[1].ops[0].colour: unknown field (known: channel, chunk_count, deps, dst, group, "
+            "kind, peer, root, src)");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 0, 1)["dst"]["buffer"] = "outptu"; }),
             "schedule.json: ranks[0].ops[1].dst.buffer: \"outptu\" is not a buffer (input, output, scratch)");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 3, 0)["src"]["chunk"] = 8; }),
@@ -217,7 +217,8 @@ TEST(ScheduleFile, EachBadFieldIsOneLineNamingRankOpAndField) {
             }),
             "schedule.json: ranks[0].ops[4].deps[1]: 4 is not an earlier op of rank 0 (0..3)");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 1, 2)["kind"] = "sned"; }),
-            "schedule.json: ranks[1].ops[2].kind: \"sned\" is not an op (send, recv, recv_reduce, copy, reduce)");
+            "schedule.json: ranks[1].ops[2].kind: \"sned\" is not an op (send, recv, recv_reduce, copy, reduce, "
+            "switch_reduce, multicast)");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 1, 2)["chunk_count"] = "one"; }),
             "schedule.json: ranks[1].ops[2].chunk_count: expected an integer, got string \"one\"");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 1, 2).erase("src"); }),
