@@ -38,14 +38,15 @@ void admitBuffers(const CollectiveSpec& spec, int localRank, std::string_view re
   const double need = ranksHere * (static_cast<double>(spec.inputBytes()) + static_cast<double>(spec.outputBytes()));
   const double available = availableMemoryBytes();
   if (need <= available) return;
-  throw Error(Errc::InvalidArgument,
-              fmt::format("{}: {} {} on {} rank{} needs {} of buffers in this process ({} input + {} output per "
-                          "rank{}), more than the {} of memory available; use smaller sizes or --backend sim",
-                          request, toString(spec.kind), bytesText(static_cast<double>(std::max(spec.inputBytes(), spec.outputBytes()))), spec.nranks,
-                          spec.nranks == 1 ? "" : "s", bytesText(need),
-                          bytesText(static_cast<double>(spec.inputBytes())),
-                          bytesText(static_cast<double>(spec.outputBytes())),
-                          localRank < 0 ? fmt::format(" x {} ranks", spec.nranks) : "", bytesText(available)));
+  throw Error(
+      Errc::InvalidArgument,
+      fmt::format("{}: {} {} on {} rank{} needs {} of buffers in this process ({} input + {} output per "
+                  "rank{}), more than the {} of memory available; use smaller sizes or --backend sim",
+                  request, toString(spec.kind),
+                  bytesText(static_cast<double>(std::max(spec.inputBytes(), spec.outputBytes()))), spec.nranks,
+                  spec.nranks == 1 ? "" : "s", bytesText(need), bytesText(static_cast<double>(spec.inputBytes())),
+                  bytesText(static_cast<double>(spec.outputBytes())),
+                  localRank < 0 ? fmt::format(" x {} ranks", spec.nranks) : "", bytesText(available)));
 }
 
 }  // namespace collbench

@@ -151,8 +151,8 @@ Timing Runner::measure(const CollectiveSpec& spec, const Plan& plan, const Measu
     }
     t.seconds = how.iterations > 0 ? total / how.iterations : 0;
   } else {
-    t.seconds = combineRanks(backend_->run(s, bufs.views(), RunOptions{how.iterations, how.warmup, opt_.timeoutSeconds}),
-                             how.average);
+    t.seconds = combineRanks(
+        backend_->run(s, bufs.views(), RunOptions{how.iterations, how.warmup, opt_.timeoutSeconds}), how.average);
   }
   if (how.check) {
     bufs.fill();
