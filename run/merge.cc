@@ -2,6 +2,7 @@
 #include "collbench/merge.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
