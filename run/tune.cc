@@ -272,6 +272,7 @@ TuningSection sweepCollbench(Tuner& tuner, const TuneControl& control) {
   std::iota(items.begin(), items.end(), begin);
   TerminalProgress progress("tune: " + control.progressPrefix);
   ParallelOptions po{control.jobs, [&](std::size_t done, std::size_t total, std::size_t i) {
+                       if (!progress.enabled()) return;  // counting configurations builds cost models
                        const TunePoint& p = tuner.grid()[i];
                        progress.show(done, total,
                                      fmt::format("{} n={} {} ({} configurations)", toString(p.collective), p.nranks,
