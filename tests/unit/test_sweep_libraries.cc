@@ -65,7 +65,9 @@ TEST(TuneLibrary, ModelEntriesAreTheCostModelsSortedEstimates) {
     const TuningCandidate& c = e->candidates[k];
     AlgoParams params{c.chunkBytes, c.channels, {}};
     EXPECT_DOUBLE_EQ(c.timeUs, m.estimate(p.spec, c.algorithm, params).terms.us) << c.algorithm;
-    if (k > 0) EXPECT_LE(e->candidates[k - 1].timeUs, c.timeUs);
+    if (k > 0) {
+      EXPECT_LE(e->candidates[k - 1].timeUs, c.timeUs);
+    }
   }
   EXPECT_EQ(decodeTuningEntry(encodeTuningEntry(e))->candidates.size(), e->candidates.size());
   EXPECT_EQ(decodeTuningEntry(encodeTuningEntry(e))->candidates.back().timeUs, e->candidates.back().timeUs);
