@@ -51,7 +51,8 @@ TEST(Shard, ParsesKOfNAndRefusesTheRestInOneLine) {
   EXPECT_EQ(errorOf([] { parseShard("0/4"); }), "--shard '0/4': K must be in 1..N and N >= 1");
   EXPECT_EQ(errorOf([] { parseShard("5/4"); }), "--shard '5/4': K must be in 1..N and N >= 1");
   EXPECT_EQ(errorOf([] { parseShard("2/0"); }), "--shard '2/0': K must be in 1..N and N >= 1");
-  for (const char* bad : {"2", "a/4", "2/4x", "/4", "2/", "-1/4", ""}) {
+  EXPECT_EQ(errorOf([] { parseShard("-1/4"); }), "--shard '-1/4': K must be in 1..N and N >= 1");
+  for (const char* bad : {"2", "a/4", "2/4x", "/4", "2/", ""}) {
     EXPECT_EQ(errorOf([&] { parseShard(bad); }),
               fmt::format("--shard '{}': expected K/N (this job's part K of N, e.g. 2/8) or auto", bad));
   }
