@@ -5,8 +5,10 @@
 #
 #   bench/sweep_jobs.sh [--jobs N] [--repeat R] [-- extra tune flags]
 #
-# Default grid: h100-4x8-rail, ranks 8,16,24,32, 1 KiB..64 MiB by 8, chunks 0,128K, channels 1,2 (~40 s at -j 1 on
-# one core of this project's 2-core VM).
+# Default grid: h100-4x8-rail, ranks 8,16,24,32, 1 KiB..256 MiB by 4, tune's default chunks and channels (40 points,
+# ~19 s of CPU). Measured on this project's 2-vCPU VM while two compilers of other builds held its cores (load ~2.8):
+# -j 1 18.8 s, -j 2 13.6-13.8 s (1.37x), the same 17-18 s of user CPU in both: the workers split the work, the shared
+# cores bound the speed-up.
 # Environment: COLLBENCH (the collbench binary; default: on PATH, else build/ci/tools/collbench).
 # Exit status: 0, 1 when the tables differ or a run failed, 2 for bad arguments.
 set -euo pipefail
@@ -22,7 +24,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 cb="${COLLBENCH:-$(command -v collbench || echo build/ci/tools/collbench)}"
-grid=(tune --backend sim --topology h100-4x8-rail -g 8,16,24,32 -b 1K -e 64M -f 8 --chunks 0,128K --channels 1,2)
+grid=(tune --backend sim --topology h100-4x8-rail -g 8,16,24,32 -b 1K -e 256M -f 4)
 [[ ${#extra[@]} -gt 0 ]] && grid+=("${extra[@]}")
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
