@@ -1,20 +1,20 @@
-// `collbench sweep`: what-if grids on the simulator: topologies x override sets x rank counts x sizes x algorithms.
-// A table on stdout, optionally CSV and JSON files; progress on stderr only when it is a terminal.
+// `collbench sweep`: what-if grids on the simulator (the grid and its simulations: simulator/sweep.h): topologies x
+// override sets x rank counts x sizes x algorithms. A table on stdout, optionally CSV and JSON files.
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <fstream>
 #include <memory>
 
 #include "cli_common.h"
 #include "collbench/error.h"
+#include "collbench/parallel.h"
 #include "collbench/records.h"
 #include "collbench/selector.h"
 #include "collbench/units.h"
 #include "commands.h"
 #include "perf_runner.h"
 #include "sim_backend.h"
+#include "sweep.h"
 
 namespace collbench::cli {
 
@@ -58,7 +58,9 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
     std::string chunk = "0", model = "CM02", mode = "auto", csv, json;
     double factor = 32;
     int channels = 1, root = 0;
+    std::string shard;
     bool crossTraffic = false, force = false, bench = false;
+    int jobs = 0;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -90,103 +92,53 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--model", a->model, "network model: CM02 | LV08")->default_str("CM02");
   cmd->add_flag("--crosstraffic", a->crossTraffic, "add SimGrid's reverse acknowledgement flows");
   cmd->add_option("--mode", a->mode, "auto | exact | aggregated")->default_str("auto");
-  cmd->add_option("--csv", a->csv, "also write the rows as CSV");
-  cmd->add_option("--json", a->json, "also write the rows as JSON (with command line and fingerprints)");
+  cmd->add_option("--csv", a->csv, "also write the rows as CSV ({shard} is replaced by --shard's K)");
+  cmd->add_option(
+      "--json", a->json,
+      "also write the rows as JSON (with command line and fingerprints; {shard} is replaced by --shard's K)");
   cmd->add_flag("--force", a->force, "overwrite existing --csv/--json files");
   cmd->add_flag("--bench", a->bench, "add host wall time and ops simulated per second to the table");
-  cmd->callback([a, &exitCode] {
+  CLI::Option* jobs =
+      cmd->add_option("-j,--jobs", a->jobs, "simulations in parallel worker processes (default: the cores)");
+  cmd->add_option("--shard", a->shard, "K/N: part K of N of the grid, or auto (docs/sweeps.md)");
+  cmd->callback([a, jobs, &exitCode] {
+    sim::SweepControl control;
+    if (!a->shard.empty()) {
+      control.shard = parseShard(a->shard);
+      a->csv = shardPath(a->csv, control.shard);
+      a->json = shardPath(a->json, control.shard);
+    }
+    control.jobs = resolveJobs(jobs->count() > 0 ? std::optional<int>(a->jobs) : std::nullopt, "sim");
     if (!a->csv.empty() && a->csv == a->json) {
       throw Error(Errc::InvalidArgument, fmt::format("--csv and --json name the same file '{}'", a->csv));
     }
     checkOutputFile(a->csv, a->force, "--csv");
     checkOutputFile(a->json, a->force, "--json");
-    const Collective kind = parseCollective(a->collective);
-    if (kind == Collective::Barrier) throw Error(Errc::InvalidArgument, "sweep does not time barrier (no bytes)");
-    const DType dtype = parseDType(a->dtype);
-    const ReduceOp op = parseReduceOp(a->op);
-    const std::vector<std::size_t> sizes = sizesFrom(a->sizes, a->minBytes, a->maxBytes, a->factor);
-    sim::SimConfig cfg;
-    cfg.model = sim::parseNetworkModel(a->model);
-    cfg.crossTraffic = a->crossTraffic;
-    cfg.mode = sim::parseSimMode(a->mode);
-    for (const std::string& algo : a->algos) {
-      if (algo != "auto") findAlgorithm(kind, algo);
+    sim::SweepRequest q;
+    q.collective = parseCollective(a->collective);
+    if (q.collective == Collective::Barrier)
+      throw Error(Errc::InvalidArgument, "sweep does not time barrier (no bytes)");
+    q.dtype = parseDType(a->dtype);
+    q.op = parseReduceOp(a->op);
+    q.sizes = sizesFrom(a->sizes, a->minBytes, a->maxBytes, a->factor);
+    q.config.model = sim::parseNetworkModel(a->model);
+    q.config.crossTraffic = a->crossTraffic;
+    q.config.mode = sim::parseSimMode(a->mode);
+    q.topologies = a->topologies;
+    q.sets = a->sets.empty() ? std::vector<std::string>{""} : a->sets;
+    q.ranks.clear();
+    for (const std::string& rs : a->ranks) {
+      q.ranks.push_back(rs == "all" ? sim::kAllRanks : parseIntItem("-g/--ranks", rs, 1, " or 'all'"));
     }
-    const std::vector<std::string> sets = a->sets.empty() ? std::vector<std::string>{""} : a->sets;
-
-    // Every topology and rank count is checked before the first simulation.
-    struct Variant {
-      std::string name, overrides;
-      Topology topo;
-      std::vector<int> ranks;
-    };
-    std::vector<Variant> variants;
-    for (const std::string& name : a->topologies) {
-      for (const std::string& set : sets) {
-        Variant v{name, set, sim::loadTopologyWithOverrides(name, set), {}};
-        const int available = static_cast<int>(v.topo.ranks.size());
-        for (const std::string& rs : a->ranks) {
-          const int n = rs == "all" ? available : parseIntItem("-g/--ranks", rs, 1, " or 'all'");
-          if (n < 1 || n > available) {
-            throw Error(Errc::InvalidArgument,
-                        fmt::format("-g/--ranks {}: topology '{}' has {} ranks (use 1..{} or all)", rs, name, available,
-                                    available));
-          }
-          v.ranks.push_back(n);
-        }
-        variants.push_back(std::move(v));
-      }
-    }
-
-    std::size_t total = 0;
-    for (const Variant& v : variants) total += v.ranks.size() * sizes.size() * a->algos.size();
-    const bool progress = isatty(STDERR_FILENO) != 0;
-    std::vector<Row> rows;
-    std::size_t done = 0;
-    for (const Variant& v : variants) {
-      const std::string fp = fingerprint(v.topo);
-      for (int n : v.ranks) {
-        const sim::Simulator simulator(v.topo, n, cfg);
-        AlgoParams params;
-        params.chunkBytes = parseBytes(a->chunk, "--chunk-bytes");
-        params.channels = a->channels;
-        params.rankHost = rankHosts(v.topo, n);
-        for (std::size_t bytes : sizes) {
-          CollectiveSpec spec{kind, n, countForBytes(kind, n, bytes, dtype), dtype, op, a->root};
-          checkSpec(spec, params);
-          for (const std::string& algo : a->algos) {
-            const std::string chosen = algo == "auto" ? chooseAlgorithm(spec).algorithm : algo;
-            if (progress) {
-              fmt::print(stderr, "\r[{}/{}] {} {} ranks {} {}\x1b[K", ++done, total, v.name, n, formatBytes(bytes),
-                         chosen);
-              std::fflush(stderr);
-            }
-            const sim::SimResult r = simulator.runAlgorithm(spec, chosen, params);
-            Row row;
-            row.topology = v.name;
-            row.fingerprint = fp;
-            row.overrides = v.overrides;
-            row.algorithm = chosen;
-            row.ranks = n;
-            row.bytes = std::max(spec.inputBytes(), spec.outputBytes());
-            row.count = spec.count;
-            row.timeUs = r.seconds * 1e6;
-            row.algbw = r.seconds > 0 ? static_cast<double>(row.bytes) / r.seconds / 1e9 : 0;
-            row.busbw = row.algbw * busBandwidthFactor(kind, n);
-            row.method = r.method;
-            row.exact = r.exact;
-            row.note = r.note;
-            row.ops = r.ops;
-            row.transfers = r.transfers;
-            row.activities = r.simulatedActivities;
-            row.wall = r.wallSeconds;
-            row.cpu = r.cpuSeconds;
-            rows.push_back(std::move(row));
-          }
-        }
-      }
-    }
-    if (progress) fmt::print(stderr, "\r\x1b[K");
+    q.algorithms = a->algos;
+    q.root = a->root;
+    q.chunkBytes = parseBytes(a->chunk, "--chunk-bytes");
+    q.channels = a->channels;
+    sim::SweepGrid grid(q);  // every topology, rank count and spec is checked before the first simulation
+    const std::vector<Row> rows = sim::runSweep(grid, control);
+    const Collective kind = q.collective;
+    const sim::SimConfig& cfg = q.config;
+    const std::vector<std::string>& sets = q.sets;
 
     // Table.
     fmt::print("# collbench {} sweep: {} on the simulator ({}{})\n", COLLBENCH_VERSION, toString(kind),
@@ -229,19 +181,20 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       for (const Row& r : rows) {
         f << fmt::format("{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{},{},{},{},{},{:.6f},{:.6f}\n",
                          csvField(r.topology), r.fingerprint, csvField(r.overrides), r.ranks, toString(kind),
-                         r.algorithm, r.bytes, r.count, toString(dtype), r.timeUs, r.algbw, r.busbw, r.method,
+                         r.algorithm, r.bytes, r.count, toString(q.dtype), r.timeUs, r.algbw, r.busbw, r.method,
                          r.exact ? 1 : 0, r.ops, r.transfers, r.activities, r.wall, r.cpu);
       }
     }
     if (!a->json.empty()) {
-      const SweepRecord doc{toolName(),
-                            commandLine(),
-                            std::string(toString(kind)),
-                            std::string(toString(dtype)),
-                            std::string(toString(op)),
-                            std::string(sim::toString(cfg.model)),
-                            cfg.crossTraffic,
-                            rows};
+      SweepRecord doc{toolName(),
+                      commandLine(),
+                      std::string(toString(kind)),
+                      std::string(toString(q.dtype)),
+                      std::string(toString(q.op)),
+                      std::string(sim::toString(cfg.model)),
+                      cfg.crossTraffic,
+                      rows,
+                      control.shard.whole() ? "" : control.shard.toString()};
       writeTextFile(a->json, toJson(doc).dump(2), "--json");
     }
     exitCode = 0;

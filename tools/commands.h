@@ -26,6 +26,8 @@ void addTuneCommand(CLI::App& app, int& exitCode);
 void addCalibrateCommand(CLI::App& app, int& exitCode);
 /// `collbench regret --tuning T`: chosen / best measured time on a held-out grid (cmd_regret.cc).
 void addRegretCommand(CLI::App& app, int& exitCode);
+/// `collbench merge SHARD... -o FILE`: the outputs of --shard K/N runs joined (cmd_merge.cc).
+void addMergeCommand(CLI::App& app, int& exitCode);
 /// `collbench fidelity LOG... --topology T`: measured nccl-tests tables vs the simulator (cmd_fidelity.cc).
 void addFidelityCommand(CLI::App& app, int& exitCode);
 

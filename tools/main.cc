@@ -61,6 +61,7 @@ int main(int argc, char** argv) try {
   cli::addTuneCommand(app, exitCode);
   cli::addCalibrateCommand(app, exitCode);
   cli::addRegretCommand(app, exitCode);
+  cli::addMergeCommand(app, exitCode);
   cli::addFidelityCommand(app, exitCode);
   try {
     app.parse(argc, argv);

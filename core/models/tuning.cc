@@ -165,14 +165,15 @@ TuningTable parseTuningTable(const std::string& text, const std::string& source)
   TuningTable t;
   if (top.has("provenance")) {
     const JsonFields f = top.object("provenance");
-    f.allowOnly({"tool", "command_line", "backend", "host", "date", "topology", "topology_fingerprint"});
+    f.allowOnly({"tool", "command_line", "backend", "host", "date", "topology", "topology_fingerprint", "shard"});
     t.provenance = {f.stringOr("tool", ""),
                     f.stringOr("command_line", ""),
                     f.stringOr("backend", ""),
                     f.stringOr("host", ""),
                     f.stringOr("date", ""),
                     f.stringOr("topology", ""),
-                    f.stringOr("topology_fingerprint", "")};
+                    f.stringOr("topology_fingerprint", ""),
+                    f.stringOr("shard", "")};
   }
   for (std::size_t si = 0; si < top.array("sections").size(); ++si) {
     const JsonFields f = top.element("sections", si);
@@ -227,13 +228,14 @@ TuningTable loadTuningTable(const std::string& path) {
 std::string toJson(const TuningTable& t) {
   // One entry per line: diffs of committed tables stay readable.
   const TuningProvenance& p = t.provenance;
-  const json prov = {{"tool", p.tool},
-                     {"command_line", p.commandLine},
-                     {"backend", p.backend},
-                     {"host", p.host},
-                     {"date", p.date},
-                     {"topology", p.topology},
-                     {"topology_fingerprint", p.topologyFingerprint}};
+  json prov = {{"tool", p.tool},
+               {"command_line", p.commandLine},
+               {"backend", p.backend},
+               {"host", p.host},
+               {"date", p.date},
+               {"topology", p.topology},
+               {"topology_fingerprint", p.topologyFingerprint}};
+  if (!p.shard.empty()) prov["shard"] = p.shard;
   std::string out = fmt::format("{{\"format\": \"{}\", \"version\": {},\n \"provenance\": {},\n \"sections\": [",
                                 kFormat, kVersion, prov.dump());
   for (std::size_t si = 0; si < t.sections.size(); ++si) {

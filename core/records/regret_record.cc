@@ -38,6 +38,7 @@ RegretRecord parseRegretRecord(std::string_view text, std::string_view source) {
   r.topologyFingerprint = top.stringOr("topology_fingerprint", "");
   r.tuning = top.stringOr("tuning", "");
   r.commandLine = top.stringOr("command_line", "");
+  r.shard = top.stringOr("shard", "");
   if (top.has("environment")) {
     top.object("environment");
     r.environment = top.need("environment");
@@ -97,22 +98,24 @@ json toJson(const RegretRecord& r) {
                       {"table_us", finiteOrNull(w.sweepTableUs)},
                       {"regret", finiteOrNull(w.sweepRegret())}}}});
   }
-  return {{"format", RegretRecord::kFormat},
-          {"version", RegretRecord::kVersion},
-          {"collective", r.collective},
-          {"backend", r.backend},
-          {"topology", r.topology},
-          {"topology_fingerprint", r.topologyFingerprint},
-          {"tuning", r.tuning},
-          {"command_line", r.commandLine},
-          {"environment", r.environment},
-          {"rows", rows},
-          {"summary",
-           {{"points", r.rows.size()},
-            {"worst", finiteOrNull(r.worst)},
-            {"geomean", finiteOrNull(r.geomean)},
-            {"table_worst", finiteOrNull(r.tableWorst)},
-            {"table_geomean", finiteOrNull(r.tableGeomean)}}}};
+  json doc = {{"format", RegretRecord::kFormat},
+              {"version", RegretRecord::kVersion},
+              {"collective", r.collective},
+              {"backend", r.backend},
+              {"topology", r.topology},
+              {"topology_fingerprint", r.topologyFingerprint},
+              {"tuning", r.tuning},
+              {"command_line", r.commandLine},
+              {"environment", r.environment},
+              {"rows", rows},
+              {"summary",
+               {{"points", r.rows.size()},
+                {"worst", finiteOrNull(r.worst)},
+                {"geomean", finiteOrNull(r.geomean)},
+                {"table_worst", finiteOrNull(r.tableWorst)},
+                {"table_geomean", finiteOrNull(r.tableGeomean)}}}};
+  if (!r.shard.empty()) doc["shard"] = r.shard;
+  return doc;
 }
 
 }  // namespace collbench

@@ -13,6 +13,7 @@ SweepRecord parseSweepRecord(std::string_view text, std::string_view source) {
   SweepRecord r;
   r.tool = top.stringOr("tool", "");
   r.commandLine = top.stringOr("command_line", "");
+  r.shard = top.stringOr("shard", "");
   r.collective = top.string("collective");
   r.datatype = top.string("datatype");
   r.op = top.string("op");
@@ -66,16 +67,18 @@ json toJson(const SweepRecord& r) {
                     {"wall_s", w.wall},
                     {"cpu_s", w.cpu}});
   }
-  return {{"format", SweepRecord::kFormat},
-          {"version", SweepRecord::kVersion},
-          {"tool", r.tool},
-          {"command_line", r.commandLine},
-          {"collective", r.collective},
-          {"datatype", r.datatype},
-          {"op", r.op},
-          {"model", r.model},
-          {"crosstraffic", r.crossTraffic},
-          {"rows", rows}};
+  json doc = {{"format", SweepRecord::kFormat},
+              {"version", SweepRecord::kVersion},
+              {"tool", r.tool},
+              {"command_line", r.commandLine},
+              {"collective", r.collective},
+              {"datatype", r.datatype},
+              {"op", r.op},
+              {"model", r.model},
+              {"crosstraffic", r.crossTraffic},
+              {"rows", rows}};
+  if (!r.shard.empty()) doc["shard"] = r.shard;
+  return doc;
 }
 
 }  // namespace collbench

@@ -204,6 +204,7 @@ struct SweepRecord {
   std::string tool, commandLine, collective, datatype, op, model;
   bool crossTraffic = false;
   std::vector<SweepRow> rows;
+  std::string shard;  ///< "K/N" when the rows are part K of N of the grid (`--shard`); "" (not written) else
   bool operator==(const SweepRecord&) const = default;
 };
 SweepRecord parseSweepRecord(std::string_view text, std::string_view source = "sweep");
@@ -245,6 +246,7 @@ struct RegretRecord {
   nlohmann::json environment = nlohmann::json::object();
   std::vector<RegretRow> rows;
   double worst = 1, geomean = 1, tableWorst = 1, tableGeomean = 1;
+  std::string shard;  ///< "K/N" when the rows are part K of N of the grid (`--shard`); "" (not written) else
   bool operator==(const RegretRecord&) const = default;
 };
 RegretRecord parseRegretRecord(std::string_view text, std::string_view source = "regret");

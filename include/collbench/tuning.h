@@ -70,6 +70,7 @@ struct TuningSection {
 
 struct TuningProvenance {
   std::string tool, commandLine, backend, host, date, topology, topologyFingerprint;
+  std::string shard;  ///< "K/N" when the table holds shard K of N of a grid (`tune --shard`); "" (not written) else
 };
 
 struct TuningTable {

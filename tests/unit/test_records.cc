@@ -223,11 +223,15 @@ TEST(SimRecord, RoundTrips) {
 }
 
 TEST(SweepRecord, RoundTrips) {
-  SweepRecord r{"collbench 0.1.0", "collbench sweep", "all_reduce", "float", "sum", "CM02", false, {}};
+  SweepRecord r{"collbench 0.1.0", "collbench sweep", "all_reduce", "float", "sum", "CM02", false, {}, "2/3"};
   r.rows.push_back({"dgx-h100-8x1", "abc", "", "ring", "exact", "", 8, 1024, 256, 112, 56, 56, 2.5, 0.5, 0.875, 0.125,
                     0.0625, true});
   r.rows.push_back({"h100-4x8-rail", "def", "link.nic.bandwidth_GBps=50;", "hierarchical", "aggregated", "folded", 32,
                     4096, 1024, 1000, 500, 20, 7.25, 0.5, 0.96875, 0.25, 0.125, false});
+  EXPECT_EQ(parseSweepRecord(toJson(r).dump(2)), r);
+  EXPECT_EQ(toJson(r)["shard"], "2/3");
+  r.shard.clear();  // an unsharded run writes no shard field
+  EXPECT_FALSE(toJson(r).contains("shard"));
   EXPECT_EQ(parseSweepRecord(toJson(r).dump(2)), r);
   json bad = toJson(r);
   bad["rows"][1]["ranks"] = 0;

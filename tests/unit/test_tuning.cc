@@ -16,7 +16,7 @@ using nlohmann::json;
 
 TuningTable sampleTable() {
   TuningTable t;
-  t.provenance = {"collbench 0.1.0", "collbench tune ...", "sim", "box", "2025-01-01T00:00:00Z", "flat", "00ff"};
+  t.provenance = {"collbench 0.1.0", "collbench tune ...", "sim", "box", "2025-01-01T00:00:00Z", "flat", "00ff", ""};
   TuningSection s;
   s.topology = "flat";
   s.fingerprint = "00ff";
@@ -69,6 +69,10 @@ TEST(TuningTable, JsonRoundTrip) {
   EXPECT_EQ(toJson(back), toJson(t));
   ASSERT_EQ(back.sections.size(), 2u);
   EXPECT_EQ(back.provenance.commandLine, "collbench tune ...");
+  EXPECT_EQ(toJson(t).find("\"shard\""), std::string::npos);  // an unsharded table writes no shard field
+  TuningTable part = t;
+  part.provenance.shard = "2/5";
+  EXPECT_EQ(parseTuningTable(toJson(part), "part").provenance.shard, "2/5");
   EXPECT_EQ(back.sections[1].library, "nccl");
   const TuningEntry* e = back.sections[0].find(Collective::AllReduce, 8, 1024);
   ASSERT_NE(e, nullptr);

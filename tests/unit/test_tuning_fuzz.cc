@@ -39,7 +39,7 @@ void fuzz(std::uint64_t seed, const std::vector<std::string>& seeds, F&& parse) 
 
 std::string seedTable() {
   TuningTable t;
-  t.provenance = {"collbench 0.1.0", "collbench tune", "sim", "box", "2025-01-01T00:00:00Z", "flat", "00ff"};
+  t.provenance = {"collbench 0.1.0", "collbench tune", "sim", "box", "2025-01-01T00:00:00Z", "flat", "00ff", ""};
   TuningSection s{"flat", "00ff", "sim", "collbench", {}};
   s.entries.push_back({Collective::AllReduce, 8, 1, 1024, {{"direct", "", 0, 1, 4.5}, {"ring", "", 0, 2, 9.0}}});
   s.entries.push_back({Collective::AllGather, 8, 1, 8192, {{"ring", "", 131072, 2, 7.0}}});

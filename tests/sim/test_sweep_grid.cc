@@ -1,0 +1,75 @@
+// `collbench sweep` as a library (simulator/sweep.h): the grid's order, its checks before any simulation, and rows
+// from worker processes and from shards equal to one process's.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "collbench/error.h"
+#include "collbench/records.h"
+#include "error_of.h"
+#include "sweep.h"
+
+namespace collbench::sim {
+namespace {
+
+using testing::errorOf;
+
+SweepRequest smallRequest() {
+  SweepRequest r;
+  r.topologies = {"dgx-h100-8x1"};
+  r.sets = {"", "link.nvlink.bandwidth_GBps=100"};
+  r.ranks = {2, kAllRanks};
+  r.sizes = {1 << 10, 1 << 20};
+  r.algorithms = {"ring", "tree"};
+  return r;
+}
+
+/// A row without the host's wall and CPU seconds (they differ from run to run).
+SweepRow timeless(SweepRow r) {
+  r.wall = r.cpu = 0;
+  return r;
+}
+
+TEST(SweepGrid, OrderIsVariantsThenRanksThenSizesThenAlgorithms) {
+  const SweepGrid g(smallRequest());
+  ASSERT_EQ(g.variants().size(), 2u);
+  EXPECT_EQ(g.variants()[1].overrides, "link.nvlink.bandwidth_GBps=100");
+  EXPECT_EQ(g.variants()[0].ranks, (std::vector<int>{2, 8}));  // `all` is the topology's 8
+  ASSERT_EQ(g.points().size(), 2u * 2u * 2u * 2u);
+  const SweepPoint& p = g.points()[5];  // variant 0, 8 ranks, 1 KiB, tree
+  EXPECT_EQ(p.variant, 0u);
+  EXPECT_EQ(p.nranks, 8);
+  EXPECT_EQ(p.bytes, 1u << 10);
+  EXPECT_EQ(p.algorithm, "tree");
+  EXPECT_EQ(g.points()[8].variant, 1u);
+}
+
+TEST(SweepGrid, ChecksRanksBeforeAnySimulation) {
+  SweepRequest r = smallRequest();
+  r.ranks = {9};
+  EXPECT_EQ(errorOf([&] { SweepGrid g(r); }), "-g/--ranks 9: topology 'dgx-h100-8x1' has 8 ranks (use 1..8 or all)");
+  r = smallRequest();
+  r.collective = Collective::Barrier;
+  EXPECT_EQ(errorOf([&] { SweepGrid g(r); }), "sweep does not time barrier (no bytes)");
+}
+
+TEST(SweepGrid, WorkersAndShardsGiveTheOneProcessRows) {
+  SweepGrid g(smallRequest());
+  const std::vector<SweepRow> one = runSweep(g, SweepControl{1, {}});
+  ASSERT_EQ(one.size(), g.points().size());
+  // 8 ranks of NVSwitch at 100 GB/s instead of 450: the same ring is slower.
+  EXPECT_GT(one[8 + 6].timeUs, one[6].timeUs);
+  const std::vector<SweepRow> two = runSweep(g, SweepControl{2, {}});
+  ASSERT_EQ(two.size(), one.size());
+  for (std::size_t i = 0; i < one.size(); ++i) EXPECT_EQ(timeless(two[i]), timeless(one[i])) << i;
+  std::vector<SweepRow> joined;
+  for (int k = 1; k <= 3; ++k) {
+    for (const SweepRow& r : runSweep(g, SweepControl{2, Shard{k, 3}})) joined.push_back(r);
+  }
+  ASSERT_EQ(joined.size(), one.size());
+  for (std::size_t i = 0; i < one.size(); ++i) EXPECT_EQ(timeless(joined[i]), timeless(one[i])) << i;
+}
+
+}  // namespace
+}  // namespace collbench::sim
