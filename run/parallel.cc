@@ -55,7 +55,7 @@ void writeAll(int fd, const void* data, std::size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw Error(Errc::BackendError, fmt::format("worker pipe: write failed: {}", std::strerror(errno)));
+    if (w <= 0) throw Error(Errc::BackendError, fmt::format("worker pipe: write failed: {}", errnoText(errno)));
     p += w;
     n -= static_cast<std::size_t>(w);
   }
@@ -68,7 +68,7 @@ bool readAll(int fd, void* data, std::size_t n) {
   while (got < n) {
     const ssize_t r = ::read(fd, p + got, n - got);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw Error(Errc::BackendError, fmt::format("worker pipe: read failed: {}", std::strerror(errno)));
+    if (r < 0) throw Error(Errc::BackendError, fmt::format("worker pipe: read failed: {}", errnoText(errno)));
     if (r == 0) {
       if (got == 0) return false;
       throw Error(Errc::BackendError, "worker pipe: truncated message");
@@ -140,7 +140,7 @@ struct Worker {
 
 std::string describeExit(int status) {
   if (WIFSIGNALED(status))
-    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), sigdescr_np(WTERMSIG(status)));
   return fmt::format("exited with status {}", WEXITSTATUS(status));
 }
 
@@ -255,12 +255,12 @@ std::vector<std::string> runInProcesses(const std::vector<std::size_t>& items,
     int down[2], up[2];
     if (::pipe(down) != 0 || ::pipe(up) != 0) {
       reap();
-      throw Error(Errc::BackendError, fmt::format("cannot create a worker pipe: {}", std::strerror(errno)));
+      throw Error(Errc::BackendError, fmt::format("cannot create a worker pipe: {}", errnoText(errno)));
     }
     const pid_t pid = ::fork();
     if (pid < 0) {
       reap();
-      throw Error(Errc::BackendError, fmt::format("cannot fork a worker process: {}", std::strerror(errno)));
+      throw Error(Errc::BackendError, fmt::format("cannot fork a worker process: {}", errnoText(errno)));
     }
     if (pid == 0) {
       for (std::size_t j = 0; j < i; ++j) {  // earlier workers' pipes are the parent's
@@ -301,7 +301,7 @@ std::vector<std::string> runInProcesses(const std::vector<std::size_t>& items,
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
       reap();
-      throw Error(Errc::BackendError, fmt::format("waiting for workers: {}", std::strerror(errno)));
+      throw Error(Errc::BackendError, fmt::format("waiting for workers: {}", errnoText(errno)));
     }
     for (std::size_t f = 0; f < fds.size(); ++f) {
       if (fds[f].revents == 0) continue;

@@ -116,7 +116,7 @@ Tuner::Tuner(TuneRequest request) : r_(std::move(request)) {
     }
   }
   for (int n : r_.ranks) {
-    for (TunePoint& p : tunePointsFor(r_.collectives, n, r_.sizes, r_.dtype)) grid_.push_back(std::move(p));
+    for (const TunePoint& p : tunePointsFor(r_.collectives, n, r_.sizes, r_.dtype)) grid_.push_back(p);
   }
 }
 

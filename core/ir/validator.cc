@@ -254,7 +254,7 @@ std::vector<int> groupSwitches(const Schedule& s, const Topology& t) {
 }
 
 std::vector<int> validateOnTopology(const Schedule& s, const Topology& t) {
-  const std::vector<int> sw = groupSwitches(s, t);
+  std::vector<int> sw = groupSwitches(s, t);
   for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     const auto& ops = s.ranks[static_cast<std::size_t>(r)].ops;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
