@@ -1,5 +1,6 @@
 #include "collbench/strategy/cluster_resolver.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -361,6 +362,12 @@ EnvLookup environmentFromMap(std::map<std::string, std::string> vars) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // TFConfigClusterResolver
+
+std::string tfConfigJson(const ClusterSpec& spec, std::string_view taskType, int taskIndex) {
+  // By hand around spec.toJson(), which keeps kJobNames order; the task object's keys are in nlohmann's sorted order.
+  return fmt::format(R"({{"cluster":{},"task":{{"index":{},"type":{}}}}})", spec.toJson(), taskIndex,
+                     json(std::string(taskType)).dump());
+}
 
 TFConfigClusterResolver::TFConfigClusterResolver(std::string_view tfConfigJson) {
   const std::string_view src = kEnvVar;

@@ -4,8 +4,12 @@
 
 #include <Eigen/Dense>
 #include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
 
 #include "collbench/error.h"
+#include "collbench/json_document.h"
+#include "collbench/json_fields.h"
 
 namespace collbench::strategy {
 
@@ -236,6 +240,65 @@ TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
   }
   for (const Variable& v : vars) result.weights.push_back(v.value());
   return result;
+}
+
+std::string toJson(const WeightsFile& w) {
+  nlohmann::json weights = nlohmann::json::object();
+  for (std::size_t k = 0; k < w.weights.size(); ++k) {
+    weights[w.names[k]] = {{"shape", w.weights[k].shape()}, {"values", w.weights[k].toDoubles()}};
+  }
+  const nlohmann::json j = {{"format", WeightsFile::kFormat},
+                            {"version", WeightsFile::kVersion},
+                            {"tool", w.tool},
+                            {"command", w.command},
+                            {"replicas_in_sync", w.replicasInSync},
+                            {"steps", w.steps},
+                            {"final_loss", w.finalLoss},
+                            {"names", w.names},
+                            {"weights", weights}};
+  return j.dump(2) + "\n";
+}
+
+WeightsFile parseWeightsFile(std::string_view text, std::string_view source) {
+  const nlohmann::json doc = parseJsonDocument(text, source);
+  const JsonFields top(source, "", doc);
+  top.requireFormat(WeightsFile::kFormat, WeightsFile::kVersion);
+  WeightsFile w;
+  w.tool = top.string("tool");
+  w.command = top.string("command");
+  w.replicasInSync = static_cast<int>(top.integer("replicas_in_sync", 1, std::numeric_limits<int>::max()));
+  w.steps = static_cast<int>(top.integer("steps", 0, std::numeric_limits<int>::max()));
+  w.finalLoss = top.number("final_loss");
+  const nlohmann::json& names = top.array("names");
+  const JsonFields weights = top.object("weights");
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    if (!names[k].is_string()) top.fail(fmt::format("names[{}]", k), "expected a string, got " + echoJson(names[k]));
+    const std::string name = names[k].get<std::string>();
+    const JsonFields entry = weights.object(name.c_str());
+    Shape shape;
+    const nlohmann::json& dims = entry.array("shape");
+    for (std::size_t d = 0; d < dims.size(); ++d)
+      shape.push_back(entry.integerValue(dims[d], fmt::format("shape[{}]", d), 0));
+    std::vector<double> values;
+    const nlohmann::json& numbers = entry.array("values");
+    for (std::size_t i = 0; i < numbers.size(); ++i) {
+      // Non-finite values are written as null (nlohmann's dump).
+      if (numbers[i].is_null()) {
+        values.push_back(std::numeric_limits<double>::quiet_NaN());
+      } else if (numbers[i].is_number()) {
+        values.push_back(numbers[i].get<double>());
+      } else {
+        entry.fail(fmt::format("values[{}]", i), "expected a number, got " + echoJson(numbers[i]));
+      }
+    }
+    try {
+      w.weights.push_back(Tensor::fromDoubles(DType::F32, values, shape));
+    } catch (const Error& e) {
+      entry.fail("values", e.what());
+    }
+    w.names.push_back(name);
+  }
+  return w;
 }
 
 }  // namespace collbench::strategy

@@ -18,7 +18,6 @@
 #include "collbench/topology.h"
 #include "collbench/units.h"
 #include "commands.h"
-#include "environment.h"
 
 namespace collbench::cli {
 

@@ -25,7 +25,6 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -33,6 +32,7 @@
 
 #include "cli_common.h"
 #include "collbench/error.h"
+#include "collbench/strategy/cluster_resolver.h"
 #include "commands.h"
 #include "process_world.h"
 
@@ -185,13 +185,13 @@ int launch(const Args& a) {
   // Addresses: rank i on hosts[i % H], each on a port free right now (held until the children start, so that no
   // two ranks get the same one). Rank 0's serves the rendezvous store.
   std::vector<PortHold> holds;
-  std::vector<std::string> addresses;
+  strategy::ClusterSpec cluster;
+  std::vector<std::string>& addresses = cluster.jobs[std::string(strategy::ClusterSpec::kWorker)];
   for (int r = 0; r < a.nprocs; ++r) {
     const std::string& host = hosts[static_cast<std::size_t>(r) % hosts.size()];
     holds.push_back(holdFreePort(host));
     addresses.push_back(joinHostPort(host, holds.back().port));
   }
-  const nlohmann::json workers = addresses;
   const char* existingToken = std::getenv(host::kClusterTokenEnv);
   const std::string token = existingToken && *existingToken ? existingToken : randomToken();
 
@@ -212,8 +212,7 @@ int launch(const Args& a) {
     if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0) {
       throw Error(Errc::BackendError, "launch: pipe failed");
     }
-    const nlohmann::json tfConfig = {{"cluster", {{"worker", workers}}}, {"task", {{"type", "worker"}, {"index", r}}}};
-    const std::string tf = tfConfig.dump();
+    const std::string tf = strategy::tfConfigJson(cluster, strategy::ClusterSpec::kWorker, r);
     std::fflush(stdout);
     std::fflush(stderr);
     const pid_t pid = ::fork();

@@ -13,7 +13,6 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "commands.h"
-#include "environment.h"
 #include "perf_runner.h"
 
 namespace collbench::cli {

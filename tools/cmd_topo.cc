@@ -6,8 +6,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collbench/error.h"
@@ -70,21 +71,20 @@ void printSummary(const Topology& t) {
   }
 }
 
-// `--param k=v`: v is read as JSON when it parses (numbers, true/false, [4,4,4]), as a plain string otherwise.
-nlohmann::json paramsFrom(const std::vector<std::string>& assignments) {
-  nlohmann::json params = nlohmann::json::object();
+// `--param k=v`: the params JSON of generateTopology (generatorParamsJson types the values).
+std::string paramsFrom(const std::vector<std::string>& assignments) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::set<std::string> keys;
   for (const std::string& a : assignments) {
     const auto eq = a.find('=');
     if (eq == std::string::npos || eq == 0) {
       throw Error(Errc::InvalidArgument, fmt::format("--param '{}': expected <name>=<value>, e.g. k=8", a));
     }
-    const std::string key = a.substr(0, eq);
-    const std::string value = a.substr(eq + 1);
-    if (params.contains(key)) throw Error(Errc::InvalidArgument, fmt::format("--param {} given twice", key));
-    nlohmann::json v = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    params[key] = v.is_discarded() ? nlohmann::json(value) : v;
+    std::string key = a.substr(0, eq);
+    if (!keys.insert(key).second) throw Error(Errc::InvalidArgument, fmt::format("--param {} given twice", key));
+    pairs.emplace_back(std::move(key), a.substr(eq + 1));
   }
-  return params;
+  return generatorParamsJson(pairs);
 }
 
 }  // namespace
@@ -158,7 +158,7 @@ void addTopoCommand(CLI::App& app, int& exitCode) {
   genCmd->add_option("--description", gen->description, "description to record instead of the generated one");
   genCmd->add_flag("--force", gen->force, "overwrite an existing output file");
   genCmd->callback([gen] {
-    Topology t = generateTopology(gen->generator, paramsFrom(gen->params).dump());
+    Topology t = generateTopology(gen->generator, paramsFrom(gen->params));
     if (!gen->name.empty()) t.name = gen->name;
     if (!gen->description.empty()) t.description = gen->description;
     const std::string text = toJson(t);

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli_common.h"
@@ -30,7 +29,6 @@ namespace collbench::cli {
 
 namespace {
 
-using nlohmann::json;
 using namespace collbench::strategy;
 
 /// Synthetic cluster addresses of threads-mode workers (never contacted: every worker is a thread group here).
@@ -89,22 +87,17 @@ std::shared_ptr<const ClusterResolver> threadsCluster(int workers) {
 }
 
 void writeWeights(const TrainResult& r, const TrainArgs& a, const MultiWorkerMirroredStrategy& s) {
-  json weights = json::object();
-  for (std::size_t k = 0; k < r.weights.size(); ++k) {
-    weights[r.names[k]] = {{"shape", r.weights[k].shape()}, {"values", r.weights[k].toDoubles()}};
-  }
-  json j = {{"format", "collbench-weights"},
-            {"version", 1},
-            {"tool", std::string("collbench ") + COLLBENCH_VERSION},
-            {"command", commandLine()},
-            {"replicas_in_sync", s.numReplicasInSync()},
-            {"steps", a.config.steps},
-            {"final_loss", r.log.empty() ? 0.0 : r.log.back().loss},
-            {"names", r.names},
-            {"weights", weights}};
+  WeightsFile w;
+  w.tool = std::string("collbench ") + COLLBENCH_VERSION;
+  w.command = commandLine();
+  w.replicasInSync = s.numReplicasInSync();
+  w.steps = a.config.steps;
+  w.finalLoss = r.log.empty() ? 0.0 : r.log.back().loss;
+  w.names = r.names;
+  w.weights = r.weights;
   std::ofstream out(a.weightsOut);
   if (!out) throw Error(Errc::InvalidArgument, fmt::format("cannot write --weights-out file '{}'", a.weightsOut));
-  out << j.dump(2) << '\n';
+  out << toJson(w);
 }
 
 /// --gpus: the GPUs of each worker become its replicas. Without a CUDA build or enough devices: Error{Unsupported}

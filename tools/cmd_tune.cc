@@ -25,7 +25,6 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "commands.h"
-#include "environment.h"
 #include "perf_runner.h"
 #include "world_options.h"
 

@@ -12,6 +12,7 @@
 
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "collbench/records.h"
 #include "collbench/reference.h"
 #include "collbench/run.h"
 #include "collbench/schedule_file.h"
@@ -20,7 +21,6 @@
 #include "collbench/tuning.h"
 #include "collbench/units.h"
 #include "collbench/validator.h"
-#include "environment.h"
 #include "process_world.h"
 #include "world_options.h"
 

@@ -710,6 +710,15 @@ Topology generateTopology(const std::string& generator, const std::string& param
   return t;
 }
 
+std::string generatorParamsJson(const std::vector<std::pair<std::string, std::string>>& assignments) {
+  json params = json::object();
+  for (const auto& [key, value] : assignments) {
+    json v = json::parse(value, nullptr, /*allow_exceptions=*/false);
+    params[key] = v.is_discarded() ? json(value) : v;
+  }
+  return params.dump();
+}
+
 std::string toJson(const Topology& t) {
   std::string out = "{\n";
   out += fmt::format("  \"format\": {},\n  \"version\": {},\n", quote(kFormat), kVersion);

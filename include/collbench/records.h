@@ -38,6 +38,18 @@ void writeTextFile(const std::string& path, const std::string& text, std::string
 /// The contents of `path`; Error{InvalidArgument} "cannot read <what> '<path>'" when it cannot be read.
 std::string readTextFile(const std::string& path, std::string_view what);
 
+// ---------------------------------------------------------------------------------------------------------------
+// Run environment
+
+/// What a run happened on, the "environment" object of perf, regret, calibration and tune records (so that runs can
+/// be compared later): "host", "cpus", "cpu" (/proc/cpuinfo's model name, where present), "kernel" (uname),
+/// "collbench_version", and "gpu", "driver", "nccl_version" always present (null where no linked backend library
+/// could read them), then whatever the registered environment probes report (probeEnvironment, backend_info.h),
+/// values of up to 9 digits as integers.
+nlohmann::json describeEnvironment();
+/// This machine's host name; "unknown" when it cannot be read.
+std::string hostName();
+
 /// "collbench <version>": the `tool` field of every record.
 std::string toolName();
 

@@ -105,6 +105,10 @@ std::vector<std::string> availableTopologies();
 Topology generateTopology(const std::string& generator, const std::string& paramsJson);
 /// The generator names accepted by generateTopology.
 std::vector<std::string> topologyGenerators();
+/// The params JSON for generateTopology from (name, value) pairs as a user writes them (`topo generate --param
+/// k=v`): a value that parses as JSON (numbers, true/false, [4,4,4]) is that value, anything else a string
+/// ("fat" -> "fat"). Compact, keys sorted; a later pair of the same name replaces an earlier one.
+std::string generatorParamsJson(const std::vector<std::pair<std::string, std::string>>& assignments);
 /// flat(n, bw, lat): n gpus, each with one link of (bw, lat) to a non-blocking switch; the closed-form test bed.
 /// Node ids "n<i>.gpu0" (host "n<i>") and "sw0"; link class "fabric"; reduce_GBps 0 (infinite).
 Topology flatTopology(int n, double bandwidthGBps, double latencyUs);

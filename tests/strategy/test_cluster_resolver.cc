@@ -224,6 +224,35 @@ TEST(TFConfig, SeedExampleWithNumericPorts) {
   EXPECT_EQ(w2.rank(), 2);
 }
 
+TEST(TFConfig, WrittenConfigIsReadBackAsTheSameClusterAndTask) {
+  // What `collbench launch` gives rank 1 of two workers: the exact text, then the resolver's reading of it.
+  ClusterSpec workers;
+  workers.jobs["worker"] = {"127.0.0.1:4000", "127.0.0.1:4001"};
+  const std::string text = tfConfigJson(workers, ClusterSpec::kWorker, 1);
+  EXPECT_EQ(text, R"({"cluster":{"worker":["127.0.0.1:4000","127.0.0.1:4001"]},"task":{"index":1,"type":"worker"}})");
+  const TFConfigClusterResolver r(text);
+  EXPECT_EQ(r.clusterSpec(), workers);
+  EXPECT_EQ(r.taskType(), "worker");
+  EXPECT_EQ(r.taskId(), 1);
+  EXPECT_EQ(r.rank(), 1);
+  EXPECT_EQ(r.taskAddress(), "127.0.0.1:4001");
+
+  // Every job, each task of it.
+  ClusterSpec full;
+  full.jobs["chief"] = {"c:1"};
+  full.jobs["worker"] = {"w:1", "w:2"};
+  full.jobs["ps"] = {"p:1"};
+  full.jobs["evaluator"] = {"e:1"};
+  for (const auto& [job, tasks] : full.jobs) {
+    for (int i = 0; i < static_cast<int>(tasks.size()); ++i) {
+      const TFConfigClusterResolver back(tfConfigJson(full, job, i));
+      EXPECT_EQ(back.clusterSpec(), full) << job << " " << i;
+      EXPECT_EQ(back.taskType(), job);
+      EXPECT_EQ(back.taskId(), i);
+    }
+  }
+}
+
 TEST(TFConfig, ChiefIsRankZeroAndWorkersFollow) {
   TFConfigClusterResolver chief(tfConfig(kChiefCluster, "chief", "0"));
   EXPECT_EQ(chief.rank(), 0);

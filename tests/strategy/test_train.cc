@@ -209,6 +209,47 @@ TEST(SyncTraining, DefaultStrategyMatchesOneReplicaExactly) {
   EXPECT_FALSE(plain.variables.front().isMirrored());
 }
 
+TEST(WeightsFile, TrainedWeightsRoundTrip) {
+  const TrainResult trained = trainExample(defaultStrategy(), config(8));
+  WeightsFile w;
+  w.tool = "collbench 0.0-test";
+  w.command = "collbench train --hidden 8";
+  w.replicasInSync = 1;
+  w.steps = kSteps;
+  w.finalLoss = trained.log.back().loss;
+  w.names = trained.names;
+  w.weights = trained.weights;
+  const std::string text = toJson(w);
+  ASSERT_EQ(text.back(), '\n');
+  const WeightsFile back = parseWeightsFile(text, "weights.json");
+  EXPECT_EQ(back.tool, w.tool);
+  EXPECT_EQ(back.command, w.command);
+  EXPECT_EQ(back.replicasInSync, 1);
+  EXPECT_EQ(back.steps, kSteps);
+  EXPECT_EQ(back.finalLoss, w.finalLoss);
+  EXPECT_EQ(back.names, (std::vector<std::string>{"W1", "b1", "W2", "b2"}));
+  ASSERT_EQ(back.weights.size(), w.weights.size());
+  // F32 values pass through double exactly, so the tensors come back bit for bit.
+  for (std::size_t k = 0; k < w.weights.size(); ++k) EXPECT_EQ(back.weights[k], w.weights[k]) << w.names[k];
+  EXPECT_EQ(toJson(back), text);
+}
+
+TEST(WeightsFile, ReaderNamesTheBadField) {
+  const std::string head = R"({"format": "collbench-weights", "version": 1, "tool": "t", "command": "c",
+                               "replicas_in_sync": 2, "steps": 3, "final_loss": 0.5, "names": ["b"], )";
+  expectInvalid([] { parseWeightsFile(R"({"format": "collbench-perf", "version": 1})", "w.json"); },
+                {"w.json", "format", "collbench-perf"});
+  expectInvalid([&] { parseWeightsFile(head + R"("weights": {}})", "w.json"); }, {"w.json", "weights.b"});
+  expectInvalid([&] { parseWeightsFile(head + R"("weights": {"b": {"shape": [3], "values": [1, 2]}}})", "w.json"); },
+                {"w.json", "weights.b.values", "2 values do not fill shape"});
+  expectInvalid([&] { parseWeightsFile(head + R"("weights": {"b": {"shape": [2], "values": [1, "x"]}}})", "w.json"); },
+                {"w.json", "weights.b.values[1]", "expected a number"});
+  const WeightsFile ok = parseWeightsFile(head + R"("weights": {"b": {"shape": [2], "values": [1, 2.5]}}})", "w.json");
+  ASSERT_EQ(ok.weights.size(), 1u);
+  EXPECT_EQ(ok.weights[0].shape(), (Shape{2}));
+  EXPECT_EQ(ok.weights[0].toDoubles(), (std::vector<double>{1.0, 2.5}));
+}
+
 TEST(SyncTraining, AccuracyImproves) {
   TrainConfig c = config(8);
   c.steps = 150;

@@ -90,6 +90,21 @@ Topology gen(const std::string& g, const json& params) { return generateTopology
 // ---------------------------------------------------------------------------------------------------------------
 // Parsing
 
+TEST(GeneratorParams, ValuesAreJsonWhereTheyParseAndStringsOtherwise) {
+  EXPECT_EQ(generatorParamsJson({}), "{}");
+  EXPECT_EQ(generatorParamsJson({{"k", "8"}, {"name", "fat"}, {"dims", "[4,4,4]"}, {"wrap", "true"}, {"bw", "1.5"}}),
+            R"({"bw":1.5,"dims":[4,4,4],"k":8,"name":"fat","wrap":true})");
+  EXPECT_EQ(generatorParamsJson({{"k", "4"}, {"k", "8"}}), R"({"k":8})");
+  EXPECT_EQ(generatorParamsJson({{"label", ""}}), R"({"label":""})");
+  // What the generator reads back: a k=4 fat tree has k^3/4 hosts.
+  EXPECT_EQ(generateTopology("fat_tree", generatorParamsJson({{"k", "4"}})).ranks.size(), 16u);
+  expectError(
+      [] {
+        generateTopology("fat_tree", generatorParamsJson({{"k", "4"}, {"oversubscription", "3"}}));
+      },
+      Errc::InvalidTopology, {"params.oversubscription: must be between 1 and 2", "(got 3)"});
+}
+
 TEST(TopologyParse, ReadsExplicitDocument) {
   const Topology t = parseTopology(baseDoc().dump(), "tiny.json");
   EXPECT_EQ(t.name, "tiny");

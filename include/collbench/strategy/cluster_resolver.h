@@ -157,6 +157,11 @@ class TFConfigClusterResolver : public ClusterResolver {
   std::string rpcLayer_;
 };
 
+/// The TF_CONFIG a launcher gives task `taskIndex` of job `taskType` of `spec` (the writer of the format
+/// TFConfigClusterResolver reads): compact JSON {"cluster":<spec.toJson()>,"task":{"index":<i>,"type":"<t>"}}.
+/// Writes what it is given; the resolver reading it back validates it.
+std::string tfConfigJson(const ClusterSpec& spec, std::string_view taskType, int taskIndex);
+
 /// A cluster given in code. An empty spec is single-worker mode (taskType and taskId are then ignored); otherwise
 /// validateClusterSpec applies with fields "cluster.<job>[<i>]", "task_type", "task_id".
 class SimpleClusterResolver : public ClusterResolver {

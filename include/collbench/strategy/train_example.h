@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collbench/strategy/dataset.h"
@@ -67,5 +68,26 @@ struct TrainResult {
 /// strategy or the data pipeline. `onStep` is called after each step (from the calling thread).
 TrainResult trainExample(Strategy& strategy, const TrainConfig& config,
                          const std::function<void(const TrainStepLog&)>& onStep = {});
+
+/// The weights file `collbench train --weights-out` writes: JSON {"format": "collbench-weights", "version": 1,
+/// "tool", "command", "replicas_in_sync", "steps", "final_loss", "names": [...], "weights": {name: {"shape": [...],
+/// "values": [...]}}}, indented by 2 spaces, keys sorted.
+struct WeightsFile {
+  static constexpr const char* kFormat = "collbench-weights";
+  static constexpr int kVersion = 1;
+
+  std::string tool;     ///< "collbench <version>"
+  std::string command;  ///< the command line that trained them
+  int replicasInSync = 0;
+  int steps = 0;
+  double finalLoss = 0;            ///< the last step's loss; 0 when no step ran
+  std::vector<std::string> names;  ///< variable names, as TrainResult::names
+  std::vector<Tensor> weights;     ///< one per name, in names order (read back as F32, the variables' dtype)
+};
+/// The file's text, ending in a newline.
+std::string toJson(const WeightsFile& w);
+/// Reads a weights file's text. Throws Error{InvalidArgument} "<source>: <field path>: <problem>" for a wrong format
+/// or version, a missing field, a name without weights, or values that do not fill their shape.
+WeightsFile parseWeightsFile(std::string_view text, std::string_view source);
 
 }  // namespace collbench::strategy

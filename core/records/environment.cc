@@ -1,5 +1,4 @@
-#include "environment.h"
-
+// The "environment" object of the records (records.h): what a run happened on.
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -10,8 +9,16 @@
 #include <thread>
 
 #include "collbench/backend_info.h"
+#include "collbench/records.h"
 
-namespace collbench::cli {
+namespace collbench {
+namespace {
+
+/// A probe value of at most this many characters, all digits, is written as a JSON integer (a count such as a
+/// driver's CUDA version 12040); longer digit strings stay strings so that std::stoi cannot overflow.
+constexpr std::size_t kMaxCountDigits = 9;
+
+}  // namespace
 
 std::string hostName() {
   char buf[256] = {};
@@ -40,11 +47,11 @@ nlohmann::json describeEnvironment() {
   env["driver"] = nullptr;
   env["nccl_version"] = nullptr;
   for (const auto& [key, value] : probeEnvironment()) {
-    const bool count = !value.empty() && value.size() < 10 &&
+    const bool count = !value.empty() && value.size() <= kMaxCountDigits &&
                        std::all_of(value.begin(), value.end(), [](unsigned char ch) { return std::isdigit(ch); });
     env[key] = count ? nlohmann::json(std::stoi(value)) : nlohmann::json(value);
   }
   return env;
 }
 
-}  // namespace collbench::cli
+}  // namespace collbench
