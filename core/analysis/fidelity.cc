@@ -136,9 +136,10 @@ FidelityLog logFromJson(std::string_view source, const std::string& where, const
   checkStats(source, sw + ".all", statsFromJson(source, sw + ".all", s.need("all")), out.all);
   for (SizeClass c : kSizeClasses) {
     const std::string key(toString(c));
-    std::string where = sw;
-    where.append(".").append(key);
-    checkStats(source, where, statsFromJson(source, where, s.need(key.c_str())), out.byClass[static_cast<int>(c)]);
+    std::string classPath = sw;
+    classPath.append(".").append(key);
+    checkStats(source, classPath, statsFromJson(source, classPath, s.need(key.c_str())),
+               out.byClass[static_cast<int>(c)]);
   }
   return out;
 }
