@@ -39,7 +39,7 @@ bool parseFlag(const std::string& key, const std::string& v) {
 /// the datasheet link rates, which --set overrides change through the topology).
 class SimBackend : public Backend {
  public:
-  SimBackend(Simulator sim, NcclEnv ncclEnv) : sim_(std::move(sim)), ncclEnv_(std::move(ncclEnv)) {}
+  explicit SimBackend(Simulator sim) : sim_(std::move(sim)) {}
   std::string_view name() const override { return "sim"; }
   int nranks() const override { return sim_.nranks(); }
   bool movesData() const override { return false; }
@@ -53,29 +53,15 @@ class SimBackend : public Backend {
                          const RunOptions&) override {
     RunResult out;
     out.algorithm = std::string(algorithm);
-    if (algorithm == kNcclNativeAlgorithm) {
-      out.seconds = ncclChoice(spec).predictedUs * 1e-6;
-    } else {
-      out.seconds = sim_.runAlgorithm(spec, algorithm, params).seconds;
-    }
+    out.seconds = sim_.runAlgorithm(spec, algorithm, params).seconds;
     return out;
   }
   std::string describeCall(const CollectiveSpec& spec, std::string_view algorithm) const override {
-    return algorithm == kNcclNativeAlgorithm ? ncclChoiceSummary(ncclChoice(spec)) : "";
+    return algorithm == kNcclNativeAlgorithm ? ncclChoiceSummary(sim_.ncclChoice(spec)) : "";
   }
 
  private:
-  NcclChoice ncclChoice(const CollectiveSpec& spec) const {
-    auto it = ncclSystems_.find(spec.nranks);
-    if (it == ncclSystems_.end()) {
-      it = ncclSystems_.emplace(spec.nranks, ncclSystemOf(sim_.topology(), spec.nranks)).first;
-    }
-    return ncclChoose(it->second, spec, ncclEnv_);
-  }
-
   Simulator sim_;
-  NcclEnv ncclEnv_;
-  mutable std::map<int, NcclSystem> ncclSystems_;  ///< by rank count
 };
 
 }  // namespace
@@ -160,9 +146,8 @@ std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& option
     }
   }
   // The NCCL environment is read (and a bad value refused) before the platform is built, as NCCL reads it at init.
-  NcclEnv env = ncclEnvWith(ncclEnv, "sim backend option nccl_env");
-  return std::make_unique<SimBackend>(Simulator(loadTopologyWithOverrides(topology, overrides), nranks, cfg),
-                                      std::move(env));
+  cfg.ncclEnv = ncclEnvWith(ncclEnv, "sim backend option nccl_env");
+  return std::make_unique<SimBackend>(Simulator(loadTopologyWithOverrides(topology, overrides), nranks, cfg));
 }
 
 void registerSimBackend() {

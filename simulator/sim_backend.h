@@ -54,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -61,6 +62,7 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/backend.h"
+#include "collbench/nccl_model.h"
 #include "collbench/topology.h"
 
 namespace collbench::sim {
@@ -96,6 +98,9 @@ struct SimConfig {
   std::size_t exactTransferLimit = kDefaultExactTransferLimit;
   /// Record one span per op (SimResult::spans) for --timeline.
   bool timeline = false;
+  /// The NCCL environment (NCCL_ALGO, NCCL_PROTO, ...) under which algorithm "nccl" is emulated; nullopt: this
+  /// process's, read at the call.
+  std::optional<NcclEnv> ncclEnv = std::nullopt;
 };
 
 enum class SpanKind : std::uint8_t { Send, Recv, Reduce, Copy };
@@ -151,6 +156,9 @@ class Simulator {
   /// Simulates `algorithm` for `spec` (spec.nranks must equal nranks()), building the schedule when it is small
   /// enough and using the data-free models (ring-model, extrapolated) when it is not.
   SimResult runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params = {}) const;
+  /// What NCCL 2.28 would run for `spec` on this topology (algorithm "nccl": ncclChoose on the topology's NcclSystem
+  /// under SimConfig::ncclEnv); runAlgorithm(spec, "nccl") takes its predicted time (method "nccl-model").
+  NcclChoice ncclChoice(const CollectiveSpec& spec) const;
 
  private:
   Topology topo_;

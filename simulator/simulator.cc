@@ -17,6 +17,7 @@
 #include <functional>
 #include <unordered_map>
 
+#include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/validator.h"
 #include "engine.h"
@@ -421,6 +422,11 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
 
 }  // namespace
 
+NcclChoice Simulator::ncclChoice(const CollectiveSpec& spec) const {
+  const NcclSystem system = ncclSystemOf(topo_, spec.nranks);
+  return ncclChoose(system, spec, config_.ncclEnv ? *config_.ncclEnv : ncclEnvFromProcess());
+}
+
 SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm,
                                   const AlgoParams& params) const {
   if (spec.nranks != nranks_) {
@@ -429,6 +435,17 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   }
   checkSpec(spec, params);
   const AlgorithmInfo& info = findAlgorithm(spec.kind, algorithm);
+  if (algorithm == kNcclNativeAlgorithm) {  // NCCL's own collective, emulated by its model
+    const auto t0 = std::chrono::steady_clock::now();
+    const NcclChoice choice = ncclChoice(spec);
+    SimResult out;
+    out.seconds = choice.predictedUs * 1e-6;
+    out.method = "nccl-model";
+    out.exact = false;
+    out.note = ncclChoiceSummary(choice);
+    out.wallSeconds = secondsSince(t0);
+    return out;
+  }
   if (info.native) {
     throw Error(Errc::Unsupported, fmt::format("algorithm '{}' is a library's own collective; the simulator runs "
                                                "collbench's schedules",

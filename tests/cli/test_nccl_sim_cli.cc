@@ -45,6 +45,34 @@ struct ScopedEnv {
   const char* name_;
 };
 
+// `collbench sim` and `collbench sweep` reach the same emulated NCCL as perf (Simulator::runAlgorithm), under the
+// process's NCCL variables.
+TEST(NcclSimCli, SimAndSweepTimeNcclAsPerfDoes) {
+  if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
+  const NcclSystem sys = ncclSystemOf(loadTopology("dgx-h100-ib400"), 16);
+  const NcclChoice c = ncclChoose(sys, Collective::AllReduce, std::size_t{1} << 30, 16, ncclEnvFromProcess());
+  const CliResult sim = runCli("sim --topology dgx-h100-ib400 -g 16 --bytes 1G --algo nccl --json");
+  ASSERT_EQ(sim.exitCode, 0) << sim.err;
+  const nlohmann::json doc = nlohmann::json::parse(sim.out);
+  EXPECT_NEAR(doc.at("time_us").get<double>(), c.predictedUs, 1e-6 * c.predictedUs);
+  EXPECT_EQ(doc.at("method"), "nccl-model");
+  EXPECT_EQ(doc.at("note"), ncclChoiceSummary(c));
+  const std::string json = tempPath("sweep.json");
+  std::filesystem::remove(json);
+  const CliResult sweep =
+      runCli(fmt::format("sweep --topology dgx-h100-ib400 -g 16 --sizes 1G --algo nccl --json {}", json));
+  ASSERT_EQ(sweep.exitCode, 0) << sweep.err;
+  const nlohmann::json rows = nlohmann::json::parse(testing::slurp(json)).at("rows");
+  std::filesystem::remove(json);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_NEAR(rows[0].at("time_us").get<double>(), c.predictedUs, 1e-6 * c.predictedUs);
+  // A forced protocol reaches sim as it reaches NCCL: through the environment.
+  ScopedEnv proto("NCCL_PROTO", "LL");
+  const CliResult ll = runCli("sim --topology dgx-h100-ib400 -g 16 --bytes 1G --algo nccl --json");
+  ASSERT_EQ(ll.exitCode, 0) << ll.err;
+  EXPECT_NE(nlohmann::json::parse(ll.out).at("note").get<std::string>().find("/LL,"), std::string::npos) << ll.out;
+}
+
 TEST(NcclSimCli, TimeIsTheModelsPredictionForNcclsChoice) {
   if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
   const NcclSystem sys = ncclSystemOf(loadTopology("dgx-h100-ib400"), 16);
