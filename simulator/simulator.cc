@@ -294,7 +294,7 @@ const Topology& callTopology(const Topology& topo, const CollectiveSpec& spec, T
 }  // namespace
 
 Simulator::Simulator(Topology topology, int nranks, SimConfig config)
-    : topo_(std::move(topology)), nranks_(nranks), config_(config) {
+    : topo_(std::move(topology)), nranks_(nranks), config_(std::move(config)) {
   const int available = static_cast<int>(topo_.ranks.size());
   if (nranks_ <= 0) nranks_ = available;
   if (nranks_ > available) {
