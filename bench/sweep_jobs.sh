@@ -6,10 +6,10 @@
 #   bench/sweep_jobs.sh [--jobs N] [--repeat R] [-- extra tune flags]
 #
 # Default grid: h100-4x8-rail, ranks 8,16,24,32, 1 KiB..256 MiB by 4, tune's default chunks and channels (40 points,
-# ~19 s of CPU). Measured on this project's 2-vCPU VM while two compilers of other builds held its cores (load ~2.8):
-# -j 1 18.8 s, -j 2 13.6-13.8 s (1.37x), the same 17-18 s of user CPU in both; a minute later, with more of their
-# work (load ~3.4), -j 1 18.6-19.2 s and -j 2 20.3-21.6 s (0.9x). The workers split the work; the cores left free by
-# others bound the speed-up, so the 1.7x target needs a machine that is otherwise idle.
+# ~17 s of CPU). Measured on this project's 2-vCPU VM, otherwise idle (load 0.4), `bench/sweep_jobs.sh --repeat 2`:
+# -j 1 17.19-17.42 s, -j 2 9.03-9.07 s (1.90x), tables equal apart from provenance. With two compilers of other
+# builds on the same cores (load ~2.8) it was 18.8 s against 13.6 s (1.37x): the workers split the work, and the
+# cores that others leave free bound the speed-up.
 # Environment: COLLBENCH (the collbench binary; default: on PATH, else build/ci/tools/collbench).
 # Exit status: 0, 1 when the tables differ or a run failed, 2 for bad arguments.
 set -euo pipefail
@@ -21,7 +21,7 @@ while [[ $# -gt 0 ]]; do
     --jobs) jobs="$2"; shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    *) sed -n '2,12p' "$0"; exit 2 ;;
+    *) sed -n '2,14p' "$0"; exit 2 ;;
   esac
 done
 cb="${COLLBENCH:-$(command -v collbench || echo build/ci/tools/collbench)}"
