@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 
 #include "builder.h"
 #include "collbench/error.h"
@@ -14,15 +13,6 @@
 
 namespace collbench::algo {
 namespace {
-
-/// The ranks of each host in rank order, hosts in the order of their index.
-std::vector<std::vector<int>> groupByHost(const std::vector<int>& rankHost) {
-  std::map<int, std::vector<int>> byHost;
-  for (std::size_t r = 0; r < rankHost.size(); ++r) byHost[rankHost[r]].push_back(static_cast<int>(r));
-  std::vector<std::vector<int>> hosts;
-  for (auto& [h, ranks] : byHost) hosts.push_back(std::move(ranks));
-  return hosts;
-}
 
 /// Ring reduce-scatter then all-gather over `ring` (ranks in ring order) on elements [off, off+len), in the
 /// output. `after[r]` gates each rank's first op and is updated to a join of every op the phase added on the rank

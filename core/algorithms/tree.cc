@@ -1,7 +1,9 @@
 // Double binary tree all-reduce (NCCL style): half the data is reduced up and broadcast down each of two
 // complementary binary trees, pipelined in chunks so that reduction of chunk k+1 overlaps broadcast of chunk k.
+// On several hosts the trees are NCCL's: a double binary tree over hosts with a chain through each host's GPUs.
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include "builder.h"
 #include "generators.h"
@@ -29,6 +31,45 @@ int dtreeParent(int n, int rank, int tree) {
   return p < 0 ? -1 : (p + 1) % n;
 }
 
+/// Tree `tree`'s parent of every rank (-1 at its root) for `channel`. Without hosts, or on one host, the double
+/// binary tree over ranks. On several hosts NCCL's shape (NCCL 2.28 src/graph/connect.cc: ncclTopoPreset chains each
+/// channel's intra-node order, connectTrees joins the nodes by ncclGetDtree): the double binary tree over hosts, and
+/// inside each host a chain through its GPUs whose first GPU talks to the parent and child hosts (the tree pattern,
+/// NCCL_TOPO_PATTERN_TREE, src/graph/search.cc). Channel c (of the schedule: tree t's channel k is t x channels + k)
+/// starts every host's chain at its local rank c mod size, so channels reach the network through different GPUs, and
+/// on rail-optimized fabrics each channel stays on one rail.
+std::vector<int> treeParents(int n, const AlgoParams& params, int tree, int channel) {
+  std::vector<int> parent(static_cast<std::size_t>(n));
+  const std::vector<std::vector<int>> hosts =
+      static_cast<int>(params.rankHost.size()) == n ? groupByHost(params.rankHost) : std::vector<std::vector<int>>{};
+  if (hosts.size() < 2) {
+    for (int r = 0; r < n; ++r) parent[static_cast<std::size_t>(r)] = dtreeParent(n, r, tree);
+    return parent;
+  }
+  const int nHosts = static_cast<int>(hosts.size());
+  auto chainAt = [&](int h, int i) {
+    const auto& local = hosts[static_cast<std::size_t>(h)];
+    const int size = static_cast<int>(local.size());
+    return local[static_cast<std::size_t>(mod(channel + i, size))];
+  };
+  for (int h = 0; h < nHosts; ++h) {
+    const int up = dtreeParent(nHosts, h, tree);
+    parent[static_cast<std::size_t>(chainAt(h, 0))] = up < 0 ? -1 : chainAt(up, 0);
+    const int size = static_cast<int>(hosts[static_cast<std::size_t>(h)].size());
+    for (int i = 1; i < size; ++i) parent[static_cast<std::size_t>(chainAt(h, i))] = chainAt(h, i - 1);
+  }
+  return parent;
+}
+
+/// The children of every rank under `parent`, in rank order.
+std::vector<std::vector<int>> treeChildren(const std::vector<int>& parent) {
+  std::vector<std::vector<int>> children(parent.size());
+  for (std::size_t r = 0; r < parent.size(); ++r) {
+    if (parent[r] >= 0) children[static_cast<std::size_t>(parent[r])].push_back(static_cast<int>(r));
+  }
+  return children;
+}
+
 Schedule treeAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
   ScheduleBuilder b(spec, "tree");
   const int n = spec.nranks;
@@ -38,16 +79,11 @@ Schedule treeAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
   }
   const Partition byTree{spec.count, kTrees};
   for (int t = 0; t < kTrees; ++t) {
-    std::vector<int> parent(static_cast<std::size_t>(n));
-    std::vector<std::vector<int>> children(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      parent[static_cast<std::size_t>(r)] = dtreeParent(n, r, t);
-      if (parent[static_cast<std::size_t>(r)] >= 0)
-        children[static_cast<std::size_t>(parent[static_cast<std::size_t>(r)])].push_back(r);
-    }
     const Partition byChannel{byTree.size(static_cast<std::size_t>(t)), static_cast<std::size_t>(params.channels)};
     for (int c = 0; c < params.channels; ++c) {
       const int channel = t * params.channels + c;
+      const std::vector<int> parent = treeParents(n, params, t, channel);
+      const std::vector<std::vector<int>> children = treeChildren(parent);
       const std::size_t sliceOff =
           byTree.offset(static_cast<std::size_t>(t)) + byChannel.offset(static_cast<std::size_t>(c));
       const std::size_t sliceLen = byChannel.size(static_cast<std::size_t>(c));
@@ -84,79 +120,67 @@ Estimate treeCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoPar
   if (n == 1) return estimateOf(ctx.gammaCost(static_cast<double>(s.count * es), 0));
   const Partition byTree{s.count, 2};
   const int c = p.channels;
-  std::vector<std::vector<int>> parent(2), children[2];
-  double chunkBytes[2] = {0, 0};
   std::size_t chunks = 0;
   CostTerms fill;
   std::vector<CostContext::Flow> steady;
+  std::vector<double> foldBytes(static_cast<std::size_t>(n), 0.0);  // per period, what each node folds
   for (int t = 0; t < 2; ++t) {
-    children[t].assign(static_cast<std::size_t>(n), {});
-    parent[static_cast<std::size_t>(t)].resize(static_cast<std::size_t>(n));
-    int root = 0;
-    for (int r = 0; r < n; ++r) {
-      const int up = dtreeParent(n, r, t);
-      parent[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)] = up;
-      if (up < 0)
-        root = r;
-      else
-        children[t][static_cast<std::size_t>(up)].push_back(r);
-    }
     const std::size_t slice = ceilDiv(byTree.size(static_cast<std::size_t>(t)), static_cast<std::size_t>(c));
     if (slice == 0) continue;
     const std::size_t k = pipelineChunks(slice, es, p.chunkBytes, kDefaultPipelineChunkBytes);
     chunks = std::max(chunks, k);
     const double C = static_cast<double>(ceilDiv(slice, k) * es);
-    chunkBytes[t] = C;
-    const int mult =
+    const int lanes =
         static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(c), byTree.size(static_cast<std::size_t>(t))));
-    // Fill: one chunk up (a node folds its children one after the other, then sends up) and down (a node sends
-    // to all its children at once, sharing its links).
-    const auto& kids = children[t];
-    std::function<CostTerms(int)> up = [&](int r) {
-      CostTerms acc;
-      bool first = true;
-      for (int ch : kids[static_cast<std::size_t>(r)]) {
-        const CostTerms ready = up(ch);
-        const CostTerms start = first ? ready : CostTerms::max(ready, acc);
-        acc = start + ctx.phaseMax({{ch, r, C, mult}}) + ctx.gammaCost(C * mult, r);
-        first = false;
+    // Channels of one shape share its links (`mult` parallel flows); NCCL's host chains differ between channels.
+    std::map<std::vector<int>, int> shapes;
+    for (int lane = 0; lane < lanes; ++lane) ++shapes[treeParents(n, p, t, t * c + lane)];
+    for (const auto& [parent, mult] : shapes) {
+      const std::vector<std::vector<int>> kids = treeChildren(parent);
+      const int root = static_cast<int>(std::find(parent.begin(), parent.end(), -1) - parent.begin());
+      // Fill: one chunk up (a node folds its children one after the other, then sends up) and down (a node sends
+      // to all its children at once, sharing its links).
+      std::function<CostTerms(int)> up = [&](int r) {
+        CostTerms acc;
+        bool first = true;
+        for (int ch : kids[static_cast<std::size_t>(r)]) {
+          const CostTerms ready = up(ch);
+          const CostTerms start = first ? ready : CostTerms::max(ready, acc);
+          acc = start + ctx.phaseMax({{ch, r, C, mult}}) + ctx.gammaCost(C * mult, r);
+          first = false;
+        }
+        return acc;
+      };
+      CostTerms last;
+      std::function<void(int, const CostTerms&)> down = [&](int r, const CostTerms& at) {
+        last = CostTerms::max(last, at);
+        const auto& ch = kids[static_cast<std::size_t>(r)];
+        if (ch.empty()) return;
+        std::vector<CostContext::Flow> flows;
+        for (int x : ch) flows.push_back({r, x, C, mult});
+        const std::vector<CostTerms> cost = ctx.phase(flows);
+        for (std::size_t i = 0; i < ch.size(); ++i) down(ch[i], at + cost[i]);
+      };
+      down(root, up(root));
+      fill = CostTerms::max(fill, last);
+      for (int r = 0; r < n; ++r) {
+        const int above = parent[static_cast<std::size_t>(r)];
+        foldBytes[static_cast<std::size_t>(r)] +=
+            static_cast<double>(kids[static_cast<std::size_t>(r)].size()) * C * mult;
+        if (above < 0) continue;
+        steady.push_back({r, above, C, mult});
+        steady.push_back({above, r, C, mult});
       }
-      return acc;
-    };
-    CostTerms last;
-    std::function<void(int, const CostTerms&)> down = [&](int r, const CostTerms& at) {
-      last = CostTerms::max(last, at);
-      const auto& ch = kids[static_cast<std::size_t>(r)];
-      if (ch.empty()) return;
-      std::vector<CostContext::Flow> flows;
-      for (int x : ch) flows.push_back({r, x, C, mult});
-      const std::vector<CostTerms> cost = ctx.phase(flows);
-      for (std::size_t i = 0; i < ch.size(); ++i) down(ch[i], at + cost[i]);
-    };
-    down(root, up(root));
-    fill = CostTerms::max(fill, last);
-    for (int r = 0; r < n; ++r) {
-      const int up2 = parent[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)];
-      if (up2 < 0) continue;
-      steady.push_back({r, up2, C, mult});
-      steady.push_back({up2, r, C, mult});
     }
   }
   if (chunks <= 1) return estimateOf(fill);
-  // Steady state: every connection carries one chunk per period while all of them share the links; each node
-  // folds its children's chunks of both trees and all channels at its rate.
   // Steady state: every connection carries one chunk per period while all of them share the links (each flow
   // at its most loaded link's share, latency included: a connection's next transfer starts when the last ended);
   // each node folds its children's chunks of both trees and all channels at its rate. Measured against the
   // simulator this is within 5% on flat and NVSwitch topologies and 15% pessimistic for 64 KiB chunks over NICs.
   CostTerms period;
   for (const CostTerms& x : ctx.phase(steady)) period = CostTerms::max(period, x);
-  for (int r = 0; r < n; ++r) {
-    double bytes = 0;
-    for (int t = 0; t < 2; ++t)
-      bytes += static_cast<double>(children[t][static_cast<std::size_t>(r)].size()) * chunkBytes[t] * c;
-    period = CostTerms::max(period, ctx.gammaCost(bytes, r));
-  }
+  for (int r = 0; r < n; ++r) period = CostTerms::max(period, ctx.gammaCost(foldBytes[static_cast<std::size_t>(r)], r));
   return estimateOf(fill + period * static_cast<double>(chunks - 1));
 }
 

@@ -107,6 +107,27 @@ TEST(HostBackend, PipelinedAndChanneledSchedules) {
   }
 }
 
+TEST(HostBackend, TreeOnHostsMatchesReference) {
+  // NCCL's host tree (chains inside hosts, a double binary tree over hosts) on equal and unequal hosts.
+  const std::vector<std::vector<int>> layouts = {
+      {0, 0, 1, 1}, {0, 0, 0, 1, 1, 1, 2, 2, 2}, {0, 0, 0, 1, 2, 2}, {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}};
+  for (const std::vector<int>& hosts : layouts) {
+    const int n = static_cast<int>(hosts.size());
+    for (int channels : {1, 3}) {
+      for (std::size_t count : {std::size_t{7}, std::size_t{4099}}) {
+        const CollectiveSpec spec{Collective::AllReduce, n, count, DType::F32, ReduceOp::Sum, 0};
+        const Schedule s = buildSchedule(spec, "tree", AlgoParams{256, channels, hosts});
+        for (bool inPlace : {false, true}) {
+          RankBufferSet bufs(spec, inPlace);
+          bufs.fill();
+          backendFor(n).run(s, bufs.views(), {});
+          EXPECT_EQ(bufs.countWrong(), 0u) << "n=" << n << " channels " << channels << " count " << count;
+        }
+      }
+    }
+  }
+}
+
 TEST(HostBackend, SmallMessagesStayRightOverManyIterations) {
   // Messages this small go eagerly: a sender copies them into one of two buffers per send/recv pair and moves on, up
   // to an epoch ahead of its receiver. Many back-to-back iterations exercise the buffer reuse; out of place, every

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
 #include <set>
 
 #include "algo_params_for_tests.h"
@@ -120,6 +122,40 @@ TEST(Generators, HierarchicalKeepsInterHostTrafficSmall) {
         cross += op.bytes;
     }
     EXPECT_EQ(cross, count * 4 / 4) << r;
+  }
+}
+
+TEST(Generators, TreeOnHostsIsNcclsHostTreeWithChains) {
+  // 3 hosts x 4 ranks, 4 channels: NCCL's tree joins hosts by a double binary tree and chains each host's ranks; the
+  // chain of channel c starts at local index c, which alone talks to other hosts, to the same local index there.
+  AlgoParams p{0, 4, {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}};
+  const Schedule s = buildSchedule({Collective::AllReduce, 12, 4096, DType::F32}, "tree", p);
+  auto mod4 = [](int x) { return (x % 4 + 4) % 4; };
+  std::size_t cross = 0;
+  for (int r = 0; r < 12; ++r) {
+    std::map<int, std::set<int>> intraPeers;  // channel -> peers on the rank's host
+    for (const auto& op : s.ranks[static_cast<std::size_t>(r)].ops) {
+      if (!op.isComm()) continue;
+      const int c = op.channel % 4;
+      if (op.peer / 4 != r / 4) {
+        ++cross;
+        EXPECT_EQ(r % 4, c) << "rank " << r << " channel " << op.channel;
+        EXPECT_EQ(op.peer % 4, c) << "rank " << r << " channel " << op.channel;
+      } else {
+        intraPeers[op.channel].insert(op.peer);
+        // A chain: the neighbours of local index i are i - 1 and i + 1 counted from the channel's start.
+        EXPECT_EQ(std::abs(mod4(r - c) - mod4(op.peer - c)), 1) << "rank " << r << " peer " << op.peer;
+      }
+    }
+    for (const auto& [channel, peers] : intraPeers) EXPECT_LE(peers.size(), 2u) << "rank " << r;
+  }
+  EXPECT_GT(cross, 0u);
+  // Without hosts the shape is the double binary tree over ranks, whatever the channel.
+  const Schedule flat = buildSchedule({Collective::AllReduce, 12, 4096, DType::F32}, "tree", AlgoParams{0, 4, {}});
+  for (const auto& op : flat.ranks[5].ops) {
+    if (!op.isComm()) continue;
+    const int tree = op.channel / 4;
+    EXPECT_TRUE(op.peer == algo::dtreeParent(12, 5, tree) || algo::dtreeParent(12, op.peer, tree) == 5) << op.peer;
   }
 }
 
