@@ -2,12 +2,15 @@
 // warmup would repeat the same number).
 #include "sim_backend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>
 
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "collbench/nccl_calibration.h"
 #include "collbench/nccl_model.h"
 
 namespace collbench::sim {
@@ -122,8 +125,19 @@ Topology loadTopologyWithOverrides(const std::string& nameOrPath, const std::str
   return t;
 }
 
+NcclModelParams ncclModelFromCalibration(const std::string& path, const Topology& topology, int nranks,
+                                         std::string_view what) {
+  try {
+    NcclSystem sys = ncclSystemOf(topology, nranks > 0 ? nranks : static_cast<int>(topology.ranks.size()));
+    applyNcclCalibration(readNcclCalibration(path), sys, path);
+    return sys.model;
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", what, e.what()));
+  }
+}
+
 std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& options) {
-  std::string topology = kDefaultTopology, overrides, ncclEnv;
+  std::string topology = kDefaultTopology, overrides, ncclEnv, ncclCalibration;
   SimConfig cfg;
   for (const auto& [key, value] : options) {
     if (key == "topology") {
@@ -138,16 +152,22 @@ std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& option
       cfg.mode = parseSimMode(value);
     } else if (key == "nccl_env") {
       ncclEnv = value;
+    } else if (key == "nccl_calibration") {
+      ncclCalibration = value;
     } else {
       throw Error(Errc::InvalidArgument,
                   fmt::format("unknown sim backend option '{}' (accepted: topology, model, set, crosstraffic, mode, "
-                              "nccl_env)",
+                              "nccl_env, nccl_calibration)",
                               key));
     }
   }
   // The NCCL environment is read (and a bad value refused) before the platform is built, as NCCL reads it at init.
   cfg.ncclEnv = ncclEnvWith(ncclEnv, "sim backend option nccl_env");
-  return std::make_unique<SimBackend>(Simulator(loadTopologyWithOverrides(topology, overrides), nranks, cfg));
+  Topology topo = loadTopologyWithOverrides(topology, overrides);
+  if (!ncclCalibration.empty()) {
+    cfg.ncclModel = ncclModelFromCalibration(ncclCalibration, topo, nranks, "sim backend option nccl_calibration");
+  }
+  return std::make_unique<SimBackend>(Simulator(std::move(topo), nranks, cfg));
 }
 
 void registerSimBackend() {

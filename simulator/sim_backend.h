@@ -101,6 +101,9 @@ struct SimConfig {
   /// The NCCL environment (NCCL_ALGO, NCCL_PROTO, ...) under which algorithm "nccl" is emulated; nullopt: this
   /// process's, read at the call.
   std::optional<NcclEnv> ncclEnv = std::nullopt;
+  /// The NCCL time model's parameters for algorithm "nccl" (a `collbench calibrate --model nccl` overlay applied to
+  /// the topology's system: ncclModelFromCalibration); nullopt: the model's defaults.
+  std::optional<NcclModelParams> ncclModel = std::nullopt;
 };
 
 enum class SpanKind : std::uint8_t { Send, Recv, Reduce, Copy };
@@ -169,14 +172,20 @@ class Simulator {
 /// loadTopology(nameOrPath), then applyOverride for each of the ';'-separated assignments (empty ones ignored).
 Topology loadTopologyWithOverrides(const std::string& nameOrPath, const std::string& overrides);
 
+/// The NCCL model parameters of the calibration file `path` (collbench-nccl-calibration) for the first `nranks` ranks
+/// of `topology`: the overlay carries to any node count of the calibrated system. Throws Error{InvalidArgument}
+/// naming `what` (the flag or option) and the file when it cannot be read or parsed, or is for another system.
+NcclModelParams ncclModelFromCalibration(const std::string& path, const Topology& topology, int nranks,
+                                         std::string_view what);
+
 /// Writes a Chrome trace (JSON object format, opened by chrome://tracing and ui.perfetto.dev): one process per
 /// rank, one thread lane per concurrent send, receive or compute span, times in microseconds.
 void writeTimeline(std::ostream& out, const SimResult& r, const std::string& title);
 
 /// The "sim" backend. Options: "topology" (name or path; default kDefaultTopology), "model" (CM02 | LV08),
 /// "set" ("k=v;k=v" topology overrides), "crosstraffic" (0 | 1), "mode" (auto | exact | aggregated), "nccl_env"
-/// ("NCCL_ALGO=Ring NCCL_MIN_CTAS=24": NCCL variables over the process's, for the native algorithm "nccl"). nranks <=
-/// the topology's ranks (<= 0: all).
+/// ("NCCL_ALGO=Ring NCCL_MIN_CTAS=24": NCCL variables over the process's, for the native algorithm "nccl"),
+/// "nccl_calibration" (a calibration file of the NCCL model for "nccl"). nranks <= the topology's ranks (<= 0: all).
 std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& options);
 inline constexpr const char* kDefaultTopology = "dgx-h100-8x1";
 

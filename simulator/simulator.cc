@@ -423,7 +423,8 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
 }  // namespace
 
 NcclChoice Simulator::ncclChoice(const CollectiveSpec& spec) const {
-  const NcclSystem system = ncclSystemOf(topo_, spec.nranks);
+  NcclSystem system = ncclSystemOf(topo_, spec.nranks);
+  if (config_.ncclModel) system.model = *config_.ncclModel;
   return ncclChoose(system, spec, config_.ncclEnv ? *config_.ncclEnv : ncclEnvFromProcess());
 }
 

@@ -16,6 +16,7 @@
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
 #include "commands.h"
+#include "sim_backend.h"
 
 namespace collbench::cli {
 
@@ -23,7 +24,7 @@ namespace {
 
 struct FidelityArgs {
   std::vector<std::string> logs;
-  std::string topology, algo = "auto", json, collective, ncclEnv;
+  std::string topology, algo = "auto", json, collective, ncclEnv, ncclCalibration;
   int ranks = 0;
   bool force = false;
 };
@@ -49,6 +50,9 @@ int run(const FidelityArgs& a) {
   options.algorithm = a.algo;
   if (!a.collective.empty()) options.defaultCollective = parseCollective(a.collective);
   const Topology topo = loadTopology(a.topology);
+  if (!a.ncclCalibration.empty()) {  // checked once against the system before anything is read or simulated
+    sim::ncclModelFromCalibration(a.ncclCalibration, topo, static_cast<int>(topo.ranks.size()), "--nccl-calibration");
+  }
   options.topology = a.topology;
   options.topologyFingerprint = fingerprint(topo);
   // Every log is read and checked against the topology before the first simulation.
@@ -66,9 +70,10 @@ int run(const FidelityArgs& a) {
   doc.tool = std::string("collbench ") + COLLBENCH_VERSION;
   doc.commandLine = commandLine();
   for (std::size_t i = 0; i < logs.size(); ++i) {
-    OwnedRunner sim("sim", fidelityRanks(logs[i], a.logs[i], a.ranks),
-                    BackendOptions{{"topology", a.topology}, {"nccl_env", a.ncclEnv}},
-                    RunnerOptions{&topo, found.table ? &*found.table : nullptr, found.path});
+    OwnedRunner sim(
+        "sim", fidelityRanks(logs[i], a.logs[i], a.ranks),
+        BackendOptions{{"topology", a.topology}, {"nccl_env", a.ncclEnv}, {"nccl_calibration", a.ncclCalibration}},
+        RunnerOptions{&topo, found.table ? &*found.table : nullptr, found.path});
     doc.logs.push_back(compareWithSimulation(logs[i], a.logs[i], options, simulateOn(*sim.runner, a.algo)));
     fmt::print("{}{}", i ? "\n" : "", formatFidelityTable(doc.logs.back()));
     std::fflush(stdout);
@@ -92,6 +97,9 @@ void addFidelityCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--nccl-env", a->ncclEnv,
                   "NCCL variables of the measurement for --algo nccl, as logs print them: \"NCCL_ALGO=Ring "
                   "NCCL_MIN_CTAS=24\" (over the process environment; every log of the call)");
+  cmd->add_option("--nccl-calibration", a->ncclCalibration,
+                  "for --algo nccl: the NCCL model's parameters from `collbench calibrate --model nccl -o FILE` "
+                  "(any node count of the calibrated system)");
   cmd->add_option("-g,--ranks", a->ranks, "rank count of logs that state none (CSV without gpu_count)");
   cmd->add_option("--collective", a->collective, "collective of logs that do not name it")->default_str("all_reduce");
   cmd->add_option("-J,--output_file", a->json, "write the comparison as JSON (docs/fidelity.schema.json)");

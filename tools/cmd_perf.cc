@@ -99,6 +99,9 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   cmd->add_flag("--backends", *listBackends, "list the backends built in, and the algorithms of each collective");
   cmd->add_option("--algo", cfg->algo, "algorithm name or auto")->default_val("auto");
   cmd->add_option("--topology", cfg->topology, "topology file or shipped name (simulator)");
+  cmd->add_option("--nccl-calibration", cfg->ncclCalibration,
+                  "sim backend, --algo nccl: the NCCL model's parameters from `collbench calibrate --model nccl -o "
+                  "FILE` (any node count of the calibrated system)");
   cmd->add_option("--channels", cfg->channels, "parallel channels")->default_val(1);
   cmd->add_option("--tuning", cfg->tuningFile, "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE)");
   cmd->add_option("--chunk-bytes", *chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");

@@ -27,6 +27,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
   struct Args {
     std::string topology = sim::kDefaultTopology, collective = "all_reduce", algo = "auto", bytes = "32M";
     std::string dtype = "float", op = "sum", chunk = "0", model = "CM02", mode = "auto", timeline, schedule;
+    std::string ncclCalibration;
     std::vector<std::string> sets;
     int ranks = 0, root = 0, channels = 1;
     bool crossTraffic = false, force = false, json = false;
@@ -49,6 +50,8 @@ void addSimCommand(CLI::App& app, int& exitCode) {
   cmd->add_flag("--crosstraffic", a->crossTraffic, "add SimGrid's reverse acknowledgement flows");
   cmd->add_option("--mode", a->mode, "auto | exact | aggregated (see sim_backend.h)")->default_str("auto");
   cmd->add_option("--set", a->sets, "topology override k=v, e.g. link.nic.bandwidth_GBps=50 (repeatable)");
+  cmd->add_option("--nccl-calibration", a->ncclCalibration,
+                  "for --algo nccl: the NCCL model's parameters from `collbench calibrate --model nccl -o FILE`");
   cmd->add_option("--timeline", a->timeline, "write a Chrome-trace/Perfetto JSON of every op");
   cmd->add_flag("--force", a->force, "overwrite an existing --timeline file");
   cmd->add_flag("--json", a->json, "print the result as JSON");
@@ -85,6 +88,9 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     cfg.crossTraffic = a->crossTraffic;
     cfg.mode = sim::parseSimMode(a->mode);
     cfg.timeline = !a->timeline.empty();
+    if (!a->ncclCalibration.empty()) {
+      cfg.ncclModel = sim::ncclModelFromCalibration(a->ncclCalibration, topo, a->ranks, "--nccl-calibration");
+    }
     const std::string fp = fingerprint(topo), topoName = topo.name;
     const sim::Simulator simulator(std::move(topo), a->ranks, cfg);
     const int n = simulator.nranks();

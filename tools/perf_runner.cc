@@ -205,6 +205,14 @@ PerfWorld resolveWorld(const PerfConfig& c) {
   // Name what is simulated (header, JSON, selector) rather than leave the simulator's default implicit.
   w.topology = c.topology.empty() ? backendCapabilities(w.backend).defaultTopology : c.topology;
   if (!w.topology.empty()) w.options["topology"] = w.topology;
+  if (!c.ncclCalibration.empty()) {
+    if (backendCapabilities(w.backend).device != DeviceKind::Simulated) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--nccl-calibration {}: the NCCL model's calibration is for --backend sim, not '{}'",
+                              printable(c.ncclCalibration), w.backend));
+    }
+    w.options["nccl_calibration"] = c.ncclCalibration;
+  }
   w.nranks = c.ranks;
   // Process backends (gloo) run one rank per process: the world comes from the cluster resolver, each process
   // holds only its rank's buffers, and only rank 0 prints the table and writes -J.

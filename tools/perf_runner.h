@@ -35,6 +35,7 @@ struct PerfConfig {
   std::string backend;  ///< empty: "host"
   std::string algo = "auto";
   std::string topology;
+  std::string ncclCalibration;  ///< sim backend: the NCCL model's calibration file for --algo nccl
   int channels = 1;
   std::size_t chunkBytes = 0;
   std::string commandLine;

@@ -55,6 +55,69 @@ TEST_F(NcclCalibrateCli, TwoNodeCalibrationPredictsTheOneNodeTable) {
   }
 }
 
+/// The "X%" of the first "median" after `label` in `text` ("" when absent).
+std::string medianAfter(const std::string& text, const std::string& label) {
+  const std::size_t at = text.find(label);
+  const std::size_t median = at == std::string::npos ? at : text.find("median", at);
+  const std::size_t end = median == std::string::npos ? median : text.find('%', median);
+  if (end == std::string::npos) return "";
+  const std::size_t from = text.find_last_of(' ', end) + 1;
+  return text.substr(from, end - from + 1);
+}
+
+TEST_F(NcclCalibrateCli, CalibrationFileAppliesToFidelityPerfAndSimAtAnotherNodeCount) {
+  const std::string cal = path("h100.cal.json");
+  const std::string oneNode = kData + "h100x8-nvls-dgxcbench.csv";
+  const CliResult fit = runCli(fmt::format(
+      "calibrate {}h100x16-2node-ib400-nvlstree-ncclTests309-A.csv --model nccl --topology dgx-h100-ib400 -o {} "
+      "--predict {}",
+      kData, cal, oneNode));
+  ASSERT_EQ(fit.exitCode, 0) << fit.err;
+  const std::string predicted = medianAfter(fit.out, "# predicted " + oneNode);
+  ASSERT_FALSE(predicted.empty()) << fit.out;
+  // fidelity with the file simulates the one-node table as calibrate's prediction did; without it, with the defaults.
+  const std::string fidelity = fmt::format("fidelity {} --topology dgx-h100-ib400 --algo nccl", oneNode);
+  const CliResult withCal = runCli(fidelity + " --nccl-calibration " + cal);
+  const CliResult withoutCal = runCli(fidelity);
+  ASSERT_EQ(withCal.exitCode, 0) << withCal.err;
+  ASSERT_EQ(withoutCal.exitCode, 0) << withoutCal.err;
+  EXPECT_EQ(medianAfter(withCal.out, "# all sizes"), predicted) << withCal.out;
+  EXPECT_NE(medianAfter(withoutCal.out, "# all sizes"), predicted) << withoutCal.out;
+  // perf and sim at 8 nodes, which no log had: the calibrated parameters change the time of NVLSTree's 1 GiB.
+  const std::string perf = "perf all_reduce --backend sim --topology dgx-h100-ib400 -g 64 --algo nccl -b 1G -e 1G";
+  const CliResult perfCal = runCli(perf + " --nccl-calibration " + cal), perfDefault = runCli(perf);
+  ASSERT_EQ(perfCal.exitCode, 0) << perfCal.err;
+  ASSERT_EQ(perfDefault.exitCode, 0) << perfDefault.err;
+  EXPECT_NE(perfCal.out.find("NVLSTree"), std::string::npos) << perfCal.out;
+  const auto lastRow = [](const std::string& out) { return out.substr(out.find("  1073741824")); };
+  EXPECT_NE(lastRow(perfCal.out).substr(0, 100), lastRow(perfDefault.out).substr(0, 100));
+  const std::string sim = "sim --topology dgx-h100-ib400 -g 64 --algo nccl --bytes 1G --json";
+  const CliResult simCal = runCli(sim + " --nccl-calibration " + cal), simDefault = runCli(sim);
+  ASSERT_EQ(simCal.exitCode, 0) << simCal.err;
+  EXPECT_NE(simCal.out, simDefault.out);
+  // Refused before anything runs: another system's calibration, a backend that does not model NCCL, a missing file.
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : {
+           Case{fmt::format("fidelity {} --topology aws-p4de --algo nccl --nccl-calibration {}", oneNode, cal),
+                fmt::format("collbench: error: --nccl-calibration: calibration '{}' is for hopper/infiniband systems, "
+                            "the topology's are ampere/efa\n",
+                            cal)},
+           Case{fmt::format("perf all_reduce --backend host -g 2 --nccl-calibration {}", cal),
+                fmt::format("collbench: error: --nccl-calibration {}: the NCCL model's calibration is for --backend "
+                            "sim, not 'host'\n",
+                            cal)},
+           Case{"sim --algo nccl --nccl-calibration /nonexistent.json",
+                "collbench: error: --nccl-calibration: cannot read calibration '/nonexistent.json'\n"},
+       }) {
+    const CliResult r = runCli(c.args);
+    EXPECT_EQ(r.exitCode, 2) << c.args;
+    EXPECT_EQ(r.err, c.message) << c.args;
+    EXPECT_EQ(r.out, "") << c.args;
+  }
+}
+
 TEST_F(NcclCalibrateCli, RingTableUnderItsEnvironment) {
   // NCCL_ALGO=Ring on 2 nodes: every row is NCCL's ring under that environment, never NVLSTree.
   const CliResult r = runCli(fmt::format(
