@@ -113,15 +113,27 @@ std::string_view toString(SpanKind k) {
   return "?";
 }
 
+/// Overrides of a generator's parameters: "params.<name>=<value>".
+constexpr std::string_view kParamPrefix = "params.";
+
 Topology loadTopologyWithOverrides(const std::string& nameOrPath, const std::string& overrides) {
-  Topology t = loadTopology(nameOrPath);
+  std::vector<std::string> assignments;
+  std::vector<std::pair<std::string, std::string>> params;  // params.<name>=<value>: the generator's, before it runs
   std::size_t at = 0;
   while (at <= overrides.size()) {
     const std::size_t end = std::min(overrides.find(';', at), overrides.size());
     const std::string one = trim(std::string_view(overrides).substr(at, end - at));
-    if (!one.empty()) applyOverride(t, one);
+    const std::size_t eq = one.find('=');
+    if (one.starts_with(kParamPrefix) && eq != std::string::npos) {
+      params.emplace_back(trim(std::string_view(one).substr(kParamPrefix.size(), eq - kParamPrefix.size())),
+                          trim(std::string_view(one).substr(eq + 1)));
+    } else if (!one.empty()) {
+      assignments.push_back(one);
+    }
     at = end + 1;
   }
+  Topology t = loadTopology(nameOrPath, params);
+  for (const std::string& one : assignments) applyOverride(t, one);
   return t;
 }
 

@@ -169,7 +169,9 @@ class Simulator {
   SimConfig config_;
 };
 
-/// loadTopology(nameOrPath), then applyOverride for each of the ';'-separated assignments (empty ones ignored).
+/// loadTopology(nameOrPath), then applyOverride for each of the ';'-separated assignments (empty ones ignored);
+/// "params.<name>=<value>" assignments set a generator document's parameters before it generates (loadTopology with
+/// params), so a what-if can vary a fabric's size or oversubscription.
 Topology loadTopologyWithOverrides(const std::string& nameOrPath, const std::string& overrides);
 
 /// The NCCL model parameters of the calibration file `path` (collbench-nccl-calibration) for the first `nranks` ranks

@@ -82,8 +82,9 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--collective", a->collective, "all_reduce | reduce_scatter | all_gather | broadcast | reduce")
       ->default_str("all_reduce");
   cmd->add_option("--set", a->sets,
-                  "an override variant: k=v[;k=v...], e.g. link.nic.bandwidth_GBps=50; each --set is one more row "
-                  "set, next to the unmodified topology only when '' is given too");
+                  "an override variant: k=v[;k=v...], e.g. link.nic.bandwidth_GBps=50 or (generated topologies) "
+                  "params.spine_oversubscription=2; each --set is one more row set, next to the unmodified topology "
+                  "only when '' is given too");
   cmd->add_option("-d,--datatype", a->dtype, "element type")->default_str("float");
   cmd->add_option("-o,--op", a->op, "reduction")->default_str("sum");
   cmd->add_option("-r,--root", a->root, "root rank for broadcast and reduce")->default_str("0");

@@ -701,6 +701,23 @@ Topology loadTopology(const std::string& pathOrName) {
   return parseTopology(readFile(path), path);
 }
 
+Topology loadTopology(const std::string& pathOrName, const std::vector<std::pair<std::string, std::string>>& params) {
+  if (params.empty()) return loadTopology(pathOrName);
+  const std::string path = resolveTopologyPath(pathOrName);
+  json doc = topo_detail::parseJsonText(readFile(path), path);
+  if (!doc.is_object() || !doc.contains("generator")) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("params.{}: topology '{}' is not generated (no \"generator\"): it has no parameters to set",
+                            params.front().first, printable(pathOrName)));
+  }
+  json& target = doc["params"];
+  if (target.is_null()) target = json::object();
+  if (!target.is_object()) return fromJson(doc, path);  // the reader names the bad "params"
+  const json replaced = json::parse(generatorParamsJson(params));
+  for (const auto& [key, value] : replaced.items()) target[key] = value;
+  return fromJson(doc, path);
+}
+
 Topology generateTopology(const std::string& generator, const std::string& paramsJson) {
   const std::string source = fmt::format("generator {}", generator);
   const bool empty = trim(paramsJson).empty();

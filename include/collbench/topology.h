@@ -94,6 +94,11 @@ Topology parseTopology(const std::string& jsonText, const std::string& source);
 /// Reads a file; a bare name ("dgx-h100-8x1") is looked up as <dir>/<name>.json in each directory of the
 /// colon-separated env COLLBENCH_TOPOLOGY_PATH, then in the shipped topologies/ directory.
 Topology loadTopology(const std::string& pathOrName);
+/// loadTopology of a generator document ({"generator": ..., "params": ...}) with some of its parameters replaced:
+/// `params` are (name, value) pairs as generatorParamsJson reads them ("spine_oversubscription", "2"), a later one
+/// winning. A what-if varies a fabric without writing a file per variant. Throws Error{InvalidArgument} when the file
+/// is an explicit topology (no generator), and as the generator does for a bad parameter (naming params.<key>).
+Topology loadTopology(const std::string& pathOrName, const std::vector<std::pair<std::string, std::string>>& params);
 /// The file loadTopology would read for `pathOrName`; throws Error{InvalidTopology} listing the places searched.
 std::string resolveTopologyPath(const std::string& pathOrName);
 /// Names of the topologies found on the search path (COLLBENCH_TOPOLOGY_PATH, then topologies/), sorted, unique.

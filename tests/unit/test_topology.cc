@@ -1026,6 +1026,31 @@ TEST(TopologySummary, DiameterCountsExplicitRoutes) {
 // ---------------------------------------------------------------------------------------------------------------
 // Overrides, fingerprints, serialisation
 
+TEST(TopologyOverride, GeneratorParametersReplaceTheDocumentsBeforeItGenerates) {
+  const std::string file = kSourceDir + "/examples/whatif/h100-16k-rail-spine-2to1.json";
+  const Topology small = loadTopology(file, {{"nodes", "4"}, {"nic_GBps", "25"}});
+  EXPECT_EQ(small.ranks.size(), 32u);  // 4 servers x 8 GPUs instead of the file's 2048
+  EXPECT_EQ(small.name, "h100-16k-rail-spine-2to1");
+  // The same as generating with the file's parameters and these.
+  const Topology direct =
+      generateTopology("multi_node", R"({"nodes": 4, "arch": "hopper", "spine_oversubscription": 2, "nic_GBps": 25})");
+  EXPECT_EQ(fingerprint(small), fingerprint(direct));
+  // A later pair wins; no pairs is loadTopology.
+  EXPECT_EQ(loadTopology(file, {{"nodes", "8"}, {"nodes", "4"}, {"nic_GBps", "25"}}).ranks.size(), 32u);
+  EXPECT_EQ(fingerprint(loadTopology("dgx-h100-8x1", {})), fingerprint(loadTopology("dgx-h100-8x1")));
+  expectError(
+      [&] {
+        loadTopology("dgx-h100-8x1", {{"nodes", "2"}});
+      },
+      Errc::InvalidArgument, {"params.nodes: topology 'dgx-h100-8x1' is not generated (no \"generator\")"});
+  expectError(
+      [&] {
+        loadTopology(file, {{"nodez", "2"}});
+      },
+      Errc::InvalidTopology, {"params.nodez: unknown parameter", "(got 2)"});
+  expectError([&] { loadTopology(file, {{"nodes", "-3"}}); }, Errc::InvalidTopology, {"params.nodes", "-3"});
+}
+
 TEST(TopologyOverride, AppliesToTheSelectedClassOrKind) {
   Topology t = loadTopology("h100-4x8-rail");
   applyOverride(t, "link.nic.bandwidth_GBps=25");
