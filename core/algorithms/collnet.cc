@@ -8,13 +8,16 @@
 //   over its own rail. Data goes in loops of channels x heads x chunk; chunk j of a channel belongs to head j. Every
 //   GPU sends its piece of chunk j straight to head j over NVLink (scatter), head j folds them in one by one
 //   (RecvReduce; GPU r's first peer is head r + 1, as NCCL's `shift` keeps leaves from hitting one head together),
-//   and after the switch head j sends the result straight to every GPU (broadcast).
+//   and after the switch head j sends the result straight to every GPU (broadcast, on channels channels..2 channels-1:
+//   connections apart from the scatter's).
 // - collnet_chain: one head per channel (channel c's chain starts at local GPU c mod local, the GPU of the channel's
 //   NIC: the chain graph's channels start at different NICs) and the host's GPUs form a chain from it. Data goes in
 //   loops of channels x chunk; the chunk is reduced up the chain (each GPU folds its successor's partial and sends
 //   it on), all-reduced by the switch among the channel's heads, and passed back down the chain.
-// The root of a chunk's switch ops rotates over the hosts by lane, so that the root's extra traffic (its partial up
-// and the result down twice) spreads over the NICs. Each root keeps up to NCCL_STEPS chunks of a lane in flight.
+// SHARP reduces and multicasts in the switch with no root; the IR's SwitchReduce has one, whose link carries the
+// reduced bytes down and its Multicast's bytes up once more. The root rotates over the hosts by lane and by loop, so
+// that this extra traffic spreads evenly: a rail's NIC carries (1 + 1/hosts) of its chunks each way, where SHARP
+// carries them once. Each root processes its loops of a lane in order with up to NCCL_STEPS in flight.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -64,7 +67,7 @@ class CollnetBuilder {
         hosts_(ranksByHost(spec, p, nameOf(shape))),
         local_(hosts_.front().size()),
         b_(spec, std::string(nameOf(shape))),
-        slots_(static_cast<std::size_t>(p.channels) * local_) {
+        slots_(static_cast<std::size_t>(p.channels) * local_ * hosts_.size()) {
     if (hosts_.size() > 1) {
       for (std::size_t j = 0; j < local_; ++j) {
         std::vector<int> members = railOf(hosts_, j);
@@ -102,11 +105,13 @@ class CollnetBuilder {
                                 const std::vector<OpId>& ready) {
     if (hosts_.size() == 1) return ready;
     const std::vector<int> members = railOf(hosts_, j);
-    const int root = hosts_[lane % hosts_.size()][j];
+    // The root rotates over the hosts loop by loop; each root orders its own loops of the lane (every H-th).
+    const std::size_t nh = hosts_.size(), rootHost = (lane + loop) % nh, slot = lane * nh + rootHost;
+    const int root = hosts_[rootHost][j];
     const int c = channelOf(lane), group = rails_[j];
     const std::vector<OpId> loads =
-        switchLoads(b_, slots_, lane, loop, group, members, root, out(at), at, len, ready, c);
-    return switchStores(b_, slots_, lane, loop, group, members, root, at, len, loads, c);
+        switchLoads(b_, slots_, slot, loop / nh, group, members, root, out(at), at, len, ready, c);
+    return switchStores(b_, slots_, slot, loop / nh, group, members, root, at, len, loads, c);
   }
 
   void direct(std::size_t lane, std::size_t loop, std::size_t at, std::size_t len) {
@@ -126,12 +131,15 @@ class CollnetBuilder {
       partial[x] = acc;
     }
     const std::vector<OpId> result = acrossHosts(lane, loop, j, at, len, partial);
+    // The broadcast has connections of its own (NCCL's scatter and broadcast use different ones): on the scatter's,
+    // head j's results for its peers would queue behind its pieces for their heads, and the other way round.
+    const int down = p_.channels + c;
     for (std::size_t x = 0; x < hosts_.size(); ++x) {
       const auto& h = hosts_[x];
       for (std::size_t k = 1; k < local_; ++k) {
         const std::size_t peer = (j + k) % local_;
-        b_.send(h[j], h[peer], out(at), len, {result[x]}, c);
-        b_.recv(h[peer], h[j], out(at), len, {scattered[x][peer]}, c);
+        b_.send(h[j], h[peer], out(at), len, {result[x]}, down);
+        b_.recv(h[peer], h[j], out(at), len, {scattered[x][peer]}, down);
       }
     }
   }
@@ -181,8 +189,9 @@ class CollnetBuilder {
 /// switch's two stages over the rail (the members' chunks up and the reduced chunk down at min(link, reduce_GBps),
 /// then the multicast), and the hand-back (Direct: local - 1 chunks per channel out of each head at once; Chain:
 /// local - 1 hops). Period: the busiest NVLink (Direct: 2 (local - 1) chunks per channel each way; Chain: two per
-/// channel), the busiest NIC (its lanes' chunks, the root's share twice) and the head's reductions, or a
-/// kNcclSteps-th of the fill where latency bounds the pipeline.
+/// channel), one transfer with its latency and fold per in-host connection, the head's reductions, the busiest NIC
+/// (its lanes' chunks, 1 + 1/hosts times: the rotating root's share twice), a root's load after its last (every
+/// hosts-th loop), or a kNcclSteps-th of the fill where latency bounds the pipeline.
 Estimate collnetCost(Shape shape, const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
   AlgoParams hp = p;
   hp.rankHost = ctx.host;
@@ -212,33 +221,35 @@ Estimate collnetCost(Shape shape, const CostContext& ctx, const CollectiveSpec& 
     };
     const CostTerms hop = leg(lat, c * bytes) + ctx.gammaCost(c * bytes, hosts[0][0]);
     fill = hop * steps + (shape == Shape::Direct ? leg(lat, c * steps * bytes) : leg(lat, c * bytes) * steps);
-    period = shape == Shape::Direct ? leg(0, 2 * c * steps * bytes) : leg(lat, 2 * c * bytes);
-    period = CostTerms::max(period, ctx.gammaCost(c * steps * bytes, hosts[0][0]));
+    period = CostTerms::max(shape == Shape::Direct ? leg(0, 2 * c * steps * bytes) : leg(0, 2 * c * bytes),
+                            leg(lat, bytes) + ctx.gammaCost(bytes, hosts[0][0]));
+    period = CostTerms::max(period, ctx.gammaCost((shape == Shape::Direct ? steps : 1) * c * bytes, hosts[0][0]));
   } else {
     fill = ctx.gammaCost(c * bytes, hosts[0][0]);
   }
   if (nh > 1) {
+    std::string why;
+    std::optional<SwitchPath> sw;
     for (std::size_t j = 0; j < local; ++j) {
-      std::string why;
-      if (!reducingSwitch(ctx, railOf(hosts, j), "fabric (SHARP)", why)) {
+      sw = reducingSwitch(ctx, railOf(hosts, j), "fabric (SHARP)", why);
+      if (!sw) {
         return unsupportedEstimate(
             fmt::format("{} needs a fabric switch that reduces across hosts: {}", nameOf(shape), why));
       }
     }
-    std::string why;
-    const SwitchPath sw = *reducingSwitch(ctx, railOf(hosts, 0), "fabric (SHARP)", why);
     const int cls = ctx.classOf(hosts[0][0], hosts[1][0]);
     // Lanes per NIC: Direct gives each GPU the lanes of its head index; Chain gives NIC j the channels c = j mod local.
     const double perNic = shape == Shape::Direct ? c : std::ceil(c / static_cast<double>(local));
-    const double reduced = std::min(sw.linkBytesPerUs, sw.reduceBytesPerUs);
+    const double rate = std::min(sw->linkBytesPerUs, sw->reduceBytesPerUs);
     CostTerms stages;
-    stages.us = 2 * sw.latencyUs + perNic * bytes * (1 / std::min(sw.linkBytesPerUs, reduced) + 1 / sw.linkBytesPerUs);
+    stages.us = 2 * sw->latencyUs + perNic * bytes * (1 / rate + 1 / sw->linkBytesPerUs);
     stages.alphaCount[cls] = 2;
     stages.betaBytes[cls] = 2 * perNic * bytes;
     fill += stages;
+    const double share = 1 + 1 / static_cast<double>(nh);
     CostTerms nic;
-    nic.us = perNic * bytes * (1 + 1 / static_cast<double>(nh)) / reduced;
-    nic.betaBytes[cls] = perNic * bytes * (1 + 1 / static_cast<double>(nh));
+    nic.us = std::max(perNic * bytes * share / rate, (sw->latencyUs + bytes / rate) / static_cast<double>(nh));
+    nic.betaBytes[cls] = perNic * bytes * share;
     period = CostTerms::max(period, nic);
   }
   period = CostTerms::max(period, fill * (1.0 / static_cast<double>(kNcclSteps)));

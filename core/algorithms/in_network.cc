@@ -40,14 +40,17 @@ std::vector<int> railOf(const std::vector<std::vector<int>>& hosts, std::size_t 
   return rail;
 }
 
-std::vector<OpId> switchLoads(ScheduleBuilder& b, const SwitchSlots& slots, std::size_t lane, std::size_t loop,
-                              int group, const std::vector<int>& members, int root, BufRef partial, std::size_t at,
+std::vector<OpId> switchLoads(ScheduleBuilder& b, SwitchSlots& slots, std::size_t lane, std::size_t loop, int group,
+                              const std::vector<int>& members, int root, BufRef partial, std::size_t at,
                               std::size_t len, const std::vector<OpId>& ready, int channel) {
   std::vector<OpId> loads;
   for (std::size_t m = 0; m < members.size(); ++m) {
     const int r = members[m];
-    loads.push_back(b.switchOp(OpKind::SwitchReduce, r, group, root, partial, out(at), len,
-                               {ready[m], r == root ? slots.slotFree(lane, loop) : kNoOp}, channel));
+    const bool isRoot = r == root;
+    loads.push_back(b.switchOp(
+        OpKind::SwitchReduce, r, group, root, partial, out(at), len,
+        {ready[m], isRoot ? slots.slotFree(lane, loop) : kNoOp, isRoot ? slots.previousLoad(lane) : kNoOp}, channel));
+    if (isRoot) slots.loaded(lane, loads.back());
   }
   return loads;
 }

@@ -26,27 +26,32 @@ std::vector<std::vector<int>> ranksByHost(const CollectiveSpec& spec, const Algo
 /// The local rank `local` of every host, in host order: a rail (same local index, same NIC) across hosts.
 std::vector<int> railOf(const std::vector<std::vector<int>>& hosts, std::size_t local);
 
-/// Buffer slots of one root's switch ops per lane (a chunk stream of one channel): the load (SwitchReduce) of loop i
-/// reuses the slot of loop i - kNcclSteps, so it waits for that loop's store (Multicast); stores go in order. Op ids
-/// are the root's, so a lane has one root.
+/// The order of one root's switch ops per lane (a chunk stream of one channel), as NCCL's warps process a lane's
+/// chunks one after the other: the load (SwitchReduce) of loop i follows the load of loop i - 1, and reuses the
+/// buffer slot of loop i - kNcclSteps, so it waits for that loop's store (Multicast); stores go in order. Op ids are
+/// the root's, so a lane has one root.
 class SwitchSlots {
  public:
-  explicit SwitchSlots(std::size_t lanes) : slots_(lanes, std::vector<OpId>(kNcclSteps, kNoOp)) {}
+  explicit SwitchSlots(std::size_t lanes)
+      : slots_(lanes, std::vector<OpId>(kNcclSteps, kNoOp)), lastLoad_(lanes, kNoOp) {}
   OpId slotFree(std::size_t lane, std::size_t loop) const { return slots_[lane][loop % kNcclSteps]; }
+  OpId previousLoad(std::size_t lane) const { return lastLoad_[lane]; }
   OpId previousStore(std::size_t lane, std::size_t loop) const {
     return slots_[lane][(loop + kNcclSteps - 1) % kNcclSteps];
   }
+  void loaded(std::size_t lane, OpId load) { lastLoad_[lane] = load; }
   void stored(std::size_t lane, std::size_t loop, OpId store) { slots_[lane][loop % kNcclSteps] = store; }
 
  private:
   std::vector<std::vector<OpId>> slots_;
+  std::vector<OpId> lastLoad_;
 };
 
 /// The loads of one chunk [at, at+len) of a lane: every member of switch group `group` issues a SwitchReduce to
-/// `root` of its `partial` range (after ready[m]; the root also after its slot is free). Returns them in the order of
-/// `members`.
-std::vector<OpId> switchLoads(ScheduleBuilder& b, const SwitchSlots& slots, std::size_t lane, std::size_t loop,
-                              int group, const std::vector<int>& members, int root, BufRef partial, std::size_t at,
+/// `root` of its `partial` range (after ready[m]; the root also after its previous load and once its slot is free).
+/// Returns them in the order of `members`.
+std::vector<OpId> switchLoads(ScheduleBuilder& b, SwitchSlots& slots, std::size_t lane, std::size_t loop, int group,
+                              const std::vector<int>& members, int root, BufRef partial, std::size_t at,
                               std::size_t len, const std::vector<OpId>& ready, int channel);
 /// The stores of that chunk: every member issues a Multicast from `root` into its output (after after[m]; the root
 /// also after its previous store), and the root's store takes the chunk's slot. Returns them in the order of

@@ -137,9 +137,10 @@ namespace {
 /// The first loop's stages, then one period per further loop. Fill: the NVLS reduction of every head's chunk (heads
 /// chunks up each GPU's NVLink per channel, the reduced one down at min(link, reduce_GBps)), the tree's depth in
 /// hops up (each with the head's reduction) and down over the NICs, and the multicast (heads chunks down per
-/// channel). Period: the busier of a GPU's NVLink ((heads + 1) chunks each way per channel) and its NIC (per channel,
-/// one chunk for the parent and one per child of its host in that channel's tree), or a kNcclSteps-th of the fill
-/// where the pipeline is latency bound.
+/// channel). Period: the busier of a GPU's NVLink ((heads + 1) chunks each way per channel, or a head's load after
+/// the last) and its NIC (per channel, one chunk for the parent and one per child of its host in that channel's
+/// tree, or one transfer with its latency per tree connection), or a kNcclSteps-th of the fill where the pipeline is
+/// latency bound.
 Estimate nvlsTreeCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
   AlgoParams hp = p;
   hp.rankHost = ctx.host;
@@ -175,7 +176,10 @@ Estimate nvlsTreeCost(const CostContext& ctx, const CollectiveSpec& s, const Alg
     load =
         CostTerms::max(leg(nv->latencyUs, c * l * bytes, nv->linkBytesPerUs), leg(nv->latencyUs, c * bytes, reduced));
     store = leg(nv->latencyUs, c * l * bytes, nv->linkBytesPerUs);
-    period = leg(0, c * (l + 1) * bytes, nv->linkBytesPerUs);
+    // Both directions of a GPU's link carry (heads + 1) chunks per channel and loop; a head's loads go one after
+    // the other, each sharing the link with every lane's.
+    period = CostTerms::max(leg(0, c * (l + 1) * bytes, nv->linkBytesPerUs),
+                            leg(nv->latencyUs, c * l * bytes, nv->linkBytesPerUs));
   } else {
     load = ctx.gammaCost(c * bytes, 0);
   }
@@ -200,8 +204,10 @@ Estimate nvlsTreeCost(const CostContext& ctx, const CollectiveSpec& s, const Alg
       }
       busiest = std::max(busiest, chunks);
     }
+    // The busiest NIC's chunks, or one transfer per loop on a tree connection (it starts when the last ended).
     CostTerms nicPeriod;
-    nicPeriod.us = busiest * bytes / nic;
+    nicPeriod.us = std::max(busiest * bytes / nic, lat + bytes / nic);
+    nicPeriod.alphaCount[cls] = busiest * bytes / nic < lat + bytes / nic ? 1 : 0;
     nicPeriod.betaBytes[cls] = busiest * bytes;
     period = CostTerms::max(period, nicPeriod);
   }
