@@ -268,52 +268,48 @@ std::size_t collnetTransfers(Shape shape, const CollectiveSpec& spec, const Algo
   return chunks * (nh * 2 * (local - 1) + 2 * (nh + 1));
 }
 
-}  // namespace
-
-Schedule collnetDirectAllReduce(const CollectiveSpec& spec, const AlgoParams& p) {
-  return CollnetBuilder(Shape::Direct, spec, p).build();
+template <Shape S>
+Schedule buildShape(const CollectiveSpec& spec, const AlgoParams& p) {
+  return CollnetBuilder(S, spec, p).build();
 }
 
-Schedule collnetChainAllReduce(const CollectiveSpec& spec, const AlgoParams& p) {
-  return CollnetBuilder(Shape::Chain, spec, p).build();
+template <Shape S>
+Estimate costOfShape(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
+  return collnetCost(S, ctx, s, p);
 }
 
-AlgorithmInfo collnetDirectAlgorithm() {
-  return {.name = "collnet_direct",
+template <Shape S>
+std::size_t transfersOfShape(const CollectiveSpec& s, const AlgoParams& p) {
+  return collnetTransfers(S, s, p);
+}
+
+template <Shape S>
+AlgorithmInfo collnetAlgorithm(std::string summary) {
+  return {.name = std::string(nameOf(S)),
           .collective = Collective::AllReduce,
-          .summary =
-              "NCCL CollNet Direct: scatter to a head per GPU over NVLink, fabric switch (SHARP) reduction "
-              "per rail, broadcast back",
-          .build = collnetDirectAllReduce,
-          .cost = [](const CostContext& ctx, const CollectiveSpec& s,
-                     const AlgoParams& p) { return collnetCost(Shape::Direct, ctx, s, p); },
+          .summary = std::move(summary),
+          .build = buildShape<S>,
+          .cost = costOfShape<S>,
           .traits = {.usesChunkBytes = true,
                      .usesChannels = true,
                      .needsHosts = true,
                      .needsSwitchReduction = true,
                      .defaultModel = false,
-                     .transfers = [](const CollectiveSpec& s, const AlgoParams& p) {
-                       return collnetTransfers(Shape::Direct, s, p);
-                     }}};
+                     .transfers = transfersOfShape<S>}};
+}
+
+}  // namespace
+
+AlgorithmInfo collnetDirectAlgorithm() {
+  return collnetAlgorithm<Shape::Direct>(
+      "NCCL CollNet Direct: scatter to a head per GPU over NVLink, fabric switch (SHARP) reduction per rail, "
+      "broadcast back");
 }
 
 AlgorithmInfo collnetChainAlgorithm() {
-  return {.name = "collnet_chain",
-          .collective = Collective::AllReduce,
-          .summary =
-              "NCCL CollNet Chain: reduce up a chain of the host's GPUs, fabric switch (SHARP) reduction among "
-              "the heads, back down the chain",
-          .build = collnetChainAllReduce,
-          .cost = [](const CostContext& ctx, const CollectiveSpec& s,
-                     const AlgoParams& p) { return collnetCost(Shape::Chain, ctx, s, p); },
-          .traits = {.usesChunkBytes = true,
-                     .usesChannels = true,
-                     .needsHosts = true,
-                     .needsSwitchReduction = true,
-                     .defaultModel = false,
-                     .transfers = [](const CollectiveSpec& s, const AlgoParams& p) {
-                       return collnetTransfers(Shape::Chain, s, p);
-                     }}};
+  return collnetAlgorithm<Shape::Chain>(
+      "NCCL CollNet Chain: reduce up a chain of the host's GPUs, fabric switch (SHARP) reduction among the heads, "
+      "back down the chain");
 }
 
 }  // namespace collbench::algo

@@ -18,8 +18,6 @@ Schedule chainReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule disseminationBarrier(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule nvlsAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule nvlsTreeAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
-Schedule collnetDirectAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
-Schedule collnetChainAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
 
 AlgorithmInfo ringAllReduceAlgorithm();
 AlgorithmInfo treeAllReduceAlgorithm();

@@ -1,6 +1,6 @@
 // The in-network all-reduces (nvls_tree, collnet_direct, collnet_chain): their schedules validate, compute the sum
 // (a reference evaluator of the IR, switch ops included) on 2 and 4 hosts of dgx-h100-ib400, choose NCCL's chunks,
-// and are refused where no switch reduces.
+// and are refused where no switch reduces (the host backends' refusal: tests/host/test_host_in_network.cc).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -233,30 +233,29 @@ std::size_t firstSwitchBytes(const Schedule& s) {
 }
 
 TEST(InNetwork, ChunksAsNccl) {
+  struct Case {
+    const char* algorithm;
+    int hosts, channels;
+    std::size_t count, chunkBytes;
+    const char* why;
+  };
   const std::size_t big = std::size_t{1} << 28;  // 1 GiB of floats
-  // NVLSTree: 128 KiB per head under 4 hosts, 64 KiB from 4 on (nvlsTreeMaxChunkSize on sm90), 32 KiB when the call
-  // has fewer chunks than channels x heads.
-  EXPECT_EQ(firstSwitchBytes(buildSchedule({Collective::AllReduce, 16, big, DType::F32}, "nvls_tree",
-                                           AlgoParams{0, 1, blockHosts(2, 8)})),
-            128u * 1024);
-  EXPECT_EQ(firstSwitchBytes(buildSchedule({Collective::AllReduce, 32, big, DType::F32}, "nvls_tree",
-                                           AlgoParams{0, 1, blockHosts(4, 8)})),
-            64u * 1024);
-  EXPECT_EQ(firstSwitchBytes(buildSchedule({Collective::AllReduce, 16, 8 * 8192, DType::F32}, "nvls_tree",
-                                           AlgoParams{0, 2, blockHosts(2, 8)})),
-            16u * 1024);  // 256 KiB over 2 channels x 8 heads: the 32 KiB chunk is more than each lane holds
-  // CollNet Direct: a Simple step (512 KiB) for large calls; Chain: 256 KiB.
-  EXPECT_EQ(firstSwitchBytes(buildSchedule({Collective::AllReduce, 16, big, DType::F32}, "collnet_direct",
-                                           AlgoParams{0, 1, blockHosts(2, 8)})),
-            512u * 1024);
-  EXPECT_EQ(firstSwitchBytes(buildSchedule({Collective::AllReduce, 16, big, DType::F32}, "collnet_chain",
-                                           AlgoParams{0, 1, blockHosts(2, 8)})),
-            256u * 1024);
-  // 8 MiB on 8 heads x 1 channel: fewer than depth 2 x 64 chunks down to 128 KiB, fewer than 2 x 8 of 128 KiB, so
-  // 64 KiB, where it has 16 (not fewer than 2 x 8: the last halving to 32 KiB does not apply).
-  EXPECT_EQ(firstSwitchBytes(buildSchedule({Collective::AllReduce, 16, std::size_t{2} << 20, DType::F32},
-                                           "collnet_direct", AlgoParams{0, 1, blockHosts(2, 8)})),
-            64u * 1024);
+  for (const Case& c : {
+           Case{"nvls_tree", 2, 1, big, 128 * 1024, "NVLSTree's NVLS chunk under 4 hosts"},
+           Case{"nvls_tree", 4, 1, big, 64 * 1024, "nvlsTreeMaxChunkSize from 4 hosts on (sm90)"},
+           // 256 KiB on 2 channels x 8 heads: fewer chunks than concurrent ops at 64 KiB, so 32 KiB, which is more
+           // than each lane's 16 KiB.
+           Case{"nvls_tree", 2, 2, 8 * 8192, 16 * 1024, "small call"},
+           Case{"collnet_direct", 2, 1, big, 512 * 1024, "a Simple step"},
+           Case{"collnet_chain", 2, 1, big, 256 * 1024, "Chain's largest chunk"},
+           // 8 MiB on 8 heads x 1 channel: fewer than depth 2 x 64 chunks down to 128 KiB, fewer than 2 x 8 of
+           // 128 KiB, so 64 KiB, where it has 16 (not fewer than 2 x 8: no halving to 32 KiB).
+           Case{"collnet_direct", 2, 1, std::size_t{2} << 20, 64 * 1024, "8 MiB"},
+       }) {
+    const CollectiveSpec spec{Collective::AllReduce, c.hosts * 8, c.count, DType::F32};
+    const Schedule s = buildSchedule(spec, c.algorithm, AlgoParams{0, c.channels, blockHosts(c.hosts, 8)});
+    EXPECT_EQ(firstSwitchBytes(s), c.chunkBytes) << c.algorithm << ": " << c.why;
+  }
 }
 
 TEST(InNetwork, NeedsHosts) {
@@ -307,7 +306,8 @@ TEST(InNetwork, RefusedWhereNoSwitchReduces) {
     const Estimate e = CostModel(loadTopology("aws-p5"), 16)
                            .estimate({Collective::AllReduce, 16, 1 << 20, DType::F32}, a, AlgoParams{0, 1, {}});
     EXPECT_FALSE(e.supported);
-    EXPECT_NE(e.note.find(a + " needs a fabric switch that reduces across hosts: the fabric (SHARP) switch spine0 of ranks 0, 8 does not reduce"),
+    EXPECT_NE(e.note.find(a + " needs a fabric switch that reduces across hosts: the fabric (SHARP) switch spine0 of "
+                              "ranks 0, 8 does not reduce"),
               std::string::npos)
         << e.note;
   }
@@ -326,21 +326,6 @@ TEST(InNetwork, RefusedWhereNoSwitchReduces) {
                     .estimate({Collective::AllReduce, 16, 1 << 20, DType::F32}, a, AlgoParams{0, 1, {}})
                     .supported)
         << a;
-  }
-}
-
-TEST(InNetwork, HostBackendsRefuseThem) {
-  for (const std::string& a : kAlgorithms) {
-    const Schedule s = buildSchedule({Collective::AllReduce, 4, 64, DType::F32}, a, AlgoParams{0, 1, blockHosts(2, 2)});
-    try {
-      requireNoSwitchOps(s, "host");
-      FAIL() << a;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), Errc::Unsupported);
-      EXPECT_EQ(std::string(e.what()), "algorithm '" + a +
-                                           "' needs a switch that reduces (NVLS/SHARP), which backend 'host' does not "
-                                           "have; run it on --backend sim or nccl");
-    }
   }
 }
 
