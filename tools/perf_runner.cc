@@ -349,7 +349,9 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
   }
   if (topo && c.algo != "auto" && findAlgorithm(c.collective, c.algo).traits.needsSwitchReduction) {
     // Refused before the table starts: a one-element-per-rank schedule names the op and the switch that cannot.
-    validateOnTopology(buildSchedule({c.collective, n, static_cast<std::size_t>(n), dtype, op, c.root}, c.algo), *topo);
+    validateOnTopology(buildSchedule({c.collective, n, static_cast<std::size_t>(n), dtype, op, c.root}, c.algo,
+                                     AlgoParams{0, 1, rankHosts(*topo, n)}),
+                       *topo);
   }
   checkSpec(CollectiveSpec{c.collective, n, 0, dtype, op, c.root}, AlgoParams{c.chunkBytes, c.channels, {}});
   std::vector<CollectiveSpec> specs;

@@ -1,7 +1,9 @@
 #include "backend_options.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <cstdlib>
 
 #include "collbench/error.h"
 
@@ -79,6 +81,46 @@ std::vector<int> parseDeviceList(const std::string& s) {
     at = comma + 1;
   }
   return out;
+}
+
+std::optional<NcclNativeAlgorithm> ncclNativeAlgorithm(std::string_view algorithm) {
+  struct Entry {
+    std::string_view ours;
+    NcclNativeAlgorithm theirs;
+  };
+  static constexpr std::array<Entry, 4> kTable = {{{"nvls", {"NVLS", false}},
+                                                   {"nvls_tree", {"NVLSTree", false}},
+                                                   {"collnet_direct", {"CollNetDirect", true}},
+                                                   {"collnet_chain", {"CollNetChain", true}}}};
+  for (const Entry& e : kTable) {
+    if (e.ours == algorithm) return e.theirs;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::pair<std::string, std::string>> ncclAlgorithmEnvironment(const NcclNativeAlgorithm& a) {
+  std::vector<std::pair<std::string, std::string>> env = {{"NCCL_ALGO", std::string(a.ncclAlgo)}};
+  if (a.collnet) env.emplace_back("NCCL_COLLNET_ENABLE", "1");
+  return env;
+}
+
+ScopedEnvironment::ScopedEnvironment(const std::vector<std::pair<std::string, std::string>>& vars) {
+  for (const auto& [name, value] : vars) {
+    const char* old = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): documented single-threaded use
+    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    ::setenv(name.c_str(), value.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+  }
+}
+
+ScopedEnvironment::~ScopedEnvironment() {
+  // Restored in reverse, so that a name given twice ends at its value from before the scope.
+  for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+    if (it->second) {
+      ::setenv(it->first.c_str(), it->second->c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+    } else {
+      ::unsetenv(it->first.c_str());  // NOLINT(concurrency-mt-unsafe)
+    }
+  }
 }
 
 }  // namespace collbench::nccl

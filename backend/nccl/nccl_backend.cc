@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -160,19 +161,27 @@ class NcclBackend final : public Backend {
       }
       initComms();
     }
-    if (s.usesSwitch()) {
-      // NCCL reads NCCL_ALGO when a communicator is created, so its NVLS needs communicators made for it.
+    // An in-network algorithm runs as NCCL's own implementation of it, on communicators made for that (NCCL reads
+    // NCCL_ALGO when a communicator is created): its switch ops cannot be issued as ncclSend/ncclRecv.
+    const std::optional<NcclNativeAlgorithm> theirs = ncclNativeAlgorithm(s.algorithm);
+    if (s.usesSwitch() && !theirs) {
       throw Error(Errc::Unsupported,
-                  fmt::format("algorithm '{}' has switch ops, which the nccl backend's schedule executor cannot issue; "
-                              "run NCCL's own NVLS as: NCCL_ALGO=NVLS collbench perf --backend nccl --algo {}",
-                              s.algorithm, kNativeAlgorithm));
+                  fmt::format("algorithm '{}' has switch ops, which the nccl backend's schedule executor cannot issue, "
+                              "and NCCL has no algorithm of that name",
+                              s.algorithm));
     }
-    const bool native = s.native || s.algorithm == kNativeAlgorithm;
-    if (native && s.algorithm != kNativeAlgorithm) {
+    if (theirs && s.spec.kind != Collective::AllReduce) {
+      throw Error(Errc::Unsupported, fmt::format("algorithm '{}' runs as NCCL's {} all-reduce; got a {}", s.algorithm,
+                                                 theirs->ncclAlgo, toString(s.spec.kind)));
+    }
+    const bool native = s.native || s.algorithm == kNativeAlgorithm || theirs.has_value();
+    if (s.native && s.algorithm != kNativeAlgorithm) {
       throw Error(Errc::Unsupported, fmt::format("algorithm '{}' is another library's own call; the nccl backend runs "
                                                  "native '{}' and collbench schedules",
                                                  s.algorithm, kNativeAlgorithm));
     }
+    std::vector<ncclComm_t>& comms = theirs ? commsFor(*theirs).comms : comms_;
+    const NcclTuning& tuning = theirs ? commsFor(*theirs).tuning : tuning_;
     WavePlan plan;
     if (!native) {
       if (static_cast<int>(s.ranks.size()) != world_) {
@@ -192,11 +201,11 @@ class NcclBackend final : public Backend {
     }
 
     std::vector<RunMonitor::Watched> watched;
-    for (std::size_t i = 0; i < ranks_.size(); ++i) watched.push_back({ranks_[i].get(), comms_[i]});
+    for (std::size_t i = 0; i < ranks_.size(); ++i) watched.push_back({ranks_[i].get(), comms[i]});
     {
       RunMonitor monitor(
           std::move(watched), opt.timeoutSeconds,
-          [toAbort = comms_] {
+          [toAbort = comms] {
             for (ncclComm_t c : toAbort) (void)ncclCommAbort(c);
           },
           progressStride(s.spec));
@@ -205,7 +214,7 @@ class NcclBackend final : public Backend {
         for (int it = 0; it < total; ++it) {
           if (it == opt.warmup) recordAll(&DeviceRank::startEvent);
           if (native) {
-            issueNative(s.spec, monitor);
+            issueNative(s.spec, comms, monitor);
           } else {
             issueSchedule(s, plan, monitor);
           }
@@ -216,17 +225,17 @@ class NcclBackend final : public Backend {
         monitor.waitAll();
       } catch (const Error& e) {
         const Error first = monitor.fail(e);
-        afterFault();
+        afterFault(theirs);
         throw first;
       } catch (const std::exception& e) {
         const Error first = monitor.fail(Error(Errc::BackendError, e.what()));
-        afterFault();
+        afterFault(theirs);
         throw first;
       }
     }
 
     RunResult res;
-    res.algorithm = native ? tuning_.label() : s.algorithm;
+    res.algorithm = native ? tuning.label() : s.algorithm;
     double sum = 0;
     for (auto& rp : ranks_) {
       DeviceRank& r = *rp;
@@ -256,14 +265,20 @@ class NcclBackend final : public Backend {
   }
 
   void initComms() {
-    comms_.assign(ranks_.size(), nullptr);
     tuning_ = NcclTuning::fromEnvironment();
+    comms_ = createComms(nullptr);
+  }
+
+  /// One communicator per rank of this process: ncclCommInitAll when this process drives every rank; with one rank
+  /// per process, from the shared id when `parent` is null, else split from `parent` (an id makes one communicator).
+  std::vector<ncclComm_t> createComms(ncclComm_t parent) {
+    std::vector<ncclComm_t> comms(ranks_.size(), nullptr);
     if (!multiProcess_) {
       std::vector<int> devices;
       for (auto& r : ranks_) devices.push_back(r->device());
       COLLBENCH_NCCL_RANK(Error::kNoRank, nullptr,
-                          ncclCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()));
-      return;
+                          ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
+      return comms;
     }
     // One rank per process: a nonblocking communicator, so that setup and every later call can be given up on
     // (ncclCommAbort) when a peer never arrives, instead of blocking this process forever.
@@ -272,7 +287,12 @@ class NcclBackend final : public Backend {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
-    COLLBENCH_NCCL_RANK(r.rank(), nullptr, ncclCommInitRankConfig(&comm, world_, id_, r.rank(), &config));
+    if (parent) {
+      COLLBENCH_NCCL_RANK(r.rank(), parent, ncclCommSplit(parent, 0, r.rank(), &comm, &config));
+    } else {
+      COLLBENCH_NCCL_RANK(r.rank(), nullptr, ncclCommInitRankConfig(&comm, world_, id_, r.rank(), &config));
+    }
+    const char* call = parent ? "ncclCommSplit" : "ncclCommInitRankConfig";
     const auto deadline = Clock::now() + std::chrono::duration<double>(initTimeout_);
     for (;;) {
       ncclResult_t state = ncclInProgress;
@@ -280,7 +300,7 @@ class NcclBackend final : public Backend {
       if (state == ncclSuccess) break;
       if (state != ncclInProgress) {
         (void)ncclCommAbort(comm);
-        checkNccl(state, "ncclCommInitRankConfig", __FILE__, __LINE__, r.rank());
+        checkNccl(state, call, __FILE__, __LINE__, r.rank());
       }
       if (Clock::now() > deadline) {
         (void)ncclCommAbort(comm);
@@ -289,19 +309,49 @@ class NcclBackend final : public Backend {
         const std::string missing = world_ == 2 ? fmt::format("rank {}", peer)
                                                 : fmt::format("the other {} ranks of 0..{}", world_ - 1, world_ - 1);
         throw Error(Errc::Timeout,
-                    fmt::format("rank {}: NCCL communicator setup timed out after {} s waiting for {} (same nccl_id "
-                                "on every rank? all started?)",
-                                r.rank(), initTimeout_, missing),
+                    fmt::format("rank {}: NCCL communicator setup ({}) timed out after {} s waiting for {} (same "
+                                "nccl_id on every rank? all started?)",
+                                r.rank(), call, initTimeout_, missing),
                     r.rank(), peer);
       }
       std::this_thread::sleep_for(kSettleSlice);
     }
-    comms_[0] = comm;
+    comms[0] = comm;
+    return comms;
+  }
+
+  /// Communicators made with one NCCL_ALGO (NcclNativeAlgorithm), and the tuning they saw.
+  struct AlgorithmComms {
+    NcclTuning tuning;
+    std::vector<ncclComm_t> comms;
+  };
+
+  /// The communicators that run NCCL's algorithm `a`, made on first use inside its environment (every rank of the
+  /// world asks for them in the same run, as for any collective call).
+  AlgorithmComms& commsFor(const NcclNativeAlgorithm& a) {
+    const std::string key(a.ncclAlgo);
+    if (auto it = algorithmComms_.find(key); it != algorithmComms_.end()) return it->second;
+    AlgorithmComms made;
+    {
+      // Held until setup has finished: a nonblocking communicator reads the environment while it initialises.
+      const ScopedEnvironment env(ncclAlgorithmEnvironment(a));
+      made.tuning = NcclTuning::fromEnvironment();
+      made.comms = createComms(multiProcess_ ? comms_.front() : nullptr);
+    }
+    spdlog::info("nccl backend: communicators for NCCL_ALGO={}{}", key, a.collnet ? " with NCCL_COLLNET_ENABLE=1" : "");
+    return algorithmComms_.emplace(key, std::move(made)).first->second;
   }
 
   void destroyComms() {
-    for (std::size_t i = 0; i < comms_.size(); ++i) {
-      ncclComm_t c = comms_[i];
+    // Split communicators before their parent.
+    for (auto& [algo, set] : algorithmComms_) destroy(set.comms);
+    algorithmComms_.clear();
+    destroy(comms_);
+  }
+
+  void destroy(std::vector<ncclComm_t>& comms) {
+    for (std::size_t i = 0; i < comms.size(); ++i) {
+      ncclComm_t c = comms[i];
       if (!c) continue;
       if (!multiProcess_) {
         (void)ncclCommDestroy(c);
@@ -322,37 +372,42 @@ class NcclBackend final : public Backend {
         (void)ncclCommAbort(c);
       }
     }
-    comms_.clear();
+    comms.clear();
   }
 
-  /// After a fault the monitor has aborted every communicator: drain the streams (aborted NCCL kernels exit) and
-  /// forget the handles, so the next run re-creates them (one process) or refuses (multi-process).
-  void afterFault() {
+  /// After a fault the monitor has aborted the run's communicators (those of NCCL's algorithm `theirs`, or the
+  /// backend's own): drain the streams (aborted NCCL kernels exit) and forget the handles, so the next run re-creates
+  /// them (one process) or refuses (multi-process).
+  void afterFault(const std::optional<NcclNativeAlgorithm>& theirs) {
     for (auto& r : ranks_) {
       (void)cudaSetDevice(r->device());
       (void)cudaStreamSynchronize(r->stream());
       (void)cudaGetLastError();
     }
-    comms_.clear();
+    if (theirs) {
+      algorithmComms_.erase(std::string(theirs->ncclAlgo));
+    } else {
+      comms_.clear();
+    }
   }
 
   /// Nonblocking communicators may still be enqueuing a group when ncclGroupEnd returns; nothing else may go on
   /// their streams (our reduce kernels read what the receives wrote) until they settle.
-  void settle(RunMonitor& monitor) {
+  void settle(const std::vector<ncclComm_t>& comms, RunMonitor& monitor) {
     if (!multiProcess_) return;
-    for (std::size_t i = 0; i < comms_.size(); ++i) {
+    for (std::size_t i = 0; i < comms.size(); ++i) {
       for (;;) {
         if (monitor.failed()) monitor.rethrow();
         ncclResult_t state = ncclSuccess;
-        COLLBENCH_NCCL_RANK(ranks_[i]->rank(), comms_[i], ncclCommGetAsyncError(comms_[i], &state));
+        COLLBENCH_NCCL_RANK(ranks_[i]->rank(), comms[i], ncclCommGetAsyncError(comms[i], &state));
         if (state == ncclSuccess) break;
-        checkNccl(state, "ncclGroupEnd (asynchronous)", __FILE__, __LINE__, ranks_[i]->rank(), comms_[i]);
+        checkNccl(state, "ncclGroupEnd (asynchronous)", __FILE__, __LINE__, ranks_[i]->rank(), comms[i]);
         std::this_thread::sleep_for(kSettleSlice);
       }
     }
   }
 
-  void issueNative(const CollectiveSpec& spec, RunMonitor& monitor) {
+  void issueNative(const CollectiveSpec& spec, const std::vector<ncclComm_t>& comms, RunMonitor& monitor) {
     if (monitor.failed()) monitor.rethrow();
     const ncclDataType_t dt = toNccl(spec.dtype);
     const ncclRedOp_t op = toNccl(spec.op);
@@ -362,7 +417,7 @@ class NcclBackend final : public Backend {
     if (ranks_.size() > 1) group.emplace(groupRank());
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       DeviceRank& r = *ranks_[i];
-      ncclComm_t c = comms_[i];
+      ncclComm_t c = comms[i];
       const int rank = r.rank();
       void* out = r.output();
       const void* in = r.input();
@@ -388,7 +443,7 @@ class NcclBackend final : public Backend {
       }
     }
     if (group) group->end();
-    settle(monitor);
+    settle(comms, monitor);
     // No noteIssued() here: one call per iteration, and the progress events (noteRecorded) already mark issue
     // progress at least every kMaxProgressStride calls; a clock read per call is 1% of a host-bound 1 MiB call.
   }
@@ -428,7 +483,7 @@ class NcclBackend final : public Backend {
           }
         }
         group.end();
-        settle(monitor);
+        settle(comms_, monitor);
       }
       for (auto& rp : ranks_) {
         DeviceRank& r = *rp;
@@ -475,9 +530,10 @@ class NcclBackend final : public Backend {
   bool multiProcess_ = false;
   double initTimeout_ = kDefaultTimeoutSeconds;
   ncclUniqueId id_{};
-  NcclTuning tuning_;                               ///< when the communicators were created
-  std::vector<std::unique_ptr<DeviceRank>> ranks_;  ///< the ranks this process executes
-  std::vector<ncclComm_t> comms_;                   ///< one per entry of ranks_; empty after an abort
+  NcclTuning tuning_;                                     ///< when the communicators were created
+  std::vector<std::unique_ptr<DeviceRank>> ranks_;        ///< the ranks this process executes
+  std::vector<ncclComm_t> comms_;                         ///< one per entry of ranks_; empty after an abort
+  std::map<std::string, AlgorithmComms> algorithmComms_;  ///< by NCCL_ALGO: NCCL's in-network algorithms
 };
 
 }  // namespace

@@ -57,6 +57,9 @@ const std::vector<AlgorithmInfo>& algorithms() {
       algo::disseminationBarrierAlgorithm(),
       algo::ringBidirAllReduceAlgorithm(),
       algo::nvlsAlgorithm(),
+      algo::nvlsTreeAlgorithm(),
+      algo::collnetDirectAlgorithm(),
+      algo::collnetChainAlgorithm(),
       // Peer libraries' own implementations, measured in the same harness (backends nccl, gloo, mpi).
       native("nccl", C::AllReduce, "ncclAllReduce (nccl backends; NCCL_ALGO/NCCL_PROTO apply)"),
       native("nccl", C::ReduceScatter, "ncclReduceScatter (nccl backends)"),

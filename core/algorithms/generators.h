@@ -17,6 +17,7 @@ Schedule chainBroadcast(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule chainReduce(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule disseminationBarrier(const CollectiveSpec& spec, const AlgoParams& params);
 Schedule nvlsAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
+Schedule nvlsTreeAllReduce(const CollectiveSpec& spec, const AlgoParams& params);
 
 AlgorithmInfo ringAllReduceAlgorithm();
 AlgorithmInfo treeAllReduceAlgorithm();
@@ -31,6 +32,9 @@ AlgorithmInfo chainReduceAlgorithm();
 AlgorithmInfo disseminationBarrierAlgorithm();
 AlgorithmInfo ringBidirAllReduceAlgorithm();
 AlgorithmInfo nvlsAlgorithm();
+AlgorithmInfo nvlsTreeAlgorithm();
+AlgorithmInfo collnetDirectAlgorithm();
+AlgorithmInfo collnetChainAlgorithm();
 
 /// Parent of `rank` in NCCL's binary tree over n ranks rooted at 0 (-1 for the root): the lowest set bit b of the
 /// rank picks parent (rank ^ b) | (b << 1), or rank ^ b when that is out of range.

@@ -1,0 +1,136 @@
+// The in-network all-reduces (nvls_tree, collnet_direct, collnet_chain) on the simulator: one loop on 2 hosts of
+// dgx-h100-ib400 timed against its closed form (NVLink for the in-host stages, the NIC for the inter-host ones, the
+// switches' reduction rates), and the cost terms against the simulator where the pipeline runs many chunks.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "collbench/algorithms.h"
+#include "collbench/cost_model.h"
+#include "collbench/error.h"
+#include "collbench/topology.h"
+#include "sim_backend.h"
+
+namespace collbench {
+namespace {
+
+constexpr double kRelTolerance = 1e-6;
+constexpr double kBytesPerGB = 1e9;
+constexpr double kSecondsPerUs = 1e-6;
+constexpr int kHosts = 2;
+constexpr int kLocal = 8;
+constexpr int kRanks = kHosts * kLocal;
+
+/// The link between two nodes of `t`.
+const TopoLink& linkBetween(const Topology& t, const std::string& a, const std::string& b) {
+  for (const TopoLink& l : t.links) {
+    if ((l.a == a && l.b == b) || (l.a == b && l.b == a)) return l;
+  }
+  throw Error(Errc::InvalidArgument, "no link " + a + " - " + b);
+}
+
+/// dgx-h100-ib400's figures for 2 hosts: NVLink (GPU - NVSwitch), PCIe (GPU - NIC), NIC (NIC - rail leaf), the
+/// GPUs' reduction rate, NVLS's and SHARP's.
+struct Figures {
+  double nvlinkLat, nvlink, pcieLat, pcie, nicLat, nic, gpuReduce, nvls, sharp;
+  explicit Figures(const Topology& t) {
+    const TopoLink& nv = linkBetween(t, "n0.gpu0", "n0.nvsw");
+    const TopoLink& pc = linkBetween(t, "n0.gpu0", "n0.nic0");
+    const TopoLink& ni = linkBetween(t, "n0.nic0", "leaf0");
+    nvlinkLat = nv.latencyUs * kSecondsPerUs;
+    nvlink = nv.bandwidthGBps * kBytesPerGB;
+    pcieLat = pc.latencyUs * kSecondsPerUs;
+    pcie = pc.bandwidthGBps * kBytesPerGB;
+    nicLat = ni.latencyUs * kSecondsPerUs;
+    nic = ni.bandwidthGBps * kBytesPerGB;
+    gpuReduce = t.nodes[static_cast<std::size_t>(t.nodeIndex("n0.gpu0"))].reduceGBps * kBytesPerGB;
+    nvls = t.nodes[static_cast<std::size_t>(t.nodeIndex("n0.nvsw"))].reduceGBps * kBytesPerGB;
+    sharp = t.nodes[static_cast<std::size_t>(t.nodeIndex("leaf0"))].reduceGBps * kBytesPerGB;
+  }
+  /// A GPU to its rail's leaf: PCIe then the NIC's port (the slower of the two sets the rate).
+  double railLat() const { return pcieLat + nicLat; }
+  double rail() const { return std::min(pcie, nic); }
+  /// One chunk between two GPUs of a host (through the NVSwitch), and the receiver folding it in.
+  double nvlinkHop(double bytes) const { return 2 * nvlinkLat + bytes / nvlink; }
+  /// SHARP's two stages on a rail of `bytes` per member (sim_backend.h: legs of a switch op stream together): the
+  /// members' bytes up while the reduced bytes come down to the root at min(link, reduce), then the multicast.
+  double sharp2(double bytes) const {
+    return 2 * railLat() + std::max(bytes / rail(), bytes / std::min(rail(), sharp)) + bytes / rail();
+  }
+};
+
+sim::SimResult simulate(const Topology& t, const std::string& algorithm, std::size_t count, std::size_t chunkBytes,
+                        int channels = 1) {
+  const AlgoParams p{chunkBytes, channels, rankHosts(t, kRanks)};
+  return sim::Simulator(t, kRanks).runAlgorithm({Collective::AllReduce, kRanks, count, DType::F32}, algorithm, p);
+}
+
+constexpr std::size_t kCount = std::size_t{kLocal} * 65536;  // 2 MiB: 256 KiB per head
+constexpr double kBytes = static_cast<double>(kCount * 4);
+
+TEST(SimInNetwork, NvlsTreeOneLoopOnTwoHosts) {
+  // Every head's chunk b = B/8 at once: the NVSwitch pulls 8 chunks up each GPU's link (one per head) while one
+  // reduced chunk comes down; host 1's head sends its sum to host 0's over the rail, which folds it in and sends the
+  // result back; then the NVSwitch multicasts 8 chunks down each GPU's link:
+  //   T = 2 a_nv + 2 B/L_nv + 2 (2 a_pcie + 2 a_nic) + 2 b/NIC + b/R_gpu.
+  const Topology t = loadTopology("dgx-h100-ib400");
+  const Figures f(t);
+  const double b = kBytes / kLocal;
+  const double want = 2 * f.nvlinkLat + std::max(kBytes / f.nvlink, b / std::min(f.nvlink, f.nvls)) +
+                      kBytes / f.nvlink + 2 * (2 * f.railLat() + b / f.rail()) + b / f.gpuReduce;
+  const sim::SimResult r = simulate(t, "nvls_tree", kCount, kCount * 4 / kLocal);
+  EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
+  EXPECT_EQ(r.method, "exact");
+}
+
+TEST(SimInNetwork, CollnetDirectOneLoopOnTwoHosts) {
+  // Head j gathers the 7 other GPUs' pieces of chunk j one after the other (each GPU sends to a different head in
+  // each round, so every link carries one chunk per round), SHARP all-reduces it over rail j, and head j sends the
+  // result to the 7 others at once (7 chunks out of and into each GPU's link):
+  //   T = 7 (2 a_nv + b/L_nv + b/R_gpu) + SHARP(b) + 2 a_nv + 7 b/L_nv.
+  const Topology t = loadTopology("dgx-h100-ib400");
+  const Figures f(t);
+  const double b = kBytes / kLocal;
+  const double want =
+      (kLocal - 1) * (f.nvlinkHop(b) + b / f.gpuReduce) + f.sharp2(b) + 2 * f.nvlinkLat + (kLocal - 1) * b / f.nvlink;
+  const sim::SimResult r = simulate(t, "collnet_direct", kCount, kCount * 4 / kLocal);
+  EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
+}
+
+TEST(SimInNetwork, CollnetChainOneLoopOnTwoHosts) {
+  // One chunk of the whole buffer: 7 hops up the chain (each folded in), SHARP over the heads' rail, 7 hops down:
+  //   T = 7 (2 a_nv + B/L_nv + B/R_gpu) + SHARP(B) + 7 (2 a_nv + B/L_nv).
+  const Topology t = loadTopology("dgx-h100-ib400");
+  const Figures f(t);
+  const double want = (kLocal - 1) * (f.nvlinkHop(kBytes) + kBytes / f.gpuReduce) + f.sharp2(kBytes) +
+                      (kLocal - 1) * f.nvlinkHop(kBytes);
+  const sim::SimResult r = simulate(t, "collnet_chain", kCount, kCount * 4);
+  EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
+}
+
+TEST(SimInNetwork, CostTermsFollowTheSimulatedPipeline) {
+  // 64 MiB with NCCL's chunks on 2 hosts x 8: many loops. The cost terms' fill + period per loop against the
+  // simulator, and the simulator against the inter-host floor (each NIC carries at least its rail's share B/8 each
+  // way).
+  const Topology t = loadTopology("dgx-h100-ib400");
+  const Figures f(t);
+  const std::size_t count = std::size_t{16} << 20;
+  const double bytes = static_cast<double>(count * 4);
+  const CostModel model(t, kRanks);
+  for (const std::string a : {"nvls_tree", "collnet_direct", "collnet_chain"}) {
+    for (int channels : {1, 4}) {
+      const sim::SimResult r = simulate(t, a, count, 0, channels);
+      const Estimate e = model.estimate({Collective::AllReduce, kRanks, count, DType::F32}, a,
+                                        AlgoParams{0, channels, rankHosts(t, kRanks)});
+      ASSERT_TRUE(e.supported) << e.note;
+      const double modelSeconds = e.seconds() - model.callOverheadUs() * kSecondsPerUs;
+      std::printf("%-15s channels %d: simulated %.1f us (%.1f GB/s busbw), model %.1f us\n", a.c_str(), channels,
+                  r.seconds * 1e6, 2.0 * (kRanks - 1) / kRanks * bytes / r.seconds / kBytesPerGB, modelSeconds * 1e6);
+      EXPECT_GE(r.seconds, bytes / kLocal / f.rail()) << a;
+      EXPECT_NEAR(modelSeconds, r.seconds, 0.3 * r.seconds) << a << " channels " << channels;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace collbench
