@@ -120,6 +120,10 @@ constexpr std::size_t kLL128LineBytes = 128, kLL128LineDataBytes = 120;
 /// below 64/8/2 chunks per concurrent op, NVLSTree to 256/128/64/32 KiB below 32/16/4/1 (NVLSTree at most 64 KiB
 /// from 4 nodes).
 constexpr std::size_t kNvlsChunkBytes = 128 * 1024;
+/// enqueue.cc calcCollChunking for Tree LL128: nsteps = 1 + log2(nodes) + 0.1 ppn; the chunk halves while a channel
+/// has fewer than nsteps x 64 / ppn chunks (down to 128 KiB), then fewer than nsteps x 16 / ppn (down to 32 KiB).
+constexpr double kTreeLL128StepsPerRank = 0.1, kTreeLL128ManyChunks = 64, kTreeLL128FewChunks = 16;
+constexpr std::size_t kTreeLL128MidChunkBytes = 131072, kTreeLL128MinChunkBytes = 32768;
 
 // ---- The time model's own constants (fitted where NCCL's sources and datasheets leave them open) ---------------
 /// Protocol payload efficiency (device.h): LL lines carry 4 data bytes per 8 (a 4-byte flag per 4-byte word), LL128
@@ -814,6 +818,14 @@ void chunking(const NcclComm& c, const NcclEnv& env, int f, int a, int p, std::s
     for (auto [times, size] : {std::pair<std::size_t, std::size_t>{32, 262144}, {16, 131072}, {4, 65536}, {1, 32768}}) {
       if (bytes < times * ops * chunk && chunk > size) chunk = size;
     }
+  } else if (a == kTree && p == kLL128) {
+    // Tree LL128 halves its chunk down to 128 KiB while a channel gets fewer than nsteps x 64 / ppn chunks, then down
+    // to 32 KiB below nsteps x 16 / ppn, nsteps = 1 + log2(nodes) + 0.1 ppn.
+    const double ppn = c.sys.gpusPerNode;
+    const double nsteps = 1 + log2i(static_cast<std::size_t>(c.sys.nodes)) + kTreeLL128StepsPerRank * ppn;
+    const auto perChannelChunks = [&] { return static_cast<double>(bytes / (static_cast<std::size_t>(nc) * chunk)); };
+    while (perChannelChunks() < nsteps * kTreeLL128ManyChunks / ppn && chunk > kTreeLL128MidChunkBytes) chunk /= 2;
+    while (perChannelChunks() < nsteps * kTreeLL128FewChunks / ppn && chunk > kTreeLL128MinChunkBytes) chunk /= 2;
   }
   slice = ringSimple ? step * static_cast<std::size_t>(sliceSteps) : chunk;
 }
@@ -892,6 +904,9 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
                          ? 1
                          : 2 * log2i(static_cast<std::size_t>(s.nodes));
     lat += hops * s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)];
+    // LL over the network: one proxy thread per GPU checks each channel's host-memory LL step in turn before sending
+    // it (transport/net.cc sendProxyProgress), so each channel beyond the first adds its cost to the hop.
+    if (p == kLL) lat += hops * (nc - 1) * s.model.netChannelUs[static_cast<std::size_t>(s.nicKind)];
   }
   const Collective coll = collectiveOf(f);
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
@@ -901,15 +916,25 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   // tuning.cc: trees run below their model at medium sizes; NCCL's own correction factor applies to the hardware too.
   const int logSize = log2i(bytes >> 6);
   if (a == kTree && f == kFuncAllReduce && logSize >= 0 && logSize < 23) bw *= kTreeCorrection[p][logSize];
-  // NVLS pipeline fill and drain: `depth` chunk times of one channel (rings need none: all their links work at once;
-  // trees are left to NCCL's per-step latencies).
-  double depth = 0;
-  if (a == kNvls || a == kNvlsTree) depth = s.model.nvlsPipelineDepth;
+  // NVLS pipeline fill and drain: `depth` chunk times of one channel (rings need none: all their links work at once).
+  const double chunkBytes = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc);
+  const double perChannelAlgBw = bw / busBandwidthFactor(coll, nranks) / nc;
   double fillUs = 0;
-  if (depth > 0 && chunk > 0) {
-    const double perChannelAlgBw = bw / busBandwidthFactor(coll, nranks) / nc;
-    const double chunkBytes = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc);
-    fillUs = depth * chunkBytes / (kBytesPerUsPerGBps * perChannelAlgBw);
+  if ((a == kNvls || a == kNvlsTree) && chunk > 0) {
+    fillUs = s.model.nvlsPipelineDepth * chunkBytes / (kBytesPerUsPerGBps * perChannelAlgBw);
+  }
+  // A tree channel forwards each chunk hop by hop, up the inter-node tree (log2 nodes hops) and down again. The
+  // network proxy sends a step only once the GPU has posted all of it (transport/net.cc: one message per step), so
+  // every network hop is store-and-forward for every protocol; Simple also waits for whole chunks on the intra-node
+  // chain (ppn - 1 hops each way), where LL and LL128 stream line by line. A chunk crosses a hop at the line rate of
+  // the channel's share of the node's NICs or of the GPU's NVLinks.
+  if (a == kTree && f == kFuncAllReduce && chunk > 0) {
+    const int netHops = 2 * log2i(static_cast<std::size_t>(s.nodes));
+    const int intraHops = p == kSimple ? 2 * (s.gpusPerNode - 1) : 0;
+    const double wireBytes = chunkBytes / kProtoPayload[p];
+    const double netShare = s.nicsPerNode * s.nicGBps / nc, intraShare = (s.nvlink ? s.nvlinkGBps : kNcclPciBw) / nc;
+    if (netHops > 0 && netShare > 0) fillUs += netHops * wireBytes / (kBytesPerUsPerGBps * netShare);
+    fillUs += intraHops * wireBytes / (kBytesPerUsPerGBps * intraShare);
   }
   return lat + fillUs + busBytes / (kBytesPerUsPerGBps * bw);
 }
