@@ -53,7 +53,7 @@ radix128_servers=16384
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 status=0
-printf '%-7s %-18s %-13s %14s %9s %9s\n' gpus algorithm method sim_us wall_s rss_MB
+printf '%-7s %-18s %-19s %14s %9s %9s\n' gpus algorithm method sim_us wall_s rss_MB
 for g in $gpus; do
   servers=$((g / 8))
   radix=64
@@ -72,12 +72,12 @@ for g in $gpus; do
     rc=$?
     set -e
     if (( rc == 124 )); then
-      printf '%-7s %-18s %-13s %14s %9s %9s\n' "$g" "$label" - - "TIMEOUT" -
+      printf '%-7s %-18s %-19s %14s %9s %9s\n' "$g" "$label" - - "TIMEOUT" -
       status=1
       continue
     fi
     if (( rc != 0 )); then
-      printf '%-7s %-18s %-13s %14s %9s %9s  %s\n' "$g" "$label" - - FAIL - "$(tail -n 1 "$work/err")"
+      printf '%-7s %-18s %-19s %14s %9s %9s  %s\n' "$g" "$label" - - FAIL - "$(tail -n 1 "$work/err")"
       status=1
       continue
     fi
@@ -88,7 +88,7 @@ doc = json.load(open(sys.argv[1]))
 method = doc["method"] + ("" if doc["exact"] else "~")
 chosen = doc["algorithm"]
 label = sys.argv[3] if sys.argv[3].split()[0] != "auto" else "auto:" + chosen
-print(f"{sys.argv[2]:<7} {label:<18} {method:<13} {doc['time_us']:14.3f} {float(sys.argv[4]):9.2f} "
+print(f"{sys.argv[2]:<7} {label:<18} {method:<19} {doc['time_us']:14.3f} {float(sys.argv[4]):9.2f} "
       f"{int(sys.argv[5]) / 1024:9.0f}")
 EOF
   done

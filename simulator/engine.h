@@ -1,6 +1,7 @@
 #pragma once
 // The simulation methods behind Simulator (sim_backend.h explains each). Internal to simulator/.
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +20,10 @@ SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool tim
 SimResult simulateAggregated(World& w, const Schedule& s, const Matching& m, bool timeline);
 /// Ring all-reduce evaluated step by step without a schedule (the aggregated method, streamed).
 SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoParams& params);
+/// Hierarchical all-reduce evaluated without a schedule as three gated ring phases (hierarchical_model.cc), one ring
+/// per class of equal rings and one period of each; nullopt where its conditions do not hold (a link carries two
+/// connections, ranks share a node, an empty block, hosts of different sizes): then the schedule is simulated.
+std::optional<SimResult> simulateHierarchicalModel(World& w, const CollectiveSpec& spec, const AlgoParams& params);
 
 /// Per-flow times of contention groups, simulated once per distinct group. A group is a set of flows that share
 /// links, each with its start time; its key describes it completely (start offsets from the group's first flow,

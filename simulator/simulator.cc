@@ -326,6 +326,10 @@ SimResult Simulator::run(const Schedule& s) const {
 
 namespace {
 
+/// The algorithm evaluated by detail::simulateHierarchicalModel above the exact limit
+/// (core/algorithms/hierarchical.cc).
+constexpr std::string_view kHierarchicalModelAlgorithm = "hierarchical";
+
 /// Pipelined algorithms with many chunks (tree, chain broadcast/reduce): one sub-run of the same schedule with
 /// `window` chunks of the real chunk size, timed chunk by chunk: round k ends when the last op touching chunk k of
 /// any slice (both trees, every channel) ends. Once the pipeline is full, each further round adds the steady-state
@@ -457,7 +461,8 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   // The method does not depend on whether a timeline is wanted: the answer must not change with --timeline.
   const bool ringModel = !small && info.traits.simRingModel && detail::ringModelApplies(spec, params);
   const bool extra = !small && !ringModel && info.traits.pipelineSlices > 0;
-  if (!ringModel && !extra) {
+  const bool hierarchicalModel = !small && !ringModel && !extra && info.name == kHierarchicalModelAlgorithm;
+  if (!ringModel && !extra && !hierarchicalModel) {
     if (est > kMaterializeTransferLimit) {
       throw Error(Errc::Unsupported, fmt::format("{} with '{}' would need about {} transfers: too large to build",
                                                  describe(spec), algorithm, est));
@@ -474,7 +479,17 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
     Topology tiered;
     detail::World w(callTopology(topo_, spec, tiered), nranks_, config_);
     if (ringModel) return detail::simulateRingModel(w, spec, params);
-    return extrapolate(w, spec, info, params, config_);
+    if (!hierarchicalModel) return extrapolate(w, spec, info, params, config_);
+    if (auto modelled = detail::simulateHierarchicalModel(w, spec, params)) return *modelled;
+    // The model's conditions do not hold: the schedule, as for any other algorithm (its spans come below).
+    if (est > kMaterializeTransferLimit) {
+      throw Error(Errc::Unsupported,
+                  fmt::format("{} with '{}' would need about {} transfers: too large to build (the hierarchical "
+                              "model needs every link on one connection, one rank per node and no empty block)",
+                              describe(spec), algorithm, est));
+    }
+    const Schedule s = buildSchedule(spec, algorithm, params);
+    return simulateWithPolicy(w, s, matchSchedule(s), config_, /*timeline=*/false);
   });
   r.wallSeconds = secondsSince(t0);
   if (config_.timeline) {

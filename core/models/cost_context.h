@@ -2,8 +2,11 @@
 // The cost model's building blocks over one topology (collbench/cost_model.h describes the model): routes and link
 // loads of concurrent flows, reductions, and ring phases. Each algorithm's closed form (AlgorithmInfo::cost, in its
 // own file under core/algorithms/) composes them; CostModel adds the per-call overhead and memory tiers.
+#include <array>
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "collbench/algorithms.h"
@@ -72,6 +75,8 @@ struct CostContext {
   /// recvWaitsSend: a rank posts the receive of step s only once its own send of step s-1 is done.
   CostTerms ringRecurrence(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g, int steps, int reduceSteps,
                            std::size_t rounds, bool recvWaitsSend = false) const;
+  /// The smallest period of a ring's delays (p divides d.size(), d and g repeat every p entries bit for bit).
+  static std::size_t ringPeriod(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g);
   /// Delays of one ring step: transfer ring[i] -> ring[i+1] of `bytes` on `mult[r]` identical channels of ring r
   /// (flows of every ring share the links), and the receiver's reduction of `reduceShare` x `bytes`.
   void ringDelays(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes,
@@ -104,6 +109,8 @@ struct CostContext {
   // Scratch for phase(): load per directed link (link * 2 + (forward ? 0 : 1)) and the entries touched.
   mutable std::vector<double> load_;
   mutable std::vector<int> touched_;
+  // ringRecurrence's rounds' ends by their inputs (bytes of the period of d and g, steps, rounds simulated).
+  mutable std::unordered_map<std::string, std::array<CostTerms, 3>> ringMemo_;
 };
 
 }  // namespace collbench

@@ -114,16 +114,25 @@ const Router::Tree& Router::tree(int srcNode, int dstNode) const {
   ++useClock_;
   auto it = trees_.find(srcNode);
   if (it == trees_.end()) {
+    const std::size_t n = adjStart_.size() - 1;
+    Tree fresh;
     if (trees_.size() >= kMaxCachedTrees) {
       auto oldest = std::min_element(trees_.begin(), trees_.end(),
                                      [](const auto& x, const auto& y) { return x.second.lastUse < y.second.lastUse; });
+      // Its arrays are reused: only the nodes it reached (its queue) need resetting, not the whole fabric.
+      fresh = std::move(oldest->second);
+      for (int v : fresh.queue) {
+        fresh.hops[static_cast<std::size_t>(v)] = -1;
+        fresh.latency[static_cast<std::size_t>(v)] = std::numeric_limits<double>::infinity();
+      }
+      fresh.queue.clear();
+      fresh.head = 0;
       trees_.erase(oldest);
+    } else {
+      fresh.hops.assign(n, -1);
+      fresh.latency.assign(n, std::numeric_limits<double>::infinity());
+      fresh.queue.reserve(n);
     }
-    const std::size_t n = adjStart_.size() - 1;
-    Tree fresh;
-    fresh.hops.assign(n, -1);
-    fresh.latency.assign(n, std::numeric_limits<double>::infinity());
-    fresh.queue.reserve(n);
     fresh.hops[static_cast<std::size_t>(srcNode)] = 0;
     fresh.latency[static_cast<std::size_t>(srcNode)] = 0;
     fresh.queue.push_back(srcNode);
@@ -132,12 +141,14 @@ const Router::Tree& Router::tree(int srcNode, int dstNode) const {
   Tree& tr = it->second;
   tr.lastUse = useClock_;
   // BFS by hop count; within a layer the latency of a node is the minimum over its predecessors in the previous
-  // layer. FIFO order finishes a layer before the next, so once every node closer than dst has been dequeued, the
-  // hops and latencies of dst and of all closer nodes are final: that is where the BFS pauses. Neighbours in a
-  // ring or a leaf are then found after a few dequeues instead of a sweep of the whole fabric.
+  // layer. FIFO order finishes a layer before the next, so once dst has been reached and every node two or more
+  // layers closer than dst has been dequeued, the layer before dst's is complete with final hops and latencies:
+  // that is where the BFS pauses, and dst's latency is the minimum over its neighbours in that layer (expanding the
+  // whole layer instead would visit every spine above a leaf to find a server's neighbour on that leaf). Neighbours
+  // in a ring or a leaf are found after a few dequeues instead of a sweep of the whole fabric.
   const auto d = static_cast<std::size_t>(dstNode);
   while (tr.head < tr.queue.size() &&
-         (tr.hops[d] < 0 || tr.hops[static_cast<std::size_t>(tr.queue[tr.head])] < tr.hops[d])) {
+         (tr.hops[d] < 0 || tr.hops[static_cast<std::size_t>(tr.queue[tr.head])] < tr.hops[d] - 1)) {
     const auto u = static_cast<std::size_t>(tr.queue[tr.head++]);
     if (!transit_[u] && static_cast<int>(u) != srcNode) continue;  // reached, but routes do not pass through it
     for (int e = adjStart_[u]; e < adjStart_[u + 1]; ++e) {
@@ -151,6 +162,14 @@ const Router::Tree& Router::tree(int srcNode, int dstNode) const {
       } else if (tr.hops[vi] == tr.hops[u] + 1 && cand < tr.latency[vi]) {
         tr.latency[vi] = cand;
       }
+    }
+  }
+  if (tr.hops[d] > 0) {
+    for (int e = adjStart_[d]; e < adjStart_[d + 1]; ++e) {
+      const auto [u, l] = adj_[static_cast<std::size_t>(e)];
+      const auto ui = static_cast<std::size_t>(u);
+      if (tr.hops[ui] != tr.hops[d] - 1 || (!transit_[ui] && u != srcNode)) continue;
+      tr.latency[d] = std::min(tr.latency[d], tr.latency[ui] + topo_->links[static_cast<std::size_t>(l)].latencyUs);
     }
   }
   return tr;

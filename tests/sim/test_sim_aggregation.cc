@@ -203,6 +203,87 @@ INSTANTIATE_TEST_SUITE_P(
                  ringParams(4, 96), 1e-9}),
     [](const auto& paramInfo) { return paramInfo.param.name; });
 
+// ---- Hierarchical model (no schedule) against exact simulation of the schedule.
+struct HierarchicalCase {
+  std::string name;
+  std::function<Topology()> topo;
+  std::size_t count;
+  bool modelled = true;         // the model's conditions hold (else the schedule is simulated, and still equals exact)
+  std::size_t foldedBelow = 0;  // the symmetry and the periods evaluate fewer ring positions than this (0: unchecked)
+  double bound = 0;  // 0: proved exact (kSameRel); else flagged approximate (links shared across steps), within this
+};
+
+class HierarchicalModelVsExact : public ::testing::TestWithParam<HierarchicalCase> {};
+
+TEST_P(HierarchicalModelVsExact, SameTime) {
+  const HierarchicalCase& c = GetParam();
+  const Topology t = c.topo();
+  const int n = static_cast<int>(t.ranks.size());
+  const CollectiveSpec spec{Collective::AllReduce, n, c.count, DType::F32};
+  const AlgoParams p{0, 1, rankHosts(t, n)};
+  const sim::SimResult model = sim::Simulator(t, n, mode(sim::SimMode::Auto, 0)).runAlgorithm(spec, "hierarchical", p);
+  const sim::SimResult exact =
+      sim::Simulator(t, n, mode(sim::SimMode::Exact)).run(buildSchedule(spec, "hierarchical", p));
+  EXPECT_EQ(model.method == "hierarchical-model", c.modelled) << model.method;
+  EXPECT_EQ(model.transfers, exact.transfers);
+  if (c.bound == 0) {
+    EXPECT_TRUE(model.exact) << model.note;
+    EXPECT_NEAR(model.seconds, exact.seconds, kSameRel * exact.seconds) << model.note;
+  } else {
+    EXPECT_FALSE(model.exact);
+    EXPECT_NE(model.note.find("share links at the same time"), std::string::npos) << model.note;
+    EXPECT_NEAR(model.seconds, exact.seconds, c.bound * exact.seconds) << model.note;
+  }
+  if (c.foldedBelow > 0) {
+    std::size_t folded = 0;
+    ASSERT_EQ(std::sscanf(model.note.c_str(), "%zu of", &folded), 1) << model.note;
+    EXPECT_LT(folded, c.foldedBelow) << model.note;
+  }
+}
+
+// Slower NIC link of one server (rail 3 of server 5): no two rings alike on that rail, nor hosts around it.
+Topology oneSlowNic() {
+  Topology t = generateTopology("multi_node", R"({"nodes": 12, "radix": 16})");
+  for (TopoLink& l : t.links) {
+    if ((l.a == "n5.nic3") != (l.b == "n5.nic3") &&
+        (l.a.find("leaf") != std::string::npos || l.b.find("leaf") != std::string::npos)) {
+      l.bandwidthGBps /= 2;
+    }
+  }
+  return t;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    MidSize, HierarchicalModelVsExact,
+    ::testing::Values(
+        // 8 rails, finite reductions, uneven blocks (no period inside a ring; rails and servers alike).
+        HierarchicalCase{"rail_8x8_uneven", [] { return generateTopology("multi_node", R"({"nodes": 8})"); },
+                         64 * 1000 + 13},
+        // Three levels (4 pods of 8 servers): rings cross spines and cores. Rails whose pod crossings meet on a
+        // spine's core link (ECMP) are evaluated together, every other ring over one period (even blocks).
+        HierarchicalCase{"three_level_32x8",
+                         [] { return generateTopology("multi_node", R"({"nodes": 32, "radix": 16})"); }, 256 * 1000,
+                         true, 512},
+        HierarchicalCase{"one_gpu_servers_16",
+                         [] { return generateTopology("multi_node", R"({"nodes": 16, "gpus_per_node": 1})"); },
+                         16 * 1000},
+        // Asymmetric: one slow NIC link; the rings and servers it touches are evaluated apart.
+        HierarchicalCase{"one_slow_nic_12x8", oneSlowNic, 96 * 1000},
+        // 4 GPUs per NIC: rings of different local indices share NIC links and are evaluated together.
+        HierarchicalCase{
+            "nics2_12x8",
+            [] { return generateTopology("multi_node", R"({"nodes": 12, "nics_per_node": 2, "radix": 6})"); },
+            96 * 1000},
+        // One shared leaf layer (not rail-optimized), oversubscribed: rings meet on leaf uplinks.
+        HierarchicalCase{"shared_leaves_7x8",
+                         [] {
+                           return generateTopology(
+                               "multi_node",
+                               R"({"nodes": 7, "rail_optimized": false, "radix": 16, "leaf_oversubscription": 2})");
+                         },
+                         56 * 1000 + 5, true, 0, 1e-12}),
+    [](const auto& paramInfo) { return paramInfo.param.name; });
+
 // ---- Extrapolated pipelines against exact simulation (chunks of one size, so the real run is the steady state
 // continued). A window of rounds is simulated and timed round by round; the period read before its drain extends it.
 
