@@ -30,7 +30,7 @@ int dtreeParent(int n, int rank, int tree) {
 }
 
 Schedule treeAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
-  ScheduleBuilder b(spec, "tree");
+  ScheduleBuilder b(spec, "tree", params);
   const int n = spec.nranks;
   if (n == 1) {
     b.copy(0, in(0), out(0), spec.count, {});
