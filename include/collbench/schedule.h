@@ -32,7 +32,8 @@
 /// - Protocol (`Schedule::protocol`): the wire protocol NCCL would move the bytes with (LL, LL128, Simple), one per
 ///   schedule as NCCL uses one per call. It is timing only: the simulator charges each transfer the protocol's payload
 ///   efficiency (LL carries 4 data bytes per 8, LL128 120 per 128) and per-step latency on its path, and the call the
-///   launch floor (simulator/README.md); the host and GPU backends execute the same data movement whatever it says.
+///   launch floor (simulator/sim_backend.h, "Protocols"); the host and GPU backends execute the same data movement
+///   whatever it says.
 ///   Absent: the backend's default (the simulator: no protocol cost on CPU ranks, NCCL's point-to-point choice on GPU
 ///   ranks).
 #include <cstddef>
