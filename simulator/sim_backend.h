@@ -37,7 +37,9 @@
 ///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on
 ///   GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL up to
 ///   kNcclP2pLLThresholdBytes, Simple above, with the floor of the slowest of them. Same-node memory copies,
-///   reductions and switch ops are not affected (NCCL runs NVLS and CollNet with Simple only, whose payload is 1).
+///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1);
+///   a schedule with switch ops pays NCCL's NVLS latency (25 us on NVLink) once instead of a smaller floor, as NCCL's
+///   model charges NVLS per call rather than per step.
 ///   NCCL's per-channel LL bandwidth cap (tuning.cc llMaxBw) is not modelled. In every method alike, so the
 ///   methods still agree (tests/sim/test_sim_aggregation.cc); closed forms in tests/sim/test_sim_protocol.cc.
 /// - Network models: CM02 (default; max-min fair sharing, time = latency + bytes / share, TCP window bound off,

@@ -268,6 +268,7 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   for (const Match& x : m.matches) pairs.emplace_back(x.srcRank, x.dstRank);
   w.prefetchRoutes(pairs);
   if (s.usesSwitch()) {
+    w.noteSwitchOps();
     SimResult r = detail::simulateExact(w, s, m, timeline, validateOnTopology(s, w.topology()));
     if (cfg.mode == SimMode::Aggregated) r.note = "switch ops are simulated op by op (the aggregated method has none)";
     return r;

@@ -150,7 +150,12 @@ Wire World::wire(int src, int dst, std::uint64_t bytes) {
 double World::launchFloor() const {
   if (!wire_.active) return 0;
   const Protocol p = wire_.fixed ? *wire_.fixed : usedSimple_ ? Protocol::Simple : Protocol::LL;
-  return ncclBaseLatencyUs(kWireAlgorithm, ncclProtocol(p)) * kSecondsPerUs;
+  double us = ncclBaseLatencyUs(kWireAlgorithm, ncclProtocol(p));
+  if (switchOps_) {  // NCCL runs NVLS with Simple; its latency is base + one NVLink hwLatency for the whole call
+    us = std::max(us, ncclBaseLatencyUs(NcclAlgorithm::Nvls, NcclProtocol::Simple) +
+                          ncclStepLatencyUs(NcclPath::Nvl, NcclAlgorithm::Nvls, NcclProtocol::Simple));
+  }
+  return us * kSecondsPerUs;
 }
 
 double World::reduceRate(int rank) const { return hostReduceRate_[static_cast<std::size_t>(hostIndex(rank))]; }

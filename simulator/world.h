@@ -79,8 +79,12 @@ class World {
   /// neither "nvlink" nor "pcie", else PCIe). Records the protocol for launchFloor().
   Wire wire(int src, int dst, std::uint64_t bytes);
   /// Seconds the call pays once: NCCL's base latency of the fixed protocol, or of the slowest-to-launch protocol the
-  /// transfers timed so far used under the point-to-point rule (LL's when none); 0 without a protocol.
+  /// transfers timed so far used under the point-to-point rule (LL's when none), or NCCL's NVLS latency when switch
+  /// ops ran (noteSwitchOps) and it is larger; 0 without a protocol.
   double launchFloor() const;
+  /// The call performs switch ops (NVLS, SHARP): NCCL models their latency once per call, not per step (tuning.cc:
+  /// NVLS latency = its hwLatency, no per-step term), so launchFloor() covers it.
+  void noteSwitchOps() { switchOps_ = true; }
 
   double now() const { return simgrid::s4u::Engine::get_clock(); }
   /// Starts a transfer between the nodes of two ranks (not the same node) after `delay` seconds; `tag` comes back in
@@ -144,6 +148,7 @@ class World {
   std::size_t activities_ = 0;
   WireRule wire_;
   std::vector<NcclPath> linkPath_;                    // topology link -> its path class (Nvl, Pxb for PCIe, Net)
+  bool switchOps_ = false;                            // switch ops ran: the floor is at least NCCL's NVLS latency
   bool usedSimple_ = false;                           // the point-to-point rule chose Simple for some transfer
   simgrid::s4u::Host* delayHost_ = nullptr;           // runs the bounded executions that delay transfers
   std::unordered_map<std::size_t, Delayed> delayed_;  // slot of a delaying execution -> the transfer it starts
