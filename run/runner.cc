@@ -53,7 +53,7 @@ Runner::~Runner() = default;
 Plan planCall(const Selector& selector, const CollectiveSpec& spec, const CallConfig& config,
               std::vector<int> rankHost) {
   Plan p;
-  p.params = AlgoParams{config.chunkBytes, config.channels, std::move(rankHost)};
+  p.params = AlgoParams{config.chunkBytes, config.channels, std::move(rankHost), config.protocol};
   if (config.algorithm != "auto") {
     p.choice = Choice{config.algorithm, "forced by --algo"};
     p.choice.source = "forced";
@@ -107,7 +107,8 @@ Plan Runner::trial(const CollectiveSpec& spec, Plan p) {
 
 Runner::Key Runner::keyOf(const CollectiveSpec& spec, const std::string& algorithm, const AlgoParams& params) {
   return Key(static_cast<int>(spec.kind), spec.nranks, spec.count, static_cast<int>(spec.dtype),
-             static_cast<int>(spec.op), spec.root, algorithm, params.chunkBytes, params.channels);
+             static_cast<int>(spec.op), spec.root, algorithm, params.chunkBytes, params.channels,
+             params.protocol ? static_cast<int>(*params.protocol) : -1);
 }
 
 const Schedule& Runner::schedule(const CollectiveSpec& spec, const std::string& algorithm, const AlgoParams& params) {

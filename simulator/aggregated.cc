@@ -67,7 +67,7 @@ SimResult simulateAggregated(World& w, const Schedule& s, const Matching& mt, bo
       const auto& x = xf[static_cast<std::size_t>(m)];
       src.push_back(x.src);
       dst.push_back(x.dst);
-      bytes.push_back(x.bytes);
+      bytes.push_back(x.wireBytes);
       start.push_back(x.start);
     }
     const int groups = contentionGroups(w, src, dst, crossTraffic, group);

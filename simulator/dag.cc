@@ -201,9 +201,16 @@ void Dag::tryStart(int m) {
   if (x.sendReady < 0 || x.recvReady < 0 || x.start >= 0) return;
   const auto c = static_cast<std::size_t>(x.conn);
   if (connNext_[c] != x.seq) return;  // an earlier transfer of the connection has not finished
-  const double t = std::max({x.sendReady, x.recvReady, connFree_[c]});
+  double t = std::max({x.sendReady, x.recvReady, connFree_[c]});
+  const bool network = !world_.sameNode(x.src, x.dst);
+  if (network) {
+    const Wire wire = world_.wire(x.src, x.dst, x.bytes);
+    x.wireBytes = wire.bytes;
+    x.delay = wire.delay;
+    t += wire.delay;
+  }
   x.start = t;
-  if (!world_.sameNode(x.src, x.dst)) {
+  if (network) {
     timing_->transfer(*this, m, t);
   } else if (world_.reduceRate(x.src) > 0 && x.bytes > 0) {
     timing_->exec(*this, tag(kTransfer, static_cast<std::uint64_t>(m)), x.src, t, static_cast<double>(x.bytes));

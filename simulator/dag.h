@@ -22,6 +22,10 @@ class Dag {
     int channel = 0;
     std::uint64_t bytes = 0;
     bool reduce = false;  // the receiver is a RecvReduce
+    // When both sides are ready, a network transfer waits its protocol's step latency (`delay`), then carries
+    // `wireBytes` from `start` (World::wire; bytes and no delay without a protocol).
+    std::uint64_t wireBytes = 0;
+    double delay = 0;
     double sendReady = -1, recvReady = -1, start = -1, end = -1;
   };
 
@@ -37,7 +41,8 @@ class Dag {
   class Timing {
    public:
     virtual ~Timing() = default;
-    /// Network transfer `m` (ranks on different nodes) starts at time t.
+    /// Network transfer `m` (ranks on different nodes) starts at time t (its protocol's delay included: the wire
+    /// bytes move from t on).
     virtual void transfer(Dag& d, int m, double t) = 0;
     /// `bytes` of local work at the node's rate (> 0) starts at t: a reduction, a copy or a same-node transfer.
     virtual void exec(Dag& d, std::uint64_t tag, int rank, double t, double bytes) = 0;

@@ -9,9 +9,10 @@ namespace {
 class SimGridTiming : public Dag::Timing {
  public:
   explicit SimGridTiming(World& w) : w_(w) {}
+  // Called when both sides are ready (now): the comm starts after the protocol's delay, at t.
   void transfer(Dag& d, int m, double) override {
     const Dag::Xfer& x = d.transfer(m);
-    w_.startComm(x.src, x.dst, x.bytes, Dag::tag(Dag::kTransfer, static_cast<std::uint64_t>(m)));
+    w_.startComm(x.src, x.dst, x.wireBytes, Dag::tag(Dag::kTransfer, static_cast<std::uint64_t>(m)), x.delay);
   }
   void exec(Dag&, std::uint64_t tag, int rank, double, double bytes) override { w_.startExec(rank, bytes, tag); }
   void switchFlow(Dag& d, int f, double) override {

@@ -158,7 +158,7 @@ struct JointPhase {
     for (const auto& [global, l] : local)
       multi[static_cast<std::size_t>(l)] = groupSize[static_cast<std::size_t>(global)] > 1;
     std::vector<double> prevGroupEnd(local.size(), 0), groupEnd(local.size());
-    std::vector<std::uint64_t> bytes(flows);
+    std::vector<std::uint64_t> bytes(flows), wireBytes(flows);
     std::vector<double> start(flows), recvDone(flows), next(flows), connFree(flows, 0), reduceEnd(flows, 0), out(flows);
     std::vector<double> rate(flows);
     for (std::size_t f = 0; f < flows; ++f) rate[f] = w.reduceRate(fs[f]);
@@ -176,7 +176,16 @@ struct JointPhase {
             start[f] = std::max({recvDone[f], gate[static_cast<std::size_t>(fs[to])], connFree[f]});
           }
         }
-        const std::vector<double> dur = cache.stepDurations(fs, fd, bytes, start, fg, groups, sameFlows);
+        // A protocol: flows wait its step latency, then carry its wire bytes (World::wire, as the ring model does).
+        if (w.wireActive()) {
+          for (std::size_t f = 0; f < flows; ++f) {
+            const Wire wire = w.wire(fs[f], fd[f], bytes[f]);
+            start[f] += wire.delay;
+            wireBytes[f] = wire.bytes;
+          }
+        }
+        const std::vector<double> dur =
+            cache.stepDurations(fs, fd, w.wireActive() ? wireBytes : bytes, start, fg, groups, sameFlows);
         sameFlows = true;
         std::fill(groupEnd.begin(), groupEnd.end(), 0.0);
         for (std::size_t f = 0; f < flows; ++f) {
@@ -328,14 +337,23 @@ std::optional<SimResult> simulateHierarchicalModel(World& w, const CollectiveSpe
                             src.begin() + static_cast<std::ptrdiff_t>(ring.firstFlow + m));
         std::vector<int> fd(dst.begin() + static_cast<std::ptrdiff_t>(ring.firstFlow),
                             dst.begin() + static_cast<std::ptrdiff_t>(ring.firstFlow + m));
-        std::vector<int> alone(m);
-        std::iota(alone.begin(), alone.end(), 0);
-        const std::vector<double> small =
-            cache.durations(fs, fd, std::vector<std::uint64_t>(m, base * es), {}, alone, static_cast<int>(m));
-        const std::vector<double> large = ring.len % m == 0
-                                              ? small
-                                              : cache.durations(fs, fd, std::vector<std::uint64_t>(m, (base + 1) * es),
-                                                                {}, alone, static_cast<int>(m));
+        // Each connection alone on its links, with the protocol's step latency and wire bytes (World::wire).
+        auto alone = [&](std::size_t blockBytes) {
+          std::vector<std::uint64_t> onWire(m, blockBytes);
+          std::vector<double> delay(m, 0);
+          for (std::size_t q = 0; q < m; ++q) {
+            const Wire wire = w.wire(fs[q], fd[q], blockBytes);
+            onWire[q] = wire.bytes;
+            delay[q] = wire.delay;
+          }
+          std::vector<int> own(m);
+          std::iota(own.begin(), own.end(), 0);
+          std::vector<double> d = cache.durations(fs, fd, onWire, {}, own, static_cast<int>(m));
+          for (std::size_t q = 0; q < m; ++q) d[q] += delay[q];
+          return d;
+        };
+        const std::vector<double> small = alone(base * es);
+        const std::vector<double> large = ring.len % m == 0 ? small : alone((base + 1) * es);
         std::vector<Position> in(m);
         for (std::size_t q = 0; q < m; ++q) {
           in[q] =

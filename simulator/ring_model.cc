@@ -129,7 +129,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   // The flows of a step: for each active channel, r -> r+1 for every rank (index a * n + r). Pairs on one node are
   // memory copies; the others ("network flows", index j) go to the contention groups.
   std::vector<int> src, dst, netIndex, fs, fd, g;
-  std::vector<std::uint64_t> bytes, prevBytes, fb;
+  std::vector<std::uint64_t> bytes, prevBytes, fb, wireBytes;
   std::vector<double> fstart, start, dur, netDur;
   std::vector<int> prevChannels, active, groupSize;
   int groups = 0;
@@ -201,13 +201,24 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
               std::max(sendReady, connFree[c * nu + static_cast<std::size_t>(r)]);
         }
       }
+      // A protocol: network flows wait its step latency, then carry its wire bytes (World::wire, as the Dag does).
+      if (w.wireActive()) {
+        wireBytes.clear();
+        for (int i : netIndex) {
+          const auto iu = static_cast<std::size_t>(i);
+          const Wire wire = w.wire(src[iu], dst[iu], bytes[iu]);
+          start[iu] += wire.delay;
+          wireBytes.push_back(wire.bytes);
+        }
+      }
       // Durations. Groups of one flow do not depend on when they start, so a step with the previous step's sizes
       // reuses its times outright (uniform blocks: every step); groups of several flows are keyed by their offsets.
       if (multiFlowGroups || bytes != prevBytes) {
         fb.clear();
         fstart.clear();
-        for (int i : netIndex) {
-          fb.push_back(bytes[static_cast<std::size_t>(i)]);
+        for (std::size_t j = 0; j < netIndex.size(); ++j) {
+          const auto i = netIndex[j];
+          fb.push_back(w.wireActive() ? wireBytes[j] : bytes[static_cast<std::size_t>(i)]);
           fstart.push_back(start[static_cast<std::size_t>(i)]);
         }
         netDur =

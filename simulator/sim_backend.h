@@ -28,6 +28,20 @@
 ///   S) is 2a + max(B / L, B / (n min(L, S))) + B / L (tests/sim/test_sim_switch.cc). Only the exact method times
 ///   switch ops: schedules with them are simulated op by op in every mode. On the timeline a SwitchReduce is a
 ///   reduce span and a Multicast a receive from its root.
+/// - Protocols (Schedule::protocol, AlgoParams::protocol; NCCL 2.28's, constants owned by nccl_model.h): each network
+/// transfer waits the protocol's per-step latency on its route's path class (NVLink
+///   when every link is of class "nvlink", the network when a link is of neither "nvlink" nor "pcie", else PCIe:
+///   ncclStepLatencyUs, NCCL's Ring row) once both sides are ready, then carries bytes / payload efficiency
+///   (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x); the call pays the launch floor once
+///   (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without these on
+///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on
+///   GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL up to
+///   kNcclP2pLLThresholdBytes, Simple above, with the floor of the slowest of them. Same-node memory copies,
+///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1);
+///   a schedule with switch ops pays NCCL's NVLS latency (25 us on NVLink) once instead of a smaller floor, as NCCL's
+///   model charges NVLS per call rather than per step.
+///   NCCL's per-channel LL bandwidth cap (tuning.cc llMaxBw) is not modelled. In every method alike, so the
+///   methods still agree (tests/sim/test_sim_aggregation.cc); closed forms in tests/sim/test_sim_protocol.cc.
 /// - Network models: CM02 (default; max-min fair sharing, time = latency + bytes / share, TCP window bound off,
 ///   cross-traffic off: exact alpha-beta where nothing is shared) and LV08 (SimGrid's calibrated TCP model: latency
 ///   x13.01, bandwidth x0.97, RTT-weighted sharing, 4 MiB window). `crossTraffic` adds SimGrid's reverse-direction
@@ -160,10 +174,18 @@ class Simulator {
   /// enough and using the data-free models (ring-model, extrapolated) when it is not.
   SimResult runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm, const AlgoParams& params = {}) const;
   /// What NCCL 2.28 would run for `spec` on this topology (algorithm "nccl": ncclChoose on the topology's NcclSystem
-  /// under SimConfig::ncclEnv); runAlgorithm(spec, "nccl") takes its predicted time (method "nccl-model").
+  /// under SimConfig::ncclEnv); runAlgorithm(spec, "nccl") takes its predicted time (method "nccl-model"), or with
+  /// SimMode::Exact simulates the choice as a schedule (runNcclChoice).
   NcclChoice ncclChoice(const CollectiveSpec& spec) const;
 
  private:
+  /// NCCL's choice through the IR: the registered algorithm of its pattern (Ring "ring", Tree "tree", NVLS "nvls",
+  /// NVLSTree "nvls_tree", CollNetDirect "collnet_direct", CollNetChain "collnet_chain", PAT "pat") with the choice's
+  /// channels, protocol and (where the generator reads it) chunk, simulated by the auto policy's method; the note
+  /// says "NCCL 2.28: <choice>, simulated as <algorithm> ...". Error{Unsupported} naming the algorithm where none is
+  /// registered. `params` gives the ranks' hosts (the topology's when empty).
+  SimResult runNcclChoice(const CollectiveSpec& spec, const NcclChoice& choice, const AlgoParams& params) const;
+
   Topology topo_;
   int nranks_;
   SimConfig config_;

@@ -268,6 +268,7 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   for (const Match& x : m.matches) pairs.emplace_back(x.srcRank, x.dstRank);
   w.prefetchRoutes(pairs);
   if (s.usesSwitch()) {
+    w.noteSwitchOps();
     SimResult r = detail::simulateExact(w, s, m, timeline, validateOnTopology(s, w.topology()));
     if (cfg.mode == SimMode::Aggregated) r.note = "switch ops are simulated op by op (the aggregated method has none)";
     return r;
@@ -279,6 +280,37 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   const double cost = static_cast<double>(m.matches.size()) * static_cast<double>(s.ranks.size());
   if (!r.exact && m.matches.size() <= cfg.exactTransferLimit && cost <= kExactFallbackBudget) {
     return detail::simulateExact(w, s, m, timeline);
+  }
+  return r;
+}
+
+/// Whether every rank of the call runs on a GPU of a known architecture (a GPU system NCCL tunes for: the shipped
+/// dgx/hgx/cloud systems). Generic topologies (flat, fat trees, tori without an arch) and CPU ranks are not.
+bool gpuRanks(const Topology& t, int nranks) {
+  std::unordered_map<std::string, const TopoNode*> byId;
+  for (const TopoNode& n : t.nodes) byId.emplace(n.id, &n);
+  for (int r = 0; r < nranks; ++r) {
+    const TopoNode* n = byId.at(t.ranks[static_cast<std::size_t>(r)]);
+    if (n->kind != NodeKind::Gpu || n->arch.empty()) return false;
+  }
+  return true;
+}
+
+/// The wire rule of a call (sim_backend.h "Protocols"): its protocol; without one, NCCL's point-to-point rule on GPU
+/// ranks (how the nccl backend runs a schedule: grouped ncclSend/ncclRecv), no protocol cost elsewhere.
+detail::WireRule wireRule(const Topology& t, int nranks, std::optional<Protocol> protocol) {
+  if (protocol) return {true, protocol};
+  return {gpuRanks(t, nranks), std::nullopt};
+}
+
+/// The call's launch floor, paid once: every op starts that much later.
+SimResult withLaunchFloor(SimResult r, const detail::World& w) {
+  const double floor = w.launchFloor();
+  if (floor <= 0) return r;
+  r.seconds += floor;
+  for (Span& sp : r.spans) {
+    sp.start += floor;
+    sp.end += floor;
   }
   return r;
 }
@@ -317,8 +349,9 @@ SimResult Simulator::run(const Schedule& s) const {
   SimResult r = inChild([&] {
     const Matching m = matchSchedule(s);
     Topology tiered;
-    detail::World w(callTopology(topo_, s.spec, tiered), nranks_, config_);
-    return simulateWithPolicy(w, s, m, config_, config_.timeline);
+    const Topology& t = callTopology(topo_, s.spec, tiered);
+    detail::World w(t, nranks_, config_, wireRule(t, nranks_, s.protocol));
+    return withLaunchFloor(simulateWithPolicy(w, s, m, config_, config_.timeline), w);
   });
   r.wallSeconds = secondsSince(t0);
   return r;
@@ -398,7 +431,8 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   for (const Match& x : m.matches) {
     if (w.sameNode(x.srcRank, x.dstRank)) continue;
     const Op& o = s.ranks[static_cast<std::size_t>(x.srcRank)].ops[static_cast<std::size_t>(x.srcOp)];
-    for (detail::DirLink l : w.route(x.srcRank, x.dstRank)) linkBytes[l] += static_cast<double>(o.bytes);
+    const auto wireBytes = static_cast<double>(w.wire(x.srcRank, x.dstRank, o.bytes).bytes);
+    for (detail::DirLink l : w.route(x.srcRank, x.dstRank)) linkBytes[l] += wireBytes;
   }
   double busiest = 0;
   for (const auto& [l, bytes] : linkBytes)
@@ -426,6 +460,59 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
 
 }  // namespace
 
+namespace {
+
+/// The registered algorithm that runs NCCL's `a` (the IR's generator of the same pattern).
+std::string_view irAlgorithmOf(NcclAlgorithm a) {
+  switch (a) {
+    case NcclAlgorithm::Ring:
+      return "ring";
+    case NcclAlgorithm::Tree:
+      return "tree";
+    case NcclAlgorithm::Nvls:
+      return "nvls";
+    case NcclAlgorithm::NvlsTree:
+      return "nvls_tree";
+    case NcclAlgorithm::CollNetDirect:
+      return "collnet_direct";
+    case NcclAlgorithm::CollNetChain:
+      return "collnet_chain";
+    case NcclAlgorithm::Pat:
+      return "pat";
+  }
+  return "?";
+}
+
+}  // namespace
+
+SimResult Simulator::runNcclChoice(const CollectiveSpec& spec, const NcclChoice& choice,
+                                   const AlgoParams& params) const {
+  const std::string name(irAlgorithmOf(choice.algorithm));
+  const std::vector<std::string> names = algorithmNames(spec.kind);
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    throw Error(Errc::Unsupported,
+                fmt::format("{} chose {}/{} for {}; collbench has no algorithm '{}' for {} to simulate it with "
+                            "(--mode exact runs NCCL's choice as a schedule; the default mode times it by the model)",
+                            "NCCL 2.28", toString(choice.algorithm), toString(choice.protocol), describe(spec), name,
+                            toString(spec.kind)));
+  }
+  const AlgorithmInfo& info = findAlgorithm(spec.kind, name);
+  AlgoParams p;
+  p.channels = std::max(1, choice.channels);
+  p.protocol = detail::irProtocol(choice.protocol);
+  if (info.traits.usesChunkBytes) p.chunkBytes = choice.chunkBytes;
+  p.rankHost = params.rankHost.empty() ? rankHosts(topo_, nranks_) : params.rankHost;
+  // NCCL's choice as a schedule, timed by whichever method the auto policy picks for it.
+  SimConfig cfg = config_;
+  cfg.mode = SimMode::Auto;
+  SimResult r = Simulator(topo_, nranks_, cfg).runAlgorithm(spec, name, p);
+  r.note =
+      fmt::format("{}, simulated as {} ({} channels, {}{}) by the {} method{}", ncclChoiceSummary(choice), name,
+                  p.channels, toString(*p.protocol), p.chunkBytes > 0 ? fmt::format(", chunk {} B", p.chunkBytes) : "",
+                  r.method, r.note.empty() ? "" : "; " + r.note);
+  return r;
+}
+
 NcclChoice Simulator::ncclChoice(const CollectiveSpec& spec) const {
   NcclSystem system = ncclSystemOf(topo_, spec.nranks);
   if (config_.ncclModel) system.model = *config_.ncclModel;
@@ -443,6 +530,7 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   if (algorithm == kNcclNativeAlgorithm) {  // NCCL's own collective, emulated by its model
     const auto t0 = std::chrono::steady_clock::now();
     const NcclChoice choice = ncclChoice(spec);
+    if (config_.mode == SimMode::Exact) return runNcclChoice(spec, choice, params);
     SimResult out;
     out.seconds = choice.predictedUs * 1e-6;
     out.method = "nccl-model";
@@ -477,10 +565,11 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   const auto t0 = std::chrono::steady_clock::now();
   SimResult r = inChild([&] {
     Topology tiered;
-    detail::World w(callTopology(topo_, spec, tiered), nranks_, config_);
-    if (ringModel) return detail::simulateRingModel(w, spec, params);
-    if (!hierarchicalModel) return extrapolate(w, spec, info, params, config_);
-    if (auto modelled = detail::simulateHierarchicalModel(w, spec, params)) return *modelled;
+    const Topology& t = callTopology(topo_, spec, tiered);
+    detail::World w(t, nranks_, config_, wireRule(t, nranks_, params.protocol));
+    if (ringModel) return withLaunchFloor(detail::simulateRingModel(w, spec, params), w);
+    if (!hierarchicalModel) return withLaunchFloor(extrapolate(w, spec, info, params, config_), w);
+    if (auto modelled = detail::simulateHierarchicalModel(w, spec, params)) return withLaunchFloor(*modelled, w);
     // The model's conditions do not hold: the schedule, as for any other algorithm (its spans come below).
     if (est > kMaterializeTransferLimit) {
       throw Error(Errc::Unsupported,
@@ -489,7 +578,7 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
                               describe(spec), algorithm, est));
     }
     const Schedule s = buildSchedule(spec, algorithm, params);
-    return simulateWithPolicy(w, s, matchSchedule(s), config_, /*timeline=*/false);
+    return withLaunchFloor(simulateWithPolicy(w, s, matchSchedule(s), config_, /*timeline=*/false), w);
   });
   r.wallSeconds = secondsSince(t0);
   if (config_.timeline) {

@@ -3,6 +3,7 @@
 #include <xbt/log.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <simgrid/kernel/Timer.hpp>
@@ -21,6 +22,14 @@ constexpr double kTimePrecisionSeconds = 1e-13;
 // The sleeper host of simulateTogether: any speed; the margin makes it outlive the last timer.
 constexpr double kSleeperSpeed = 1e9;
 constexpr double kSleeperMargin = 1e-6;
+// A protocol's step latency delays a transfer's start: an execution of delay x kDelayRate flops bounded to
+// kDelayRate flop/s on a host fast enough that no number of concurrent delays (< kDelayHostSpeed / kDelayRate) ever
+// shares it, so each lasts exactly its delay.
+constexpr double kDelayRate = 1e9;
+constexpr double kDelayHostSpeed = 1e18;
+// Protocol timing rows of NCCL's tables: a transfer of a collbench schedule is one step of a point-to-point
+// connection, which NCCL's tuning models as a ring step (tuning.cc's Ring row of baseLatencies and hwLatencies).
+constexpr NcclAlgorithm kWireAlgorithm = NcclAlgorithm::Ring;
 
 World* gCurrent = nullptr;  // the process's World (one engine per process)
 
@@ -30,8 +39,8 @@ std::uint64_t pairKey(int a, int b) {
 
 }  // namespace
 
-World::World(const Topology& topology, int nranks, const SimConfig& config)
-    : topo_(topology), config_(config), router_(topo_), nranks_(nranks) {
+World::World(const Topology& topology, int nranks, const SimConfig& config, WireRule wire)
+    : topo_(topology), config_(config), router_(topo_), nranks_(nranks), wire_(wire) {
   COLLBENCH_CHECK(gCurrent == nullptr, "one SimGrid engine per process");
   gCurrent = this;
   // Quiet before anything logs: SimGrid reports configuration changes at INFO level.
@@ -69,6 +78,7 @@ World::World(const Topology& topology, int nranks, const SimConfig& config)
     rankHost_[static_cast<std::size_t>(r)] = h;
   }
   sleeper_ = zone_->create_host("sleeper", kSleeperSpeed);
+  delayHost_ = zone_->create_host("delay", kDelayHostSpeed);
   // Switches that perform switch ops are transfer ends; a reducing one also gets a host for its reduction output.
   for (int v = 0; v < nodes; ++v) {
     const TopoNode& tn = topo_.nodes[static_cast<std::size_t>(v)];
@@ -98,6 +108,9 @@ World::World(const Topology& topology, int nranks, const SimConfig& config)
     }
     linkBandwidth_.push_back(gbps * kBytesPerGB);
     linkLatency_.push_back(l.latencyUs * kSecondsPerUs);
+    linkPath_.push_back(l.linkClass == "nvlink" ? NcclPath::Nvl
+                        : l.linkClass == "pcie" ? NcclPath::Pxb
+                                                : NcclPath::Net);
     sg4::SplitDuplexLink* link = zone_->create_split_duplex_link("l" + std::to_string(i), gbps * kBytesPerGB);
     link->set_latency(l.latencyUs * kSecondsPerUs);
     link->seal();
@@ -116,6 +129,33 @@ World::World(const Topology& topology, int nranks, const SimConfig& config)
   sg4::Activity::on_completion_cb([](const sg4::Activity& a) {
     if (gCurrent != nullptr) gCurrent->completed(a);
   });
+}
+
+Protocol World::protocolOf(std::uint64_t bytes) const {
+  if (wire_.fixed) return *wire_.fixed;
+  return bytes <= kNcclP2pLLThresholdBytes ? Protocol::LL : Protocol::Simple;
+}
+
+Wire World::wire(int src, int dst, std::uint64_t bytes) {
+  if (!wire_.active) return {bytes, 0};
+  const Protocol p = protocolOf(bytes);
+  usedSimple_ = usedSimple_ || p == Protocol::Simple;
+  NcclPath path = NcclPath::Nvl;  // the worst class of the route's links (NcclPath orders best first)
+  for (DirLink l : route(src, dst)) path = std::max(path, linkPath_[static_cast<std::size_t>(l / 2)]);
+  const double wireBytes = std::ceil(static_cast<double>(bytes) / ncclProtocolEfficiency(ncclProtocol(p)));
+  return {static_cast<std::uint64_t>(wireBytes),
+          ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(p)) * kSecondsPerUs};
+}
+
+double World::launchFloor() const {
+  if (!wire_.active) return 0;
+  const Protocol p = wire_.fixed ? *wire_.fixed : usedSimple_ ? Protocol::Simple : Protocol::LL;
+  double us = ncclBaseLatencyUs(kWireAlgorithm, ncclProtocol(p));
+  if (switchOps_) {  // NCCL runs NVLS with Simple; its latency is base + one NVLink hwLatency for the whole call
+    us = std::max(us, ncclBaseLatencyUs(NcclAlgorithm::Nvls, NcclProtocol::Simple) +
+                          ncclStepLatencyUs(NcclPath::Nvl, NcclAlgorithm::Nvls, NcclProtocol::Simple));
+  }
+  return us * kSecondsPerUs;
 }
 
 double World::reduceRate(int rank) const { return hostReduceRate_[static_cast<std::size_t>(hostIndex(rank))]; }
@@ -200,7 +240,23 @@ void World::startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes
   c->start();
 }
 
-void World::startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag) {
+void World::startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag, double delay) {
+  if (delay <= 0) {
+    startNow(src, dst, bytes, tag);
+    return;
+  }
+  const std::size_t slot = takeSlot(tag);
+  sg4::ExecPtr e = sg4::Exec::init();
+  e->set_flops_amount(delay * kDelayRate);
+  e->set_bound(kDelayRate);
+  e->set_host(delayHost_);
+  e->set_data(reinterpret_cast<void*>(slot + 1));  // NOLINT(performance-no-int-to-ptr): a slot number, as below
+  live_[slot] = e;
+  delayed_[slot] = Delayed{src, dst, bytes, tag};
+  e->start();
+}
+
+void World::startNow(int src, int dst, std::uint64_t bytes, std::uint64_t tag) {
   const int sn = router_.rankNode(src), dn = router_.rankNode(dst);
   COLLBENCH_CHECK(sn != dn, "transfer between ranks {} and {} of one node", src, dst);
   installRoute(src, dst);
@@ -235,6 +291,12 @@ void World::completed(const sg4::Activity& a) {
   const std::size_t slot = slot1 - 1;
   finished_.push_back(std::move(live_[slot]));
   freeSlots_.push_back(slot);
+  if (const auto it = delayed_.find(slot); it != delayed_.end()) {  // a transfer's protocol latency has passed
+    const Delayed d = it->second;
+    delayed_.erase(it);
+    startNow(d.src, d.dst, d.bytes, d.tag);
+    return;
+  }
   if (onDone_ != nullptr) (*onDone_)(liveTag_[slot]);
 }
 

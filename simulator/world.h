@@ -4,11 +4,14 @@
 // a World, see isolate.h). Internal to simulator/.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <simgrid/s4u.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "collbench/nccl_model.h"
+#include "collbench/schedule.h"
 #include "collbench/topology.h"
 #include "sim_backend.h"
 
@@ -17,6 +20,26 @@ namespace collbench::sim::detail {
 /// One direction of a topology link: link index * 2 + (0 when a->b, 1 when b->a).
 using DirLink = int;
 inline DirLink dirLink(const Hop& h) { return h.link * 2 + (h.forward ? 0 : 1); }
+
+static_assert(static_cast<int>(Protocol::LL) == static_cast<int>(NcclProtocol::LL) &&
+                  static_cast<int>(Protocol::LL128) == static_cast<int>(NcclProtocol::LL128) &&
+                  static_cast<int>(Protocol::Simple) == static_cast<int>(NcclProtocol::Simple),
+              "Protocol follows NCCL's protocol order");
+/// The IR's protocol and NCCL's (the same three, in the same order).
+inline NcclProtocol ncclProtocol(Protocol p) { return static_cast<NcclProtocol>(static_cast<int>(p)); }
+inline Protocol irProtocol(NcclProtocol p) { return static_cast<Protocol>(static_cast<int>(p)); }
+
+/// What one transfer costs on the wire under the run's protocol (sim_backend.h "Protocols").
+struct Wire {
+  std::uint64_t bytes = 0;  ///< bytes on the wire: data bytes / the protocol's payload efficiency
+  double delay = 0;         ///< seconds of the protocol's per-step latency before the transfer starts
+};
+/// How transfers choose their protocol: none (no protocol cost), one for every transfer, or NCCL's point-to-point
+/// rule by transfer size (LL up to kNcclP2pLLThresholdBytes, Simple above).
+struct WireRule {
+  bool active = false;
+  std::optional<Protocol> fixed;  ///< when active: this protocol; nullopt: the point-to-point rule
+};
 
 /// Platform built from a Topology: a SimGrid host per node that carries ranks, a SPLITDUPLEX link per topology link
 /// (bandwidth capped by the per-port limit switch_GBps of a switch at either end; switches themselves are not
@@ -29,7 +52,7 @@ class World {
   enum class SwitchLeg { Up, Down, ReducedDown };
 
   /// Creates the process's SimGrid engine: call once per process.
-  World(const Topology& topology, int nranks, const SimConfig& config);
+  World(const Topology& topology, int nranks, const SimConfig& config, WireRule wire = {});
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
@@ -49,9 +72,24 @@ class World {
   int hostIndex(int rank) const { return rankHost_[static_cast<std::size_t>(rank)]; }
   int hostOfNode(int node) const { return nodeHost_[static_cast<std::size_t>(node)]; }
 
+  /// Whether transfers pay a protocol (wire() is the identity otherwise).
+  bool wireActive() const { return wire_.active; }
+  /// The wire cost of `bytes` from rank src to rank dst (different nodes): the protocol's efficiency and its step
+  /// latency on the route's path class (NVLink when every link is of class "nvlink", the network when one is of
+  /// neither "nvlink" nor "pcie", else PCIe). Records the protocol for launchFloor().
+  Wire wire(int src, int dst, std::uint64_t bytes);
+  /// Seconds the call pays once: NCCL's base latency of the fixed protocol, or of the slowest-to-launch protocol the
+  /// transfers timed so far used under the point-to-point rule (LL's when none), or NCCL's NVLS latency when switch
+  /// ops ran (noteSwitchOps) and it is larger; 0 without a protocol.
+  double launchFloor() const;
+  /// The call performs switch ops (NVLS, SHARP): NCCL models their latency once per call, not per step (tuning.cc:
+  /// NVLS latency = its hwLatency, no per-step term), so launchFloor() covers it.
+  void noteSwitchOps() { switchOps_ = true; }
+
   double now() const { return simgrid::s4u::Engine::get_clock(); }
-  /// Starts a transfer between the nodes of two ranks (not the same node); `tag` comes back in the completion handler.
-  void startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag);
+  /// Starts a transfer between the nodes of two ranks (not the same node) after `delay` seconds; `tag` comes back in
+  /// the completion handler.
+  void startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag, double delay = 0);
   /// Starts a transfer between the rank's node and switch node `sw` (one that reduces or multicasts) along Router's
   /// path; ReducedDown also crosses the switch's reduction port toward the rank (reduce_GBps).
   void startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag);
@@ -70,6 +108,13 @@ class World {
   std::size_t activities() const { return activities_; }
 
  private:
+  struct Delayed {
+    int src, dst;
+    std::uint64_t bytes, tag;
+  };
+  /// The protocol of a transfer of `bytes` under the rule.
+  Protocol protocolOf(std::uint64_t bytes) const;
+  void startNow(int src, int dst, std::uint64_t bytes, std::uint64_t tag);
   void installRoute(int srcRank, int dstRank);
   /// A free slot of live_ for an activity carrying `tag`.
   std::size_t takeSlot(std::uint64_t tag);
@@ -101,6 +146,12 @@ class World {
   std::vector<simgrid::s4u::ActivityPtr> finished_;  // released one callback later (SimGrid still holds them)
   const std::function<void(std::uint64_t)>* onDone_ = nullptr;
   std::size_t activities_ = 0;
+  WireRule wire_;
+  std::vector<NcclPath> linkPath_;                    // topology link -> its path class (Nvl, Pxb for PCIe, Net)
+  bool switchOps_ = false;                            // switch ops ran: the floor is at least NCCL's NVLS latency
+  bool usedSimple_ = false;                           // the point-to-point rule chose Simple for some transfer
+  simgrid::s4u::Host* delayHost_ = nullptr;           // runs the bounded executions that delay transfers
+  std::unordered_map<std::size_t, Delayed> delayed_;  // slot of a delaying execution -> the transfer it starts
 };
 
 }  // namespace collbench::sim::detail

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 
 #include "collbench/error.h"
@@ -77,6 +78,23 @@ std::vector<std::size_t> parseBytesList(std::string_view flag, std::string_view 
   for (const std::string& item : splitList(text)) out.push_back(parseBytes(item, flag));
   if (out.empty()) emptyList(flag);
   return out;
+}
+
+// ---- The wire protocol flag ----
+
+void addProtoOption(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--proto", value,
+                  "wire protocol the simulator times transfers with: LL | LL128 | Simple (NCCL's; timing only, the "
+                  "data movement is the same; default: none on CPU ranks, NCCL's point-to-point choice on GPUs)");
+}
+
+std::optional<Protocol> parseProtoFlag(std::string_view value) {
+  if (value.empty()) return std::nullopt;
+  try {
+    return parseProtocol(value);
+  } catch (const Error& e) {
+    throw Error(Errc::InvalidArgument, fmt::format("--proto: {}", e.what()));
+  }
 }
 
 }  // namespace collbench::cli

@@ -1,9 +1,16 @@
 #pragma once
 /// Helpers every `collbench` subcommand shares.
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "collbench/schedule.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace collbench::cli {
 
@@ -27,5 +34,13 @@ std::vector<int> parseIntList(std::string_view flag, std::string_view text, int 
 /// Every item of `text` as a byte size (parseBytes: "128K", "2M", "4096"), its error naming `flag` and the item;
 /// Error{InvalidArgument} "<flag>: empty list" when there is none.
 std::vector<std::size_t> parseBytesList(std::string_view flag, std::string_view text);
+
+// ---- The wire protocol flag (perf, sim, plan) ----
+
+/// Adds `--proto LL|LL128|Simple` to `cmd`, stored as text in `value` (read it with parseProtoFlag).
+void addProtoOption(CLI::App* cmd, std::string& value);
+/// The protocol `--proto` named, nullopt when it was not given (""); Error{InvalidArgument} "--proto: unknown
+/// protocol '<value>' (available: LL, LL128, Simple)" otherwise.
+std::optional<Protocol> parseProtoFlag(std::string_view value);
 
 }  // namespace collbench::cli

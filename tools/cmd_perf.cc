@@ -66,6 +66,7 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   auto cfg = std::make_shared<PerfConfig>();
   auto sizes = std::make_shared<std::array<std::string, 3>>(std::array<std::string, 3>{"32M", "32M", "1M"});
   auto chunk = std::make_shared<std::string>("0");
+  auto proto = std::make_shared<std::string>();
   auto factor = std::make_shared<double>(1);
   auto listBackends = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("perf", "nccl-tests compatible collective benchmark (table and -J JSON)");
@@ -105,6 +106,7 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--channels", cfg->channels, "parallel channels")->default_val(1);
   cmd->add_option("--tuning", cfg->tuningFile, "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE)");
   cmd->add_option("--chunk-bytes", *chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
+  addProtoOption(cmd, *proto);
   auto sched = std::make_shared<PerfScheduleArgs>();
   cmd->add_option("--schedule", sched->path,
                   "run this schedule file (docs/schedule-format.md): its collective and ranks; a file in bytes at its "
@@ -113,7 +115,7 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
                   cmd->get_option("--datatype"), cmd->get_option("--op"),       cmd->get_option("--root")};
   sched->minBytes = cmd->get_option("--minbytes");
   sched->maxBytes = cmd->get_option("--maxbytes");
-  cmd->callback([cfg, sizes, chunk, factor, collective, listBackends, ngpus, sched, &exitCode] {
+  cmd->callback([cfg, sizes, chunk, proto, factor, collective, listBackends, ngpus, sched, &exitCode] {
     if (*listBackends) {
       printBackends(stdout);
       return;
@@ -125,6 +127,7 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
     c.maxBytes = parseBytes((*sizes)[1], "-e/--maxbytes");
     c.stepBytes = parseBytes((*sizes)[2], "-i/--stepbytes");
     c.chunkBytes = parseBytes(*chunk, "--chunk-bytes");
+    c.protocol = parseProtoFlag(*proto);
     if (!sched->path.empty()) applyScheduleFile(*sched, c);
     // nccl-tests: -f 1 (the default) is "off", sizes then step by -i; a factor below 1 would never reach -e.
     if (!(*factor >= 1)) {

@@ -68,6 +68,7 @@ void printNcclChoice(const Topology& topo, const CollectiveSpec& spec) {
 void addPlanCommand(CLI::App& app, int& exitCode) {
   struct Args {
     std::string collective = "all_reduce", algo = "auto", bytes = "1M", chunk = "0", dtype = "float", op = "sum";
+    std::string proto;
     std::string topology, tuning, schedule, scheduleOut;
     int ranks = 4, root = 0, channels = 1;
     bool dump = false, inPlace = false, force = false;
@@ -85,6 +86,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("-r,--root", a->root, "root rank")->default_val(0);
   cmd->add_option("--channels", a->channels, "parallel channels")->default_val(1);
   cmd->add_option("--chunk-bytes", a->chunk, "pipeline chunk (0 = default)")->default_val("0");
+  addProtoOption(cmd, a->proto);
   cmd->add_option("--topology", a->topology, "topology (gives hierarchical its hosts)");
   cmd->add_option("--tuning", a->tuning,
                   "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE, else the topology's shipped table in "
@@ -102,6 +104,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   const CLI::Option* bytesOpt = cmd->get_option("--bytes");
   cmd->callback([a, flags, bytesOpt, &exitCode] {
     checkScheduleOut(a->scheduleOut, a->force);
+    const std::optional<Protocol> protocol = parseProtoFlag(a->proto);
     CollectiveSpec spec;
     spec.kind = parseCollective(a->collective);
     spec.nranks = a->ranks;
@@ -109,14 +112,15 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
     spec.op = parseReduceOp(a->op);
     spec.root = a->root;
     if (!a->schedule.empty()) {
-      const Schedule s = planFromFile(a->schedule, flags, spec, a->bytes, bytesOpt->count() > 0, a->inPlace);
+      Schedule s = planFromFile(a->schedule, flags, spec, a->bytes, bytesOpt->count() > 0, a->inPlace);
+      if (protocol) s.protocol = protocol;  // --proto overrides the file's
       if (a->dump) fmt::print("{}", dump(s));
       if (!a->scheduleOut.empty()) writeScheduleFile(toScheduleFile(s, commandLine()), a->scheduleOut);
       exitCode = 0;
       return;
     }
     spec.count = spec.kind == Collective::Barrier ? 0 : parseBytes(a->bytes, "--bytes") / spec.elementSize();
-    AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), a->channels, {}};
+    AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), a->channels, {}, protocol};
     std::optional<Topology> topo;
     if (!a->topology.empty()) topo = loadTopology(a->topology);
     if (topo) params.rankHost = rankHosts(*topo, a->ranks);

@@ -26,7 +26,7 @@ namespace collbench::cli {
 void addSimCommand(CLI::App& app, int& exitCode) {
   struct Args {
     std::string topology = sim::kDefaultTopology, collective = "all_reduce", algo = "auto", bytes = "32M";
-    std::string dtype = "float", op = "sum", chunk = "0", model = "CM02", mode = "auto", timeline, schedule;
+    std::string dtype = "float", op = "sum", chunk = "0", model = "CM02", mode = "auto", timeline, schedule, proto;
     std::string ncclCalibration;
     std::vector<std::string> sets;
     int ranks = 0, root = 0, channels = 1;
@@ -45,6 +45,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("-r,--root", a->root, "root rank for broadcast and reduce")->default_str("0");
   cmd->add_option("--channels", a->channels, "parallel channels")->default_str("1");
   cmd->add_option("--chunk-bytes", a->chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
+  addProtoOption(cmd, a->proto);
   cmd->add_option("--model", a->model, "network model: CM02 (max-min, exact alpha-beta) | LV08 (calibrated TCP)")
       ->default_str("CM02");
   cmd->add_flag("--crosstraffic", a->crossTraffic, "add SimGrid's reverse acknowledgement flows");
@@ -68,6 +69,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
           fmt::format("-g/--ranks must be >= 1, got {} (omit it to use all of the topology's ranks)", a->ranks));
     }
     checkOutputFile(a->timeline, a->force, "--timeline");
+    const std::optional<Protocol> protocol = parseProtoFlag(a->proto);
     std::optional<ScheduleFile> file;  // --schedule: the file decides the collective and the ranks
     if (!a->schedule.empty()) {
       file = loadScheduleFlags(a->schedule, flags,
@@ -110,6 +112,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     params.chunkBytes = parseBytes(a->chunk, "--chunk-bytes");
     params.channels = a->channels;
     params.rankHost = rankHosts(simulator.topology(), n);
+    params.protocol = protocol;
     checkSpec(spec, params);
     // --algo auto chooses as `perf --backend sim` does: the topology's tuning table, else its cost model.
     const FoundTuningTable found =
@@ -121,13 +124,19 @@ void addSimCommand(CLI::App& app, int& exitCode) {
       choice = Choice{file->schedule.algorithm, "from --schedule " + a->schedule};
     } else {
       const Plan plan =
-          planCall(selector, spec, CallConfig{a->algo, params.chunkBytes, params.channels}, params.rankHost);
+          planCall(selector, spec, CallConfig{a->algo, params.chunkBytes, params.channels, protocol}, params.rankHost);
       choice = plan.choice;
       params = plan.params;
     }
 
-    const sim::SimResult r = file ? simulator.run(instantiate(*file, spec))  // validated when read
-                                  : simulator.runAlgorithm(spec, choice.algorithm, params);
+    sim::SimResult r;
+    if (file) {
+      Schedule s = instantiate(*file, spec);  // validated when read
+      if (protocol) s.protocol = protocol;    // --proto overrides the file's
+      r = simulator.run(s);
+    } else {
+      r = simulator.runAlgorithm(spec, choice.algorithm, params);
+    }
     const std::size_t rowBytes = std::max(spec.inputBytes(), spec.outputBytes());
     const double algbw = r.seconds > 0 ? static_cast<double>(rowBytes) / r.seconds / 1e9 : 0;
     const double busbw = algbw * busBandwidthFactor(spec.kind, n);

@@ -281,11 +281,14 @@ std::vector<PlannedRow> planRows(const PerfConfig& c, Runner& runner, const std:
     }
     if (c.scheduleFile) {
       Plan fromFile{Choice{c.algo, "from --schedule " + c.scheduleFile->source}, AlgoParams{}};
-      fromFile.schedule = std::make_shared<const Schedule>(instantiate(*c.scheduleFile, spec));
+      Schedule fileSchedule = instantiate(*c.scheduleFile, spec);
+      if (c.protocol) fileSchedule.protocol = c.protocol;  // --proto overrides the file's
+      fromFile.schedule = std::make_shared<const Schedule>(std::move(fileSchedule));
       plan.push_back(PlannedRow{rowBytes, spec, std::move(fromFile)});
       continue;
     }
-    plan.push_back(PlannedRow{rowBytes, spec, runner.choose(spec, CallConfig{c.algo, c.chunkBytes, c.channels})});
+    plan.push_back(
+        PlannedRow{rowBytes, spec, runner.choose(spec, CallConfig{c.algo, c.chunkBytes, c.channels, c.protocol})});
   }
   if (showProgress) std::fprintf(stderr, "\r\033[K");
   return plan;

@@ -2,6 +2,7 @@
 // The nccl-tests style sweep behind `collbench perf`, shared with tests through its printed table and JSON.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@ struct PerfConfig {
   std::string ncclCalibration;  ///< sim backend: the NCCL model's calibration file for --algo nccl
   int channels = 1;
   std::size_t chunkBytes = 0;
+  std::optional<Protocol> protocol;  ///< --proto (timing only: the simulator's wire protocol)
   std::string commandLine;
   std::string tuningFile;  ///< --tuning: table for --algo auto (else $COLLBENCH_TUNING_FILE)
   /// --schedule: every row runs this file's schedule (instantiate) instead of a generated one; algo names it.

@@ -122,7 +122,10 @@ Schedule buildSchedule(const CollectiveSpec& spec, std::string_view algorithm, c
     throw Error(Errc::InvalidArgument, fmt::format("algorithm '{}' cannot run {} ranks ({})", info.name, spec.nranks,
                                                    rankLimits(info.traits)));
   }
-  return info.build(spec, params);
+  Schedule s = info.build(spec, params);
+  // Generators set the protocol through their ScheduleBuilder; this covers one that builds its schedule otherwise.
+  if (!s.native && !s.protocol) s.protocol = params.protocol;
+  return s;
 }
 
 }  // namespace collbench

@@ -16,6 +16,12 @@ ScheduleBuilder::ScheduleBuilder(const CollectiveSpec& spec, std::string algorit
   virtuals_.resize(static_cast<std::size_t>(spec.nranks));
 }
 
+ScheduleBuilder::ScheduleBuilder(const CollectiveSpec& spec, std::string algorithm, const AlgoParams& params,
+                                 bool keepEmptyOps)
+    : ScheduleBuilder(spec, std::move(algorithm), keepEmptyOps) {
+  schedule_.protocol = params.protocol;
+}
+
 OpId ScheduleBuilder::addVirtual(int rank, std::vector<int> realOps) {
   auto& v = virtuals_[static_cast<std::size_t>(rank)];
   v.push_back(std::move(realOps));

@@ -17,6 +17,9 @@ inline constexpr OpId kNoOp = -1;
 class ScheduleBuilder {
  public:
   ScheduleBuilder(const CollectiveSpec& spec, std::string algorithm, bool keepEmptyOps = false);
+  /// The schedule also carries what of `params` is schedule-wide data (AlgoParams::protocol).
+  ScheduleBuilder(const CollectiveSpec& spec, std::string algorithm, const AlgoParams& params,
+                  bool keepEmptyOps = false);
 
   const CollectiveSpec& spec() const { return schedule_.spec; }
   int nranks() const { return schedule_.spec.nranks; }

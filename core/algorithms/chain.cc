@@ -30,7 +30,7 @@ std::vector<Chunk> chunksOf(std::size_t count, std::size_t elemSize, const AlgoP
 }  // namespace
 
 Schedule chainBroadcast(const CollectiveSpec& spec, const AlgoParams& params) {
-  ScheduleBuilder b(spec, "ring");
+  ScheduleBuilder b(spec, "ring", params);
   const int n = spec.nranks, root = spec.root;
   b.copy(root, in(0), out(0), spec.count, {});
   for (const Chunk& c : chunksOf(spec.count, b.elemSize(), params)) {
@@ -48,7 +48,7 @@ Schedule chainBroadcast(const CollectiveSpec& spec, const AlgoParams& params) {
 }
 
 Schedule chainReduce(const CollectiveSpec& spec, const AlgoParams& params) {
-  ScheduleBuilder b(spec, "ring");
+  ScheduleBuilder b(spec, "ring", params);
   const int n = spec.nranks, root = spec.root;
   if (n == 1) {
     b.copy(0, in(0), out(0), spec.count, {});
@@ -73,10 +73,10 @@ Schedule chainReduce(const CollectiveSpec& spec, const AlgoParams& params) {
   return b.finish();
 }
 
-Schedule disseminationBarrier(const CollectiveSpec& spec, const AlgoParams&) {
+Schedule disseminationBarrier(const CollectiveSpec& spec, const AlgoParams& params) {
   // Hensgen, Finkel, Manber 1988: in round k every rank signals rank + 2^k; after ceil(log2 n) rounds each rank
   // has heard, transitively, from all others.
-  ScheduleBuilder b(spec, "dissemination", /*keepEmptyOps=*/true);
+  ScheduleBuilder b(spec, "dissemination", params, /*keepEmptyOps=*/true);
   const int n = spec.nranks;
   for (int r = 0; r < n; ++r) {
     OpId heard = kNoOp;

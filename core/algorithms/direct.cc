@@ -10,8 +10,8 @@
 
 namespace collbench::algo {
 
-Schedule directAllReduce(const CollectiveSpec& spec, const AlgoParams&) {
-  ScheduleBuilder b(spec, "direct");
+Schedule directAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
+  ScheduleBuilder b(spec, "direct", params);
   const int n = spec.nranks;
   const auto nu = static_cast<std::size_t>(n);
   const Partition blocks{spec.count, nu};

@@ -98,7 +98,7 @@ Schedule hierarchicalAllReduce(const CollectiveSpec& spec, const AlgoParams& par
                               hosts.front().front(), local, h.front(), h.size()));
     }
   }
-  ScheduleBuilder b(spec, "hierarchical");
+  ScheduleBuilder b(spec, "hierarchical", params);
   std::vector<OpId> after(static_cast<std::size_t>(n), kNoOp);
   std::vector<std::vector<OpId>> intraSends(static_cast<std::size_t>(n)), interSends(static_cast<std::size_t>(n));
   if (local == 1) {

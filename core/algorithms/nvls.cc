@@ -50,7 +50,7 @@ std::size_t nvlsLoops(const CollectiveSpec& spec, const AlgoParams& p) {
 }  // namespace
 
 Schedule nvlsAllReduce(const CollectiveSpec& spec, const AlgoParams& p) {
-  ScheduleBuilder b(spec, "nvls");
+  ScheduleBuilder b(spec, "nvls", p);
   const int n = spec.nranks;
   if (n == 1) {
     b.copy(0, in(0), out(0), spec.count, {});

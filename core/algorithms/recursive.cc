@@ -24,8 +24,8 @@ struct Fold {
 
 }  // namespace
 
-Schedule recursiveDoublingAllReduce(const CollectiveSpec& spec, const AlgoParams&) {
-  ScheduleBuilder b(spec, "recursive_doubling");
+Schedule recursiveDoublingAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
+  ScheduleBuilder b(spec, "recursive_doubling", params);
   const std::size_t count = spec.count;
   const Fold f(spec.nranks);
   for (int r = 0; r < f.n; ++r) {
@@ -56,8 +56,8 @@ Schedule recursiveDoublingAllReduce(const CollectiveSpec& spec, const AlgoParams
   return b.finish();
 }
 
-Schedule rabenseifnerAllReduce(const CollectiveSpec& spec, const AlgoParams&) {
-  ScheduleBuilder b(spec, "rabenseifner");
+Schedule rabenseifnerAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
+  ScheduleBuilder b(spec, "rabenseifner", params);
   const std::size_t count = spec.count;
   const Fold f(spec.nranks);
   if (f.n == 1) {

@@ -93,7 +93,7 @@ void ringAllReducePiece(ScheduleBuilder& b, const Piece& piece, const std::vecto
 }
 
 Schedule ringAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
-  ScheduleBuilder b(spec, "ring");
+  ScheduleBuilder b(spec, "ring", params);
   const int n = spec.nranks;
   if (n == 1) {
     b.copy(0, in(0), out(0), spec.count, {});
@@ -106,7 +106,7 @@ Schedule ringAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
 }
 
 Schedule ringReduceScatter(const CollectiveSpec& spec, const AlgoParams& params) {
-  ScheduleBuilder b(spec, "ring");
+  ScheduleBuilder b(spec, "ring", params);
   const int n = spec.nranks;
   const std::size_t count = spec.count;  // elements each rank receives; input block j goes to rank j
   if (n == 1) {
@@ -143,7 +143,7 @@ Schedule ringReduceScatter(const CollectiveSpec& spec, const AlgoParams& params)
 }
 
 Schedule ringAllGather(const CollectiveSpec& spec, const AlgoParams& params) {
-  ScheduleBuilder b(spec, "ring");
+  ScheduleBuilder b(spec, "ring", params);
   const int n = spec.nranks;
   const std::size_t count = spec.count;  // elements each rank contributes
   for (const Piece& piece : pieces(count, b.elemSize(), params, 1)) {

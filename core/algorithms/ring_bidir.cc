@@ -23,7 +23,7 @@ std::vector<int> subRing(int n, const AlgoParams& p, int sub) {
 }
 
 Schedule ringBidirAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
-  ScheduleBuilder b(spec, "ring_bidir");
+  ScheduleBuilder b(spec, "ring_bidir", params);
   const int n = spec.nranks;
   if (n == 1) {
     b.copy(0, in(0), out(0), spec.count, {});

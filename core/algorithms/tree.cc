@@ -71,7 +71,7 @@ std::vector<std::vector<int>> treeChildren(const std::vector<int>& parent) {
 }
 
 Schedule treeAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
-  ScheduleBuilder b(spec, "tree");
+  ScheduleBuilder b(spec, "tree", params);
   const int n = spec.nranks;
   if (n == 1) {
     b.copy(0, in(0), out(0), spec.count, {});

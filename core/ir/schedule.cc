@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <tuple>
 
@@ -40,6 +41,29 @@ std::string_view toString(BufferKind b) {
       return "scratch";
   }
   return "?";
+}
+
+std::string_view toString(Protocol p) {
+  switch (p) {
+    case Protocol::LL:
+      return "LL";
+    case Protocol::LL128:
+      return "LL128";
+    case Protocol::Simple:
+      return "Simple";
+  }
+  return "?";
+}
+
+Protocol parseProtocol(std::string_view s) {
+  for (Protocol p : {Protocol::LL, Protocol::LL128, Protocol::Simple}) {
+    const std::string_view name = toString(p);
+    if (std::equal(s.begin(), s.end(), name.begin(), name.end(),
+                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == std::tolower(b); })) {
+      return p;
+    }
+  }
+  throw Error(Errc::InvalidArgument, fmt::format("unknown protocol '{}' (available: LL, LL128, Simple)", printable(s)));
 }
 
 std::size_t Schedule::totalOps() const {
@@ -222,7 +246,8 @@ Matching matchSchedule(const Schedule& s) {
 }
 
 std::string dump(const Schedule& s) {
-  std::string out = fmt::format("# schedule {} for {}: {} ops\n", s.algorithm, describe(s.spec), s.totalOps());
+  std::string out = fmt::format("# schedule {} for {}: {} ops{}\n", s.algorithm, describe(s.spec), s.totalOps(),
+                                s.protocol ? fmt::format(", protocol {}", toString(*s.protocol)) : "");
   for (std::size_t g = 0; g < s.switchGroups.size(); ++g) {
     out += fmt::format("switch group {}: ranks {}\n", g, fmt::join(s.switchGroups[g], ","));
   }

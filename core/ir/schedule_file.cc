@@ -271,6 +271,7 @@ std::string toJson(const ScheduleFile& f) {
   if (!f.command.empty()) field("command", f.command);
   field("collective", coll);
   if (u.chunks) field("chunks", f.chunks);
+  if (f.schedule.protocol) field("protocol", toString(*f.schedule.protocol));
   if (f.schedule.usesSwitch()) field("switch_groups", f.schedule.switchGroups);
   out += "  \"ranks\": [";
   for (std::size_t r = 0; r < f.schedule.ranks.size(); ++r) {
@@ -289,7 +290,7 @@ ScheduleFile parseScheduleFile(std::string_view text, std::string_view source) {
   const json root = parseJsonDocument(text, source);
   const Fields top(source, "", root,
                    {"format", "version", "algorithm", "description", "tool", "command", "collective", "chunks",
-                    "switch_groups", "ranks"});
+                    "protocol", "switch_groups", "ranks"});
   if (const std::string format = top.string("format"); format != ScheduleFile::kFormat) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", ScheduleFile::kFormat, printable(format)));
   }
@@ -308,6 +309,7 @@ ScheduleFile parseScheduleFile(std::string_view text, std::string_view source) {
   if (top.has("description")) f.description = top.string("description");
   if (top.has("tool")) f.tool = top.string("tool");
   if (top.has("command")) f.command = top.string("command");
+  if (top.has("protocol")) s.protocol = top.parsed("protocol", [](const std::string& t) { return parseProtocol(t); });
 
   const Fields coll(source, "collective", top.need("collective"), {"kind", "nranks", "count", "dtype", "op", "root"});
   CollectiveSpec& spec = s.spec;

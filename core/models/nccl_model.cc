@@ -1038,4 +1038,17 @@ std::string ncclChoiceSummary(const NcclChoice& choice) {
                      choice.channels, choice.channels == 1 ? "" : "s", next);
 }
 
+// ---- Constants for protocol timing elsewhere (the simulator) -------------------------------------------------------
+
+double ncclBaseLatencyUs(NcclAlgorithm algorithm, NcclProtocol protocol) {
+  return kBaseLatUs[ai(algorithm)][pi(protocol)];
+}
+
+double ncclStepLatencyUs(NcclPath path, NcclAlgorithm algorithm, NcclProtocol protocol) {
+  const int hw = path == NcclPath::Nvl ? kHwNvlink : path == NcclPath::Net ? kHwNet : kHwPci;
+  return kHwLatUs[hw][ai(algorithm)][pi(protocol)];
+}
+
+double ncclProtocolEfficiency(NcclProtocol protocol) { return kProtoPayload[pi(protocol)]; }
+
 }  // namespace collbench

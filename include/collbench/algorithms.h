@@ -1,6 +1,7 @@
 #pragma once
 /// Stateless schedule generators. Each handles any rank count and element count (0 included).
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,8 @@ struct AlgoParams {
   int channels = 1;
   /// Host (node) of each rank, for hierarchical algorithms; filled from the topology's "host" fields.
   std::vector<int> rankHost;
+  /// Wire protocol of the schedule (Schedule::protocol, timing only); nullopt: the backend's default.
+  std::optional<Protocol> protocol = std::nullopt;
 };
 
 /// Broadcast/reduce chains and trees pipeline in chunks of this size unless told otherwise. 512 KiB: NCCL's

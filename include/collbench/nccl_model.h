@@ -223,4 +223,18 @@ std::string ncclChoiceSummary(const NcclChoice& choice);
 double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                      NcclAlgorithm algorithm, NcclProtocol protocol, int channels);
 
+/// NCCL's latency and payload constants, for timing a schedule's wire protocol on the simulator (Schedule::protocol).
+/// tuning.cc baseLatencies[algorithm][protocol]: the per-call floor (kernel launch and setup), us.
+double ncclBaseLatencyUs(NcclAlgorithm algorithm, NcclProtocol protocol);
+/// tuning.cc hwLatencies[hw][algorithm][protocol]: the latency of one pipeline step, us, where hw is NVLINK for an
+/// NVLink path (NcclPath::Nvl), NET for the network (NcclPath::Net) and PCI for every other path (tuning.cc's
+/// intraHw: typeIntra == LINK_NVL ? NVLINK : PCI).
+double ncclStepLatencyUs(NcclPath path, NcclAlgorithm algorithm, NcclProtocol protocol);
+/// device.h: data bytes per byte on the wire: LL 4 of 8 (a flag per data word), LL128 120 of 128, Simple 1.
+double ncclProtocolEfficiency(NcclProtocol protocol);
+/// enqueue.cc addP2pToPlan: point-to-point sends and receives use LL up to NCCL_P2P_LL_THRESHOLD bytes per channel
+/// (default 16 KiB) and Simple above. Each p2p channel's part is at least 64 KiB (p2pChunkSize / 8 on one node, / 2
+/// across nodes), so a transfer uses LL exactly when its bytes are at most this.
+inline constexpr std::size_t kNcclP2pLLThresholdBytes = 16384;
+
 }  // namespace collbench

@@ -41,6 +41,7 @@ struct CallConfig {
   std::string algorithm = "auto";
   std::size_t chunkBytes = 0;
   int channels = 1;
+  std::optional<Protocol> protocol = std::nullopt;  ///< AlgoParams::protocol of whatever runs
 };
 
 /// What runs: the choice (with the reason the header and -J report) and the generator's parameters, or a schedule
@@ -184,7 +185,7 @@ class Runner {
   long long sumOverProcesses(long long value) const;
 
  private:
-  using Key = std::tuple<int, int, std::size_t, int, int, int, std::string, std::size_t, int>;
+  using Key = std::tuple<int, int, std::size_t, int, int, int, std::string, std::size_t, int, int>;
   static Key keyOf(const CollectiveSpec& spec, const std::string& algorithm, const AlgoParams& params);
   double agreedUs(double us) const;
 

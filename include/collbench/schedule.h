@@ -29,7 +29,15 @@
 ///   each member once its dst is written (on the root, also once its src has been read). Only backends that model or
 ///   drive such a switch run them (sim, nccl); the host backends refuse them with Error{Unsupported}.
 /// - Avg is executed as Sum; backends divide the final output by nranks (`Schedule::needsAvgScale`).
+/// - Protocol (`Schedule::protocol`): the wire protocol NCCL would move the bytes with (LL, LL128, Simple), one per
+///   schedule as NCCL uses one per call. It is timing only: the simulator charges each transfer the protocol's payload
+///   efficiency (LL carries 4 data bytes per 8, LL128 120 per 128) and per-step latency on its path, and the call the
+///   launch floor (simulator/sim_backend.h, "Protocols"); the host and GPU backends execute the same data movement
+///   whatever it says.
+///   Absent: the backend's default (the simulator: no protocol cost on CPU ranks, NCCL's point-to-point choice on GPU
+///   ranks).
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,9 +47,15 @@ namespace collbench {
 
 enum class OpKind { Send, Recv, RecvReduce, Copy, Reduce, SwitchReduce, Multicast };
 enum class BufferKind { Input, Output, Scratch };
+/// NCCL's wire protocols, in NCCL's order (NCCL_PROTO_LL = 0, LL128, SIMPLE).
+enum class Protocol { LL, LL128, Simple };
 
 std::string_view toString(OpKind k);
 std::string_view toString(BufferKind b);
+/// "LL", "LL128", "Simple" (NCCL_PROTO's spellings).
+std::string_view toString(Protocol p);
+/// Case-insensitive; throws Error{InvalidArgument} "unknown protocol '<s>' (available: LL, LL128, Simple)".
+Protocol parseProtocol(std::string_view s);
 
 struct BufRef {
   BufferKind buffer = BufferKind::Input;
@@ -82,6 +96,8 @@ struct Schedule {
   bool native = false;
   /// Switch groups (Op::group): the member ranks of each, ascending. Empty when no op is performed by a switch.
   std::vector<std::vector<int>> switchGroups;
+  /// The wire protocol the transfers use (timing only, see above); nullopt: the backend's default.
+  std::optional<Protocol> protocol = std::nullopt;
 
   std::size_t totalOps() const;
   /// Some op is performed by a switch (only backends with such a switch run the schedule).

@@ -19,8 +19,8 @@
 /// In bytes the ref fields are `offset`, the size `bytes`, the scratch `scratch_bytes`, and `collective.count`
 /// (elements, CollectiveSpec's convention) is required; with `chunks` it is absent. `peer` is for send, recv and
 /// recv_reduce only; `src` for the kinds that read (all but recv), `dst` for those that write (all but send);
-/// `deps` (earlier op indices of the rank) defaults to [], `channel` to 0. Optional provenance: description, tool,
-/// command.
+/// `deps` (earlier op indices of the rank) defaults to [], `channel` to 0. Optional: `protocol` ("LL", "LL128",
+/// "Simple": Schedule::protocol, timing only); provenance: description, tool, command.
 ///
 /// Reading validates everything before anything runs, out of place and in place (perf runs both): the fields
 /// (unknown, missing, wrong type), ranks and peers in range, buffer names, deps that are earlier ops, ranges within

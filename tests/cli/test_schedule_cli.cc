@@ -222,7 +222,7 @@ TEST(ScheduleCli, BadFilesAreOneLineAndExit2) {
   const std::vector<Case> cases = {
       {"unknown_field", mutated("\"chunks\": 8", "\"chunks\": 8, \"chunk\": 8"),
        "chunk: unknown field (known: algorithm, chunks, collective, command, description, format, "
-       "ranks, switch_groups, tool, version)"},
+       "protocol, ranks, switch_groups, tool, version)"},
       {"bad_peer",
        mutated(rank0op0, R"({"kind": "send", "peer": 9, "src": {"buffer": "input", "chunk": 0}, "chunk_count": 1})"),
        "ranks[0].ops[0].peer: 9 is not a rank (0..3)"},

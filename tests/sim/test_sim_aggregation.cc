@@ -29,6 +29,12 @@ Topology flatWithReduce(int n, double reduceGBps) {
   return t;
 }
 
+/// `p` with a wire protocol: every transfer carries its payload efficiency and step latency (sim_backend.h).
+AlgoParams withProtocol(Protocol protocol, AlgoParams p = {}) {
+  p.protocol = protocol;
+  return p;
+}
+
 Topology fatTree(int k, double oversubscription, double reduceGBps) {
   return generateTopology("fat_tree", fmt::format(R"({{"k": {}, "oversubscription": {}, "reduce_GBps": {}}})", k,
                                                   oversubscription, reduceGBps));
@@ -91,6 +97,13 @@ std::vector<AggCase> aggCases() {
       {"rabenseifner_fattree_k4", ft, "rabenseifner", 1 << 20, {}, false},
       {"tree_flat17", flat17g, "tree", 1 << 20, {}, false},
       {"direct_flat17", flat17g, "direct", 17 * 1000, {}, false},
+      // With a protocol, each transfer starts after its step latency and carries its wire bytes in every method.
+      {"ring_flat64_LL", flat64, "ring", 64 * 1000 + 17, withProtocol(Protocol::LL), true},
+      {"ring_flat64_channels_LL128", flat64, "ring", 64 * 4096, withProtocol(Protocol::LL128, {0, 2, {}}), true},
+      {"ring_fattree_k4_Simple", ft, "ring", 16 * 65536, withProtocol(Protocol::Simple), true},
+      {"rd_flat17_gamma_LL", flat17g, "recursive_doubling", 100000, withProtocol(Protocol::LL), true},
+      {"rabenseifner_flat64_LL128", flat64, "rabenseifner", 1 << 20, withProtocol(Protocol::LL128), true},
+      {"direct_flat17_Simple", flat17g, "direct", 17 * 1000, withProtocol(Protocol::Simple), false},
   };
 }
 
@@ -200,7 +213,19 @@ INSTANTIATE_TEST_SUITE_P(
                  ringParams(8, 56), 0.02},
         RingCase{"three_level_16x8_nics2_channels4",
                  [] { return multiNode(R"("nodes": 12, "nics_per_node": 2, "radix": 6)"); }, 96 * 4 * 500,
-                 ringParams(4, 96), 1e-9}),
+                 ringParams(4, 96), 1e-9},
+        // Protocols: an explicit one, and on GPU ranks of a known arch NCCL's point-to-point rule by block size (LL
+        // up to 16 KiB, Simple above).
+        RingCase{"flat64_even_LL", [] { return flatTopology(64, 50, 1); }, 64 * 5000, withProtocol(Protocol::LL), 0,
+                 true},
+        RingCase{"flat32_channels_LL128", [] { return flatTopology(32, 50, 1); }, 3 * 32 * 5000,
+                 withProtocol(Protocol::LL128, {0, 3, {}}), 0, true},
+        RingCase{"rail_8x8_channels8_Simple", [] { return multiNode(R"("nodes": 8)"); }, 64 * 8 * 2000,
+                 withProtocol(Protocol::Simple, ringParams(8, 64)), 1e-9, true},
+        RingCase{"hopper_4x8_p2p_LL", [] { return multiNode(R"("nodes": 4, "arch": "hopper")"); }, 32 * 8 * 1000,
+                 ringParams(8, 32), 1e-9},
+        RingCase{"hopper_4x8_p2p_Simple", [] { return multiNode(R"("nodes": 4, "arch": "hopper")"); }, 32 * 8 * 8192,
+                 ringParams(8, 32), 1e-9}),
     [](const auto& paramInfo) { return paramInfo.param.name; });
 
 // ---- Hierarchical model (no schedule) against exact simulation of the schedule.
@@ -316,6 +341,22 @@ TEST(Extrapolated, WanderingTreeIsAnEstimateWithinTwoPercent) {
   EXPECT_FALSE(extra.exact);
   EXPECT_NE(extra.note.find("an estimate"), std::string::npos) << extra.note;
   EXPECT_NEAR(extra.seconds, exact.seconds, 0.02 * exact.seconds) << extra.note;
+}
+
+// With a protocol the pipeline stays periodic (every transfer waits the same step latency): still equal.
+TEST(Extrapolated, PeriodicTreeWithProtocolMatchesExact) {
+  const Topology t = loadTopology("h100-4x8-rail");
+  const int n = 32;
+  const std::size_t chunkElems = 16384, chunks = 300;
+  const AlgoParams p = withProtocol(Protocol::LL128, {chunkElems * 4, 1, {}});
+  const CollectiveSpec spec{Collective::AllReduce, n, 2 * chunks * chunkElems, DType::F32};
+  const sim::SimResult extra = sim::Simulator(t, n, mode(sim::SimMode::Auto, 0)).runAlgorithm(spec, "tree", p);
+  const sim::SimResult exact = sim::Simulator(t, n, mode(sim::SimMode::Exact)).run(buildSchedule(spec, "tree", p));
+  const sim::SimResult plain =
+      sim::Simulator(t, n, mode(sim::SimMode::Exact)).run(buildSchedule(spec, "tree", {chunkElems * 4, 1, {}}));
+  ASSERT_EQ(extra.method, "extrapolated");
+  EXPECT_NEAR(extra.seconds, exact.seconds, 1e-6 * exact.seconds) << extra.note;
+  EXPECT_GT(exact.seconds, plain.seconds);  // wire bytes and step latencies on top of the plain schedule
 }
 
 // A chain's pipeline is linear once full: the extrapolation equals the full simulation.

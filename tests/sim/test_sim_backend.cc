@@ -35,11 +35,13 @@ TEST_F(SimBackend, DefaultTopologyIsOneDgxH100) {
   EXPECT_EQ(b->nranks(), 8);
   EXPECT_FALSE(b->movesData());
   // Ring on one NVSwitch: 2(n-1) hops of alpha = 2 x 0.3 us and beta = 1 / 450 GB/s on blocks of count/8 floats,
-  // plus n-1 reductions at 1100 GB/s (topologies/README.md).
+  // plus n-1 reductions at 1100 GB/s (topologies/README.md). GPU ranks without a protocol are timed as NCCL's
+  // point-to-point path runs the schedule: 4 MB blocks go Simple, a 3.4 us NVLink step latency per hop and an 8.4 us
+  // launch floor once (NCCL 2.28 tuning.cc; sim_backend.h "Protocols").
   const std::size_t count = 8 * 1000000;
   const RunResult r = b->run(ring(8, count), Buffers(8), RunOptions{});
   const double blk = 1000000.0 * 4;
-  const double want = 14 * (0.6e-6 + blk / 450e9) + 7 * blk / 1100e9;
+  const double want = 8.4e-6 + 14 * (3.4e-6 + 0.6e-6 + blk / 450e9) + 7 * blk / 1100e9;
   EXPECT_NEAR(r.seconds, want, 1e-6 * want);
   EXPECT_EQ(r.algorithm, "ring");
 }
@@ -60,7 +62,10 @@ TEST_F(SimBackend, OptionsAndOverrides) {
   const double slow = makeBackend("sim", 8, {{"set", "link.nvlink.bandwidth_GBps=225; node.gpu.reduce_GBps=550"}})
                           ->run(s, Buffers(8), {})
                           .seconds;
-  EXPECT_GT(slow, 1.9 * base);
+  // Halving the link and reduction rates doubles the bandwidth and reduction terms (the latencies, the protocol's
+  // step latency and launch floor stay): 14 hops of a 2 MiB block at 450 GB/s and 7 reductions at 1100 GB/s.
+  const double blk = (1 << 22) / 8 * 4.0;
+  EXPECT_NEAR(slow - base, 14 * blk / 450e9 + 7 * blk / 1100e9, 1e-6 * slow);
   const double lv08 = makeBackend("sim", 8, {{"model", "LV08"}})->run(s, Buffers(8), {}).seconds;
   EXPECT_GT(lv08, base);
   EXPECT_THROW(makeBackend("sim", 8, {{"model", "CM03"}}), Error);
@@ -273,10 +278,11 @@ TEST_F(SimCli, PerfOnTheSimBackend) {
   EXPECT_NE(r.out.find("#  Rank  7 Group  0 Pid"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[sim] simulated"), std::string::npos) << r.out;
   // Ring on one NVSwitch (as DefaultTopologyIsOneDgxH100): 14 hops of 0.6 us + block / 450 GB/s, 7 reductions of a
-  // block at 1100 GB/s, block = size / 8; busbw = algbw x 2(n-1)/n.
+  // block at 1100 GB/s, block = size / 8 (128 KiB and up: NCCL's point-to-point Simple, 3.4 us per hop and an 8.4 us
+  // launch floor); busbw = algbw x 2(n-1)/n.
   auto ringSeconds = [](double size) {
     const double blk = size / 8;
-    return 14 * (0.6e-6 + blk / 450e9) + 7 * blk / 1100e9;
+    return 8.4e-6 + 14 * (3.4e-6 + 0.6e-6 + blk / 450e9) + 7 * blk / 1100e9;
   };
   const double factor = 2.0 * 7 / 8;
   const auto rows = testing::tableRows(r.out);

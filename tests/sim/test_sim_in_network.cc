@@ -3,11 +3,13 @@
 // switches' reduction rates), and the cost terms against the simulator where the pipeline runs many chunks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
+#include "collbench/nccl_model.h"
 #include "collbench/topology.h"
 #include "sim_backend.h"
 
@@ -59,6 +61,19 @@ struct Figures {
   }
 };
 
+/// NCCL's point-to-point protocol on GPU ranks (sim_backend.h, "Protocols"): every transfer here is above the LL
+/// threshold, so Simple's step latency on its path class, and the call's floor, NCCL's NVLS latency (switch ops ran),
+/// which is above Simple's base latency.
+double stepLatency(NcclPath path) {
+  return ncclStepLatencyUs(path, NcclAlgorithm::Ring, NcclProtocol::Simple) * kSecondsPerUs;
+}
+double launchFloor() {
+  return std::max(ncclBaseLatencyUs(NcclAlgorithm::Ring, NcclProtocol::Simple),
+                  ncclBaseLatencyUs(NcclAlgorithm::Nvls, NcclProtocol::Simple) +
+                      ncclStepLatencyUs(NcclPath::Nvl, NcclAlgorithm::Nvls, NcclProtocol::Simple)) *
+         kSecondsPerUs;
+}
+
 sim::SimResult simulate(const Topology& t, const std::string& algorithm, std::size_t count, std::size_t chunkBytes,
                         int channels = 1) {
   const AlgoParams p{chunkBytes, channels, rankHosts(t, kRanks)};
@@ -72,12 +87,13 @@ TEST(SimInNetwork, NvlsTreeOneLoopOnTwoHosts) {
   // Every head's chunk b = B/8 at once: the NVSwitch pulls 8 chunks up each GPU's link (one per head) while one
   // reduced chunk comes down; host 1's head sends its sum to host 0's over the rail, which folds it in and sends the
   // result back; then the NVSwitch multicasts 8 chunks down each GPU's link:
-  //   T = 2 a_nv + 2 B/L_nv + 2 (2 a_pcie + 2 a_nic) + 2 b/NIC + b/R_gpu.
+  //   T = 2 a_nv + 2 B/L_nv + 2 (2 a_pcie + 2 a_nic) + 2 b/NIC + b/R_gpu, plus the floor and two network steps.
   const Topology t = loadTopology("dgx-h100-ib400");
   const Figures f(t);
   const double b = kBytes / kLocal;
   const double want = 2 * f.nvlinkLat + std::max(kBytes / f.nvlink, b / std::min(f.nvlink, f.nvls)) +
-                      kBytes / f.nvlink + 2 * (2 * f.railLat() + b / f.rail()) + b / f.gpuReduce;
+                      kBytes / f.nvlink + 2 * (2 * f.railLat() + b / f.rail()) + b / f.gpuReduce + launchFloor() +
+                      2 * stepLatency(NcclPath::Net);
   const sim::SimResult r = simulate(t, "nvls_tree", kCount, kCount * 4 / kLocal);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
   EXPECT_EQ(r.method, "exact");
@@ -87,23 +103,25 @@ TEST(SimInNetwork, CollnetDirectOneLoopOnTwoHosts) {
   // Head j gathers the 7 other GPUs' pieces of chunk j one after the other (each GPU sends to a different head in
   // each round, so every link carries one chunk per round), SHARP all-reduces it over rail j, and head j sends the
   // result to the 7 others at once (7 chunks out of and into each GPU's link):
-  //   T = 7 (2 a_nv + b/L_nv + b/R_gpu) + SHARP(b) + 2 a_nv + 7 b/L_nv.
+  //   T = 7 (2 a_nv + b/L_nv + b/R_gpu) + SHARP(b) + 2 a_nv + 7 b/L_nv, plus the floor and 8 NVLink steps (the
+  //   switch ops pay none).
   const Topology t = loadTopology("dgx-h100-ib400");
   const Figures f(t);
   const double b = kBytes / kLocal;
-  const double want =
-      (kLocal - 1) * (f.nvlinkHop(b) + b / f.gpuReduce) + f.sharp2(b) + 2 * f.nvlinkLat + (kLocal - 1) * b / f.nvlink;
+  const double want = (kLocal - 1) * (f.nvlinkHop(b) + b / f.gpuReduce) + f.sharp2(b) + 2 * f.nvlinkLat +
+                      (kLocal - 1) * b / f.nvlink + launchFloor() + kLocal * stepLatency(NcclPath::Nvl);
   const sim::SimResult r = simulate(t, "collnet_direct", kCount, kCount * 4 / kLocal);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
 }
 
 TEST(SimInNetwork, CollnetChainOneLoopOnTwoHosts) {
   // One chunk of the whole buffer: 7 hops up the chain (each folded in), SHARP over the heads' rail, 7 hops down:
-  //   T = 7 (2 a_nv + B/L_nv + B/R_gpu) + SHARP(B) + 7 (2 a_nv + B/L_nv).
+  //   T = 7 (2 a_nv + B/L_nv + B/R_gpu) + SHARP(B) + 7 (2 a_nv + B/L_nv), plus the floor and 14 NVLink steps.
   const Topology t = loadTopology("dgx-h100-ib400");
   const Figures f(t);
   const double want = (kLocal - 1) * (f.nvlinkHop(kBytes) + kBytes / f.gpuReduce) + f.sharp2(kBytes) +
-                      (kLocal - 1) * f.nvlinkHop(kBytes);
+                      (kLocal - 1) * f.nvlinkHop(kBytes) + launchFloor() +
+                      2 * (kLocal - 1) * stepLatency(NcclPath::Nvl);
   const sim::SimResult r = simulate(t, "collnet_chain", kCount, kCount * 4);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
 }
@@ -111,8 +129,10 @@ TEST(SimInNetwork, CollnetChainOneLoopOnTwoHosts) {
 TEST(SimInNetwork, CostTermsFollowTheSimulatedPipeline) {
   // 64 MiB with NCCL's chunks on 2 hosts x 8: many loops. The cost terms' fill + period per loop against the
   // simulator, and the simulator against the inter-host floor (each NIC carries at least its rail's share B/8 each
-  // way).
-  const Topology t = loadTopology("dgx-h100-ib400");
+  // way). The cost terms carry no protocol latencies: both run without the GPU generation, which times transfers
+  // without NCCL's point-to-point protocol.
+  Topology t = loadTopology("dgx-h100-ib400");
+  for (TopoNode& node : t.nodes) node.arch.clear();
   const Figures f(t);
   const std::size_t count = std::size_t{16} << 20;
   const double bytes = static_cast<double>(count * 4);

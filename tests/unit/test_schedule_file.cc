@@ -36,6 +36,7 @@ void expectSameOps(const Schedule& want, const Schedule& got) {
   EXPECT_EQ(got.spec.op, want.spec.op);
   EXPECT_EQ(got.spec.root, want.spec.root);
   EXPECT_EQ(got.algorithm, want.algorithm);
+  EXPECT_EQ(got.protocol, want.protocol);
   ASSERT_EQ(got.ranks.size(), want.ranks.size());
   for (std::size_t r = 0; r < want.ranks.size(); ++r) {
     const RankProgram &w = want.ranks[r], &g = got.ranks[r];
@@ -95,21 +96,31 @@ AlgoParams twoHosts(int n) {
   return p;
 }
 
-INSTANTIATE_TEST_SUITE_P(Generated, ScheduleFileRoundTrip,
-                         ::testing::Values(RoundTripCase{Collective::AllReduce, "ring", 4, 1000, {}},
-                                           RoundTripCase{Collective::AllReduce, "ring", 5, 4099, {0, 2, {}}},
-                                           RoundTripCase{Collective::AllReduce, "tree", 7, 100000, {16384, 1, {}}},
-                                           RoundTripCase{Collective::AllReduce, "tree", 4, 1 << 16, {}},
-                                           RoundTripCase{Collective::AllReduce, "hierarchical", 8, 8192, twoHosts(8)},
-                                           RoundTripCase{Collective::AllReduce, "hierarchical", 6, 777, twoHosts(6)},
-                                           RoundTripCase{Collective::ReduceScatter, "ring", 4, 256, {}},
-                                           RoundTripCase{Collective::AllGather, "ring", 3, 256, {}},
-                                           RoundTripCase{Collective::Broadcast, "ring", 4, 70000, {4096, 1, {}}, 2},
-                                           RoundTripCase{Collective::Reduce, "ring", 4, 70000, {4096, 1, {}}, 3}),
-                         [](const auto& p) {
-                           return std::string(toString(p.param.kind)) + "_" + p.param.algorithm + "_" +
-                                  std::to_string(p.param.nranks) + "_" + std::to_string(p.index);
-                         });
+AlgoParams withProtocol(Protocol proto, AlgoParams p = {}) {
+  p.protocol = proto;
+  return p;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Generated, ScheduleFileRoundTrip,
+    ::testing::Values(RoundTripCase{Collective::AllReduce, "ring", 4, 1000, {}},
+                      RoundTripCase{Collective::AllReduce, "ring", 5, 4099, {0, 2, {}}},
+                      RoundTripCase{Collective::AllReduce, "tree", 7, 100000, {16384, 1, {}}},
+                      RoundTripCase{Collective::AllReduce, "tree", 4, 1 << 16, {}},
+                      RoundTripCase{Collective::AllReduce, "hierarchical", 8, 8192, twoHosts(8)},
+                      RoundTripCase{Collective::AllReduce, "hierarchical", 6, 777, twoHosts(6)},
+                      RoundTripCase{Collective::ReduceScatter, "ring", 4, 256, {}},
+                      RoundTripCase{Collective::AllGather, "ring", 3, 256, {}},
+                      RoundTripCase{Collective::Broadcast, "ring", 4, 70000, {4096, 1, {}}, 2},
+                      RoundTripCase{Collective::Reduce, "ring", 4, 70000, {4096, 1, {}}, 3},
+                      RoundTripCase{Collective::AllReduce, "ring", 4, 1000, withProtocol(Protocol::LL)},
+                      RoundTripCase{Collective::AllReduce, "tree", 5, 9000,
+                                    withProtocol(Protocol::LL128, {4096, 1, {}})},
+                      RoundTripCase{Collective::AllGather, "ring", 3, 256, withProtocol(Protocol::Simple)}),
+    [](const auto& p) {
+      return std::string(toString(p.param.kind)) + "_" + p.param.algorithm + "_" + std::to_string(p.param.nranks) +
+             "_" + std::to_string(p.index);
+    });
 
 TEST(ScheduleFile, ExampleScalesToEverySizeItsChunksDivide) {
   const ScheduleFile f = readScheduleFile(kExample.string());
@@ -194,7 +205,24 @@ std::string mutatedError(const std::function<void(json&)>& mutate) {
 
 json& op(json& doc, int rank, int index) { return doc["ranks"][rank]["ops"][index]; }
 
+TEST(ScheduleFile, ProtocolIsWrittenReadCaseInsensitiveAndKeptAtEverySize) {
+  const CollectiveSpec spec{Collective::AllReduce, 4, 1000, DType::F32, ReduceOp::Sum, 0};
+  const Schedule ll = buildSchedule(spec, "ring", withProtocol(Protocol::LL));
+  ASSERT_EQ(ll.protocol, Protocol::LL);
+  EXPECT_NE(toJson(toScheduleFile(ll)).find("\"protocol\": \"LL\""), std::string::npos);
+  EXPECT_EQ(toJson(toScheduleFile(buildSchedule(spec, "ring"))).find("protocol"), std::string::npos);
+  json doc = json::parse(readText(kExample));
+  doc["protocol"] = "ll128";
+  const ScheduleFile f = parseScheduleFile(doc.dump(), "example.json");
+  EXPECT_EQ(f.schedule.protocol, Protocol::LL128);
+  const CollectiveSpec big{Collective::AllReduce, 4, 8 * 1024, DType::F32, ReduceOp::Sum, 0};
+  EXPECT_EQ(instantiate(f, big).protocol, Protocol::LL128);
+  EXPECT_NE(dump(instantiate(f, big)).find("protocol LL128"), std::string::npos);
+}
+
 TEST(ScheduleFile, EachBadFieldIsOneLineNamingRankOpAndField) {
+  EXPECT_EQ(mutatedError([](json& d) { d["protocol"] = "LL64"; }),
+            "schedule.json: protocol: unknown protocol 'LL64' (available: LL, LL128, Simple)");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 2, 5)["peer"] = 9; }),
             "schedule.json: ranks[2].ops[5].peer: 9 is not a rank (0..3)");
   EXPECT_EQ(mutatedError([](json& d) { op(d, 2, 5)["peer"] = 2; }),

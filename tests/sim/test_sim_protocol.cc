@@ -1,0 +1,112 @@
+// Wire protocols on the simulator (Schedule::protocol, sim_backend.h "Protocols") against closed forms: a ring
+// all-reduce of n equal blocks of b bytes takes
+//   floor + (n-1) (step + alpha + w(b) beta + b gamma) + (n-1) (step + alpha + w(b) beta)
+// where floor is NCCL's base latency of the protocol (paid once), step its per-step latency on the route's path class,
+// w(b) = b / payload efficiency the bytes on the wire, alpha the route's latency, beta 1 / link bandwidth and gamma 1 /
+// reduce_GBps (the reduce-scatter's reductions are on the chain). NCCL 2.28 tuning.cc, Ring row: baseLatencies LL 6.6,
+// LL128 14, Simple 8.4 us; hwLatencies NVLINK LL .6, LL128 1.9, Simple 3.4 us; NET LL 2.7, LL128 4.0, Simple 14 us.
+// device.h: LL carries 4 data bytes per 8, LL128 120 per 128.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "collbench/algorithms.h"
+#include "collbench/topology.h"
+#include "sim_backend.h"
+
+namespace collbench {
+namespace {
+
+constexpr double kRelTol = 1e-6;
+
+struct ProtoCase {
+  Protocol protocol;
+  double floorUs, nvlinkStepUs, netStepUs, efficiency;
+};
+constexpr ProtoCase kLL{Protocol::LL, 6.6, 0.6, 2.7, 0.5};
+constexpr ProtoCase kLL128{Protocol::LL128, 14.0, 1.9, 4.0, 120.0 / 128.0};
+constexpr ProtoCase kSimple{Protocol::Simple, 8.4, 3.4, 14.0, 1.0};
+
+struct Route {
+  double alpha, beta, gamma;  // seconds, seconds per byte, seconds per reduced byte
+};
+
+double ringWithProtocol(int n, double blockBytes, const Route& r, double floorUs, double stepUs, double efficiency) {
+  const double wire = std::ceil(blockBytes / efficiency), step = stepUs * 1e-6;
+  const double hop = step + r.alpha + wire * r.beta;
+  return floorUs * 1e-6 + (n - 1) * (hop + blockBytes * r.gamma) + (n - 1) * hop;
+}
+
+AlgoParams with(Protocol p) {
+  AlgoParams params;
+  params.protocol = p;
+  return params;
+}
+
+// flat(n): generic "fabric" links, so the network row; a transfer crosses two links of 1 us at 50 GB/s; no reduction
+// cost. Without a protocol the time is today's (flat's ranks have no GPU arch: no default protocol).
+TEST(Protocol, RingOnFlatPaysFloorStepLatencyAndPayload) {
+  const int n = 6;
+  const std::size_t count = n * 3000;
+  const double b = 3000.0 * 4;
+  const Route route{2e-6, 1 / 50e9, 0};
+  const sim::Simulator simulator(flatTopology(n, 50, 1), n);
+  const CollectiveSpec spec{Collective::AllReduce, n, count, DType::F32};
+  for (const ProtoCase& c : {kLL, kLL128, kSimple}) {
+    SCOPED_TRACE(toString(c.protocol));
+    const double want = ringWithProtocol(n, b, route, c.floorUs, c.netStepUs, c.efficiency);
+    EXPECT_NEAR(simulator.runAlgorithm(spec, "ring", with(c.protocol)).seconds, want, kRelTol * want);
+  }
+  const double none = 2.0 * (n - 1) * (route.alpha + b * route.beta);
+  EXPECT_NEAR(simulator.runAlgorithm(spec, "ring").seconds, none, kRelTol * none);
+}
+
+// dgx-h100-8x1: NVLink routes (GPU -> NVSwitch -> GPU), GPU ranks of a known arch. Without a protocol the simulator
+// times the schedule as the nccl backend runs it, NCCL's point-to-point rule: LL for blocks up to 16 KiB, Simple above.
+TEST(Protocol, GpuRanksDefaultToNcclPointToPointRule) {
+  const Topology t = loadTopology("dgx-h100-8x1");
+  const int n = 8;
+  const TopoLink& link = t.links.front();
+  double reduceGBps = 0;
+  for (const TopoNode& node : t.nodes) {
+    if (node.id == t.ranks.front()) reduceGBps = node.reduceGBps;
+  }
+  ASSERT_GT(reduceGBps, 0);
+  const Route route{2 * link.latencyUs * 1e-6, 1 / (link.bandwidthGBps * 1e9), 1 / (reduceGBps * 1e9)};
+  const sim::Simulator simulator(t, n);
+  for (const std::size_t blockElems : {std::size_t{2}, std::size_t{4096}, std::size_t{4097}, std::size_t{1} << 18}) {
+    SCOPED_TRACE(blockElems);
+    const CollectiveSpec spec{Collective::AllReduce, n, n * blockElems, DType::F32};
+    const double b = static_cast<double>(blockElems * 4);
+    const ProtoCase& c = b <= 16384 ? kLL : kSimple;
+    const double want = ringWithProtocol(n, b, route, c.floorUs, c.nvlinkStepUs, c.efficiency);
+    EXPECT_NEAR(simulator.runAlgorithm(spec, "ring").seconds, want, kRelTol * want);
+    // An explicit protocol overrides the rule.
+    const double ll128 = ringWithProtocol(n, b, route, kLL128.floorUs, kLL128.nvlinkStepUs, kLL128.efficiency);
+    EXPECT_NEAR(simulator.runAlgorithm(spec, "ring", with(Protocol::LL128)).seconds, ll128, kRelTol * ll128);
+  }
+}
+
+// The protocol travels with a schedule: run() of a built schedule and of the same schedule read back agree with
+// runAlgorithm, and on a timeline the first send starts after the launch floor and one step latency.
+TEST(Protocol, ScheduleCarriesItAndTimelineStartsAfterTheFloor) {
+  const int n = 4;
+  sim::SimConfig cfg;
+  cfg.timeline = true;
+  const sim::Simulator simulator(flatTopology(n, 50, 1), n, cfg);
+  const CollectiveSpec spec{Collective::AllReduce, n, n * 1000, DType::F32};
+  const Schedule s = buildSchedule(spec, "ring", with(Protocol::LL));
+  ASSERT_EQ(s.protocol, Protocol::LL);
+  const sim::SimResult r = simulator.run(s);
+  const double want = ringWithProtocol(n, 4000, Route{2e-6, 1 / 50e9, 0}, kLL.floorUs, kLL.netStepUs, 0.5);
+  EXPECT_NEAR(r.seconds, want, kRelTol * want);
+  ASSERT_FALSE(r.spans.empty());
+  double firstSend = r.seconds;
+  for (const sim::Span& sp : r.spans) {
+    if (sp.kind == sim::SpanKind::Send) firstSend = std::min(firstSend, sp.start);
+  }
+  EXPECT_NEAR(firstSend, (kLL.floorUs + kLL.netStepUs) * 1e-6, 1e-12);
+}
+
+}  // namespace
+}  // namespace collbench
