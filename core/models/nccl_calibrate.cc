@@ -15,8 +15,8 @@ namespace collbench {
 namespace {
 
 constexpr const char* kParamNames[kNcclParamCount] = {
-    "ll128_rate",          "ll_rate",      "nvlink_fraction",  "nvls_fraction",  "nvls_tree_fraction",
-    "nvls_pipeline_depth", "net_fraction", "net_hop_extra_us", "launch_extra_us"};
+    "ll128_rate",          "ll_rate",      "nvlink_fraction",  "nvls_fraction",   "nvls_tree_fraction",
+    "nvls_pipeline_depth", "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us"};
 
 /// Central-difference step of the Jacobian, in units of a parameter's bound range: wide enough to see through the
 /// kinks of min() bottlenecks at one size, small against the range.
@@ -271,9 +271,10 @@ NcclParam parseNcclParam(std::string_view s) {
   }
   throw Error(
       Errc::InvalidArgument,
-      fmt::format("unknown NCCL model parameter '{}' (available: ll128_rate, ll_rate, nvlink_fraction, nvls_fraction, "
-                  "nvls_tree_fraction, nvls_pipeline_depth, net_fraction, net_hop_extra_us, launch_extra_us)",
-                  printable(s)));
+      fmt::format(
+          "unknown NCCL model parameter '{}' (available: ll128_rate, ll_rate, nvlink_fraction, nvls_fraction, "
+          "nvls_tree_fraction, nvls_pipeline_depth, net_fraction, net_hop_extra_us, launch_extra_us, net_channel_us)",
+          printable(s)));
 }
 
 double& ncclParamRef(NcclModelParams& m, NcclParam p, GpuArch arch, NicKind nic) {
@@ -297,6 +298,8 @@ double& ncclParamRef(NcclModelParams& m, NcclParam p, GpuArch arch, NicKind nic)
       return m.netFraction[n];
     case NcclParam::NetHopExtraUs:
       return m.netHopExtraUs[n];
+    case NcclParam::NetChannelUs:
+      return m.netChannelUs[n];
   }
   throw Error(Errc::InvalidArgument, "unknown NCCL model parameter");
 }
@@ -309,7 +312,7 @@ double ncclParamOf(const NcclModelParams& m, NcclParam p, GpuArch arch, NicKind 
 NcclParamBounds ncclParamBounds(NcclParam p, double prior) {
   if (isEfficiency(p)) return {kNcclMinEfficiency, 1.0};
   if (prior > 0) return {kNcclPriorLow * prior, kNcclPriorHigh * prior};
-  const double ref = p == NcclParam::NetHopExtraUs ? kNcclHopRefUs : kNcclLaunchRefUs;
+  const double ref = p == NcclParam::LaunchExtraUs ? kNcclLaunchRefUs : kNcclHopRefUs;
   return {0.0, kNcclPriorHigh * ref};
 }
 

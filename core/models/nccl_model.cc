@@ -904,9 +904,11 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
                          ? 1
                          : 2 * log2i(static_cast<std::size_t>(s.nodes));
     lat += hops * s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)];
-    // LL over the network: one proxy thread per GPU checks each channel's host-memory LL step in turn before sending
-    // it (transport/net.cc sendProxyProgress), so each channel beyond the first adds its cost to the hop.
-    if (p == kLL) lat += hops * (nc - 1) * s.model.netChannelUs[static_cast<std::size_t>(s.nicKind)];
+    // LL over the network: a proxy thread progresses its channels one action at a time (proxy.cc progressOps,
+    // transport/net.cc sendProxyProgress: it checks every flag of a channel's host-memory LL step, then isends it), so
+    // the channels' steps leave one after another, netChannelUs apart. The queue is paid once per call, not per hop:
+    // the proxies of the next node forward channel i while this node's still sends channel i + 1 (a tandem pipeline).
+    if (p == kLL) lat += (nc - 1) * s.model.netChannelUs[static_cast<std::size_t>(s.nicKind)];
   }
   const Collective coll = collectiveOf(f);
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);

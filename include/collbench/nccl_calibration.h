@@ -49,7 +49,8 @@ namespace collbench {
 /// fraction shows only in LL/LL128 rows, the protocol is what limits them); of the two constant latencies, which logs
 /// of one node count cannot tell apart, the network hop before the launch floor: what a multi-node log adds to NCCL's
 /// latency is taken as the network's (it carries to other node counts through the hop count), and a one-node log, where
-/// the hop column is flat, fits the launch floor.
+/// the hop column is flat, fits the launch floor. Last the LL proxy queue per channel, which only multi-node LL rows at
+/// several channel counts show.
 enum class NcclParam {
   Ll128Rate,
   LlRate,
@@ -59,16 +60,19 @@ enum class NcclParam {
   NvlsPipelineDepth,
   NetFraction,
   NetHopExtraUs,
-  LaunchExtraUs
+  LaunchExtraUs,
+  NetChannelUs
 };
-inline constexpr int kNcclParamCount = 9;
-inline constexpr NcclParam kNcclParams[kNcclParamCount] = {
-    NcclParam::Ll128Rate,    NcclParam::LlRate,           NcclParam::NvlinkFraction,
-    NcclParam::NvlsFraction, NcclParam::NvlsTreeFraction, NcclParam::NvlsPipelineDepth,
-    NcclParam::NetFraction,  NcclParam::NetHopExtraUs,    NcclParam::LaunchExtraUs};
+inline constexpr int kNcclParamCount = 10;
+inline constexpr NcclParam kNcclParams[kNcclParamCount] = {NcclParam::Ll128Rate,        NcclParam::LlRate,
+                                                           NcclParam::NvlinkFraction,   NcclParam::NvlsFraction,
+                                                           NcclParam::NvlsTreeFraction, NcclParam::NvlsPipelineDepth,
+                                                           NcclParam::NetFraction,      NcclParam::NetHopExtraUs,
+                                                           NcclParam::LaunchExtraUs,    NcclParam::NetChannelUs};
 
 /// JSON keys: "ll128_rate", "ll_rate", "nvlink_fraction", "nvls_fraction", "nvls_tree_fraction", "nvls_pipeline_depth",
-/// "net_fraction", "net_hop_extra_us", "launch_extra_us". Parsing throws Error{InvalidArgument} naming the value.
+/// "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us". Parsing throws Error{InvalidArgument}
+/// naming the value.
 std::string_view toString(NcclParam p);
 NcclParam parseNcclParam(std::string_view s);
 
@@ -81,7 +85,8 @@ double ncclParamOf(const NcclModelParams& m, NcclParam p, GpuArch arch, NicKind 
 inline constexpr double kNcclMinEfficiency = 0.3;
 /// Latencies, depths and protocol rates move within [0.5, 3] x their prior (the bounds).
 inline constexpr double kNcclPriorLow = 0.5, kNcclPriorHigh = 3.0;
-/// Reference of a latency whose prior is 0: NCCL's NET hwLatency of one LL ring step (tuning.cc, 2.7 us) for the hop,
+/// Reference of a latency whose prior is 0: NCCL's NET hwLatency of one LL ring step (tuning.cc, 2.7 us) for the hop
+/// and for the proxy's cost per LL channel (at most one network step's latency per channel: 0 .. 8.1 us),
 /// NCCL's ring LL base latency (tuning.cc baseLat, 6.6 us) for the launch floor.
 inline constexpr double kNcclHopRefUs = 2.7, kNcclLaunchRefUs = 6.6;
 /// Identifiability thresholds on Jacobian columns (d residual / d parameter over its whole bound range): flat below

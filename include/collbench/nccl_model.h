@@ -74,14 +74,15 @@ struct NcclModelParams {
   /// rows on 2 nodes (2 network hops on top of NCCL's 25.2 us tree LL estimate, and Ampere's launch extra): IB 0
   /// (2x8 H100 IB: 25 us), EFA2 23.4 (p5: 72 us), EFA 59.7 (p4de: 161.5 us); RoCE an estimate.
   std::array<double, 4> netHopExtraUs = {0.0, 1.0, 59.7, 23.4};
+  /// Per NIC kind: the network proxy's serial cost per LL channel of a call. LL's send buffer sits in host memory
+  /// (transport/net.cc) and a proxy thread checks every flag of a channel's step, then sends it, one channel after
+  /// another (proxy.cc progressOps); the queue is paid once per call (later hops forward earlier channels while it
+  /// drains). Slope of the 2-node tree LL rows where NCCL doubles the channels (4 KiB .. 64 KiB): 2x8 A100 p4de
+  /// 169 -> 225 us from 1 to 8 channels (EFA 8.0), 2x8 H100 p5 79 -> 135 us from 1 to 16 (EFA2 3.8), 2x8 H100 IB
+  /// 30 -> 34 us from 1 to 16, within the rows' noise (IB 0; RoCE assumed alike).
+  std::array<double, 4> netChannelUs = {0.0, 0.0, 8.0, 3.8};
   /// Per arch: the per-call floor above NCCL's base latency: 8xA100 32 us at 64 B .. 32 KiB against NCCL's 15 us ring
   /// LL estimate (the table's NCCL predates 2.18; Hopper tables match NCCL's estimate without it).
-  /// Per NIC kind: the network proxy's cost per LL step of each channel beyond the first. LL's send buffer sits in
-  /// host memory (transport/net.cc) and the proxy thread checks every line's flags before it sends a step, one channel
-  /// after another. Slope of the 2-node tree LL rows where NCCL doubles the channels (4 KiB .. 64 KiB, 2 network hops):
-  /// 2x8 A100 p4de 169 -> 225 us from 1 to 8 channels (EFA 4.0), 2x8 H100 p5 79 -> 135 us from 1 to 16 (EFA2 1.9),
-  /// 2x8 H100 IB 30 -> 34 us from 1 to 16, within the rows' noise (IB 0; RoCE assumed alike).
-  std::array<double, 4> netChannelUs = {0.0, 0.0, 4.0, 1.9};
   std::array<double, 4> launchExtraUs = {17.0, 17.0, 0.0, 0.0};
   /// NVLS streams each channel's data in chunks (calcCollChunking's 16..128 KiB) through a pipeline whose fill and
   /// drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at 17

@@ -99,6 +99,23 @@ TEST(NcclCalibrate, TwoNodeCountsSeparateLaunchFromNetworkLatency) {
   EXPECT_NEAR(param(both, NcclParam::NetHopExtraUs).value, 5, 0.2);
 }
 
+TEST(NcclCalibrate, FitsTheLLProxyQueueFromMultiNodeRows) {
+  // The 2-node sweep runs Tree/LL on 1, 2 and 8 channels below 64 KiB: the queue's per-channel cost shows in their
+  // slope, which no constant latency explains. One node has no network proxy: not identified there.
+  const Topology t = h100ib();
+  NcclModelParams truth;
+  truth.netChannelUs[static_cast<std::size_t>(NicKind::InfiniBand)] = 2.5;
+  const NcclCalibration two = calibrateNccl(t, {syntheticLog(t, 16, truth)});
+  const NcclParamFit& fit = param(two, NcclParam::NetChannelUs);
+  EXPECT_TRUE(fit.identified) << fit.note;
+  EXPECT_NEAR(fit.value, 2.5, 0.1);
+  EXPECT_EQ(fit.bounds.upper, 3 * kNcclHopRefUs);
+  EXPECT_DOUBLE_EQ(ncclModelParams(two).netChannelUs[static_cast<std::size_t>(NicKind::InfiniBand)], fit.value);
+  const NcclCalibration one = calibrateNccl(t, {syntheticLog(t, 8, truth)});
+  EXPECT_FALSE(param(one, NcclParam::NetChannelUs).identified);
+  EXPECT_NE(param(one, NcclParam::NetChannelUs).note.find("no row depends on it"), std::string::npos);
+}
+
 TEST(NcclCalibrate, BoundsArePhysical) {
   EXPECT_EQ(ncclParamBounds(NcclParam::NvlinkFraction, 0.87).lower, kNcclMinEfficiency);
   EXPECT_EQ(ncclParamBounds(NcclParam::NetFraction, 0.98).upper, 1.0);
@@ -106,6 +123,8 @@ TEST(NcclCalibrate, BoundsArePhysical) {
   EXPECT_EQ(ncclParamBounds(NcclParam::NetHopExtraUs, 23.4).upper, 3 * 23.4);
   EXPECT_EQ(ncclParamBounds(NcclParam::NetHopExtraUs, 0).upper, 3 * kNcclHopRefUs);
   EXPECT_EQ(ncclParamBounds(NcclParam::LaunchExtraUs, 0).upper, 3 * kNcclLaunchRefUs);
+  EXPECT_EQ(ncclParamBounds(NcclParam::NetChannelUs, 0).upper, 3 * kNcclHopRefUs);
+  EXPECT_EQ(ncclParamBounds(NcclParam::NetChannelUs, 3.8).lower, 0.5 * 3.8);
 }
 
 // The test: calibrate on the 2-node table, predict the 1-node table of the same system (only the intra-node
@@ -193,6 +212,14 @@ TEST(NcclCalibrate, RecordRoundTripsAndApplies) {
   EXPECT_EQ(four.model.nvlsFraction, param(c, NcclParam::NvlsFraction).value);
   EXPECT_EQ(four.model.launchExtraUs[static_cast<std::size_t>(GpuArch::Hopper)],
             param(c, NcclParam::LaunchExtraUs).value);
+
+  // A record written before net_channel_us was fitted still reads; the model's default stands for it.
+  nlohmann::json old = toJson(c);
+  old["params"].erase("net_channel_us");
+  const NcclCalibration older = parseNcclCalibration(old.dump(2), "old.json");
+  EXPECT_EQ(older.params.size(), c.params.size() - 1);
+  EXPECT_EQ(ncclModelParams(older).netChannelUs, NcclModelParams{}.netChannelUs);
+  EXPECT_EQ(ncclModelParams(older).nvlsFraction, param(c, NcclParam::NvlsFraction).value);
 
   NcclSystem a100 = four;
   a100.arch = GpuArch::Ampere;
