@@ -28,10 +28,11 @@
 ///   S) is 2a + max(B / L, B / (n min(L, S))) + B / L (tests/sim/test_sim_switch.cc). Only the exact method times
 ///   switch ops: schedules with them are simulated op by op in every mode. On the timeline a SwitchReduce is a
 ///   reduce span and a Multicast a receive from its root.
-/// - Protocols (Schedule::protocol, AlgoParams::protocol; NCCL 2.28's, constants owned by nccl_model.h): each network
-/// transfer waits the protocol's per-step latency on its route's path class (NVLink
+/// - Protocols (Schedule::protocol, AlgoParams::protocol; NCCL 2.28's, the rule in collbench/wire_rule.h, shared with
+///   the cost model): each network transfer takes the protocol's per-step latency on its route's path class (NVLink
 ///   when every link is of class "nvlink", the network when a link is of neither "nvlink" nor "pcie", else PCIe:
-///   ncclStepLatencyUs, NCCL's Ring row) once both sides are ready, then carries bytes / payload efficiency
+///   ncclStepLatencyUs, NCCL's Ring row) or its route's latency, whichever is larger (NCCL's step latency includes the
+///   wire), once both sides are ready, then carries bytes / payload efficiency
 ///   (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x); the call pays the launch floor once
 ///   (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without these on
 ///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on

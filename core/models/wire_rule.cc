@@ -59,7 +59,8 @@ double WireRule::wireBytes(double bytes) const {
 
 double WireRule::latencyUs(double bytes, NcclPath path, double routeLatencyUs) const {
   if (!active) return routeLatencyUs;
-  return ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(protocolOf(bytes))) + routeLatencyUs;
+  // NCCL's step latency already includes the wire (collbench/wire_rule.h): the larger of the two, not their sum.
+  return std::max(ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(protocolOf(bytes))), routeLatencyUs);
 }
 
 double WireRule::launchFloorUs(bool usedSimple, bool switchOps) const {

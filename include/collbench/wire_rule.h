@@ -9,8 +9,13 @@
 ///   (CPU ranks, generic topologies) nothing, and times stay the plain alpha-beta ones.
 /// - Protocol of a transfer: the fixed one, else LL up to kNcclP2pLLThresholdBytes and Simple above.
 /// - Bytes on the wire: data bytes / the protocol's payload efficiency (ncclProtocolEfficiency), rounded up.
-/// - Latency of a transfer: NCCL's per-step latency of its route's path class (ncclStepLatencyUs, Ring row) on top
-///   of the route's own latency (sum of its links' latency_us).
+/// - Latency of a transfer: NCCL's per-step latency of its route's path class (ncclStepLatencyUs, Ring row) or the
+///   route's own latency (sum of its links' latency_us), whichever is larger. NCCL's tuning.cc models a call as
+///   baseLat + steps x hwLat + bytes / bw with no separate wire term anywhere: its hwLat is the end-to-end latency of
+///   one step, wire included (the NVLink LL figure, 0.6 us, is the GPU -> NVSwitch -> GPU crossing the shipped
+///   topologies' NVLink links are built from, 2 x 0.3 us), so adding the links' latency on top would count the wire
+///   twice. The larger of the two keeps a topology whose wire is slower than NCCL's figure (a long-haul what-if)
+///   honest.
 /// - Once per call: NCCL's base latency of the protocol (the fixed one, else the slowest-to-launch one the transfers
 ///   used, LL when none), or NCCL's NVLS latency when the call performs switch ops and that is larger.
 #include <cstdint>
@@ -41,7 +46,7 @@ struct WireRule {
   /// Bytes on the wire for `bytes` data bytes: ceil(bytes / efficiency) when active, else `bytes`.
   double wireBytes(double bytes) const;
   /// Latency of a transfer of `bytes` on a route of path class `path` whose links add up to `routeLatencyUs`:
-  /// NCCL's step latency + routeLatencyUs when active, else routeLatencyUs.
+  /// max(NCCL's step latency, routeLatencyUs) when active, else routeLatencyUs.
   double latencyUs(double bytes, NcclPath path, double routeLatencyUs) const;
   /// Microseconds the call pays once; `usedSimple`: some transfer chose Simple under the point-to-point rule;
   /// `switchOps`: the call performs switch ops (NVLS, SHARP). 0 when not active.
