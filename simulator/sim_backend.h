@@ -41,8 +41,11 @@
 ///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1);
 ///   a schedule with switch ops pays NCCL's NVLS latency (25 us on NVLink) once instead of a smaller floor, as NCCL's
 ///   model charges NVLS per call rather than per step.
-///   NCCL's per-channel LL bandwidth cap (tuning.cc llMaxBw) is not modelled. In every method alike, so the
-///   methods still agree (tests/sim/test_sim_aggregation.cc); closed forms in tests/sim/test_sim_protocol.cc.
+///   NCCL's per-channel LL bandwidth cap (tuning.cc llMaxBw) is not modelled. Nor is NCCL's pipelining of a
+///   connection's steps (NCCL_STEPS slots in flight): a schedule's transfers on one connection follow each other,
+///   each paying its latency, so a latency-bound ring over several hosts pays the network latency on every step where
+///   NCCL's model pays it on the 2 (nodes - 1) steps that cross hosts. In every method alike, so the methods still
+///   agree (tests/sim/test_sim_aggregation.cc); closed forms in tests/sim/test_sim_protocol.cc.
 /// - Network models: CM02 (default; max-min fair sharing, time = latency + bytes / share, TCP window bound off,
 ///   cross-traffic off: exact alpha-beta where nothing is shared) and LV08 (SimGrid's calibrated TCP model: latency
 ///   x13.01, bandwidth x0.97, RTT-weighted sharing, 4 MiB window). `crossTraffic` adds SimGrid's reverse-direction
