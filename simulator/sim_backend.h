@@ -28,10 +28,11 @@
 ///   S) is 2a + max(B / L, B / (n min(L, S))) + B / L (tests/sim/test_sim_switch.cc). Only the exact method times
 ///   switch ops: schedules with them are simulated op by op in every mode. On the timeline a SwitchReduce is a
 ///   reduce span and a Multicast a receive from its root.
-/// - Protocols (Schedule::protocol, AlgoParams::protocol; NCCL 2.28's, constants owned by nccl_model.h): each network
-/// transfer waits the protocol's per-step latency on its route's path class (NVLink
+/// - Protocols (Schedule::protocol, AlgoParams::protocol; NCCL 2.28's, the rule in collbench/wire_rule.h, shared with
+///   the cost model): each network transfer takes the protocol's per-step latency on its route's path class (NVLink
 ///   when every link is of class "nvlink", the network when a link is of neither "nvlink" nor "pcie", else PCIe:
-///   ncclStepLatencyUs, NCCL's Ring row) once both sides are ready, then carries bytes / payload efficiency
+///   ncclStepLatencyUs, NCCL's Ring row) or its route's latency, whichever is larger (NCCL's step latency includes the
+///   wire), once both sides are ready, then carries bytes / payload efficiency
 ///   (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x); the call pays the launch floor once
 ///   (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without these on
 ///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on
@@ -40,8 +41,11 @@
 ///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1);
 ///   a schedule with switch ops pays NCCL's NVLS latency (25 us on NVLink) once instead of a smaller floor, as NCCL's
 ///   model charges NVLS per call rather than per step.
-///   NCCL's per-channel LL bandwidth cap (tuning.cc llMaxBw) is not modelled. In every method alike, so the
-///   methods still agree (tests/sim/test_sim_aggregation.cc); closed forms in tests/sim/test_sim_protocol.cc.
+///   NCCL's per-channel LL bandwidth cap (tuning.cc llMaxBw) is not modelled. Nor is NCCL's pipelining of a
+///   connection's steps (NCCL_STEPS slots in flight): a schedule's transfers on one connection follow each other,
+///   each paying its latency, so a latency-bound ring over several hosts pays the network latency on every step where
+///   NCCL's model pays it on the 2 (nodes - 1) steps that cross hosts. In every method alike, so the methods still
+///   agree (tests/sim/test_sim_aggregation.cc); closed forms in tests/sim/test_sim_protocol.cc.
 /// - Network models: CM02 (default; max-min fair sharing, time = latency + bytes / share, TCP window bound off,
 ///   cross-traffic off: exact alpha-beta where nothing is shared) and LV08 (SimGrid's calibrated TCP model: latency
 ///   x13.01, bandwidth x0.97, RTT-weighted sharing, 4 MiB window). `crossTraffic` adds SimGrid's reverse-direction

@@ -284,23 +284,10 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   return r;
 }
 
-/// Whether every rank of the call runs on a GPU of a known architecture (a GPU system NCCL tunes for: the shipped
-/// dgx/hgx/cloud systems). Generic topologies (flat, fat trees, tori without an arch) and CPU ranks are not.
-bool gpuRanks(const Topology& t, int nranks) {
-  std::unordered_map<std::string, const TopoNode*> byId;
-  for (const TopoNode& n : t.nodes) byId.emplace(n.id, &n);
-  for (int r = 0; r < nranks; ++r) {
-    const TopoNode* n = byId.at(t.ranks[static_cast<std::size_t>(r)]);
-    if (n->kind != NodeKind::Gpu || n->arch.empty()) return false;
-  }
-  return true;
-}
-
 /// The wire rule of a call (sim_backend.h "Protocols"): its protocol; without one, NCCL's point-to-point rule on GPU
 /// ranks (how the nccl backend runs a schedule: grouped ncclSend/ncclRecv), no protocol cost elsewhere.
 detail::WireRule wireRule(const Topology& t, int nranks, std::optional<Protocol> protocol) {
-  if (protocol) return {true, protocol};
-  return {gpuRanks(t, nranks), std::nullopt};
+  return WireRule::of(t, nranks, protocol);
 }
 
 /// The call's launch floor, paid once: every op starts that much later.
@@ -499,7 +486,7 @@ SimResult Simulator::runNcclChoice(const CollectiveSpec& spec, const NcclChoice&
   const AlgorithmInfo& info = findAlgorithm(spec.kind, name);
   AlgoParams p;
   p.channels = std::max(1, choice.channels);
-  p.protocol = detail::irProtocol(choice.protocol);
+  p.protocol = irProtocol(choice.protocol);
   if (info.traits.usesChunkBytes) p.chunkBytes = choice.chunkBytes;
   p.rankHost = params.rankHost.empty() ? rankHosts(topo_, nranks_) : params.rankHost;
   // NCCL's choice as a schedule, timed by whichever method the auto policy picks for it.

@@ -27,9 +27,6 @@ constexpr double kSleeperMargin = 1e-6;
 // shares it, so each lasts exactly its delay.
 constexpr double kDelayRate = 1e9;
 constexpr double kDelayHostSpeed = 1e18;
-// Protocol timing rows of NCCL's tables: a transfer of a collbench schedule is one step of a point-to-point
-// connection, which NCCL's tuning models as a ring step (tuning.cc's Ring row of baseLatencies and hwLatencies).
-constexpr NcclAlgorithm kWireAlgorithm = NcclAlgorithm::Ring;
 
 World* gCurrent = nullptr;  // the process's World (one engine per process)
 
@@ -108,9 +105,7 @@ World::World(const Topology& topology, int nranks, const SimConfig& config, Wire
     }
     linkBandwidth_.push_back(gbps * kBytesPerGB);
     linkLatency_.push_back(l.latencyUs * kSecondsPerUs);
-    linkPath_.push_back(l.linkClass == "nvlink" ? NcclPath::Nvl
-                        : l.linkClass == "pcie" ? NcclPath::Pxb
-                                                : NcclPath::Net);
+    linkPath_.push_back(wirePathOf(l.linkClass));
     sg4::SplitDuplexLink* link = zone_->create_split_duplex_link("l" + std::to_string(i), gbps * kBytesPerGB);
     link->set_latency(l.latencyUs * kSecondsPerUs);
     link->seal();
@@ -131,32 +126,21 @@ World::World(const Topology& topology, int nranks, const SimConfig& config, Wire
   });
 }
 
-Protocol World::protocolOf(std::uint64_t bytes) const {
-  if (wire_.fixed) return *wire_.fixed;
-  return bytes <= kNcclP2pLLThresholdBytes ? Protocol::LL : Protocol::Simple;
-}
-
 Wire World::wire(int src, int dst, std::uint64_t bytes) {
   if (!wire_.active) return {bytes, 0};
-  const Protocol p = protocolOf(bytes);
-  usedSimple_ = usedSimple_ || p == Protocol::Simple;
+  const auto data = static_cast<double>(bytes);
+  usedSimple_ = usedSimple_ || wire_.protocolOf(data) == Protocol::Simple;
   NcclPath path = NcclPath::Nvl;  // the worst class of the route's links (NcclPath orders best first)
-  for (DirLink l : route(src, dst)) path = std::max(path, linkPath_[static_cast<std::size_t>(l / 2)]);
-  const double wireBytes = std::ceil(static_cast<double>(bytes) / ncclProtocolEfficiency(ncclProtocol(p)));
-  return {static_cast<std::uint64_t>(wireBytes),
-          ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(p)) * kSecondsPerUs};
+  double routeUs = 0;
+  for (DirLink l : route(src, dst)) {
+    path = std::max(path, linkPath_[static_cast<std::size_t>(l / 2)]);
+    routeUs += topo_.links[static_cast<std::size_t>(l / 2)].latencyUs;
+  }
+  return {static_cast<std::uint64_t>(wire_.wireBytes(data)),
+          std::max(0.0, wire_.latencyUs(data, path, routeUs) - routeUs) * kSecondsPerUs};
 }
 
-double World::launchFloor() const {
-  if (!wire_.active) return 0;
-  const Protocol p = wire_.fixed ? *wire_.fixed : usedSimple_ ? Protocol::Simple : Protocol::LL;
-  double us = ncclBaseLatencyUs(kWireAlgorithm, ncclProtocol(p));
-  if (switchOps_) {  // NCCL runs NVLS with Simple; its latency is base + one NVLink hwLatency for the whole call
-    us = std::max(us, ncclBaseLatencyUs(NcclAlgorithm::Nvls, NcclProtocol::Simple) +
-                          ncclStepLatencyUs(NcclPath::Nvl, NcclAlgorithm::Nvls, NcclProtocol::Simple));
-  }
-  return us * kSecondsPerUs;
-}
+double World::launchFloor() const { return wire_.launchFloorUs(usedSimple_, switchOps_) * kSecondsPerUs; }
 
 double World::reduceRate(int rank) const { return hostReduceRate_[static_cast<std::size_t>(hostIndex(rank))]; }
 

@@ -13,6 +13,7 @@
 #include "collbench/nccl_model.h"
 #include "collbench/schedule.h"
 #include "collbench/topology.h"
+#include "collbench/wire_rule.h"
 #include "sim_backend.h"
 
 namespace collbench::sim::detail {
@@ -21,25 +22,13 @@ namespace collbench::sim::detail {
 using DirLink = int;
 inline DirLink dirLink(const Hop& h) { return h.link * 2 + (h.forward ? 0 : 1); }
 
-static_assert(static_cast<int>(Protocol::LL) == static_cast<int>(NcclProtocol::LL) &&
-                  static_cast<int>(Protocol::LL128) == static_cast<int>(NcclProtocol::LL128) &&
-                  static_cast<int>(Protocol::Simple) == static_cast<int>(NcclProtocol::Simple),
-              "Protocol follows NCCL's protocol order");
-/// The IR's protocol and NCCL's (the same three, in the same order).
-inline NcclProtocol ncclProtocol(Protocol p) { return static_cast<NcclProtocol>(static_cast<int>(p)); }
-inline Protocol irProtocol(NcclProtocol p) { return static_cast<Protocol>(static_cast<int>(p)); }
-
 /// What one transfer costs on the wire under the run's protocol (sim_backend.h "Protocols").
 struct Wire {
   std::uint64_t bytes = 0;  ///< bytes on the wire: data bytes / the protocol's payload efficiency
-  double delay = 0;         ///< seconds of the protocol's per-step latency before the transfer starts
+  double delay = 0;         ///< seconds of the protocol's latency beyond the route's before the transfer starts
 };
-/// How transfers choose their protocol: none (no protocol cost), one for every transfer, or NCCL's point-to-point
-/// rule by transfer size (LL up to kNcclP2pLLThresholdBytes, Simple above).
-struct WireRule {
-  bool active = false;
-  std::optional<Protocol> fixed;  ///< when active: this protocol; nullopt: the point-to-point rule
-};
+/// How transfers choose their protocol (collbench/wire_rule.h, shared with the cost model).
+using WireRule = collbench::WireRule;
 
 /// Platform built from a Topology: a SimGrid host per node that carries ranks, a SPLITDUPLEX link per topology link
 /// (bandwidth capped by the per-port limit switch_GBps of a switch at either end; switches themselves are not
@@ -74,9 +63,9 @@ class World {
 
   /// Whether transfers pay a protocol (wire() is the identity otherwise).
   bool wireActive() const { return wire_.active; }
-  /// The wire cost of `bytes` from rank src to rank dst (different nodes): the protocol's efficiency and its step
-  /// latency on the route's path class (NVLink when every link is of class "nvlink", the network when one is of
-  /// neither "nvlink" nor "pcie", else PCIe). Records the protocol for launchFloor().
+  /// The wire cost of `bytes` from rank src to rank dst (different nodes) under the rule (WireRule): the protocol's
+  /// efficiency, and its latency on the route's path class (the worst of its links' wirePathOf) less the route's own
+  /// latency, which SimGrid's links charge. Records the protocol for launchFloor().
   Wire wire(int src, int dst, std::uint64_t bytes);
   /// Seconds the call pays once: NCCL's base latency of the fixed protocol, or of the slowest-to-launch protocol the
   /// transfers timed so far used under the point-to-point rule (LL's when none), or NCCL's NVLS latency when switch
@@ -112,8 +101,6 @@ class World {
     int src, dst;
     std::uint64_t bytes, tag;
   };
-  /// The protocol of a transfer of `bytes` under the rule.
-  Protocol protocolOf(std::uint64_t bytes) const;
   void startNow(int src, int dst, std::uint64_t bytes, std::uint64_t tag);
   void installRoute(int srcRank, int dstRank);
   /// A free slot of live_ for an activity carrying `tag`.

@@ -41,7 +41,9 @@ CostContext::CostContext(Topology t, int nranks) : topo(std::move(t)) {
       if (it != switchCap.end()) gbps = std::min(gbps, it->second);
     }
     capBytesPerUs.push_back(gbps * kBytesPerUsPerGBps);
+    linkPath.push_back(wirePathOf(l.linkClass));
   }
+  onGpuRanks = gpuRanks(topo, n);
   load_.assign(2 * topo.links.size(), 0.0);
   summarize();
 }
@@ -128,22 +130,33 @@ std::vector<CostTerms> CostContext::phase(const std::vector<Flow>& flows, bool k
       continue;
     }
     double lat = 0, rate = std::numeric_limits<double>::infinity(), alone = rate;
+    NcclPath path = NcclPath::Nvl;  // the worst class of the route's links (NcclPath orders best first)
     for (const Hop& h : hops) {
       const auto li = static_cast<std::size_t>(h.link);
       lat += topo.links[li].latencyUs;
       const double cap = capBytesPerUs[li];
       rate = std::min(rate, cap / load_[li * 2 + (h.forward ? 0 : 1)]);
       alone = std::min(alone, cap);
+      path = std::max(path, linkPath[li]);
     }
+    const double bytes = wire_.wireBytes(f.bytes);
+    if (wire_.active) usedSimple_ = usedSimple_ || wire_.protocolOf(f.bytes) == Protocol::Simple;
     const int c = classOf(f.src, f.dst);
-    t.us = lat + f.bytes / rate;
+    t.us = wire_.latencyUs(f.bytes, path, lat) + bytes / rate;
     t.alphaCount[c] = 1;
-    t.betaBytes[c] = f.bytes * alone / rate;
+    t.betaBytes[c] = bytes * alone / rate;
   }
   for (int k : touched_) load_[static_cast<std::size_t>(k)] = 0;
   touched_.clear();
   return out;
 }
+
+void CostContext::beginCall(std::optional<Protocol> protocol) const {
+  wire_ = WireRule::of(onGpuRanks, protocol);
+  usedSimple_ = false;
+}
+
+double CostContext::launchFloorUs(bool switchOps) const { return wire_.launchFloorUs(usedSimple_, switchOps); }
 
 CostTerms CostContext::phaseMax(const std::vector<Flow>& flows, bool keepEmpty) const {
   CostTerms worst;

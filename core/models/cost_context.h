@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
 #include "collbench/topology.h"
+#include "collbench/wire_rule.h"
 
 namespace collbench {
 
@@ -64,8 +66,9 @@ struct CostContext {
   /// Reduction of `bytes` at the slowest reducer (symmetric phases: every rank reduces as much).
   CostTerms gammaMax(double bytes) const;
   /// Costs of concurrent flows: each flow's route latency plus its bytes at the rate of its most loaded link
-  /// (capacity / concurrent flows). Zero-byte flows cost their latency only when `keepEmpty` (barrier messages);
-  /// otherwise the generators elide them and they cost nothing.
+  /// (capacity / concurrent flows), both under the call's wire rule (beginCall; collbench/wire_rule.h): the latency
+  /// of the route's path class and the bytes on the wire. Zero-byte flows cost their latency only when `keepEmpty`
+  /// (barrier messages); otherwise the generators elide them and they cost nothing.
   std::vector<CostTerms> phase(const std::vector<Flow>& flows, bool keepEmpty = false) const;
   /// The slowest flow of phase().
   CostTerms phaseMax(const std::vector<Flow>& flows, bool keepEmpty = false) const;
@@ -75,6 +78,13 @@ struct CostContext {
   /// recvWaitsSend: a rank posts the receive of step s only once its own send of step s-1 is done.
   CostTerms ringRecurrence(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g, int steps, int reduceSteps,
                            std::size_t rounds, bool recvWaitsSend = false) const;
+  /// Starts pricing a call with this protocol (AlgoParams::protocol): sets the wire rule phase() applies and forgets
+  /// which protocols earlier calls used.
+  void beginCall(std::optional<Protocol> protocol) const;
+  /// Microseconds the call begun by beginCall pays once (WireRule::launchFloorUs of the protocols its flows used so
+  /// far); `switchOps`: it performs switch ops (NVLS, SHARP).
+  double launchFloorUs(bool switchOps) const;
+
   /// The smallest period of a ring's delays (p divides d.size(), d and g repeat every p entries bit for bit).
   static std::size_t ringPeriod(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g);
   /// Delays of one ring step: transfer ring[i] -> ring[i+1] of `bytes` on `mult[r]` identical channels of ring r
@@ -101,6 +111,8 @@ struct CostContext {
   std::vector<int> host;               // host index per rank
   std::vector<double> gammaUsPerByte;  // per rank; 0 = free
   std::vector<double> capBytesPerUs;   // per link, after switch port limits
+  std::vector<NcclPath> linkPath;      // per link, its wire path class (wirePathOf)
+  bool onGpuRanks = false;             // every rank is a GPU of a known arch (gpuRanks): NCCL's p2p rule applies
   CostSummary summary;
 
  private:
@@ -109,6 +121,9 @@ struct CostContext {
   // Scratch for phase(): load per directed link (link * 2 + (forward ? 0 : 1)) and the entries touched.
   mutable std::vector<double> load_;
   mutable std::vector<int> touched_;
+  // The call being priced (beginCall): its wire rule, and whether a flow chose Simple under the p2p rule.
+  mutable WireRule wire_;
+  mutable bool usedSimple_ = false;
   // ringRecurrence's rounds' ends by their inputs (bytes of the period of d and g, steps, rounds simulated).
   mutable std::unordered_map<std::string, std::array<CostTerms, 3>> ringMemo_;
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -36,12 +37,13 @@ TEST_F(SimBackend, DefaultTopologyIsOneDgxH100) {
   EXPECT_FALSE(b->movesData());
   // Ring on one NVSwitch: 2(n-1) hops of alpha = 2 x 0.3 us and beta = 1 / 450 GB/s on blocks of count/8 floats,
   // plus n-1 reductions at 1100 GB/s (topologies/README.md). GPU ranks without a protocol are timed as NCCL's
-  // point-to-point path runs the schedule: 4 MB blocks go Simple, a 3.4 us NVLink step latency per hop and an 8.4 us
-  // launch floor once (NCCL 2.28 tuning.cc; sim_backend.h "Protocols").
+  // point-to-point path runs the schedule: 4 MB blocks go Simple, a 3.4 us NVLink step latency per hop (which includes
+  // the wire: it replaces alpha, the larger of the two) and an 8.4 us launch floor once (NCCL 2.28 tuning.cc;
+  // collbench/wire_rule.h).
   const std::size_t count = 8 * 1000000;
   const RunResult r = b->run(ring(8, count), Buffers(8), RunOptions{});
   const double blk = 1000000.0 * 4;
-  const double want = 8.4e-6 + 14 * (3.4e-6 + 0.6e-6 + blk / 450e9) + 7 * blk / 1100e9;
+  const double want = 8.4e-6 + 14 * (std::max(3.4e-6, 0.6e-6) + blk / 450e9) + 7 * blk / 1100e9;
   EXPECT_NEAR(r.seconds, want, 1e-6 * want);
   EXPECT_EQ(r.algorithm, "ring");
 }
@@ -277,12 +279,12 @@ TEST_F(SimCli, PerfOnTheSimBackend) {
   EXPECT_NE(r.out.find("backend sim, 8 ranks, topology dgx-h100-8x1, algorithm ring\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("#  Rank  7 Group  0 Pid"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[sim] simulated"), std::string::npos) << r.out;
-  // Ring on one NVSwitch (as DefaultTopologyIsOneDgxH100): 14 hops of 0.6 us + block / 450 GB/s, 7 reductions of a
-  // block at 1100 GB/s, block = size / 8 (128 KiB and up: NCCL's point-to-point Simple, 3.4 us per hop and an 8.4 us
-  // launch floor); busbw = algbw x 2(n-1)/n.
+  // Ring on one NVSwitch (as DefaultTopologyIsOneDgxH100): 14 hops of block / 450 GB/s, 7 reductions of a block at
+  // 1100 GB/s, block = size / 8 (128 KiB and up: NCCL's point-to-point Simple, 3.4 us per hop, above the route's
+  // 0.6 us, and an 8.4 us launch floor); busbw = algbw x 2(n-1)/n.
   auto ringSeconds = [](double size) {
     const double blk = size / 8;
-    return 8.4e-6 + 14 * (3.4e-6 + 0.6e-6 + blk / 450e9) + 7 * blk / 1100e9;
+    return 8.4e-6 + 14 * (std::max(3.4e-6, 0.6e-6) + blk / 450e9) + 7 * blk / 1100e9;
   };
   const double factor = 2.0 * 7 / 8;
   const auto rows = testing::tableRows(r.out);

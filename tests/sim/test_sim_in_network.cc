@@ -64,8 +64,10 @@ struct Figures {
 /// NCCL's point-to-point protocol on GPU ranks (sim_backend.h, "Protocols"): every transfer here is above the LL
 /// threshold, so Simple's step latency on its path class, and the call's floor, NCCL's NVLS latency (switch ops ran),
 /// which is above Simple's base latency.
-double stepLatency(NcclPath path) {
-  return ncclStepLatencyUs(path, NcclAlgorithm::Ring, NcclProtocol::Simple) * kSecondsPerUs;
+/// What the step latency adds to a transfer whose route's latency is `routeLat` (collbench/wire_rule.h: the larger of
+/// the two, NCCL's step latency including the wire).
+double stepExtra(NcclPath path, double routeLat) {
+  return std::max(0.0, ncclStepLatencyUs(path, NcclAlgorithm::Ring, NcclProtocol::Simple) * kSecondsPerUs - routeLat);
 }
 double launchFloor() {
   return std::max(ncclBaseLatencyUs(NcclAlgorithm::Ring, NcclProtocol::Simple),
@@ -93,7 +95,7 @@ TEST(SimInNetwork, NvlsTreeOneLoopOnTwoHosts) {
   const double b = kBytes / kLocal;
   const double want = 2 * f.nvlinkLat + std::max(kBytes / f.nvlink, b / std::min(f.nvlink, f.nvls)) +
                       kBytes / f.nvlink + 2 * (2 * f.railLat() + b / f.rail()) + b / f.gpuReduce + launchFloor() +
-                      2 * stepLatency(NcclPath::Net);
+                      2 * stepExtra(NcclPath::Net, 2 * f.railLat());
   const sim::SimResult r = simulate(t, "nvls_tree", kCount, kCount * 4 / kLocal);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
   EXPECT_EQ(r.method, "exact");
@@ -109,7 +111,7 @@ TEST(SimInNetwork, CollnetDirectOneLoopOnTwoHosts) {
   const Figures f(t);
   const double b = kBytes / kLocal;
   const double want = (kLocal - 1) * (f.nvlinkHop(b) + b / f.gpuReduce) + f.sharp2(b) + 2 * f.nvlinkLat +
-                      (kLocal - 1) * b / f.nvlink + launchFloor() + kLocal * stepLatency(NcclPath::Nvl);
+                      (kLocal - 1) * b / f.nvlink + launchFloor() + kLocal * stepExtra(NcclPath::Nvl, 2 * f.nvlinkLat);
   const sim::SimResult r = simulate(t, "collnet_direct", kCount, kCount * 4 / kLocal);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
 }
@@ -121,7 +123,7 @@ TEST(SimInNetwork, CollnetChainOneLoopOnTwoHosts) {
   const Figures f(t);
   const double want = (kLocal - 1) * (f.nvlinkHop(kBytes) + kBytes / f.gpuReduce) + f.sharp2(kBytes) +
                       (kLocal - 1) * f.nvlinkHop(kBytes) + launchFloor() +
-                      2 * (kLocal - 1) * stepLatency(NcclPath::Nvl);
+                      2 * (kLocal - 1) * stepExtra(NcclPath::Nvl, 2 * f.nvlinkLat);
   const sim::SimResult r = simulate(t, "collnet_chain", kCount, kCount * 4);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
 }

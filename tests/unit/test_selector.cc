@@ -233,6 +233,26 @@ TEST(Selector, HierarchicalOnlyWhereHostsAreEqual) {
   }
 }
 
+TEST(Selector, GpuSystemsPayTheWireRule) {
+  // dgx-h100-8x1 (GPU ranks of a known arch), 8 B: every flow pays NCCL's LL step latency on NVLink (0.6 us, the
+  // larger of it and the route's 2 x 0.3 us) and the call LL's launch floor (6.6 us; NCCL 2.28 tuning.cc, Ring row;
+  // collbench/wire_rule.h), so a ring's 14 steps cost 14 of them and direct's 2 steps 2: the model ranks direct ahead.
+  const Topology t = loadTopology("dgx-h100-8x1");
+  const Choice c = chooseAlgorithm(CollectiveSpec{Collective::AllReduce, 8, 2, DType::F32},
+                                   SelectorOptions{&t, nullptr, "", "auto", ""});
+  auto predicted = [&](const std::string& name) {
+    for (const Alternative& a : c.ranking) {
+      if (a.algorithm == name) return a.predictedUs;
+    }
+    return -1.0;
+  };
+  const double floorUs = 6.6, stepUs = 0.6, slackUs = 0.1;  // slack: 8 bytes' wire time and reductions
+  EXPECT_NEAR(predicted("ring"), floorUs + 14 * stepUs, slackUs) << c.reason;
+  EXPECT_NEAR(predicted("direct"), floorUs + 2 * stepUs, slackUs) << c.reason;
+  EXPECT_LT(predicted("direct"), predicted("ring")) << c.reason;
+  EXPECT_GE(c.predictedUs, floorUs + 2 * stepUs) << c.reason;
+}
+
 TEST(Selector, ForcedChoices) {
   const Topology t = flat8();
   const TuningTable table = modelTable(t, [](const std::string&, std::size_t) { return 1.0; });
