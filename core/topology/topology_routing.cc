@@ -83,6 +83,10 @@ void walkBack(const Graph& g, int srcNode, int dstNode, HopsOf hopsOf, LatencyOf
 // Scratch of pairRoute(), per node; an entry counts only where its stamp is the current search's, so nothing is
 // cleared between searches. Per thread: a Router is used by one thread at a time, and stamps are unique per search
 // whichever router runs it.
+struct DagEdge {
+  int from, to;
+  double latency;
+};
 struct PairSearch {
   std::vector<std::uint32_t> stampFwd, stampBwd, stampDag;
   std::vector<int> hopsFwd, hopsBwd;
@@ -90,6 +94,7 @@ struct PairSearch {
   std::vector<int> fwd, bwd;                    // nodes in order of discovery from src / from dst
   std::vector<std::size_t> fwdLayer, bwdLayer;  // where each hop count starts in fwd / bwd
   std::vector<std::vector<int>> dag;            // nodes of the shortest paths by hop count from src
+  std::vector<std::vector<DagEdge>> into;       // their links by the hop count they lead to
   std::uint32_t stamp = 0;
 };
 thread_local PairSearch pairScratch;
@@ -183,47 +188,47 @@ bool pairRoute(const Graph& g, int srcNode, int dstNode, std::vector<Hop>& out) 
   auto& dag = ps.dag;
   if (dag.size() < at(D) + 1) dag.resize(at(D) + 1);
   for (int p = 0; p <= D; ++p) dag[at(p)].clear();
+  auto& into = ps.into;
+  if (into.size() < at(D) + 1) into.resize(at(D) + 1);
+  for (int p = 0; p <= D; ++p) into[at(p)].clear();
   auto addDag = [&](int v, int p) {
     ps.stampDag[at(v)] = st;
     ps.stampFwd[at(v)] = st;  // a node at hop p of a shortest path is p hops from the source
     ps.hopsFwd[at(v)] = p;
+    ps.latency[at(v)] = std::numeric_limits<double>::infinity();
     dag[at(p)].push_back(v);
+  };
+  // Reads v's links once: routers one hop closer to the source (preds) and nodes one hop closer to the destination
+  // (succs) join the paths, and every link between two hop counts is recorded with its latency.
+  auto scan = [&](int v, int p, bool preds, bool succs) {
+    for (int e = g.start[at(v)]; e < g.start[at(v) + 1]; ++e) {
+      const auto [x, l] = g.adj[static_cast<std::size_t>(e)];
+      if (preds && ps.stampFwd[at(x)] == st && ps.hopsFwd[at(x)] == p - 1 && (g.transit[at(x)] || x == srcNode)) {
+        if (ps.stampDag[at(x)] != st) addDag(x, p - 1);
+        into[at(p)].push_back({x, v, g.topo.links[static_cast<std::size_t>(l)].latencyUs});
+      } else if (succs && ps.stampBwd[at(x)] == st && ps.hopsBwd[at(x)] == D - p - 1 &&
+                 (g.transit[at(x)] || x == dstNode)) {
+        if (ps.stampDag[at(x)] != st) addDag(x, p + 1);
+        into[at(p) + 1].push_back({v, x, g.topo.links[static_cast<std::size_t>(l)].latencyUs});
+      }
+    }
   };
   for (std::size_t i = fwd.layer[at(split)]; i < fwd.layer[at(split) + 1]; ++i) {
     const int v = fwd.order[i];
     if (ps.stampBwd[at(v)] == st && ps.hopsBwd[at(v)] == D - split && usable(v)) addDag(v, split);
   }
-  for (int p = split; p > 0; --p) {  // predecessors: routers one hop closer to the source
-    for (std::size_t i = 0; i < dag[at(p)].size(); ++i) {
-      const int v = dag[at(p)][i];
-      for (int e = g.start[at(v)]; e < g.start[at(v) + 1]; ++e) {
-        const int u = g.adj[static_cast<std::size_t>(e)].first;
-        if (ps.stampDag[at(u)] == st || ps.stampFwd[at(u)] != st || ps.hopsFwd[at(u)] != p - 1) continue;
-        if (g.transit[at(u)] || u == srcNode) addDag(u, p - 1);
-      }
-    }
+  for (int v : dag[at(split)]) scan(v, split, split > 0, split < D);
+  for (int p = split - 1; p > 0; --p) {
+    for (std::size_t i = 0; i < dag[at(p)].size(); ++i) scan(dag[at(p)][i], p, true, false);
   }
-  for (int p = split; p < D; ++p) {  // successors: nodes one hop closer to the destination
-    for (std::size_t i = 0; i < dag[at(p)].size(); ++i) {
-      const int v = dag[at(p)][i];
-      for (int e = g.start[at(v)]; e < g.start[at(v) + 1]; ++e) {
-        const int w = g.adj[static_cast<std::size_t>(e)].first;
-        if (ps.stampDag[at(w)] == st || ps.stampBwd[at(w)] != st || ps.hopsBwd[at(w)] != D - p - 1) continue;
-        if (g.transit[at(w)] || w == dstNode) addDag(w, p + 1);
-      }
-    }
+  for (int p = split + 1; p < D; ++p) {
+    for (std::size_t i = 0; i < dag[at(p)].size(); ++i) scan(dag[at(p)][i], p, false, true);
   }
   // Latencies as tree() computes them: the minimum over the predecessors one hop closer.
   ps.latency[at(srcNode)] = 0;
   for (int p = 1; p <= D; ++p) {
-    for (int v : dag[at(p)]) {
-      double lat = std::numeric_limits<double>::infinity();
-      for (int e = g.start[at(v)]; e < g.start[at(v) + 1]; ++e) {
-        const auto [u, l] = g.adj[static_cast<std::size_t>(e)];
-        if (ps.stampDag[at(u)] != st || ps.hopsFwd[at(u)] != p - 1) continue;
-        lat = std::min(lat, ps.latency[at(u)] + g.topo.links[static_cast<std::size_t>(l)].latencyUs);
-      }
-      ps.latency[at(v)] = lat;
+    for (const DagEdge& edge : into[at(p)]) {
+      ps.latency[at(edge.to)] = std::min(ps.latency[at(edge.to)], ps.latency[at(edge.from)] + edge.latency);
     }
   }
   walkBack(
