@@ -230,15 +230,17 @@ int switchOfRanks(const Router& router, const std::vector<int>& ranks) {
     if (t.nodes[static_cast<std::size_t>(sw)].kind != NodeKind::Switch) continue;
     // Hop counts are symmetric (links are undirected and transit is a property of the path's inner nodes), so the
     // distances are read from the switch: one breadth-first search per switch rather than one per rank and switch.
-    // A switch already farther than the best cannot win: its search stops there.
+    // A switch already farther than the best cannot win, nor one as far that would not win the tie: its search
+    // stops there.
+    const bool capable = performsSwitchOps(t.nodes[static_cast<std::size_t>(sw)]);
+    const bool winsTie = capable && !bestCapable;
     int far = 0;
     for (int r : ranks) {
       const int d = router.distance(sw, router.rankNode(r));
       far = d < 0 ? -1 : std::max(far, d);
-      if (far < 0 || (best >= 0 && far > bestFar)) break;
+      if (far < 0 || (best >= 0 && (far > bestFar || (far == bestFar && !winsTie)))) break;
     }
     if (far < 0 || (best >= 0 && far > bestFar)) continue;
-    const bool capable = performsSwitchOps(t.nodes[static_cast<std::size_t>(sw)]);
     if (best < 0 || far < bestFar || (far == bestFar && capable && !bestCapable)) {
       best = sw;
       bestFar = far;

@@ -45,6 +45,206 @@ std::uint64_t pairSeed(int src, int dst) {
 
 bool sameLatency(double x, double y) { return std::fabs(x - y) <= kLatencyTolerance * std::max(1.0, std::fabs(y)); }
 
+// The router's graph as the route searches below read it.
+struct Graph {
+  const std::vector<int>& start;                     // CSR adjacency: node -> [start[n], start[n+1])
+  const std::vector<std::pair<int, int>>& adj;       // (neighbor, link)
+  const std::vector<char>& transit;                  // per node: may a route pass through it
+  const std::vector<std::pair<int, int>>& linkEnds;  // link -> (node of a, node of b)
+  const Topology& topo;
+};
+
+template <class HopsOf, class LatencyOf>
+void walkBack(const Graph& g, int srcNode, int dstNode, HopsOf hopsOf, LatencyOf latencyOf, std::vector<Hop>& out) {
+  // Walk back from the destination; at each node choose among the equal-cost predecessors by a hash of
+  // (src, dst, node). Choosing near the destination as well as near the source spreads pairs over every tier.
+  const std::uint64_t seed = pairSeed(srcNode, dstNode);
+  std::vector<std::pair<int, int>> candidates;
+  int v = dstNode;
+  while (v != srcNode) {
+    const auto vi = static_cast<std::size_t>(v);
+    candidates.clear();
+    for (int e = g.start[vi]; e < g.start[vi + 1]; ++e) {
+      const auto [u, l] = g.adj[static_cast<std::size_t>(e)];
+      const auto ui = static_cast<std::size_t>(u);
+      if (hopsOf(ui) != hopsOf(vi) - 1 || (!g.transit[ui] && u != srcNode)) continue;
+      if (!sameLatency(latencyOf(ui) + g.topo.links[static_cast<std::size_t>(l)].latencyUs, latencyOf(vi))) continue;
+      candidates.emplace_back(u, l);
+    }
+    COLLBENCH_CHECK(!candidates.empty(), "no predecessor of node {} on the way from {} to {}", v, srcNode, dstNode);
+    const auto [u, l] =
+        candidates[mix(seed ^ (static_cast<std::uint64_t>(v) * 0x9e3779b97f4a7c15ull)) % candidates.size()];
+    out.push_back(Hop{l, g.linkEnds[static_cast<std::size_t>(l)].first == u});
+    v = u;
+  }
+  std::reverse(out.begin(), out.end());
+}
+
+// Scratch of pairRoute(), per node; an entry counts only where its stamp is the current search's, so nothing is
+// cleared between searches. Per thread: a Router is used by one thread at a time, and stamps are unique per search
+// whichever router runs it.
+struct DagEdge {
+  int from, to;
+  double latency;
+};
+struct PairSearch {
+  std::vector<std::uint32_t> stampFwd, stampBwd, stampDag;
+  std::vector<int> hopsFwd, hopsBwd;
+  std::vector<double> latency;
+  std::vector<int> fwd, bwd;                    // nodes in order of discovery from src / from dst
+  std::vector<std::size_t> fwdLayer, bwdLayer;  // where each hop count starts in fwd / bwd
+  std::vector<std::vector<int>> dag;            // nodes of the shortest paths by hop count from src
+  std::vector<std::vector<DagEdge>> into;       // their links by the hop count they lead to
+  std::uint32_t stamp = 0;
+};
+thread_local PairSearch pairScratch;
+
+std::size_t at(int v) { return static_cast<std::size_t>(v); }
+
+// One end of meetHops(): the nodes it reached in order, by hop count.
+struct Side {
+  std::vector<int>& order;
+  std::vector<std::size_t>& layer;  // layer[k]: first node of hop count k in order; back(): end of the last
+  std::vector<std::uint32_t>& stamp;
+  std::vector<int>& hops;
+  int origin;
+  bool done = false;  // its last layer found nothing new: it holds every node it can reach
+  int depth() const { return static_cast<int>(layer.size()) - 2; }
+  std::size_t frontier() const { return layer.back() - layer[layer.size() - 2]; }
+};
+
+// Hop count of the shortest src -> dst path (transit rules as tree()), -1 if none, by a breadth-first search from both
+// ends that expands the smaller frontier: any path no longer than the two depths together meets in a node both
+// reached, so the search stops once the best meeting is that short. pairScratch keeps both sides for pairRoute().
+int meetHops(const Graph& g, int srcNode, int dstNode) {
+  PairSearch& ps = pairScratch;
+  const std::size_t nodes = g.start.size() - 1;
+  if (ps.stampFwd.size() != nodes || ++ps.stamp == 0) {
+    for (auto* stamps : {&ps.stampFwd, &ps.stampBwd, &ps.stampDag}) stamps->assign(nodes, 0);
+    ps.hopsFwd.assign(nodes, 0);
+    ps.hopsBwd.assign(nodes, 0);
+    ps.latency.assign(nodes, 0);
+    ps.stamp = 1;
+  }
+  const std::uint32_t st = ps.stamp;
+  // May a path use v: its ends, or a router.
+  const auto usable = [&](int v) { return v == srcNode || v == dstNode || g.transit[at(v)]; };
+  Side fwd{ps.fwd, ps.fwdLayer, ps.stampFwd, ps.hopsFwd, srcNode};
+  Side bwd{ps.bwd, ps.bwdLayer, ps.stampBwd, ps.hopsBwd, dstNode};
+  for (Side* side : {&fwd, &bwd}) {
+    side->order.assign(1, side->origin);
+    side->layer.assign({0, 1});
+    side->stamp[at(side->origin)] = st;
+    side->hops[at(side->origin)] = 0;
+  }
+  if (srcNode == dstNode) return 0;
+  constexpr int kNone = std::numeric_limits<int>::max();
+  int best = kNone;  // shortest src -> dst path met so far
+  auto expand = [&](Side& side, const Side& other) {
+    const std::size_t from = side.layer[side.layer.size() - 2], to = side.layer.back();
+    const int h = side.depth() + 1;
+    for (std::size_t i = from; i < to; ++i) {
+      const int u = side.order[i];
+      if (!g.transit[at(u)] && u != side.origin) continue;
+      for (int e = g.start[at(u)]; e < g.start[at(u) + 1]; ++e) {
+        const int v = g.adj[static_cast<std::size_t>(e)].first;
+        if (side.stamp[at(v)] == st) continue;
+        side.stamp[at(v)] = st;
+        side.hops[at(v)] = h;
+        side.order.push_back(v);
+        if (other.stamp[at(v)] == st && usable(v)) best = std::min(best, h + other.hops[at(v)]);
+      }
+    }
+    side.layer.push_back(side.order.size());
+    side.done = side.order.size() == to;
+  };
+  while (best == kNone || (best > fwd.depth() + bwd.depth() && !fwd.done && !bwd.done)) {
+    if (fwd.done || bwd.done) return -1;  // one side holds all it reaches and met nothing
+    if (fwd.frontier() <= bwd.frontier()) {
+      expand(fwd, bwd);
+    } else {
+      expand(bwd, fwd);
+    }
+  }
+  return best;
+}
+
+// The walk on tree(src, dst) reads hops and latencies of the nodes on shortest src -> dst paths only: a predecessor
+// u of such a node v (hops(u) = hops(v) - 1, u a router) is on one too, and latency(v) is the minimum over those u.
+// So after meetHops() found the hop count D, the nodes at hop `split` on shortest paths are those both sides reached
+// at hops split and D - split (every shortest path crosses that layer), and the rest of the paths are their
+// predecessors on the source's side and successors on the destination's. Latencies are the same minima over the
+// same predecessors, so the walk picks the same links. In a Clos fabric both searches stop below the middle tier
+// instead of sweeping every leaf.
+bool pairRoute(const Graph& g, int srcNode, int dstNode, std::vector<Hop>& out) {
+  const int D = meetHops(g, srcNode, dstNode);
+  if (D < 0) return false;
+  PairSearch& ps = pairScratch;
+  const std::uint32_t st = ps.stamp;
+  const Side bwd{ps.bwd, ps.bwdLayer, ps.stampBwd, ps.hopsBwd, dstNode};
+  const Side fwd{ps.fwd, ps.fwdLayer, ps.stampFwd, ps.hopsFwd, srcNode};
+  const auto usable = [&](int v) { return v == srcNode || v == dstNode || g.transit[at(v)]; };
+  const int split = std::max(0, D - bwd.depth());
+  auto& dag = ps.dag;
+  if (dag.size() < at(D) + 1) dag.resize(at(D) + 1);
+  for (int p = 0; p <= D; ++p) dag[at(p)].clear();
+  auto& into = ps.into;
+  if (into.size() < at(D) + 1) into.resize(at(D) + 1);
+  for (int p = 0; p <= D; ++p) into[at(p)].clear();
+  auto addDag = [&](int v, int p) {
+    ps.stampDag[at(v)] = st;
+    ps.stampFwd[at(v)] = st;  // a node at hop p of a shortest path is p hops from the source
+    ps.hopsFwd[at(v)] = p;
+    ps.latency[at(v)] = std::numeric_limits<double>::infinity();
+    dag[at(p)].push_back(v);
+  };
+  // Reads v's links once: routers one hop closer to the source (preds) and nodes one hop closer to the destination
+  // (succs) join the paths, and every link between two hop counts is recorded with its latency.
+  auto scan = [&](int v, int p, bool preds, bool succs) {
+    for (int e = g.start[at(v)]; e < g.start[at(v) + 1]; ++e) {
+      const auto [x, l] = g.adj[static_cast<std::size_t>(e)];
+      if (preds && ps.stampFwd[at(x)] == st && ps.hopsFwd[at(x)] == p - 1 && (g.transit[at(x)] || x == srcNode)) {
+        if (ps.stampDag[at(x)] != st) addDag(x, p - 1);
+        into[at(p)].push_back({x, v, g.topo.links[static_cast<std::size_t>(l)].latencyUs});
+      } else if (succs && ps.stampBwd[at(x)] == st && ps.hopsBwd[at(x)] == D - p - 1 &&
+                 (g.transit[at(x)] || x == dstNode)) {
+        if (ps.stampDag[at(x)] != st) addDag(x, p + 1);
+        into[at(p) + 1].push_back({v, x, g.topo.links[static_cast<std::size_t>(l)].latencyUs});
+      }
+    }
+  };
+  for (std::size_t i = fwd.layer[at(split)]; i < fwd.layer[at(split) + 1]; ++i) {
+    const int v = fwd.order[i];
+    if (ps.stampBwd[at(v)] == st && ps.hopsBwd[at(v)] == D - split && usable(v)) addDag(v, split);
+  }
+  for (int v : dag[at(split)]) scan(v, split, split > 0, split < D);
+  for (int p = split - 1; p > 0; --p) {
+    for (std::size_t i = 0; i < dag[at(p)].size(); ++i) scan(dag[at(p)][i], p, true, false);
+  }
+  for (int p = split + 1; p < D; ++p) {
+    for (std::size_t i = 0; i < dag[at(p)].size(); ++i) scan(dag[at(p)][i], p, false, true);
+  }
+  // Latencies as tree() computes them: the minimum over the predecessors one hop closer.
+  ps.latency[at(srcNode)] = 0;
+  for (int p = 1; p <= D; ++p) {
+    for (const DagEdge& edge : into[at(p)]) {
+      ps.latency[at(edge.to)] = std::min(ps.latency[at(edge.to)], ps.latency[at(edge.from)] + edge.latency);
+    }
+  }
+  walkBack(
+      g, srcNode, dstNode, [&ps, st](std::size_t v) { return ps.stampDag[v] == st ? ps.hopsFwd[v] : -2; },
+      [&ps](std::size_t v) { return ps.latency[v]; }, out);
+  return true;
+}
+
+// The source node of the previous route a router was asked for (per thread, as pairScratch): a source asked again
+// in a row gets its BFS tree.
+struct LastSource {
+  const void* router = nullptr;
+  int node = -1;
+};
+thread_local LastSource lastSource;
+
 }  // namespace
 
 Router::Router(const Topology& t) : topo_(&t) {
@@ -176,28 +376,9 @@ const Router::Tree& Router::tree(int srcNode, int dstNode) const {
 }
 
 void Router::walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& out) const {
-  // Walk back from the destination; at each node choose among the equal-cost predecessors by a hash of
-  // (src, dst, node). Choosing near the destination as well as near the source spreads pairs over every tier.
-  const std::uint64_t seed = pairSeed(srcNode, dstNode);
-  std::vector<std::pair<int, int>> candidates;
-  int v = dstNode;
-  while (v != srcNode) {
-    const auto vi = static_cast<std::size_t>(v);
-    candidates.clear();
-    for (int e = adjStart_[vi]; e < adjStart_[vi + 1]; ++e) {
-      const auto [u, l] = adj_[static_cast<std::size_t>(e)];
-      const auto ui = static_cast<std::size_t>(u);
-      if (tr.hops[ui] != tr.hops[vi] - 1 || (!transit_[ui] && u != srcNode)) continue;
-      if (!sameLatency(tr.latency[ui] + topo_->links[static_cast<std::size_t>(l)].latencyUs, tr.latency[vi])) continue;
-      candidates.emplace_back(u, l);
-    }
-    COLLBENCH_CHECK(!candidates.empty(), "no predecessor of node {} on the way from {} to {}", v, srcNode, dstNode);
-    const auto [u, l] =
-        candidates[mix(seed ^ (static_cast<std::uint64_t>(v) * 0x9e3779b97f4a7c15ull)) % candidates.size()];
-    out.push_back(Hop{l, linkEnds_[static_cast<std::size_t>(l)].first == u});
-    v = u;
-  }
-  std::reverse(out.begin(), out.end());
+  walkBack(
+      Graph{adjStart_, adj_, transit_, linkEnds_, *topo_}, srcNode, dstNode,
+      [&tr](std::size_t v) { return tr.hops[v]; }, [&tr](std::size_t v) { return tr.latency[v]; }, out);
 }
 
 int Router::nodeRoute(int srcNode, int dstNode, std::vector<Hop>& out) const {
@@ -212,6 +393,15 @@ int Router::nodeRoute(int srcNode, int dstNode, std::vector<Hop>& out) const {
     out = it->second;
     return static_cast<int>(out.size());
   }
+  // One route from a source (rings, butterflies: each source asks once per phase) needs only the nodes of its
+  // shortest paths; a source asked again in a row (all-to-all, trees) gets its BFS tree, which serves them all.
+  const bool again = lastSource.router == this && lastSource.node == srcNode;
+  lastSource = {this, srcNode};
+  if (!again && trees_.find(srcNode) == trees_.end()) {
+    return pairRoute(Graph{adjStart_, adj_, transit_, linkEnds_, *topo_}, srcNode, dstNode, out)
+               ? static_cast<int>(out.size())
+               : -1;
+  }
   const Tree& tr = tree(srcNode, dstNode);
   if (tr.hops[static_cast<std::size_t>(dstNode)] < 0) return -1;
   walk(srcNode, dstNode, tr, out);
@@ -223,6 +413,11 @@ int Router::distance(int srcNode, int dstNode) const {
   if (srcNode < 0 || srcNode >= n || dstNode < 0 || dstNode >= n) {
     throw Error(Errc::InvalidArgument, fmt::format("distance between nodes {} and {}: topology {} has {} nodes",
                                                    srcNode, dstNode, topo_->name, n));
+  }
+  const bool again = lastSource.router == this && lastSource.node == srcNode;
+  lastSource = {this, srcNode};
+  if (!again && trees_.find(srcNode) == trees_.end()) {
+    return meetHops(Graph{adjStart_, adj_, transit_, linkEnds_, *topo_}, srcNode, dstNode);
   }
   return tree(srcNode, dstNode).hops[static_cast<std::size_t>(dstNode)];
 }

@@ -193,6 +193,69 @@ TEST(CostModel, RingPhasesOfIdenticalHostsAreFoldedBitForBit) {
   }
 }
 
+// Router answers a source's single route (and distance) by a search from both ends over the shortest paths, and a
+// source asked again in a row by its BFS tree: both must pick the same links and hop counts, on every fabric shape and
+// with unequal latencies (where the latency minimum decides among equal hop counts).
+TEST(CostModel, PairSearchRoutesEqualTreeRoutes) {
+  struct Case {
+    const char* generator;
+    const char* params;
+  };
+  const Case cases[] = {
+      {"multi_node", R"({"nodes": 12, "radix": 8, "levels": 3, "nics_per_node": 2})"},
+      {"multi_node", R"({"nodes": 6, "gpus_per_node": 4, "rail_optimized": false, "radix": 8})"},
+      {"fat_tree", R"({"k": 4})"},
+      {"torus", R"({"dims": [4, 3, 2]})"},
+      {"dragonfly", R"({"groups": 5, "routers": 3})"},
+      {"ring", R"({"n": 7})"},
+  };
+  for (const Case& c : cases) {
+    for (bool uneven : {false, true}) {
+      Topology t = generateTopology(c.generator, c.params);
+      if (uneven) {
+        // Latencies 0.5, 0.75, 1 us in turn: equal hop counts differ in latency, some tie.
+        for (std::size_t l = 0; l < t.links.size(); ++l) t.links[l].latencyUs = 0.5 + 0.25 * static_cast<double>(l % 3);
+      }
+      const Router pairs(t), distances(t), trees(t);
+      const int nodes = static_cast<int>(t.nodes.size());
+      std::vector<std::vector<std::vector<Hop>>> got(static_cast<std::size_t>(nodes));
+      std::vector<std::vector<int>> gotHops(static_cast<std::size_t>(nodes));
+      for (auto& row : got) row.resize(static_cast<std::size_t>(nodes));
+      for (auto& row : gotHops) row.resize(static_cast<std::size_t>(nodes));
+      std::vector<std::vector<int>> gotDistance = gotHops;
+      // Destination-major: consecutive calls change the source, so every route comes from the pair search.
+      for (int d = 0; d < nodes; ++d) {
+        for (int s = 0; s < nodes; ++s) {
+          gotHops[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)] =
+              pairs.nodeRoute(s, d, got[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)]);
+          gotDistance[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)] = distances.distance(s, d);
+        }
+      }
+      std::vector<Hop> want;
+      int checked = 0;
+      for (int s = 0; s < nodes; ++s) {
+        // Asked twice in a row, the source gets its tree: every route below walks it.
+        const int near = trees.distance(s, (s + 1) % nodes);
+        ASSERT_EQ(trees.distance(s, (s + 1) % nodes), near);
+        for (int d = 0; d < nodes; ++d) {
+          ASSERT_EQ(gotHops[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)], trees.nodeRoute(s, d, want))
+              << c.generator << " " << uneven << " " << s << " -> " << d;
+          ASSERT_EQ(gotDistance[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)], trees.distance(s, d))
+              << c.generator << " " << uneven << " " << s << " -> " << d;
+          const auto& have = got[static_cast<std::size_t>(s)][static_cast<std::size_t>(d)];
+          ASSERT_EQ(have.size(), want.size()) << c.generator << " " << uneven << " " << s << " -> " << d;
+          for (std::size_t h = 0; h < want.size(); ++h) {
+            ASSERT_EQ(have[h].link, want[h].link) << c.generator << " " << uneven << " " << s << " -> " << d;
+            ASSERT_EQ(have[h].forward, want[h].forward) << c.generator << " " << uneven << " " << s << " -> " << d;
+          }
+          checked += want.empty() ? 0 : 1;
+        }
+      }
+      EXPECT_GT(checked, nodes * (nodes - 1) / 2) << c.generator;
+    }
+  }
+}
+
 TEST(CostModel, ClassTopologyValidation) {
   EXPECT_THROW(classTopology("x", 0, 4, {true, 1, 10}, {true, 2, 10}, 0), Error);
   EXPECT_THROW(classTopology("x", 2, 4, {true, 1, 0}, {true, 2, 10}, 0), Error);
