@@ -46,15 +46,6 @@ namespace {
 /// before its receiver's previous reduction ends is an overlap (SimGrid would share the node's rate).
 constexpr double kOverlapTolerance = 1e-12;
 
-/// The ranks of each host in rank order, hosts in the order of their index (hierarchical.cc's groupByHost).
-std::vector<std::vector<int>> ranksByHost(const std::vector<int>& rankHost) {
-  std::map<int, std::vector<int>> byHost;
-  for (std::size_t r = 0; r < rankHost.size(); ++r) byHost[rankHost[r]].push_back(static_cast<int>(r));
-  std::vector<std::vector<int>> hosts;
-  for (auto& [h, ranks] : byHost) hosts.push_back(std::move(ranks));
-  return hosts;
-}
-
 /// Per ring position: the durations of the flow to the next position for the two block sizes (small, small + 1
 /// element), the reduction rate of the position's rank (bytes/s, 0 = free) and its gate.
 struct Position {
@@ -224,7 +215,7 @@ std::optional<SimResult> simulateHierarchicalModel(World& w, const CollectiveSpe
   const int n = spec.nranks;
   const auto nu = static_cast<std::size_t>(n);
   if (spec.kind != Collective::AllReduce || n < 2 || params.rankHost.size() != nu) return std::nullopt;
-  const std::vector<std::vector<int>> hosts = ranksByHost(params.rankHost);
+  const std::vector<std::vector<int>> hosts = groupByHost(params.rankHost);
   const std::size_t L = hosts.front().size(), H = hosts.size();
   for (const auto& h : hosts) {
     if (h.size() != L) return std::nullopt;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <map>
 
 #include "collbench/error.h"
 
@@ -145,14 +144,6 @@ std::size_t pipelineChunks(std::size_t elems, std::size_t elemSize, std::size_t 
   if (elems == 0 || chunk == 0) return 1;
   const std::size_t chunkElems = std::max<std::size_t>(1, chunk / elemSize);
   return (elems + chunkElems - 1) / chunkElems;
-}
-
-std::vector<std::vector<int>> groupByHost(const std::vector<int>& rankHost) {
-  std::map<int, std::vector<int>> byHost;
-  for (std::size_t r = 0; r < rankHost.size(); ++r) byHost[rankHost[r]].push_back(static_cast<int>(r));
-  std::vector<std::vector<int>> hosts;
-  for (auto& [h, ranks] : byHost) hosts.push_back(std::move(ranks));
-  return hosts;
 }
 
 std::size_t ceilLog2(std::size_t n) { return n <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(n - 1)); }

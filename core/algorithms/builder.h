@@ -88,7 +88,4 @@ std::size_t pipelineTransfers(const CollectiveSpec& spec, const AlgoParams& p, i
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
-/// The ranks of each host in rank order, hosts in the order of their index (AlgoParams::rankHost).
-std::vector<std::vector<int>> groupByHost(const std::vector<int>& rankHost);
-
 }  // namespace collbench::algo

@@ -32,6 +32,14 @@ std::vector<Piece> pieces(std::size_t elems, std::size_t elemSize, const AlgoPar
 
 namespace collbench {
 
+std::vector<std::vector<int>> groupByHost(const std::vector<int>& rankHost) {
+  std::map<int, std::vector<int>> byHost;
+  for (std::size_t r = 0; r < rankHost.size(); ++r) byHost[rankHost[r]].push_back(static_cast<int>(r));
+  std::vector<std::vector<int>> hosts;
+  for (auto& [h, ranks] : byHost) hosts.push_back(std::move(ranks));
+  return hosts;
+}
+
 std::vector<int> ringOrder(int nranks, const AlgoParams& params, int channel) {
   std::vector<int> order(static_cast<std::size_t>(std::max(nranks, 0)));
   std::iota(order.begin(), order.end(), 0);

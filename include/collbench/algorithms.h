@@ -94,6 +94,9 @@ Schedule buildSchedule(const CollectiveSpec& spec, std::string_view algorithm, c
 /// rail-optimized clusters different NICs and rails) for the inter-host hops, as NCCL spreads its channels over NICs.
 std::vector<int> ringOrder(int nranks, const AlgoParams& params, int channel);
 
+/// The ranks of each host in rank order, hosts in the order of their index (AlgoParams::rankHost).
+std::vector<std::vector<int>> groupByHost(const std::vector<int>& rankHost);
+
 /// Throws Error{InvalidArgument} for nranks < 1, root out of range, channels < 1.
 void checkSpec(const CollectiveSpec& spec, const AlgoParams& params);
 
