@@ -210,7 +210,8 @@ Estimate collnetCost(Shape shape, const CostContext& ctx, const CollectiveSpec& 
   const double steps = static_cast<double>(local - 1);
   CostTerms fill, period;
   if (local > 1) {
-    const auto [lat, link] = routeOf(ctx, hosts[0][0], hosts[0][1]);
+    const auto route = routeOf(ctx, hosts[0][0], hosts[0][1]);
+    const double lat = route.first, link = route.second;
     const int cls = ctx.classOf(hosts[0][0], hosts[0][1]);
     auto leg = [&](double l, double b) {
       CostTerms t;
@@ -284,10 +285,10 @@ std::size_t transfersOfShape(const CollectiveSpec& s, const AlgoParams& p) {
 }
 
 template <Shape S>
-AlgorithmInfo collnetAlgorithm(std::string summary) {
+AlgorithmInfo collnetAlgorithm(const std::string& summary) {
   return {.name = std::string(nameOf(S)),
           .collective = Collective::AllReduce,
-          .summary = std::move(summary),
+          .summary = summary,
           .build = buildShape<S>,
           .cost = costOfShape<S>,
           .traits = {.usesChunkBytes = true,

@@ -135,7 +135,9 @@ Estimate treeCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoPar
     // Channels of one shape share its links (`mult` parallel flows); NCCL's host chains differ between channels.
     std::map<std::vector<int>, int> shapes;
     for (int lane = 0; lane < lanes; ++lane) ++shapes[treeParents(n, p, t, t * c + lane)];
-    for (const auto& [parent, mult] : shapes) {
+    for (const auto& shape : shapes) {
+      const std::vector<int>& parent = shape.first;
+      const int mult = shape.second;
       const std::vector<std::vector<int>> kids = treeChildren(parent);
       const int root = static_cast<int>(std::find(parent.begin(), parent.end(), -1) - parent.begin());
       // Fill: one chunk up (a node folds its children one after the other, then sends up) and down (a node sends

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -171,7 +173,15 @@ namespace {
 // Memoized ring phases per model, at most this many (a key holds up to 2 x 1024 CostTerms, 115 KB: 7 MB).
 constexpr std::size_t kRingMemoEntries = 64;
 
-bool sameTerms(const CostTerms& a, const CostTerms& b) { return std::memcmp(&a, &b, sizeof(CostTerms)) == 0; }
+bool sameBits(double a, double b) { return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b); }
+
+bool sameTerms(const CostTerms& a, const CostTerms& b) {
+  bool same = sameBits(a.us, b.us) && sameBits(a.calls, b.calls) && sameBits(a.gammaBytes, b.gammaBytes);
+  for (int k = 0; k < kLinkClasses; ++k) {
+    same = same && sameBits(a.alphaCount[k], b.alphaCount[k]) && sameBits(a.betaBytes[k], b.betaBytes[k]);
+  }
+  return same;
+}
 
 }  // namespace
 

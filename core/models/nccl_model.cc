@@ -823,7 +823,9 @@ void chunking(const NcclComm& c, const NcclEnv& env, int f, int a, int p, std::s
     // to 32 KiB below nsteps x 16 / ppn, nsteps = 1 + log2(nodes) + 0.1 ppn.
     const double ppn = c.sys.gpusPerNode;
     const double nsteps = 1 + log2i(static_cast<std::size_t>(c.sys.nodes)) + kTreeLL128StepsPerRank * ppn;
-    const auto perChannelChunks = [&] { return static_cast<double>(bytes / (static_cast<std::size_t>(nc) * chunk)); };
+    const auto perChannelChunks = [&] {  // whole chunks per channel
+      return std::floor(static_cast<double>(bytes) / static_cast<double>(static_cast<std::size_t>(nc) * chunk));
+    };
     while (perChannelChunks() < nsteps * kTreeLL128ManyChunks / ppn && chunk > kTreeLL128MidChunkBytes) chunk /= 2;
     while (perChannelChunks() < nsteps * kTreeLL128FewChunks / ppn && chunk > kTreeLL128MinChunkBytes) chunk /= 2;
   }
