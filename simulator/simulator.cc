@@ -346,10 +346,6 @@ SimResult Simulator::run(const Schedule& s) const {
 
 namespace {
 
-/// The algorithm evaluated by detail::simulateHierarchicalModel above the exact limit
-/// (core/algorithms/hierarchical.cc).
-constexpr std::string_view kHierarchicalModelAlgorithm = "hierarchical";
-
 /// Pipelined algorithms with many chunks (tree, chain broadcast/reduce): one sub-run of the same schedule with
 /// `window` chunks of the real chunk size, timed chunk by chunk: round k ends when the last op touching chunk k of
 /// any slice (both trees, every channel) ends. Once the pipeline is full, each further round adds the steady-state
@@ -536,7 +532,7 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   // The method does not depend on whether a timeline is wanted: the answer must not change with --timeline.
   const bool ringModel = !small && info.traits.simRingModel && detail::ringModelApplies(spec, params);
   const bool extra = !small && !ringModel && info.traits.pipelineSlices > 0;
-  const bool hierarchicalModel = !small && !ringModel && !extra && info.name == kHierarchicalModelAlgorithm;
+  const bool hierarchicalModel = !small && !ringModel && !extra && info.traits.simHierarchicalModel;
   if (!ringModel && !extra && !hierarchicalModel) {
     if (est > kMaterializeTransferLimit) {
       throw Error(Errc::Unsupported, fmt::format("{} with '{}' would need about {} transfers: too large to build",

@@ -171,12 +171,14 @@ std::size_t hierarchicalTransfers(const CollectiveSpec& spec, const AlgoParams& 
 }  // namespace
 
 AlgorithmInfo hierarchicalAlgorithm() {
-  return {.name = "hierarchical",
-          .collective = Collective::AllReduce,
-          .summary = "ring reduce-scatter in each host, ring all-reduce across hosts, all-gather",
-          .build = hierarchicalAllReduce,
-          .cost = hierarchicalCost,
-          .traits = {.needsHosts = true, .defaultModel = false, .transfers = hierarchicalTransfers}};
+  return {
+      .name = "hierarchical",
+      .collective = Collective::AllReduce,
+      .summary = "ring reduce-scatter in each host, ring all-reduce across hosts, all-gather",
+      .build = hierarchicalAllReduce,
+      .cost = hierarchicalCost,
+      .traits = {
+          .needsHosts = true, .defaultModel = false, .simHierarchicalModel = true, .transfers = hierarchicalTransfers}};
 }
 
 }  // namespace collbench::algo

@@ -57,6 +57,9 @@ struct AlgorithmTraits {
   bool defaultModel = true;
   /// The schedule is the ring the simulator times in closed form at scale (simulator/ring_model.cc).
   bool simRingModel = false;
+  /// The schedule is the host-then-rail ring all-reduce the simulator times without building it at scale
+  /// (simulator/hierarchical_model.cc).
+  bool simHierarchicalModel = false;
   int minRanks = 1;                ///< smallest rank count the generator accepts
   int maxRanks = 0;                ///< largest rank count the generator accepts; 0 = no limit
   bool powerOfTwo = false;         ///< only power-of-two rank counts
