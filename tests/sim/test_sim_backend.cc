@@ -121,6 +121,27 @@ TEST_F(SimBackend, Errors) {
   }
 }
 
+TEST(SimOverrides, GeneratorParametersAndFieldOverridesTogether) {
+  // "params.<name>=<value>" regenerates a generated topology before the field overrides apply (sweep --set).
+  const std::string file = std::string(COLLBENCH_SOURCE_DIR) + "/examples/whatif/h100-16k-rail-spine-2to1.json";
+  const Topology t = sim::loadTopologyWithOverrides(file, " params.nodes = 4 ; link.nic.bandwidth_GBps=25;");
+  EXPECT_EQ(t.ranks.size(), 32u);
+  bool nic = false;
+  for (const TopoLink& l : t.links) {
+    if (l.linkClass != "nic") continue;
+    nic = true;
+    EXPECT_EQ(l.bandwidthGBps, 25.0) << l.a << " - " << l.b;
+  }
+  EXPECT_TRUE(nic);
+  try {
+    sim::loadTopologyWithOverrides("dgx-h100-8x1", "params.nodes=2");
+    ADD_FAILURE() << "an explicit topology has no parameters";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "params.nodes: topology 'dgx-h100-8x1' is not generated (no \"generator\"): it has no parameters to set");
+  }
+}
+
 TEST(SimTimeline, EveryOpOnNonOverlappingLanes) {
   const int n = 5;
   sim::SimConfig cfg;
