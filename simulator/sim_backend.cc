@@ -86,6 +86,8 @@ std::string_view toString(SimMode m) {
       return "exact";
     case SimMode::Aggregated:
       return "aggregated";
+    case SimMode::Fluid:
+      return "fluid";
   }
   return "?";
 }
@@ -95,8 +97,9 @@ SimMode parseSimMode(std::string_view s) {
   if (l == "auto") return SimMode::Auto;
   if (l == "exact") return SimMode::Exact;
   if (l == "aggregated") return SimMode::Aggregated;
+  if (l == "fluid") return SimMode::Fluid;
   throw Error(Errc::InvalidArgument,
-              fmt::format("unknown simulation mode '{}' (available: auto, exact, aggregated)", s));
+              fmt::format("unknown simulation mode '{}' (available: auto, exact, aggregated, fluid)", s));
 }
 
 std::string_view toString(SpanKind k) {

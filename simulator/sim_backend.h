@@ -66,7 +66,12 @@
 /// - "extrapolated": pipelined algorithms (tree, chain broadcast/reduce) with many chunks: the same schedule with a
 ///   window of chunks of the same size is simulated and timed round by round; the real time adds the mean per-round
 ///   increment of the window's second half for each further chunk (equal to the full simulation where the pipeline
-///   is periodic; an estimate where the increments wander).
+///   is periodic; an estimate where the increments wander). Windows beyond op by op's budget run on "fluid".
+/// - "fluid" (SimMode::Fluid, CM02 without cross-traffic): the dependency graph timed by an event-driven fluid model
+///   without SimGrid: CM02's latency phase and sharing penalties, each flow at its smallest weighted share of its links
+///   (max-min's redistribution of what a flow bottlenecked elsewhere leaves is not done, so no transfer ends earlier
+///   than under SimGrid). Never marked exact; its error against op by op is measured in tests/sim
+///   (test_sim_aggregation.cc, FluidVsExact).
 /// The method never depends on SimConfig::timeline; a data-free method's spans come from simulating the schedule
 /// (SimResult::spansMethod).
 #include <cstddef>
@@ -91,7 +96,7 @@ std::string_view toString(NetworkModel m);
 /// Case-insensitive; throws Error{InvalidArgument} naming the value and the accepted names.
 NetworkModel parseNetworkModel(std::string_view s);
 
-enum class SimMode { Auto, Exact, Aggregated };
+enum class SimMode { Auto, Exact, Aggregated, Fluid };
 std::string_view toString(SimMode m);
 SimMode parseSimMode(std::string_view s);
 

@@ -275,6 +275,7 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   }
   if (cfg.mode == SimMode::Exact) return detail::simulateExact(w, s, m, timeline);
   if (cfg.mode == SimMode::Aggregated) return detail::simulateAggregated(w, s, m, timeline);
+  if (cfg.mode == SimMode::Fluid) return detail::simulateFluid(w, s, m, timeline);
   if (m.matches.size() <= kAlwaysExactTransfers) return detail::simulateExact(w, s, m, timeline);
   SimResult r = detail::simulateAggregated(w, s, m, timeline);
   const double cost = static_cast<double>(m.matches.size()) * static_cast<double>(s.ranks.size());
@@ -315,6 +316,11 @@ const Topology& callTopology(const Topology& topo, const CollectiveSpec& spec, T
 Simulator::Simulator(Topology topology, int nranks, SimConfig config)
     : topo_(std::move(topology)), nranks_(nranks), config_(std::move(config)) {
   const int available = static_cast<int>(topo_.ranks.size());
+  if (config_.mode == SimMode::Fluid && (config_.model != NetworkModel::CM02 || config_.crossTraffic)) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("mode fluid: needs the CM02 network model without cross-traffic (got model {}{})",
+                            toString(config_.model), config_.crossTraffic ? " with cross-traffic" : ""));
+  }
   if (nranks_ <= 0) nranks_ = available;
   if (nranks_ > available) {
     throw Error(Errc::InvalidArgument, fmt::format("topology '{}' has {} ranks, {} requested (use at most {})",
@@ -382,9 +388,13 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   sub.count = slices * window * chunkElems;
   SimConfig subCfg = cfg;
   if (cfg.mode == SimMode::Auto) {
-    // Op by op when affordable (kPipelineExactBudget), else aggregated, itself approximate for pipelines.
+    // Op by op when affordable (kPipelineExactBudget), else the fluid model where its assumptions hold (CM02 without
+    // cross-traffic), else aggregated; both are approximate for pipelines.
     const double transfers = static_cast<double>(estimateTransfers(algo, sub, subParams));
-    subCfg.mode = transfers * static_cast<double>(n) <= kPipelineExactBudget ? SimMode::Exact : SimMode::Aggregated;
+    const bool fluid = cfg.model == NetworkModel::CM02 && !cfg.crossTraffic;
+    subCfg.mode = transfers * static_cast<double>(n) <= kPipelineExactBudget ? SimMode::Exact
+                  : fluid                                                    ? SimMode::Fluid
+                                                                             : SimMode::Aggregated;
   }
   const Schedule s = buildSchedule(sub, algo.name, subParams);
   const Matching m = matchSchedule(s);

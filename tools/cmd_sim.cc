@@ -49,7 +49,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--model", a->model, "network model: CM02 (max-min, exact alpha-beta) | LV08 (calibrated TCP)")
       ->default_str("CM02");
   cmd->add_flag("--crosstraffic", a->crossTraffic, "add SimGrid's reverse acknowledgement flows");
-  cmd->add_option("--mode", a->mode, "auto | exact | aggregated (see sim_backend.h)")->default_str("auto");
+  cmd->add_option("--mode", a->mode, "auto | exact | aggregated | fluid (see sim_backend.h)")->default_str("auto");
   cmd->add_option("--set", a->sets, "topology override k=v, e.g. link.nic.bandwidth_GBps=50 (repeatable)");
   cmd->add_option("--nccl-calibration", a->ncclCalibration,
                   "for --algo nccl: the NCCL model's parameters from `collbench calibrate --model nccl -o FILE`");

@@ -92,7 +92,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--chunk-bytes", a->chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");
   cmd->add_option("--model", a->model, "network model: CM02 | LV08")->default_str("CM02");
   cmd->add_flag("--crosstraffic", a->crossTraffic, "add SimGrid's reverse acknowledgement flows");
-  cmd->add_option("--mode", a->mode, "auto | exact | aggregated")->default_str("auto");
+  cmd->add_option("--mode", a->mode, "auto | exact | aggregated | fluid")->default_str("auto");
   cmd->add_option("--csv", a->csv, "also write the rows as CSV ({shard} is replaced by --shard's K)");
   cmd->add_option(
       "--json", a->json,
