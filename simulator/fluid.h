@@ -1,0 +1,83 @@
+#pragma once
+// An event-driven fluid model of the network, without SimGrid (simulator/README.md "fluid"). It keeps SimGrid's CM02
+// semantics where they are local and drops the one that is global:
+//  - a transfer waits its route's latency (no bandwidth used), then moves its wire bytes;
+//  - each flow's sharing penalty is its route's latency (1 when that is 0), as CM02's (network/weight-S 0);
+//  - a reduction is a flow of `bytes` on its node's reduction resource (the node's rate shared by its reductions,
+//    penalty 1, as SimGrid's executions on one host);
+//  - a flow's rate is its smallest weighted share over its resources: capacity x (1 / penalty) / (sum of 1 / penalty
+//    of the flows on the resource). Max-min (SimGrid's solver) would also hand what a flow bottlenecked elsewhere
+//    leaves on a resource to the others; this rule does not. Where every flow of a resource is bottlenecked on it
+//    (saturated links: a pipeline's steady state) the two agree.
+// Each event touches only the flows on the resources it changes, so its cost does not grow with the machine.
+// Internal to simulator/.
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <vector>
+
+#include "world.h"
+
+namespace collbench::sim::detail {
+
+class FluidNetwork {
+ public:
+  /// Work reported done: its tag and time. It may start more work.
+  using OnDone = std::function<void(std::uint64_t tag, double t)>;
+
+  explicit FluidNetwork(World& w);
+
+  /// A transfer between the nodes of ranks src and dst (different nodes) whose `wireBytes` move from time t on,
+  /// after its route's latency.
+  void transfer(int src, int dst, std::uint64_t wireBytes, double t, std::uint64_t tag);
+  /// `bytes` of reduction (or copy) work on the rank's node from time t on, at the node's rate (> 0), shared with
+  /// the node's other work.
+  void exec(int rank, double bytes, double t, std::uint64_t tag);
+  /// Runs the events in time order, reporting each finished transfer or exec to `onDone` until none is left.
+  void run(const OnDone& onDone);
+
+ private:
+  struct Flow {
+    std::uint64_t tag = 0;
+    const std::vector<int>* resources = nullptr;  // a route's directed links, or one host's reduction
+    double weight = 1;                            // 1 / sharing penalty
+    double remaining = 0;                         // bytes left at `since`
+    double rate = 0;                              // bytes/s since `since`
+    double since = 0;
+    double end = 0;        // when it ends at the present rate
+    double queuedEnd = 0;  // the end event in the queue (never later than `end`: a slower rate waits for it)
+    int version = 0;       // events of older versions are stale (a slot's version grows across reuse)
+  };
+  struct Event {
+    enum Kind { kJoin, kEnd };
+    double t;
+    std::uint64_t order;  // ties in time: first scheduled first, so runs are deterministic
+    Kind kind;
+    int flow, version;
+    bool operator>(const Event& o) const { return t != o.t ? t > o.t : order > o.order; }
+  };
+  struct Resource {
+    std::vector<int> flows;
+    double weights = 0;  // sum of the flows' weights
+  };
+
+  double capacity(int r) const;
+  int add(std::uint64_t tag, const std::vector<int>* resources, double weight, double bytes);
+  void schedule(double t, Event::Kind kind, int flow);
+  void join(int id, double t);
+  void leave(int id, double t);
+  /// New rates for the flows on these resources (the only ones whose shares changed).
+  void reshare(const std::vector<int>& changed, double t);
+
+  World& w_;
+  int firstHost_;  // resources: directed links, then each host's reduction
+  std::vector<double> hostRate_;
+  std::vector<std::vector<int>> hostResource_;
+  std::vector<Resource> resources_;
+  std::vector<Flow> flows_;
+  std::vector<int> free_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::uint64_t order_ = 0;
+};
+
+}  // namespace collbench::sim::detail
