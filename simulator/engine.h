@@ -2,6 +2,7 @@
 // The simulation methods behind Simulator (sim_backend.h explains each). Internal to simulator/.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -28,6 +29,21 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
 /// per class of equal rings and one period of each; nullopt where its conditions do not hold (a link carries two
 /// connections, ranks share a node, an empty block, hosts of different sizes): then the schedule is simulated.
 std::optional<SimResult> simulateHierarchicalModel(World& w, const CollectiveSpec& spec, const AlgoParams& params);
+
+/// A pipeline's extrapolation window (simulator.cc extrapolate): the time of each round (the last transfer or
+/// reduction of chunk k of any slice), and the wire bytes per round of its busiest directed link over the link's
+/// bandwidth (no round is shorter).
+struct PipelineWindow {
+  double seconds = 0;
+  std::vector<double> roundEnd;
+  double busiestRoundSeconds = 0;
+  std::string method;
+  std::size_t simulatedActivities = 0, patterns = 0;
+};
+/// A window of `tree` all-reduce (chunks of one size, spec.count / (kTreeCount x channels x window) elements each)
+/// on the fluid network without its schedule (tree_model.cc); equal to simulateFluid on the window's schedule. Needs
+/// CM02 without cross-traffic, like the fluid method.
+PipelineWindow simulateTreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& params, std::size_t window);
 
 /// Per-flow times of contention groups, simulated once per distinct group. A group is a set of flows that share
 /// links, each with its start time; its key describes it completely (start offsets from the group's first flow,

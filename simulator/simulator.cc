@@ -352,6 +352,41 @@ SimResult Simulator::run(const Schedule& s) const {
 
 namespace {
 
+/// The window's schedule simulated under `cfg`, timed round by round: every slice holds `window` chunks of one size,
+/// slice after slice, so an op's chunk follows from its offset. Local ops are skipped (a broadcast root's copy spans
+/// every chunk); a RecvReduce's reduction is a span of the same op.
+detail::PipelineWindow windowOfSchedule(detail::World& w, const CollectiveSpec& sub, const AlgorithmInfo& algo,
+                                        const AlgoParams& p, const SimConfig& cfg, std::size_t window) {
+  const Schedule s = buildSchedule(sub, algo.name, p);
+  const Matching m = matchSchedule(s);
+  const SimResult r = simulateWithPolicy(w, s, m, cfg, /*timeline=*/true);
+  const std::size_t es = sub.elementSize(), chunkElems = p.chunkBytes / es;
+  detail::PipelineWindow out;
+  out.seconds = r.seconds;
+  out.method = r.method;
+  out.simulatedActivities = r.simulatedActivities;
+  out.patterns = r.patterns;
+  out.roundEnd.assign(window, 0);
+  for (const Span& sp : r.spans) {
+    const Op& o = s.ranks[static_cast<std::size_t>(sp.rank)].ops[static_cast<std::size_t>(sp.op)];
+    if (!o.isComm()) continue;
+    const std::size_t elem = (o.kind == OpKind::Send ? o.src.offset : o.dst.offset) / es;
+    const std::size_t k = (elem % (window * chunkElems)) / chunkElems;
+    out.roundEnd[k] = std::max(out.roundEnd[k], sp.end);
+  }
+  std::unordered_map<detail::DirLink, double> linkBytes;
+  for (const Match& x : m.matches) {
+    if (w.sameNode(x.srcRank, x.dstRank)) continue;
+    const Op& o = s.ranks[static_cast<std::size_t>(x.srcRank)].ops[static_cast<std::size_t>(x.srcOp)];
+    const auto wireBytes = static_cast<double>(w.wire(x.srcRank, x.dstRank, o.bytes).bytes);
+    for (detail::DirLink l : w.route(x.srcRank, x.dstRank)) linkBytes[l] += wireBytes;
+  }
+  for (const auto& [l, bytes] : linkBytes) {
+    out.busiestRoundSeconds = std::max(out.busiestRoundSeconds, bytes / static_cast<double>(window) / w.bandwidth(l));
+  }
+  return out;
+}
+
 /// Pipelined algorithms with many chunks (tree, chain broadcast/reduce): one sub-run of the same schedule with
 /// `window` chunks of the real chunk size, timed chunk by chunk: round k ends when the last op touching chunk k of
 /// any slice (both trees, every channel) ends. Once the pipeline is full, each further round adds the steady-state
@@ -378,12 +413,23 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   const auto n = static_cast<std::size_t>(spec.nranks);
   const std::size_t perRound = estimateTransfers(algo, spec, p) / std::max<std::size_t>(1, chunks);
   const std::size_t window = std::max(pipelineWindow(n, perRound), pipelineDrain(n) + kPeriodicRounds + 2);
+  AlgoParams subParams = p;
+  subParams.chunkBytes = chunkElems * es;
   if (chunks <= window) {
+    if (cfg.mode == SimMode::Fluid && algo.traits.simTreeModel && uniform) {
+      // The whole run is one window of the tree model: the fluid method's result without the schedule.
+      SimResult out;
+      out.seconds = detail::simulateTreeWindow(w, spec, subParams, chunks).seconds;
+      out.method = "tree-model";
+      out.exact = false;
+      out.note = "the fluid method without the schedule (tree_model.cc)";
+      out.transfers = estimateTransfers(algo, spec, p);
+      out.ops = 2 * out.transfers;
+      return out;
+    }
     const Schedule s = buildSchedule(spec, algo.name, p);
     return simulateWithPolicy(w, s, matchSchedule(s), cfg, false);
   }
-  AlgoParams subParams = p;
-  subParams.chunkBytes = chunkElems * es;
   CollectiveSpec sub = spec;
   sub.count = slices * window * chunkElems;
   SimConfig subCfg = cfg;
@@ -396,21 +442,12 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
                   : fluid                                                    ? SimMode::Fluid
                                                                              : SimMode::Aggregated;
   }
-  const Schedule s = buildSchedule(sub, algo.name, subParams);
-  const Matching m = matchSchedule(s);
-  const SimResult r = simulateWithPolicy(w, s, m, subCfg, /*timeline=*/true);
-  // Every slice holds `window` chunks of chunkElems elements, slice after slice, so an op's chunk follows from its
-  // offset. Local ops are skipped (a broadcast root's copy spans every chunk); a RecvReduce's reduction is a span
-  // of the same op.
-  std::vector<double> roundEnd(window, 0);
-  for (const Span& sp : r.spans) {
-    const Op& o = s.ranks[static_cast<std::size_t>(sp.rank)].ops[static_cast<std::size_t>(sp.op)];
-    if (!o.isComm()) continue;
-    const std::size_t elem = (o.kind == OpKind::Send ? o.src.offset : o.dst.offset) / es;
-    const std::size_t k = (elem % (window * chunkElems)) / chunkElems;
-    roundEnd[k] = std::max(roundEnd[k], sp.end);
-  }
-  // The last rounds drain (nothing follows them up the tree), so they are left out; the period is read before.
+  // On the fluid network the tree's window needs no schedule (tree_model.cc: the same graph); others build theirs.
+  const detail::PipelineWindow win = subCfg.mode == SimMode::Fluid && algo.traits.simTreeModel
+                                         ? detail::simulateTreeWindow(w, sub, subParams, window)
+                                         : windowOfSchedule(w, sub, algo, subParams, subCfg, window);
+  const std::vector<double>& roundEnd = win.roundEnd;
+  // The last rounds drain (nothing follows them up the tree), so they are left out; the period read before.
   const std::size_t last = window - 1 - pipelineDrain(n), from = last / 2;
   bool linear = true;
   const double lastIncrement = roundEnd[last] - roundEnd[last - 1];
@@ -420,28 +457,19 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   }
   double slope = linear ? lastIncrement : (roundEnd[last] - roundEnd[from]) / static_cast<double>(last - from);
   // No round can take less than its bytes on the busiest directed link; a window still in the fill may measure less.
-  std::unordered_map<detail::DirLink, double> linkBytes;
-  for (const Match& x : m.matches) {
-    if (w.sameNode(x.srcRank, x.dstRank)) continue;
-    const Op& o = s.ranks[static_cast<std::size_t>(x.srcRank)].ops[static_cast<std::size_t>(x.srcOp)];
-    const auto wireBytes = static_cast<double>(w.wire(x.srcRank, x.dstRank, o.bytes).bytes);
-    for (detail::DirLink l : w.route(x.srcRank, x.dstRank)) linkBytes[l] += wireBytes;
-  }
-  double busiest = 0;
-  for (const auto& [l, bytes] : linkBytes)
-    busiest = std::max(busiest, bytes / static_cast<double>(window) / w.bandwidth(l));
+  const double busiest = win.busiestRoundSeconds;
   const bool capped = slope < busiest;
   slope = std::max(slope, busiest);
   SimResult out;
   out.method = "extrapolated";
   // Nor can the whole run (an aggregated window, which takes overlapping batches as apart, may).
   out.seconds =
-      std::max(r.seconds + static_cast<double>(chunks - window) * slope, static_cast<double>(chunks) * busiest);
+      std::max(win.seconds + static_cast<double>(chunks - window) * slope, static_cast<double>(chunks) * busiest);
   out.exact = false;
-  out.simulatedActivities = r.simulatedActivities;
-  out.patterns = r.patterns;
+  out.simulatedActivities = win.simulatedActivities;
+  out.patterns = win.patterns;
   out.note = fmt::format("{} chunks of {} elements extrapolated from a {}-chunk {} run at {:.6g} us per chunk ({}{})",
-                         chunks, chunkElems, window, r.method, slope * 1e6,
+                         chunks, chunkElems, window, win.method, slope * 1e6,
                          linear   ? "periodic: equal increments before the drain"
                          : capped ? "the busiest link's bytes per round: the window measured less, an estimate"
                                   : "increments vary around the mean: an estimate",

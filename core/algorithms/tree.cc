@@ -11,9 +11,6 @@
 
 namespace collbench::algo {
 
-/// Two complementary trees, each carrying half of the data.
-constexpr int kTrees = 2;
-
 int btreeParent(int n, int rank) {
   if (rank == 0) return -1;
   const int bit = rank & -rank;
@@ -31,14 +28,16 @@ int dtreeParent(int n, int rank, int tree) {
   return p < 0 ? -1 : (p + 1) % n;
 }
 
-/// Tree `tree`'s parent of every rank (-1 at its root) for `channel`. Without hosts, or on one host, the double
-/// binary tree over ranks. On several hosts NCCL's shape (NCCL 2.28 src/graph/connect.cc: ncclTopoPreset chains each
-/// channel's intra-node order, connectTrees joins the nodes by ncclGetDtree): the double binary tree over hosts, and
-/// inside each host a chain through its GPUs whose first GPU talks to the parent and child hosts (the tree pattern,
-/// NCCL_TOPO_PATTERN_TREE, src/graph/search.cc). Channel c (of the schedule: tree t's channel k is t x channels + k)
-/// starts every host's chain at its local rank c mod size, so channels reach the network through different GPUs, and
-/// on rail-optimized fabrics each channel stays on one rail.
+// treeParents (algorithms.h): NCCL 2.28 src/graph/connect.cc: ncclTopoPreset chains each channel's intra-node order,
+// connectTrees joins the nodes by ncclGetDtree; the chain's first GPU talks to the network (the tree pattern,
+// NCCL_TOPO_PATTERN_TREE, src/graph/search.cc). Starting channel c's chains at local rank c mod size spreads the
+// channels over GPUs and NICs, and on rail-optimized fabrics keeps each channel on one rail.
+}  // namespace collbench::algo
+
+namespace collbench {
+
 std::vector<int> treeParents(int n, const AlgoParams& params, int tree, int channel) {
+  using algo::dtreeParent, algo::mod;
   std::vector<int> parent(static_cast<std::size_t>(n));
   const std::vector<std::vector<int>> hosts =
       static_cast<int>(params.rankHost.size()) == n ? groupByHost(params.rankHost) : std::vector<std::vector<int>>{};
@@ -61,6 +60,10 @@ std::vector<int> treeParents(int n, const AlgoParams& params, int tree, int chan
   return parent;
 }
 
+}  // namespace collbench
+
+namespace collbench::algo {
+
 /// The children of every rank under `parent`, in rank order.
 std::vector<std::vector<int>> treeChildren(const std::vector<int>& parent) {
   std::vector<std::vector<int>> children(parent.size());
@@ -77,8 +80,8 @@ Schedule treeAllReduce(const CollectiveSpec& spec, const AlgoParams& params) {
     b.copy(0, in(0), out(0), spec.count, {});
     return b.finish();
   }
-  const Partition byTree{spec.count, kTrees};
-  for (int t = 0; t < kTrees; ++t) {
+  const Partition byTree{spec.count, kTreeCount};
+  for (int t = 0; t < kTreeCount; ++t) {
     const Partition byChannel{byTree.size(static_cast<std::size_t>(t)), static_cast<std::size_t>(params.channels)};
     for (int c = 0; c < params.channels; ++c) {
       const int channel = t * params.channels + c;
@@ -188,19 +191,22 @@ Estimate treeCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoPar
 
 /// Every chunk of every tree slice climbs and descends: 2(n-1) transfers.
 std::size_t treeTransfers(const CollectiveSpec& spec, const AlgoParams& p) {
-  return pipelineTransfers(spec, p, kTrees, 2 * (static_cast<std::size_t>(spec.nranks) - 1));
+  return pipelineTransfers(spec, p, kTreeCount, 2 * (static_cast<std::size_t>(spec.nranks) - 1));
 }
 
 }  // namespace
 
 AlgorithmInfo treeAllReduceAlgorithm() {
-  return {
-      .name = "tree",
-      .collective = Collective::AllReduce,
-      .summary = "NCCL double binary tree, pipelined in chunks, log-depth latency",
-      .build = treeAllReduce,
-      .cost = treeCost,
-      .traits = {.pipelineSlices = kTrees, .usesChunkBytes = true, .usesChannels = true, .transfers = treeTransfers}};
+  return {.name = "tree",
+          .collective = Collective::AllReduce,
+          .summary = "NCCL double binary tree, pipelined in chunks, log-depth latency",
+          .build = treeAllReduce,
+          .cost = treeCost,
+          .traits = {.pipelineSlices = kTreeCount,
+                     .usesChunkBytes = true,
+                     .usesChannels = true,
+                     .simTreeModel = true,
+                     .transfers = treeTransfers}};
 }
 
 }  // namespace collbench::algo

@@ -60,6 +60,9 @@ struct AlgorithmTraits {
   /// The schedule is the host-then-rail ring all-reduce the simulator times without building it at scale
   /// (simulator/hierarchical_model.cc).
   bool simHierarchicalModel = false;
+  /// The schedule is `tree` all-reduce, whose extrapolation windows the simulator evaluates without building them on
+  /// its fluid network (simulator/tree_model.cc).
+  bool simTreeModel = false;
   int minRanks = 1;                ///< smallest rank count the generator accepts
   int maxRanks = 0;                ///< largest rank count the generator accepts; 0 = no limit
   bool powerOfTwo = false;         ///< only power-of-two rank counts
@@ -96,6 +99,15 @@ Schedule buildSchedule(const CollectiveSpec& spec, std::string_view algorithm, c
 /// host h's ring leaves from the local index host h+1 enters at, so consecutive channels use different GPUs (and on
 /// rail-optimized clusters different NICs and rails) for the inter-host hops, as NCCL spreads its channels over NICs.
 std::vector<int> ringOrder(int nranks, const AlgoParams& params, int channel);
+
+/// `tree` all-reduce runs this many trees (NCCL's double binary tree), each carrying its share of the data on every
+/// channel: schedule channel t x channels + c is tree t's channel c.
+inline constexpr int kTreeCount = 2;
+/// Tree `tree`'s parent of every rank (-1 at its root) on schedule `channel`. Without hosts, or on one host, the double
+/// binary tree over ranks. On several hosts NCCL's shape: the double binary tree over hosts, and inside each host a
+/// chain through its GPUs whose first GPU talks to the parent and child hosts; channel c starts every host's chain at
+/// its local rank c mod size (core/algorithms/tree.cc has the sources).
+std::vector<int> treeParents(int nranks, const AlgoParams& params, int tree, int channel);
 
 /// The ranks of each host in rank order, hosts in the order of their index (AlgoParams::rankHost).
 std::vector<std::vector<int>> groupByHost(const std::vector<int>& rankHost);

@@ -394,6 +394,32 @@ INSTANTIATE_TEST_SUITE_P(
                   kFluidTreeRel}),
     [](const auto& paramInfo) { return paramInfo.param.name; });
 
+// The tree model is the fluid method's dependency graph without the schedule: equal to it, on NCCL's host tree over
+// rails (finite reduction rates, 4 channels, a protocol) and on a flat switch (several children folded in turn).
+TEST(TreeModel, EqualsTheFluidMethodOnTheSchedule) {
+  struct Case {
+    Topology topo;
+    AlgoParams params;
+  };
+  const std::size_t chunkElems = 16384, chunks = 24;
+  const Topology rail = generateTopology("multi_node", R"({"nodes": 6, "reduce_GBps": 900})");
+  AlgoParams railParams{chunkElems * 4, 4, {}};
+  railParams.rankHost = rankHosts(rail, 48);
+  for (const Case& c : {Case{rail, railParams}, Case{rail, withProtocol(Protocol::LL128, railParams)},
+                        Case{flatWithReduce(11, 30), {chunkElems * 4, 1, {}}}}) {
+    const int n = static_cast<int>(c.topo.ranks.size());
+    const CollectiveSpec spec{Collective::AllReduce, n,
+                              2 * static_cast<std::size_t>(c.params.channels) * chunks * chunkElems, DType::F32};
+    const sim::SimResult model =
+        sim::Simulator(c.topo, n, mode(sim::SimMode::Fluid, 0)).runAlgorithm(spec, "tree", c.params);
+    const sim::SimResult graph =
+        sim::Simulator(c.topo, n, mode(sim::SimMode::Fluid)).run(buildSchedule(spec, "tree", c.params));
+    ASSERT_EQ(model.method, "tree-model") << c.topo.name;
+    ASSERT_EQ(graph.method, "fluid");
+    EXPECT_NEAR(model.seconds, graph.seconds, kSameRel * graph.seconds) << c.topo.name;
+  }
+}
+
 TEST(Fluid, RefusesWhatItDoesNotModel) {
   sim::SimConfig lv08 = mode(sim::SimMode::Fluid);
   lv08.model = sim::NetworkModel::LV08;
