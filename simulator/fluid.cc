@@ -47,10 +47,19 @@ FluidNetwork::FluidNetwork(World& w) : w_(w), firstHost_(static_cast<int>(2 * w.
 
 void FluidNetwork::transfer(int src, int dst, std::uint64_t wireBytes, double t, std::uint64_t tag) {
   const std::vector<DirLink>& route = w_.route(src, dst);
-  double latency = 0;
-  for (DirLink l : route) latency += w_.latency(l);
+  transfer(route, latency(route), wireBytes, t, tag);
+}
+
+void FluidNetwork::transfer(const std::vector<DirLink>& route, double latency, std::uint64_t wireBytes, double t,
+                            std::uint64_t tag) {
   const double weight = 1.0 / (latency > 0 ? latency : kZeroLatencyPenalty);
   schedule(t + latency, Event::kJoin, add(tag, &route, weight, static_cast<double>(wireBytes)));
+}
+
+double FluidNetwork::latency(const std::vector<DirLink>& route) const {
+  double sum = 0;
+  for (DirLink l : route) sum += w_.latency(l);
+  return sum;
 }
 
 void FluidNetwork::exec(int rank, double bytes, double t, std::uint64_t tag) {
@@ -61,20 +70,21 @@ void FluidNetwork::run(const OnDone& onDone) {
   while (!events_.empty()) {
     const Event e = events_.top();
     events_.pop();
-    Flow& f = flows_[static_cast<std::size_t>(e.flow)];
-    if (e.version != f.version) continue;
-    if (e.kind == Event::kJoin) {
-      join(e.flow, e.t);
+    const auto id = static_cast<int>(e.flow);
+    Flow& f = flows_[e.flow];
+    if (e.version() != (f.version & 0x7fffffffU)) continue;
+    if (e.kind() == Event::kJoin) {
+      join(id, e.t);
       continue;
     }
     if (e.t != f.queuedEnd) continue;  // superseded by an earlier end
     if (f.end > e.t) {                 // slowed down since: one event at the new end
       f.queuedEnd = f.end;
-      schedule(f.end, Event::kEnd, e.flow);
+      schedule(f.end, Event::kEnd, id);
       continue;
     }
     const std::uint64_t tag = f.tag;
-    leave(e.flow, e.t);
+    leave(id, e.t);
     onDone(tag, e.t);
   }
 }
@@ -103,7 +113,9 @@ int FluidNetwork::add(std::uint64_t tag, const std::vector<int>* resources, doub
 }
 
 void FluidNetwork::schedule(double t, Event::Kind kind, int flow) {
-  events_.push({t, order_++, kind, flow, flows_[static_cast<std::size_t>(flow)].version});
+  events_.push(
+      {t, static_cast<std::uint32_t>(flow),
+       (flows_[static_cast<std::size_t>(flow)].version & 0x7fffffffU) << 1 | static_cast<std::uint32_t>(kind)});
 }
 
 void FluidNetwork::join(int id, double t) {

@@ -30,6 +30,11 @@ class FluidNetwork {
   /// A transfer between the nodes of ranks src and dst (different nodes) whose `wireBytes` move from time t on,
   /// after its route's latency.
   void transfer(int src, int dst, std::uint64_t wireBytes, double t, std::uint64_t tag);
+  /// transfer() along a route the caller looked up (World::route, which outlives the network) with its latency.
+  void transfer(const std::vector<DirLink>& route, double latency, std::uint64_t wireBytes, double t,
+                std::uint64_t tag);
+  /// The sum of the route's link latencies.
+  double latency(const std::vector<DirLink>& route) const;
   /// `bytes` of reduction (or copy) work on the rank's node from time t on, at the node's rate (> 0), shared with
   /// the node's other work.
   void exec(int rank, double bytes, double t, std::uint64_t tag);
@@ -44,17 +49,20 @@ class FluidNetwork {
     double remaining = 0;                         // bytes left at `since`
     double rate = 0;                              // bytes/s since `since`
     double since = 0;
-    double end = 0;        // when it ends at the present rate
-    double queuedEnd = 0;  // the end event in the queue (never later than `end`: a slower rate waits for it)
-    int version = 0;       // events of older versions are stale (a slot's version grows across reuse)
+    double end = 0;             // when it ends at the present rate
+    double queuedEnd = 0;       // the end event in the queue (never later than `end`: a slower rate waits for it)
+    std::uint32_t version = 0;  // events of older versions are stale (a slot's version grows across reuse; mod 2^31)
   };
+  /// 16 bytes: the queue holds hundreds of thousands at 16k GPUs. Ties in time pop in an order fixed by the pushes
+  /// before them, so runs are deterministic.
   struct Event {
-    enum Kind { kJoin, kEnd };
+    enum Kind : std::uint32_t { kJoin, kEnd };
     double t;
-    std::uint64_t order;  // ties in time: first scheduled first, so runs are deterministic
-    Kind kind;
-    int flow, version;
-    bool operator>(const Event& o) const { return t != o.t ? t > o.t : order > o.order; }
+    std::uint32_t flow;
+    std::uint32_t versionKind;  // the flow's version << 1 | kind
+    Kind kind() const { return static_cast<Kind>(versionKind & 1); }
+    std::uint32_t version() const { return versionKind >> 1; }
+    bool operator>(const Event& o) const { return t > o.t; }
   };
   struct Resource {
     std::vector<int> flows;
@@ -77,7 +85,6 @@ class FluidNetwork {
   std::vector<Flow> flows_;
   std::vector<int> free_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
-  std::uint64_t order_ = 0;
 };
 
 }  // namespace collbench::sim::detail

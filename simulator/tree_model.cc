@@ -62,11 +62,29 @@ class TreeWindow {
         kids_[static_cast<std::size_t>(fill[u]++)] = r;
       }
     }
-    const std::size_t cells = sr * static_cast<std::size_t>(window_);
-    upSend_.assign(cells, -1);
-    upRecv_.assign(cells, -1);
-    downSend_.assign(cells, -1);
-    downRecv_.assign(cells, -1);
+    cells_.assign(sr * static_cast<std::size_t>(window_), Cell{});
+    // Routes source by source up front (Router keeps a few search trees; event order would redo one per pair).
+    std::vector<std::pair<int, int>> pairs;
+    for (int s = 0; s < slices_; ++s) {
+      for (int r = 0; r < n_; ++r) {
+        const int up = parent_[at(s, r)];
+        if (up < 0 || w.sameNode(r, up)) continue;
+        pairs.emplace_back(r, up);
+        pairs.emplace_back(up, r);
+      }
+    }
+    w.prefetchRoutes(std::move(pairs));
+    // Each connection's route, latency and wire cost (one chunk size: the same for every transfer on it).
+    links_.resize(2 * sr);
+    for (int s = 0; s < slices_; ++s) {
+      for (int r = 0; r < n_; ++r) {
+        const std::size_t i = at(s, r);
+        const int up = parent_[i];
+        if (up < 0 || w.sameNode(r, up)) continue;
+        links_[2 * i] = connection(r, up);
+        links_[2 * i + 1] = connection(up, r);
+      }
+    }
     upNext_.assign(sr, 0);
     downNext_.assign(sr, 0);
     upBusy_.assign(sr, 0);
@@ -83,8 +101,8 @@ class TreeWindow {
         const std::size_t sr = at(s, r);
         if (parent_[sr] < 0) continue;
         for (int k = 0; k < window_; ++k) {
-          if (kidCount(sr) == 0) upSend_[cell(sr, k)] = 0;
-          if (childIndex_[sr] == 0) upRecv_[cell(sr, k)] = 0;
+          if (kidCount(sr) == 0) cells_[cell(sr, k)].upSend = 0;
+          if (childIndex_[sr] == 0) cells_[cell(sr, k)].upRecv = 0;
         }
         tryUp(s, r, 0);
       }
@@ -100,15 +118,9 @@ class TreeWindow {
   /// Wire bytes per round on every directed link the window uses, over its bandwidth, at the busiest link.
   double busiestRoundSeconds() {
     std::vector<double> linkBytes(2 * w_.topology().links.size(), 0);
-    for (int s = 0; s < slices_; ++s) {
-      for (int r = 0; r < n_; ++r) {
-        const int up = parent_[at(s, r)];
-        if (up < 0 || w_.sameNode(r, up)) continue;
-        for (const auto& [a, b] : {std::pair{r, up}, std::pair{up, r}}) {
-          const auto wire = static_cast<double>(w_.wire(a, b, bytes_).bytes);
-          for (DirLink l : w_.route(a, b)) linkBytes[static_cast<std::size_t>(l)] += wire;
-        }
-      }
+    for (const Connection& c : links_) {
+      if (c.route == nullptr) continue;
+      for (DirLink l : *c.route) linkBytes[static_cast<std::size_t>(l)] += static_cast<double>(c.wire.bytes);
     }
     double busiest = 0;
     for (std::size_t l = 0; l < linkBytes.size(); ++l) {
@@ -127,9 +139,20 @@ class TreeWindow {
   int kidCount(std::size_t sr) const { return kidStart_[sr + 1] - kidStart_[sr]; }
   std::uint64_t tag(Kind kind, std::size_t sr, int k) const { return cell(sr, k) << 2 | kind; }
 
-  /// Starts a transfer of one chunk (same node: a copy at the node's rate, or nothing to wait for).
-  void start(int src, int dst, double t, std::uint64_t tag) {
-    if (w_.sameNode(src, dst)) {
+  /// What every transfer of a connection between two nodes pays.
+  struct Connection {
+    const std::vector<DirLink>* route = nullptr;
+    double latency = 0;
+    Wire wire;
+  };
+  Connection connection(int src, int dst) {
+    const std::vector<DirLink>& route = w_.route(src, dst);
+    return {&route, net_.latency(route), w_.wire(src, dst, bytes_)};
+  }
+
+  /// Starts a transfer of one chunk on the connection (same node: a copy at the node's rate, or nothing to wait for).
+  void start(const Connection& c, int src, double t, std::uint64_t tag) {
+    if (c.route == nullptr) {
       if (w_.reduceRate(src) > 0 && bytes_ > 0) {
         net_.exec(src, static_cast<double>(bytes_), t, tag);
       } else {
@@ -137,25 +160,26 @@ class TreeWindow {
       }
       return;
     }
-    const Wire wire = w_.wire(src, dst, bytes_);
-    net_.transfer(src, dst, wire.bytes, t + wire.delay, tag);
+    net_.transfer(*c.route, c.latency, c.wire.bytes, t + c.wire.delay, tag);
   }
 
   void tryUp(int s, int r, int k) {
     const std::size_t sr = at(s, r);
     if (k >= window_ || upBusy_[sr] || upNext_[sr] != k) return;
-    const double send = upSend_[cell(sr, k)], recv = upRecv_[cell(sr, k)];
+    const Cell& c = cells_[cell(sr, k)];
+    const double send = c.upSend, recv = c.upRecv;
     if (send < 0 || recv < 0) return;
     upBusy_[sr] = 1;
-    start(r, parent_[sr], std::max({send, recv, upFree_[sr]}), tag(kUp, sr, k));
+    start(links_[2 * sr], r, std::max({send, recv, upFree_[sr]}), tag(kUp, sr, k));
   }
   void tryDown(int s, int r, int k) {
     const std::size_t sr = at(s, r);
     if (k >= window_ || downBusy_[sr] || downNext_[sr] != k) return;
-    const double send = downSend_[cell(sr, k)], recv = downRecv_[cell(sr, k)];
+    const Cell& c = cells_[cell(sr, k)];
+    const double send = c.downSend, recv = c.downRecv;
     if (send < 0 || recv < 0) return;
     downBusy_[sr] = 1;
-    start(parent_[sr], r, std::max({send, recv, downFree_[sr]}), tag(kDown, sr, k));
+    start(links_[2 * sr + 1], parent_[sr], std::max({send, recv, downFree_[sr]}), tag(kDown, sr, k));
   }
 
   /// r holds chunk k's result: its children may receive it.
@@ -163,7 +187,7 @@ class TreeWindow {
     const std::size_t sr = at(s, r);
     for (int i = kidStart_[sr]; i < kidStart_[sr + 1]; ++i) {
       const int kid = kids_[static_cast<std::size_t>(i)];
-      downSend_[cell(at(s, kid), k)] = t;
+      cells_[cell(at(s, kid), k)].downSend = t;
       tryDown(s, kid, k);
     }
   }
@@ -176,10 +200,10 @@ class TreeWindow {
     const int next = childIndex_[sr] + 1;
     if (next < kidCount(su)) {
       const int kid = kids_[static_cast<std::size_t>(kidStart_[su] + next)];
-      upRecv_[cell(at(s, kid), k)] = t;
+      cells_[cell(at(s, kid), k)].upRecv = t;
       tryUp(s, kid, k);
     } else if (parent_[su] >= 0) {
-      upSend_[cell(su, k)] = t;
+      cells_[cell(su, k)].upSend = t;
       tryUp(s, up, k);
     } else {
       result(s, up, k, t);
@@ -198,7 +222,7 @@ class TreeWindow {
         upBusy_[sr] = 0;
         upFree_[sr] = t;
         upNext_[sr] = k + 1;
-        downRecv_[cell(sr, k)] = t;
+        cells_[cell(sr, k)].downRecv = t;
         tryDown(s, r, k);
         const int up = parent_[sr];
         if (w_.reduceRate(up) > 0 && bytes_ > 0) {
@@ -241,8 +265,12 @@ class TreeWindow {
   std::vector<int> upNext_, downNext_;
   std::vector<char> upBusy_, downBusy_;
   std::vector<double> upFree_, downFree_;
+  std::vector<Connection> links_;  // per (slice, rank): up, then down
   // Per (slice, rank, chunk): when each side of r's up and down transfer is ready (-1: not yet).
-  std::vector<double> upSend_, upRecv_, downSend_, downRecv_;
+  struct Cell {
+    double upSend = -1, upRecv = -1, downSend = -1, downRecv = -1;
+  };
+  std::vector<Cell> cells_;
   std::vector<double> roundEnd_;
   struct Done {
     std::uint64_t tag;
