@@ -145,7 +145,8 @@ struct Span {
 
 struct SimResult {
   double seconds = 0;         ///< simulated time of one execution
-  std::string method;         ///< "exact", "aggregated", "ring-model", "extrapolated"
+  std::string method;         ///< "exact", "aggregated", "fluid", "ring-model", "hierarchical-model", "extrapolated",
+                              ///< "tree-model", "nccl-model"
   bool exact = true;          ///< false when an aggregated model could not prove it equals op-by-op simulation
   std::string note;           ///< why not exact, or how the value was extrapolated
   std::size_t ops = 0;        ///< schedule ops represented
