@@ -101,8 +101,8 @@ class TreeWindow {
         const std::size_t sr = at(s, r);
         if (parent_[sr] < 0) continue;
         for (int k = 0; k < window_; ++k) {
-          if (kidCount(sr) == 0) cells_[cell(sr, k)].upSend = 0;
-          if (childIndex_[sr] == 0) cells_[cell(sr, k)].upRecv = 0;
+          if (kidCount(sr) == 0) cells_[cell(sr, k)].up.ready(0);     // a leaf sends at once
+          if (childIndex_[sr] == 0) cells_[cell(sr, k)].up.ready(0);  // the first child is received at once
         }
         tryUp(s, r, 0);
       }
@@ -166,20 +166,18 @@ class TreeWindow {
   void tryUp(int s, int r, int k) {
     const std::size_t sr = at(s, r);
     if (k >= window_ || upBusy_[sr] || upNext_[sr] != k) return;
-    const Cell& c = cells_[cell(sr, k)];
-    const double send = c.upSend, recv = c.upRecv;
-    if (send < 0 || recv < 0) return;
+    const Sides& up = cells_[cell(sr, k)].up;
+    if (up.sides < 2) return;
     upBusy_[sr] = 1;
-    start(links_[2 * sr], r, std::max({send, recv, upFree_[sr]}), tag(kUp, sr, k));
+    start(links_[2 * sr], r, std::max(up.at, upFree_[sr]), tag(kUp, sr, k));
   }
   void tryDown(int s, int r, int k) {
     const std::size_t sr = at(s, r);
     if (k >= window_ || downBusy_[sr] || downNext_[sr] != k) return;
-    const Cell& c = cells_[cell(sr, k)];
-    const double send = c.downSend, recv = c.downRecv;
-    if (send < 0 || recv < 0) return;
+    const Sides& down = cells_[cell(sr, k)].down;
+    if (down.sides < 2) return;
     downBusy_[sr] = 1;
-    start(links_[2 * sr + 1], parent_[sr], std::max({send, recv, downFree_[sr]}), tag(kDown, sr, k));
+    start(links_[2 * sr + 1], parent_[sr], std::max(down.at, downFree_[sr]), tag(kDown, sr, k));
   }
 
   /// r holds chunk k's result: its children may receive it.
@@ -187,7 +185,7 @@ class TreeWindow {
     const std::size_t sr = at(s, r);
     for (int i = kidStart_[sr]; i < kidStart_[sr + 1]; ++i) {
       const int kid = kids_[static_cast<std::size_t>(i)];
-      cells_[cell(at(s, kid), k)].downSend = t;
+      cells_[cell(at(s, kid), k)].down.ready(t);
       tryDown(s, kid, k);
     }
   }
@@ -200,10 +198,10 @@ class TreeWindow {
     const int next = childIndex_[sr] + 1;
     if (next < kidCount(su)) {
       const int kid = kids_[static_cast<std::size_t>(kidStart_[su] + next)];
-      cells_[cell(at(s, kid), k)].upRecv = t;
+      cells_[cell(at(s, kid), k)].up.ready(t);
       tryUp(s, kid, k);
     } else if (parent_[su] >= 0) {
-      cells_[cell(su, k)].upSend = t;
+      cells_[cell(su, k)].up.ready(t);
       tryUp(s, up, k);
     } else {
       result(s, up, k, t);
@@ -222,7 +220,7 @@ class TreeWindow {
         upBusy_[sr] = 0;
         upFree_[sr] = t;
         upNext_[sr] = k + 1;
-        cells_[cell(sr, k)].downRecv = t;
+        cells_[cell(sr, k)].down.ready(t);
         tryDown(s, r, k);
         const int up = parent_[sr];
         if (w_.reduceRate(up) > 0 && bytes_ > 0) {
@@ -266,9 +264,18 @@ class TreeWindow {
   std::vector<char> upBusy_, downBusy_;
   std::vector<double> upFree_, downFree_;
   std::vector<Connection> links_;  // per (slice, rank): up, then down
-  // Per (slice, rank, chunk): when each side of r's up and down transfer is ready (-1: not yet).
+  // Per (slice, rank, chunk): r's up and down transfer of the chunk.
+  /// A transfer's two sides (its send and its receive op): how many are ready, and the later of their times.
+  struct Sides {
+    double at = 0;
+    int sides = 0;
+    void ready(double t) {
+      at = std::max(at, t);
+      ++sides;
+    }
+  };
   struct Cell {
-    double upSend = -1, upRecv = -1, downSend = -1, downRecv = -1;
+    Sides up, down;
   };
   std::vector<Cell> cells_;
   std::vector<double> roundEnd_;
