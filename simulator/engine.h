@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "collbench/schedule.h"
@@ -25,6 +26,12 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
 /// connections, ranks share a node, an empty block, hosts of different sizes): then the schedule is simulated.
 std::optional<SimResult> simulateHierarchicalModel(World& w, const CollectiveSpec& spec, const AlgoParams& params);
 
+/// Reusable buffers of sharedRouteDurationsInto (a ring step solves thousands of small groups).
+struct SharedRouteScratch {
+  std::vector<std::size_t> order, active, still;
+  std::vector<double> left;
+};
+
 /// Per-flow times of contention groups, simulated once per distinct group. A group is a set of flows that share
 /// links, each with its start time; its key describes it completely (start offsets from the group's first flow,
 /// flow sizes, each flow's links by their bandwidth and latency, and which flows share which link), so two groups
@@ -42,9 +49,10 @@ class GroupCache {
   /// previous call's): a group whose start offsets (from its first start) and sizes equal the previous call's keeps
   /// its times without building its key, which is a function of exactly these and of the unchanged routes. The
   /// result equals durations().
-  std::vector<double> stepDurations(const std::vector<int>& src, const std::vector<int>& dst,
-                                    const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
-                                    const std::vector<int>& group, int groups, bool sameFlows);
+  /// The reference stays valid until the next call.
+  const std::vector<double>& stepDurations(const std::vector<int>& src, const std::vector<int>& dst,
+                                           const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
+                                           const std::vector<int>& group, int groups, bool sameFlows);
   std::size_t patterns() const { return cache_.size(); }
 
  private:
@@ -57,7 +65,9 @@ class GroupCache {
   static bool sameRoute(const std::vector<const std::vector<DirLink>*>& routes, const std::vector<int>& flows);
   void closedFormGroup(const std::vector<const std::vector<DirLink>*>& routes, const std::vector<double>& offset,
                        const std::vector<std::uint64_t>& bytes, const std::vector<int>& flows,
-                       std::vector<double>& out) const;
+                       std::vector<double>& out);
+  /// A route's latency (sum) and bandwidth (its slowest link).
+  std::pair<double, double> routeLatencyBandwidth(const std::vector<DirLink>& route) const;
 
   /// Appends a route to a key: its length, then per link its label (numbered by first appearance since the last
   /// reset of linkLabel_, recorded in `labelled`), bandwidth and latency.
@@ -71,22 +81,29 @@ class GroupCache {
   static constexpr std::uint64_t kNoLabel = ~std::uint64_t{0};
   std::unordered_map<std::vector<std::uint64_t>, std::uint64_t, KeyHash> routeClasses_;  // link parameters -> class
   std::vector<std::uint64_t> linkLabel_;  // directed link -> its label in the key being built, kNoLabel outside
-  // stepDurations: each group's flows and structure number, structures by key, and times by structure, offsets and
-  // sizes.
-  std::vector<std::vector<int>> stepMembers_;
+  // stepDurations: each group's flows (stepFlows_ from stepBegin_[g] to stepBegin_[g + 1]) and structure number,
+  // structures by key, and times by structure, offsets and sizes.
+  std::vector<int> stepFlows_;
+  std::vector<std::size_t> stepBegin_;
   std::vector<std::uint64_t> stepStructure_;
   std::vector<const std::vector<DirLink>*> stepRoutes_;
   std::vector<char> stepClosedForm_;
   std::unordered_map<std::vector<std::uint64_t>, std::uint64_t, KeyHash> structures_;
   std::unordered_map<std::vector<std::uint64_t>, std::vector<double>, KeyHash> stepMemo_;
-  std::vector<double> stepOffset_, stepOut_;  // the previous stepDurations call's offsets and result, by flow
-  std::vector<std::uint64_t> stepBytes_;
+  std::vector<double> stepOut_;  // the previous stepDurations call's result, by flow
+  // The previous and this call's offsets and sizes, in stepFlows_ order; scratch for closed-form groups.
+  std::vector<double> stepOffset_, offsetNow_, closedOut_;
+  std::vector<std::uint64_t> stepBytes_, bytesNow_;
+  SharedRouteScratch sharedScratch_;
 };
 
 /// Durations (latency included, from each flow's own start) of flows that share one route and nothing else: each
 /// joins after `latency` seconds and then gets bandwidth / (flows joined and not done) bytes/s.
 std::vector<double> sharedRouteDurations(const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
                                          double latency, double bandwidth);
+/// sharedRouteDurations on m flows into out[0..m), with reusable buffers; the same arithmetic, so the same times.
+void sharedRouteDurationsInto(const double* offset, const std::uint64_t* bytes, std::size_t m, double latency,
+                              double bandwidth, double* out, SharedRouteScratch& scratch);
 
 /// Numbers the groups of flows (src[i] -> dst[i]) that share a directed link, transitively (with cross-traffic, the
 /// reverse routes count too); returns the group count.

@@ -130,7 +130,10 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   // memory copies; the others ("network flows", index j) go to the contention groups.
   std::vector<int> src, dst, netIndex, fs, fd, g;
   std::vector<std::uint64_t> bytes, prevBytes, fb, wireBytes;
-  std::vector<double> fstart, start, dur, netDur;
+  std::vector<double> fstart, start, dur;
+  const std::vector<double> noStarts;  // groups of one flow: durations do not depend on starts
+  std::vector<char> copyFlow;          // a pair on one node: a memory copy
+  bool allNetwork = false;
   std::vector<int> prevChannels, active, groupSize;
   int groups = 0;
   bool multiFlowGroups = false;
@@ -161,12 +164,17 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       netIndex.clear();
       fs.clear();
       fd.clear();
+      copyFlow.assign(src.size(), 0);
       for (std::size_t i = 0; i < src.size(); ++i) {
-        if (w.sameNode(src[i], dst[i])) continue;
+        if (w.sameNode(src[i], dst[i])) {
+          copyFlow[i] = 1;
+          continue;
+        }
         netIndex.push_back(static_cast<int>(i));
         fs.push_back(src[i]);
         fd.push_back(dst[i]);
       }
+      allNetwork = netIndex.size() == src.size();
       groups = contentionGroups(w, fs, fd, w.config().crossTraffic, g);
       groupSize.assign(static_cast<std::size_t>(groups), 0);
       for (int gi : g) ++groupSize[static_cast<std::size_t>(gi)];
@@ -213,24 +221,33 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       }
       // Durations. Groups of one flow do not depend on when they start, so a step with the previous step's sizes
       // reuses its times outright (uniform blocks: every step); groups of several flows are keyed by their offsets.
+      // When every flow is a network flow and no protocol rewrites sizes, the step's own vectors are the flows'.
       if (multiFlowGroups || bytes != prevBytes) {
-        fb.clear();
-        fstart.clear();
-        for (std::size_t j = 0; j < netIndex.size(); ++j) {
-          const auto i = netIndex[j];
-          fb.push_back(w.wireActive() ? wireBytes[j] : bytes[static_cast<std::size_t>(i)]);
-          fstart.push_back(start[static_cast<std::size_t>(i)]);
+        const bool direct = allNetwork && !w.wireActive();
+        if (!direct) {
+          fb.clear();
+          fstart.clear();
+          for (std::size_t j = 0; j < netIndex.size(); ++j) {
+            const auto i = netIndex[j];
+            fb.push_back(w.wireActive() ? wireBytes[j] : bytes[static_cast<std::size_t>(i)]);
+            fstart.push_back(start[static_cast<std::size_t>(i)]);
+          }
         }
-        netDur =
-            cache.stepDurations(fs, fd, fb, multiFlowGroups ? fstart : std::vector<double>{}, g, groups, sameStructure);
-        dur.assign(src.size(), 0);
-        for (std::size_t i = 0; i < src.size(); ++i) {
-          if (!w.sameNode(src[i], dst[i])) continue;
-          const double rt = rate[static_cast<std::size_t>(src[i])];
-          dur[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
+        const std::vector<double>& netDur =
+            cache.stepDurations(fs, fd, direct ? bytes : fb, multiFlowGroups ? (direct ? start : fstart) : noStarts, g,
+                                groups, sameStructure);
+        if (allNetwork) {
+          dur = netDur;
+        } else {
+          dur.assign(src.size(), 0);
+          for (std::size_t i = 0; i < src.size(); ++i) {
+            if (!copyFlow[i]) continue;
+            const double rt = rate[static_cast<std::size_t>(src[i])];
+            dur[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
+          }
+          for (std::size_t j = 0; j < netIndex.size(); ++j) dur[static_cast<std::size_t>(netIndex[j])] = netDur[j];
         }
-        for (std::size_t j = 0; j < netIndex.size(); ++j) dur[static_cast<std::size_t>(netIndex[j])] = netDur[j];
-        prevBytes = bytes;
+        if (bytes != prevBytes) prevBytes = bytes;
       }
       // Ends, and the checks: a group of several flows was simulated alone on its links, so the same group of the
       // previous step must have left them (a group of one flow is alone on its links, whose previous user is the
