@@ -93,7 +93,7 @@ class GroupCache {
   std::vector<double> stepOut_;  // the previous stepDurations call's result, by flow
   // The previous and this call's offsets and sizes, in stepFlows_ order; scratch for closed-form groups.
   std::vector<double> stepOffset_, offsetNow_, closedOut_;
-  std::vector<std::uint64_t> stepBytes_, bytesNow_;
+  std::vector<std::uint64_t> stepBytes_, bytesNow_, stepBytesByFlow_;  // ... and the previous call's sizes by flow
   SharedRouteScratch sharedScratch_;
 };
 

@@ -333,14 +333,20 @@ const std::vector<double>& GroupCache::stepDurations(const std::vector<int>& src
     }
     stepOffset_.clear();
     stepBytes_.clear();
+    stepBytesByFlow_.clear();
   }
-  // Offsets from each group's first start and sizes, in member order (stepFlows_).
+  // Offsets from each group's first start and sizes, in member order (stepFlows_); sizes are gathered only when
+  // they changed (a ring step's usually do not).
+  const bool sameBytes = comparable && bytes == stepBytesByFlow_;
+  if (!sameBytes) {
+    stepBytesByFlow_ = bytes;
+    bytesNow_.resize(n);
+    for (std::size_t k = 0; k < n; ++k) bytesNow_[k] = bytes[static_cast<std::size_t>(stepFlows_[k])];
+  }
+  const std::vector<std::uint64_t>& sizes = sameBytes ? stepBytes_ : bytesNow_;
   offsetNow_.assign(n, 0);
-  bytesNow_.resize(n);
-  for (std::size_t gi = 0; gi < gn; ++gi) {
+  for (std::size_t gi = 0; gi < gn && !start.empty(); ++gi) {
     const std::size_t b = stepBegin_[gi], e = stepBegin_[gi + 1];
-    for (std::size_t k = b; k < e; ++k) bytesNow_[k] = bytes[static_cast<std::size_t>(stepFlows_[k])];
-    if (start.empty()) continue;
     double first = std::numeric_limits<double>::infinity();
     for (std::size_t k = b; k < e; ++k) {
       offsetNow_[k] = start[static_cast<std::size_t>(stepFlows_[k])];
@@ -365,22 +371,21 @@ const std::vector<double>& GroupCache::stepDurations(const std::vector<int>& src
       bool same = true;
       for (std::size_t k = b; same && k < e; ++k) {
         same = std::bit_cast<std::uint64_t>(offsetNow_[k]) == std::bit_cast<std::uint64_t>(stepOffset_[k]) &&
-               bytesNow_[k] == stepBytes_[k];
+               (sameBytes || sizes[k] == stepBytes_[k]);
       }
       if (same) continue;
     }
     if (stepClosedForm_[gi]) {
       const auto [latency, bandwidth] = routeLatencyBandwidth(*stepRoutes_[static_cast<std::size_t>(stepFlows_[b])]);
       closedOut_.resize(e - b);
-      sharedRouteDurationsInto(&offsetNow_[b], &bytesNow_[b], e - b, latency, bandwidth, closedOut_.data(),
-                               sharedScratch_);
+      sharedRouteDurationsInto(&offsetNow_[b], &sizes[b], e - b, latency, bandwidth, closedOut_.data(), sharedScratch_);
       for (std::size_t k = b; k < e; ++k) stepOut_[static_cast<std::size_t>(stepFlows_[k])] = closedOut_[k - b];
       continue;
     }
     memoKey.assign(1, stepStructure_[gi]);
     for (std::size_t k = b; k < e; ++k) {
       memoKey.push_back(std::bit_cast<std::uint64_t>(offsetNow_[k]));
-      memoKey.push_back(bytesNow_[k]);
+      memoKey.push_back(sizes[k]);
     }
     if (auto hit = stepMemo_.find(memoKey); hit != stepMemo_.end()) {
       for (std::size_t k = b; k < e; ++k) stepOut_[static_cast<std::size_t>(stepFlows_[k])] = hit->second[k - b];
@@ -411,7 +416,7 @@ const std::vector<double>& GroupCache::stepDurations(const std::vector<int>& src
     }
   }
   std::swap(stepOffset_, offsetNow_);
-  std::swap(stepBytes_, bytesNow_);
+  if (!sameBytes) std::swap(stepBytes_, bytesNow_);
   return stepOut_;
 }
 

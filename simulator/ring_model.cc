@@ -129,8 +129,14 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   // The flows of a step: for each active channel, r -> r+1 for every rank (index a * n + r). Pairs on one node are
   // memory copies; the others ("network flows", index j) go to the contention groups.
   std::vector<int> src, dst, netIndex, fs, fd, g;
-  std::vector<std::uint64_t> bytes, prevBytes, fb, wireBytes;
+  std::vector<std::uint64_t> bytes, newBytes, fb, wireBytes;
+  // Versions of `bytes` (a new one whenever its contents change): the sizes the durations were computed for and the
+  // sizes of the previous step's state.
+  constexpr std::uint64_t kNoVersion = ~std::uint64_t{0};
+  std::uint64_t bytesVersion = 0, prevBytesVersion = kNoVersion, periodVersion = kNoVersion;
   std::vector<double> fstart, start, dur;
+  const std::vector<double>* durOf =
+      &dur;                            // the durations of the step: `dur`, or the cache's when all are network flows
   const std::vector<double> noStarts;  // groups of one flow: durations do not depend on starts
   std::vector<char> copyFlow;          // a pair on one node: a memory copy
   bool allNetwork = false;
@@ -142,7 +148,6 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   double prevEnd = 0, makespan = 0;
   const double kTolRel = 1e-12;
   std::vector<double> state, prevState;
-  std::vector<std::uint64_t> periodBytes;
   int periodicSteps = 0;
   std::size_t continued = 0;  // steps continued by their period
   for (int k = 0; k < maxRounds; ++k) {
@@ -180,7 +185,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       for (int gi : g) ++groupSize[static_cast<std::size_t>(gi)];
       multiFlowGroups = std::any_of(groupSize.begin(), groupSize.end(), [](int x) { return x > 1; });
       prevChannels = active;
-      prevBytes.clear();
+      prevBytesVersion = kNoVersion;
     }
     // Blocks of one size (every active piece a multiple of n elements): every step moves the same bytes.
     const bool uniformBlocks = std::all_of(active.begin(), active.end(), [&](int c) {
@@ -189,13 +194,17 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
     for (int s = 0; s < steps; ++s) {
       const bool rs = s < n - 1;
       if (!uniformBlocks || s == 0) {
-        bytes.clear();
+        newBytes.clear();
         for (int c : active) {
           const Piece& p = pieces[static_cast<std::size_t>(pieceAt[at(c, k)])];
           for (int r = 0; r < n; ++r) {
             const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
-            bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
+            newBytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
           }
+        }
+        if (newBytes != bytes) {
+          std::swap(newBytes, bytes);
+          ++bytesVersion;
         }
       }
       // Starts: the send waits for the previous receive on its rank (reduced during reduce-scatter) and for the
@@ -222,7 +231,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       // Durations. Groups of one flow do not depend on when they start, so a step with the previous step's sizes
       // reuses its times outright (uniform blocks: every step); groups of several flows are keyed by their offsets.
       // When every flow is a network flow and no protocol rewrites sizes, the step's own vectors are the flows'.
-      if (multiFlowGroups || bytes != prevBytes) {
+      if (multiFlowGroups || bytesVersion != prevBytesVersion) {
         const bool direct = allNetwork && !w.wireActive();
         if (!direct) {
           fb.clear();
@@ -237,8 +246,9 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
             cache.stepDurations(fs, fd, direct ? bytes : fb, multiFlowGroups ? (direct ? start : fstart) : noStarts, g,
                                 groups, sameStructure);
         if (allNetwork) {
-          dur = netDur;
+          durOf = &netDur;
         } else {
+          durOf = &dur;
           dur.assign(src.size(), 0);
           for (std::size_t i = 0; i < src.size(); ++i) {
             if (!copyFlow[i]) continue;
@@ -247,7 +257,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
           }
           for (std::size_t j = 0; j < netIndex.size(); ++j) dur[static_cast<std::size_t>(netIndex[j])] = netDur[j];
         }
-        if (bytes != prevBytes) prevBytes = bytes;
+        prevBytesVersion = bytesVersion;
       }
       // Ends, and the checks: a group of several flows was simulated alone on its links, so the same group of the
       // previous step must have left them (a group of one flow is alone on its links, whose previous user is the
@@ -258,7 +268,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
         const auto c = static_cast<std::size_t>(active[a]);
         for (int r = 0; r < n; ++r) {
           const std::size_t i = a * nu + static_cast<std::size_t>(r);
-          const double end = start[i] + dur[i];
+          const double end = start[i] + (*durOf)[i];
           connFree[c * nu + static_cast<std::size_t>(r)] = end;
           const int to = (r + 1) % n;  // position
           const double rt = rate[static_cast<std::size_t>(dst[i])];
@@ -274,7 +284,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
           const auto gu = static_cast<std::size_t>(g[j]);
           if (groupSize[gu] < 2) continue;
           const auto i = static_cast<std::size_t>(netIndex[j]);
-          const double end = start[i] + dur[i];
+          const double end = start[i] + (*durOf)[i];
           if (res.exact && sameStructure && start[i] < prevGroupEnd[gu] - kTolRel * std::max(end, 1e-9)) {
             res.exact = false;
             res.note = fmt::format("flows of steps {} and {} share links at the same time", s - 1, s);
@@ -304,7 +314,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
         state.insert(state.end(), recvDone.begin() + from, recvDone.begin() + from + n);
         state.insert(state.end(), connFree.begin() + from, connFree.begin() + from + n);
       }
-      bool shifted = bytes == periodBytes && state.size() == prevState.size();
+      bool shifted = bytesVersion == periodVersion && state.size() == prevState.size();
       const double period = shifted ? state[0] - prevState[0] : 0;
       shifted = shifted && period > 0;
       for (std::size_t i = 0; shifted && i < state.size(); ++i) {
@@ -312,7 +322,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       }
       periodicSteps = shifted ? periodicSteps + 1 : 0;
       std::swap(state, prevState);
-      periodBytes = bytes;
+      periodVersion = bytesVersion;
       const int phaseLast = rs ? n - 2 : steps - 1;
       if (periodicSteps >= kPeriodicSteps && s < phaseLast) {
         const int m = phaseLast - s;
