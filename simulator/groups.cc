@@ -344,7 +344,11 @@ const std::vector<double>& GroupCache::stepDurations(const std::vector<int>& src
     for (std::size_t k = 0; k < n; ++k) bytesNow_[k] = bytes[static_cast<std::size_t>(stepFlows_[k])];
   }
   const std::vector<std::uint64_t>& sizes = sameBytes ? stepBytes_ : bytesNow_;
-  offsetNow_.assign(n, 0);
+  if (start.empty()) {
+    offsetNow_.assign(n, 0);
+  } else {
+    offsetNow_.resize(n);  // every entry is written below
+  }
   for (std::size_t gi = 0; gi < gn && !start.empty(); ++gi) {
     const std::size_t b = stepBegin_[gi], e = stepBegin_[gi + 1];
     double first = std::numeric_limits<double>::infinity();

@@ -88,10 +88,10 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   for (std::size_t i = 0; i < pieces.size(); ++i) pieceAt[at(pieces[i].channel, pieces[i].round)] = static_cast<int>(i);
 
   // Per channel and ring position r: end of the last transfer on connection r -> r+1, and when the last receive
-  // completed at position r (reduction included).
-  std::vector<double> connFree(static_cast<std::size_t>(channels) * nu, 0);
-  std::vector<double> recvDone(static_cast<std::size_t>(channels) * nu, 0);
-  std::vector<double> nextRecvDone(recvDone.size(), 0);
+  // completed at position r (reduction included). A step writes the next ones, which are then swapped in: the
+  // previous step's stay (connNext, recvNext) for the steady-state check.
+  std::vector<double> connFree(static_cast<std::size_t>(channels) * nu, 0), connNext(connFree.size(), 0);
+  std::vector<double> recvDone(static_cast<std::size_t>(channels) * nu, 0), recvNext(recvDone.size(), 0);
   std::vector<double> rate(nu);
   bool sharedNodes = false;
   {
@@ -147,7 +147,8 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   std::vector<double> prevGroupEnd, groupEnd;
   double prevEnd = 0, makespan = 0;
   const double kTolRel = 1e-12;
-  std::vector<double> state, prevState;
+  bool havePrev = false;  // connNext and recvNext hold the previous step's state of the active channels
+  std::size_t prevActive = 0;
   int periodicSteps = 0;
   std::size_t continued = 0;  // steps continued by their period
   for (int k = 0; k < maxRounds; ++k) {
@@ -269,12 +270,12 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
         for (int r = 0; r < n; ++r) {
           const std::size_t i = a * nu + static_cast<std::size_t>(r);
           const double end = start[i] + (*durOf)[i];
-          connFree[c * nu + static_cast<std::size_t>(r)] = end;
-          const int to = (r + 1) % n;  // position
+          connNext[c * nu + static_cast<std::size_t>(r)] = end;
+          const int to = r + 1 == n ? 0 : r + 1;  // position
           const double rt = rate[static_cast<std::size_t>(dst[i])];
-          nextRecvDone[c * nu + static_cast<std::size_t>(to)] =
-              end + (rs && rt > 0 ? static_cast<double>(bytes[i]) / rt : 0);
-          makespan = std::max(makespan, nextRecvDone[c * nu + static_cast<std::size_t>(to)]);
+          const double done = end + (rs && rt > 0 ? static_cast<double>(bytes[i]) / rt : 0);
+          recvNext[c * nu + static_cast<std::size_t>(to)] = done;
+          makespan = std::max(makespan, done);
           lo = lo < 0 ? start[i] : std::min(lo, start[i]);
           hi = std::max(hi, end);
         }
@@ -300,28 +301,27 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       prevEnd = std::max(prevEnd, hi);
       std::swap(prevGroupEnd, groupEnd);
       sameStructure = true;
-      for (int c : active) {
-        std::copy_n(&nextRecvDone[static_cast<std::size_t>(c) * nu], nu, &recvDone[static_cast<std::size_t>(c) * nu]);
-      }
+      std::swap(connFree, connNext);
+      std::swap(recvDone, recvNext);
       // Steady state. A step maps (receive times, connection times) to the next ones through maxima, sums and the
       // group durations, which depend only on offsets within groups: shifting every input time by P shifts every
       // output by P while the block sizes repeat. So once a step's state is the previous one plus P (every entry),
       // each further step of the phase adds P, and the rest of the phase is continued at once. Entries are compared
       // within kPeriodTolerance of P (rounding of the differences), kPeriodicSteps steps in a row.
-      state.clear();
-      for (int c : active) {
-        const auto from = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(c) * nu);
-        state.insert(state.end(), recvDone.begin() + from, recvDone.begin() + from + n);
-        state.insert(state.end(), connFree.begin() + from, connFree.begin() + from + n);
-      }
-      bool shifted = bytesVersion == periodVersion && state.size() == prevState.size();
-      const double period = shifted ? state[0] - prevState[0] : 0;
+      bool shifted = bytesVersion == periodVersion && havePrev && prevActive == active.size();
+      const std::size_t c0 = static_cast<std::size_t>(active[0]) * nu;
+      const double period = shifted ? recvDone[c0] - recvNext[c0] : 0;
       shifted = shifted && period > 0;
-      for (std::size_t i = 0; shifted && i < state.size(); ++i) {
-        shifted = std::abs(state[i] - prevState[i] - period) <= kPeriodTolerance * period;
+      for (std::size_t a = 0; shifted && a < active.size(); ++a) {
+        const std::size_t from = static_cast<std::size_t>(active[a]) * nu;
+        for (std::size_t i = from; shifted && i < from + nu; ++i) {
+          shifted = std::abs(recvDone[i] - recvNext[i] - period) <= kPeriodTolerance * period &&
+                    std::abs(connFree[i] - connNext[i] - period) <= kPeriodTolerance * period;
+        }
       }
       periodicSteps = shifted ? periodicSteps + 1 : 0;
-      std::swap(state, prevState);
+      havePrev = true;
+      prevActive = active.size();
       periodVersion = bytesVersion;
       const int phaseLast = rs ? n - 2 : steps - 1;
       if (periodicSteps >= kPeriodicSteps && s < phaseLast) {
@@ -339,7 +339,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
         s += m;
         continued += static_cast<std::size_t>(m);
         periodicSteps = 0;
-        prevState.clear();
+        havePrev = false;
       }
     }
   }
