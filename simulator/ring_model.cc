@@ -147,6 +147,8 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   std::vector<double> prevGroupEnd, groupEnd;
   double prevEnd = 0, makespan = 0;
   const double kTolRel = 1e-12;
+  std::vector<double> reduceTime;  // per flow: its reduction on the receiver in reduce-scatter steps
+  std::uint64_t reduceVersion = kNoVersion;
   bool havePrev = false;  // connNext and recvNext hold the previous step's state of the active channels
   std::size_t prevActive = 0;
   int periodicSteps = 0;
@@ -264,23 +266,41 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       // previous step must have left them (a group of one flow is alone on its links, whose previous user is the
       // same connection, which is FIFO).
       groupEnd.assign(static_cast<std::size_t>(groups), 0);
+      if (reduceVersion != bytesVersion) {
+        reduceTime.resize(src.size());
+        for (std::size_t i = 0; i < src.size(); ++i) {
+          const double rt = rate[static_cast<std::size_t>(dst[i])];
+          reduceTime[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
+        }
+        reduceVersion = bytesVersion;
+      }
+      // Every flow a network flow: flow i is network flow i, and the group check runs in the same pass.
+      const bool groupCheckHere = multiFlowGroups && allNetwork;
+      const double* durations = durOf->data();
       double lo = -1, hi = 0;
       for (std::size_t a = 0; a < active.size(); ++a) {
         const auto c = static_cast<std::size_t>(active[a]);
         for (int r = 0; r < n; ++r) {
           const std::size_t i = a * nu + static_cast<std::size_t>(r);
-          const double end = start[i] + (*durOf)[i];
+          const double end = start[i] + durations[i];
           connNext[c * nu + static_cast<std::size_t>(r)] = end;
           const int to = r + 1 == n ? 0 : r + 1;  // position
-          const double rt = rate[static_cast<std::size_t>(dst[i])];
-          const double done = end + (rs && rt > 0 ? static_cast<double>(bytes[i]) / rt : 0);
+          const double done = end + (rs ? reduceTime[i] : 0);
           recvNext[c * nu + static_cast<std::size_t>(to)] = done;
           makespan = std::max(makespan, done);
           lo = lo < 0 ? start[i] : std::min(lo, start[i]);
           hi = std::max(hi, end);
+          if (groupCheckHere && groupSize[static_cast<std::size_t>(g[i])] > 1) {
+            const auto gu = static_cast<std::size_t>(g[i]);
+            if (res.exact && sameStructure && start[i] < prevGroupEnd[gu] - kTolRel * std::max(end, 1e-9)) {
+              res.exact = false;
+              res.note = fmt::format("flows of steps {} and {} share links at the same time", s - 1, s);
+            }
+            groupEnd[gu] = std::max(groupEnd[gu], end);
+          }
         }
       }
-      if (multiFlowGroups) {
+      if (multiFlowGroups && !groupCheckHere) {
         for (std::size_t j = 0; j < netIndex.size(); ++j) {
           const auto gu = static_cast<std::size_t>(g[j]);
           if (groupSize[gu] < 2) continue;
