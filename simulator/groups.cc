@@ -14,6 +14,8 @@ namespace {
 
 // SimGrid's surf/precision as World sets it (world.cc): flows due within it of an event end with the event.
 constexpr double kSharedRoutePrecisionSeconds = 1e-13;
+// Groups up to this many flows are ordered by insertion sort (quadratic, but no allocation; NVLink groups have 7).
+constexpr std::size_t kInsertionSortFlows = 32;
 
 int findRoot(std::vector<int>& parent, int x) {
   while (parent[static_cast<std::size_t>(x)] != x) {
@@ -30,7 +32,17 @@ void sharedRouteDurationsInto(const double* offset, const std::uint64_t* bytes, 
   std::vector<std::size_t>& order = scratch.order;
   order.resize(m);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return offset[a] < offset[b]; });
+  // Stable by offset: the order is unique, so a small group's insertion sort (no buffer to allocate) equals it.
+  if (m <= kInsertionSortFlows) {
+    for (std::size_t i = 1; i < m; ++i) {
+      const std::size_t f = order[i];
+      std::size_t j = i;
+      for (; j > 0 && offset[f] < offset[order[j - 1]]; --j) order[j] = order[j - 1];
+      order[j] = f;
+    }
+  } else {
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return offset[a] < offset[b]; });
+  }
   std::fill_n(out, m, 0.0);
   std::vector<double>& left = scratch.left;
   left.assign(m, 0);
