@@ -361,15 +361,6 @@ const std::vector<double>& GroupCache::stepDurations(const std::vector<int>& src
   } else {
     offsetNow_.resize(n);  // every entry is written below
   }
-  for (std::size_t gi = 0; gi < gn && !start.empty(); ++gi) {
-    const std::size_t b = stepBegin_[gi], e = stepBegin_[gi + 1];
-    double first = std::numeric_limits<double>::infinity();
-    for (std::size_t k = b; k < e; ++k) {
-      offsetNow_[k] = start[static_cast<std::size_t>(stepFlows_[k])];
-      first = std::min(first, offsetNow_[k]);
-    }
-    for (std::size_t k = b; k < e; ++k) offsetNow_[k] -= first;
-  }
   const bool compare = comparable && stepOffset_.size() == n;
   // A group whose offsets and sizes equal the previous call's keeps its times; else a group of the same structure
   // with the same offsets and sizes, flow for flow, behaves the same (memo); else its key is built (durations()).
@@ -382,6 +373,15 @@ const std::vector<double>& GroupCache::stepDurations(const std::vector<int>& src
   std::vector<std::uint64_t> memoKey;
   for (std::size_t gi = 0; gi < gn; ++gi) {
     const std::size_t b = stepBegin_[gi], e = stepBegin_[gi + 1];
+    // The group's offsets, while its members are in cache for the comparison below.
+    if (!start.empty()) {
+      double first = std::numeric_limits<double>::infinity();
+      for (std::size_t k = b; k < e; ++k) {
+        offsetNow_[k] = start[static_cast<std::size_t>(stepFlows_[k])];
+        first = std::min(first, offsetNow_[k]);
+      }
+      for (std::size_t k = b; k < e; ++k) offsetNow_[k] -= first;
+    }
     if (compare) {
       // Bitwise, as the key compares them.
       bool same = true;
