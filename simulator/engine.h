@@ -12,6 +12,12 @@
 
 namespace collbench::sim::detail {
 
+/// Reusable buffers of sharedRouteDurationsInto (a ring step solves thousands of small groups).
+struct SharedRouteScratch {
+  std::vector<std::size_t> order, active, still;
+  std::vector<double> left;
+};
+
 /// Every transfer and reduction as its own SimGrid activity; `groupSwitch` is the switch node of each switch group
 /// (validateOnTopology), empty when the schedule has none.
 SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool timeline,
@@ -25,12 +31,6 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
 /// per class of equal rings and one period of each; nullopt where its conditions do not hold (a link carries two
 /// connections, ranks share a node, an empty block, hosts of different sizes): then the schedule is simulated.
 std::optional<SimResult> simulateHierarchicalModel(World& w, const CollectiveSpec& spec, const AlgoParams& params);
-
-/// Reusable buffers of sharedRouteDurationsInto (a ring step solves thousands of small groups).
-struct SharedRouteScratch {
-  std::vector<std::size_t> order, active, still;
-  std::vector<double> left;
-};
 
 /// Per-flow times of contention groups, simulated once per distinct group. A group is a set of flows that share
 /// links, each with its start time; its key describes it completely (start offsets from the group's first flow,
