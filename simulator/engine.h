@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "collbench/schedule.h"
@@ -11,6 +12,12 @@
 #include "world.h"
 
 namespace collbench::sim::detail {
+
+/// Reusable buffers of sharedRouteDurationsInto (a ring step solves thousands of small groups).
+struct SharedRouteScratch {
+  std::vector<std::size_t> order, active, still;
+  std::vector<double> left;
+};
 
 /// Every transfer and reduction as its own SimGrid activity; `groupSwitch` is the switch node of each switch group
 /// (validateOnTopology), empty when the schedule has none.
@@ -62,9 +69,10 @@ class GroupCache {
   /// previous call's): a group whose start offsets (from its first start) and sizes equal the previous call's keeps
   /// its times without building its key, which is a function of exactly these and of the unchanged routes. The
   /// result equals durations().
-  std::vector<double> stepDurations(const std::vector<int>& src, const std::vector<int>& dst,
-                                    const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
-                                    const std::vector<int>& group, int groups, bool sameFlows);
+  /// The reference stays valid until the next call.
+  const std::vector<double>& stepDurations(const std::vector<int>& src, const std::vector<int>& dst,
+                                           const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
+                                           const std::vector<int>& group, int groups, bool sameFlows);
   std::size_t patterns() const { return cache_.size(); }
 
  private:
@@ -77,7 +85,9 @@ class GroupCache {
   static bool sameRoute(const std::vector<const std::vector<DirLink>*>& routes, const std::vector<int>& flows);
   void closedFormGroup(const std::vector<const std::vector<DirLink>*>& routes, const std::vector<double>& offset,
                        const std::vector<std::uint64_t>& bytes, const std::vector<int>& flows,
-                       std::vector<double>& out) const;
+                       std::vector<double>& out);
+  /// A route's latency (sum) and bandwidth (its slowest link).
+  std::pair<double, double> routeLatencyBandwidth(const std::vector<DirLink>& route) const;
 
   /// Appends a route to a key: its length, then per link its label (numbered by first appearance since the last
   /// reset of linkLabel_, recorded in `labelled`), bandwidth and latency.
@@ -91,22 +101,29 @@ class GroupCache {
   static constexpr std::uint64_t kNoLabel = ~std::uint64_t{0};
   std::unordered_map<std::vector<std::uint64_t>, std::uint64_t, KeyHash> routeClasses_;  // link parameters -> class
   std::vector<std::uint64_t> linkLabel_;  // directed link -> its label in the key being built, kNoLabel outside
-  // stepDurations: each group's flows and structure number, structures by key, and times by structure, offsets and
-  // sizes.
-  std::vector<std::vector<int>> stepMembers_;
+  // stepDurations: each group's flows (stepFlows_ from stepBegin_[g] to stepBegin_[g + 1]) and structure number,
+  // structures by key, and times by structure, offsets and sizes.
+  std::vector<int> stepFlows_;
+  std::vector<std::size_t> stepBegin_;
   std::vector<std::uint64_t> stepStructure_;
   std::vector<const std::vector<DirLink>*> stepRoutes_;
   std::vector<char> stepClosedForm_;
   std::unordered_map<std::vector<std::uint64_t>, std::uint64_t, KeyHash> structures_;
   std::unordered_map<std::vector<std::uint64_t>, std::vector<double>, KeyHash> stepMemo_;
-  std::vector<double> stepOffset_, stepOut_;  // the previous stepDurations call's offsets and result, by flow
-  std::vector<std::uint64_t> stepBytes_;
+  std::vector<double> stepOut_;  // the previous stepDurations call's result, by flow
+  // The previous and this call's offsets and sizes, in stepFlows_ order; scratch for closed-form groups.
+  std::vector<double> stepOffset_, offsetNow_, closedOut_;
+  std::vector<std::uint64_t> stepBytes_, bytesNow_, stepBytesByFlow_;  // ... and the previous call's sizes by flow
+  SharedRouteScratch sharedScratch_;
 };
 
 /// Durations (latency included, from each flow's own start) of flows that share one route and nothing else: each
 /// joins after `latency` seconds and then gets bandwidth / (flows joined and not done) bytes/s.
 std::vector<double> sharedRouteDurations(const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
                                          double latency, double bandwidth);
+/// sharedRouteDurations on m flows into out[0..m), with reusable buffers; the same arithmetic, so the same times.
+void sharedRouteDurationsInto(const double* offset, const std::uint64_t* bytes, std::size_t m, double latency,
+                              double bandwidth, double* out, SharedRouteScratch& scratch);
 
 /// Numbers the groups of flows (src[i] -> dst[i]) that share a directed link, transitively (with cross-traffic, the
 /// reverse routes count too); returns the group count.

@@ -14,6 +14,8 @@ namespace {
 
 // SimGrid's surf/precision as World sets it (world.cc): flows due within it of an event end with the event.
 constexpr double kSharedRoutePrecisionSeconds = 1e-13;
+// Groups up to this many flows are ordered by insertion sort (quadratic, but no allocation; NVLink groups have 7).
+constexpr std::size_t kInsertionSortFlows = 32;
 
 int findRoot(std::vector<int>& parent, int x) {
   while (parent[static_cast<std::size_t>(x)] != x) {
@@ -25,14 +27,28 @@ int findRoot(std::vector<int>& parent, int x) {
 
 }  // namespace
 
-std::vector<double> sharedRouteDurations(const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
-                                         double latency, double bandwidth) {
-  const std::size_t m = offset.size();
-  std::vector<std::size_t> order(m);
+void sharedRouteDurationsInto(const double* offset, const std::uint64_t* bytes, std::size_t m, double latency,
+                              double bandwidth, double* out, SharedRouteScratch& scratch) {
+  std::vector<std::size_t>& order = scratch.order;
+  order.resize(m);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return offset[a] < offset[b]; });
-  std::vector<double> out(m, 0), left(m, 0);
-  std::vector<std::size_t> active;
+  // Stable by offset: the order is unique, so a small group's insertion sort (no buffer to allocate) equals it.
+  if (m <= kInsertionSortFlows) {
+    for (std::size_t i = 1; i < m; ++i) {
+      const std::size_t f = order[i];
+      std::size_t j = i;
+      for (; j > 0 && offset[f] < offset[order[j - 1]]; --j) order[j] = order[j - 1];
+      order[j] = f;
+    }
+  } else {
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return offset[a] < offset[b]; });
+  }
+  std::fill_n(out, m, 0.0);
+  std::vector<double>& left = scratch.left;
+  left.assign(m, 0);
+  std::vector<std::size_t>& active = scratch.active;
+  std::vector<std::size_t>& still = scratch.still;
+  active.clear();
   std::size_t next = 0;
   double t = 0;
   while (next < m || !active.empty()) {
@@ -55,7 +71,7 @@ std::vector<double> sharedRouteDurations(const std::vector<double>& offset, cons
     }
     const double least = (finish - t) * share;
     t = finish;
-    std::vector<std::size_t> still;
+    still.clear();
     for (std::size_t f : active) {
       // Flows due within SimGrid's precision of this event end with it (surf/precision, world.cc).
       if (left[f] - least <= kSharedRoutePrecisionSeconds * share) {
@@ -67,6 +83,13 @@ std::vector<double> sharedRouteDurations(const std::vector<double>& offset, cons
     }
     active.swap(still);
   }
+}
+
+std::vector<double> sharedRouteDurations(const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
+                                         double latency, double bandwidth) {
+  std::vector<double> out(offset.size(), 0);
+  SharedRouteScratch scratch;
+  sharedRouteDurationsInto(offset.data(), bytes.data(), offset.size(), latency, bandwidth, out.data(), scratch);
   return out;
 }
 
@@ -90,22 +113,26 @@ bool GroupCache::sameRoute(const std::vector<const std::vector<DirLink>*>& route
   return std::all_of(flows.begin(), flows.end(), [&](int f) { return *routes[static_cast<std::size_t>(f)] == first; });
 }
 
-void GroupCache::closedFormGroup(const std::vector<const std::vector<DirLink>*>& routes,
-                                 const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
-                                 const std::vector<int>& flows, std::vector<double>& out) const {
-  const auto& route = *routes[static_cast<std::size_t>(flows[0])];
+std::pair<double, double> GroupCache::routeLatencyBandwidth(const std::vector<DirLink>& route) const {
   double latency = 0, bandwidth = std::numeric_limits<double>::infinity();
   for (DirLink l : route) {
     latency += world_.latency(l);
     bandwidth = std::min(bandwidth, world_.bandwidth(l));
   }
-  std::vector<double> off;
+  return {latency, bandwidth};
+}
+
+void GroupCache::closedFormGroup(const std::vector<const std::vector<DirLink>*>& routes,
+                                 const std::vector<double>& offset, const std::vector<std::uint64_t>& bytes,
+                                 const std::vector<int>& flows, std::vector<double>& out) {
+  const auto [latency, bandwidth] = routeLatencyBandwidth(*routes[static_cast<std::size_t>(flows[0])]);
+  std::vector<double> off, d(flows.size());
   std::vector<std::uint64_t> b;
   for (int f : flows) {
     off.push_back(offset[static_cast<std::size_t>(f)]);
     b.push_back(bytes[static_cast<std::size_t>(f)]);
   }
-  const std::vector<double> d = sharedRouteDurations(off, b, latency, bandwidth);
+  sharedRouteDurationsInto(off.data(), b.data(), flows.size(), latency, bandwidth, d.data(), sharedScratch_);
   for (std::size_t k = 0; k < flows.size(); ++k) out[static_cast<std::size_t>(flows[k])] = d[k];
 }
 
@@ -270,43 +297,45 @@ std::vector<double> GroupCache::durations(const std::vector<int>& src, const std
   return out;
 }
 
-std::vector<double> GroupCache::stepDurations(const std::vector<int>& src, const std::vector<int>& dst,
-                                              const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
-                                              const std::vector<int>& group, int groups, bool sameFlows) {
+const std::vector<double>& GroupCache::stepDurations(const std::vector<int>& src, const std::vector<int>& dst,
+                                                     const std::vector<std::uint64_t>& bytes,
+                                                     const std::vector<double>& start, const std::vector<int>& group,
+                                                     int groups, bool sameFlows) {
   const std::size_t n = src.size();
-  std::vector<double> offset(n, 0);
-  if (!start.empty()) {
-    std::vector<double> first(static_cast<std::size_t>(groups), std::numeric_limits<double>::infinity());
-    for (std::size_t i = 0; i < n; ++i) {
-      double& f = first[static_cast<std::size_t>(group[i])];
-      f = std::min(f, start[i]);
-    }
-    for (std::size_t i = 0; i < n; ++i) offset[i] = start[i] - first[static_cast<std::size_t>(group[i])];
-  }
+  const auto gn = static_cast<std::size_t>(groups);
   const bool comparable = sameFlows && stepOut_.size() == n;
   if (!comparable) {
-    // New flows: each group's structure (its flows' links, relabelled by first appearance, in flow order), numbered
-    // so that groups of one structure share a number.
+    // New flows: the groups' members, one group after another (stepFlows_ from stepBegin_[g]), and each group's
+    // structure (its flows' links, relabelled by first appearance, in flow order), numbered so that groups of one
+    // structure share a number.
     stepOut_.assign(n, 0);
-    stepMembers_.assign(static_cast<std::size_t>(groups), {});
-    for (std::size_t i = 0; i < n; ++i) stepMembers_[static_cast<std::size_t>(group[i])].push_back(static_cast<int>(i));
-    stepStructure_.assign(static_cast<std::size_t>(groups), 0);
+    stepBegin_.assign(gn + 1, 0);
+    for (std::size_t i = 0; i < n; ++i) ++stepBegin_[static_cast<std::size_t>(group[i]) + 1];
+    std::partial_sum(stepBegin_.begin(), stepBegin_.end(), stepBegin_.begin());
+    stepFlows_.resize(n);
+    {
+      std::vector<std::size_t> fill(stepBegin_.begin(), stepBegin_.end() - 1);
+      for (std::size_t i = 0; i < n; ++i) stepFlows_[fill[static_cast<std::size_t>(group[i])]++] = static_cast<int>(i);
+    }
+    stepStructure_.assign(gn, 0);
     stepRoutes_.resize(n);
     for (std::size_t i = 0; i < n; ++i) stepRoutes_[i] = &world_.route(src[i], dst[i]);
-    stepClosedForm_.assign(static_cast<std::size_t>(groups), 0);
-    for (std::size_t gi = 0; gi < stepMembers_.size(); ++gi) {
-      const auto& members = stepMembers_[gi];
+    stepClosedForm_.assign(gn, 0);
+    std::vector<int> members;
+    for (std::size_t gi = 0; gi < gn; ++gi) {
+      members.assign(stepFlows_.begin() + static_cast<std::ptrdiff_t>(stepBegin_[gi]),
+                     stepFlows_.begin() + static_cast<std::ptrdiff_t>(stepBegin_[gi + 1]));
       stepClosedForm_[gi] = members.size() > 1 && closedForm_ && sameRoute(stepRoutes_, members) ? 1 : 0;
     }
     if (linkLabel_.empty()) linkLabel_.assign(world_.topology().links.size() * 2, kNoLabel);
     std::vector<DirLink> labelled;
     std::vector<std::uint64_t> key;
-    for (std::size_t gi = 0; gi < stepMembers_.size(); ++gi) {
+    for (std::size_t gi = 0; gi < gn; ++gi) {
       key.clear();
       std::uint64_t labels = 0;
       auto addLinks = [&](const std::vector<DirLink>& route) { appendLinks(route, key, labels, labelled); };
-      for (int f : stepMembers_[gi]) {
-        const auto fu = static_cast<std::size_t>(f);
+      for (std::size_t k = stepBegin_[gi]; k < stepBegin_[gi + 1]; ++k) {
+        const auto fu = static_cast<std::size_t>(stepFlows_[k]);
         addLinks(world_.route(src[fu], dst[fu]));
         if (crossTraffic_) addLinks(world_.route(dst[fu], src[fu]));
       }
@@ -314,52 +343,81 @@ std::vector<double> GroupCache::stepDurations(const std::vector<int>& src, const
       labelled.clear();
       stepStructure_[gi] = structures_.try_emplace(key, structures_.size()).first->second;
     }
+    stepOffset_.clear();
+    stepBytes_.clear();
+    stepBytesByFlow_.clear();
   }
+  // Offsets from each group's first start and sizes, in member order (stepFlows_); sizes are gathered only when
+  // they changed (a ring step's usually do not).
+  const bool sameBytes = comparable && bytes == stepBytesByFlow_;
+  if (!sameBytes) {
+    stepBytesByFlow_ = bytes;
+    bytesNow_.resize(n);
+    for (std::size_t k = 0; k < n; ++k) bytesNow_[k] = bytes[static_cast<std::size_t>(stepFlows_[k])];
+  }
+  const std::vector<std::uint64_t>& sizes = sameBytes ? stepBytes_ : bytesNow_;
+  if (start.empty()) {
+    offsetNow_.assign(n, 0);
+  } else {
+    offsetNow_.resize(n);  // every entry is written below
+  }
+  const bool compare = comparable && stepOffset_.size() == n;
   // A group whose offsets and sizes equal the previous call's keeps its times; else a group of the same structure
   // with the same offsets and sizes, flow for flow, behaves the same (memo); else its key is built (durations()).
-  std::vector<int> renumber(static_cast<std::size_t>(groups), -1), subSrc, subDst, subGroup, subFlow;
+  std::vector<int> subSrc, subDst, subGroup, subFlow;
   std::vector<std::uint64_t> subBytes;
   std::vector<double> subStart;
   std::vector<std::size_t> missed;
   std::vector<std::vector<std::uint64_t>> missedKeys;
   int subGroups = 0;
   std::vector<std::uint64_t> memoKey;
-  for (std::size_t gi = 0; gi < stepMembers_.size(); ++gi) {
-    const auto& members = stepMembers_[gi];
-    if (comparable) {
+  for (std::size_t gi = 0; gi < gn; ++gi) {
+    const std::size_t b = stepBegin_[gi], e = stepBegin_[gi + 1];
+    // The group's offsets, while its members are in cache for the comparison below.
+    if (!start.empty()) {
+      double first = std::numeric_limits<double>::infinity();
+      for (std::size_t k = b; k < e; ++k) {
+        offsetNow_[k] = start[static_cast<std::size_t>(stepFlows_[k])];
+        first = std::min(first, offsetNow_[k]);
+      }
+      for (std::size_t k = b; k < e; ++k) offsetNow_[k] -= first;
+    }
+    if (compare) {
+      // Bitwise, as the key compares them.
       bool same = true;
-      for (int f : members) {
-        const auto fu = static_cast<std::size_t>(f);
-        // Bitwise, as the key compares them.
-        same = same && std::bit_cast<std::uint64_t>(offset[fu]) == std::bit_cast<std::uint64_t>(stepOffset_[fu]) &&
-               bytes[fu] == stepBytes_[fu];
+      for (std::size_t k = b; same && k < e; ++k) {
+        same = std::bit_cast<std::uint64_t>(offsetNow_[k]) == std::bit_cast<std::uint64_t>(stepOffset_[k]) &&
+               (sameBytes || sizes[k] == stepBytes_[k]);
       }
       if (same) continue;
     }
     if (stepClosedForm_[gi]) {
-      closedFormGroup(stepRoutes_, offset, bytes, members, stepOut_);
+      const auto [latency, bandwidth] = routeLatencyBandwidth(*stepRoutes_[static_cast<std::size_t>(stepFlows_[b])]);
+      closedOut_.resize(e - b);
+      sharedRouteDurationsInto(&offsetNow_[b], &sizes[b], e - b, latency, bandwidth, closedOut_.data(), sharedScratch_);
+      for (std::size_t k = b; k < e; ++k) stepOut_[static_cast<std::size_t>(stepFlows_[k])] = closedOut_[k - b];
       continue;
     }
     memoKey.assign(1, stepStructure_[gi]);
-    for (int f : members) {
-      memoKey.push_back(std::bit_cast<std::uint64_t>(offset[static_cast<std::size_t>(f)]));
-      memoKey.push_back(bytes[static_cast<std::size_t>(f)]);
+    for (std::size_t k = b; k < e; ++k) {
+      memoKey.push_back(std::bit_cast<std::uint64_t>(offsetNow_[k]));
+      memoKey.push_back(sizes[k]);
     }
     if (auto hit = stepMemo_.find(memoKey); hit != stepMemo_.end()) {
-      for (std::size_t k = 0; k < members.size(); ++k) stepOut_[static_cast<std::size_t>(members[k])] = hit->second[k];
+      for (std::size_t k = b; k < e; ++k) stepOut_[static_cast<std::size_t>(stepFlows_[k])] = hit->second[k - b];
       continue;
     }
-    renumber[gi] = subGroups++;
+    const int sub = subGroups++;
     missed.push_back(gi);
     missedKeys.push_back(memoKey);
-    for (int f : members) {
-      const auto fu = static_cast<std::size_t>(f);
+    for (std::size_t k = b; k < e; ++k) {
+      const auto fu = static_cast<std::size_t>(stepFlows_[k]);
       subSrc.push_back(src[fu]);
       subDst.push_back(dst[fu]);
       subBytes.push_back(bytes[fu]);
       if (!start.empty()) subStart.push_back(start[fu]);
-      subGroup.push_back(renumber[gi]);
-      subFlow.push_back(f);
+      subGroup.push_back(sub);
+      subFlow.push_back(stepFlows_[k]);
     }
   }
   if (subGroups > 0) {
@@ -367,12 +425,14 @@ std::vector<double> GroupCache::stepDurations(const std::vector<int>& src, const
     for (std::size_t j = 0; j < subFlow.size(); ++j) stepOut_[static_cast<std::size_t>(subFlow[j])] = d[j];
     for (std::size_t m = 0; m < missed.size(); ++m) {
       std::vector<double> times;
-      for (int f : stepMembers_[missed[m]]) times.push_back(stepOut_[static_cast<std::size_t>(f)]);
+      for (std::size_t k = stepBegin_[missed[m]]; k < stepBegin_[missed[m] + 1]; ++k) {
+        times.push_back(stepOut_[static_cast<std::size_t>(stepFlows_[k])]);
+      }
       stepMemo_.try_emplace(std::move(missedKeys[m]), std::move(times));
     }
   }
-  stepOffset_ = std::move(offset);
-  stepBytes_ = bytes;
+  std::swap(stepOffset_, offsetNow_);
+  if (!sameBytes) std::swap(stepBytes_, bytesNow_);
   return stepOut_;
 }
 

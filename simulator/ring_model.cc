@@ -88,10 +88,10 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   for (std::size_t i = 0; i < pieces.size(); ++i) pieceAt[at(pieces[i].channel, pieces[i].round)] = static_cast<int>(i);
 
   // Per channel and ring position r: end of the last transfer on connection r -> r+1, and when the last receive
-  // completed at position r (reduction included).
-  std::vector<double> connFree(static_cast<std::size_t>(channels) * nu, 0);
-  std::vector<double> recvDone(static_cast<std::size_t>(channels) * nu, 0);
-  std::vector<double> nextRecvDone(recvDone.size(), 0);
+  // completed at position r (reduction included). A step writes the next ones, which are then swapped in: the
+  // previous step's stay (connNext, recvNext) for the steady-state check.
+  std::vector<double> connFree(static_cast<std::size_t>(channels) * nu, 0), connNext(connFree.size(), 0);
+  std::vector<double> recvDone(static_cast<std::size_t>(channels) * nu, 0), recvNext(recvDone.size(), 0);
   std::vector<double> rate(nu);
   bool sharedNodes = false;
   {
@@ -129,8 +129,17 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   // The flows of a step: for each active channel, r -> r+1 for every rank (index a * n + r). Pairs on one node are
   // memory copies; the others ("network flows", index j) go to the contention groups.
   std::vector<int> src, dst, netIndex, fs, fd, g;
-  std::vector<std::uint64_t> bytes, prevBytes, fb, wireBytes;
-  std::vector<double> fstart, start, dur, netDur;
+  std::vector<std::uint64_t> bytes, newBytes, fb, wireBytes;
+  // Versions of `bytes` (a new one whenever its contents change): the sizes the durations were computed for and the
+  // sizes of the previous step's state.
+  constexpr std::uint64_t kNoVersion = ~std::uint64_t{0};
+  std::uint64_t bytesVersion = 0, prevBytesVersion = kNoVersion, periodVersion = kNoVersion;
+  std::vector<double> fstart, start, dur;
+  const std::vector<double>* durOf =
+      &dur;                            // the durations of the step: `dur`, or the cache's when all are network flows
+  const std::vector<double> noStarts;  // groups of one flow: durations do not depend on starts
+  std::vector<char> copyFlow;          // a pair on one node: a memory copy
+  bool allNetwork = false;
   std::vector<int> prevChannels, active, groupSize;
   int groups = 0;
   bool multiFlowGroups = false;
@@ -138,8 +147,10 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   std::vector<double> prevGroupEnd, groupEnd;
   double prevEnd = 0, makespan = 0;
   const double kTolRel = 1e-12;
-  std::vector<double> state, prevState;
-  std::vector<std::uint64_t> periodBytes;
+  std::vector<double> reduceTime;  // per flow: its reduction on the receiver in reduce-scatter steps
+  std::uint64_t reduceVersion = kNoVersion;
+  bool havePrev = false;  // connNext and recvNext hold the previous step's state of the active channels
+  std::size_t prevActive = 0;
   int periodicSteps = 0;
   std::size_t continued = 0;  // steps continued by their period
   for (int k = 0; k < maxRounds; ++k) {
@@ -161,18 +172,23 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       netIndex.clear();
       fs.clear();
       fd.clear();
+      copyFlow.assign(src.size(), 0);
       for (std::size_t i = 0; i < src.size(); ++i) {
-        if (w.sameNode(src[i], dst[i])) continue;
+        if (w.sameNode(src[i], dst[i])) {
+          copyFlow[i] = 1;
+          continue;
+        }
         netIndex.push_back(static_cast<int>(i));
         fs.push_back(src[i]);
         fd.push_back(dst[i]);
       }
+      allNetwork = netIndex.size() == src.size();
       groups = contentionGroups(w, fs, fd, w.config().crossTraffic, g);
       groupSize.assign(static_cast<std::size_t>(groups), 0);
       for (int gi : g) ++groupSize[static_cast<std::size_t>(gi)];
       multiFlowGroups = std::any_of(groupSize.begin(), groupSize.end(), [](int x) { return x > 1; });
       prevChannels = active;
-      prevBytes.clear();
+      prevBytesVersion = kNoVersion;
     }
     // Blocks of one size (every active piece a multiple of n elements): every step moves the same bytes.
     const bool uniformBlocks = std::all_of(active.begin(), active.end(), [&](int c) {
@@ -181,13 +197,17 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
     for (int s = 0; s < steps; ++s) {
       const bool rs = s < n - 1;
       if (!uniformBlocks || s == 0) {
-        bytes.clear();
+        newBytes.clear();
         for (int c : active) {
           const Piece& p = pieces[static_cast<std::size_t>(pieceAt[at(c, k)])];
           for (int r = 0; r < n; ++r) {
             const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
-            bytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
+            newBytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
           }
+        }
+        if (newBytes != bytes) {
+          std::swap(newBytes, bytes);
+          ++bytesVersion;
         }
       }
       // Starts: the send waits for the previous receive on its rank (reduced during reduce-scatter) and for the
@@ -213,51 +233,79 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       }
       // Durations. Groups of one flow do not depend on when they start, so a step with the previous step's sizes
       // reuses its times outright (uniform blocks: every step); groups of several flows are keyed by their offsets.
-      if (multiFlowGroups || bytes != prevBytes) {
-        fb.clear();
-        fstart.clear();
-        for (std::size_t j = 0; j < netIndex.size(); ++j) {
-          const auto i = netIndex[j];
-          fb.push_back(w.wireActive() ? wireBytes[j] : bytes[static_cast<std::size_t>(i)]);
-          fstart.push_back(start[static_cast<std::size_t>(i)]);
+      // When every flow is a network flow and no protocol rewrites sizes, the step's own vectors are the flows'.
+      if (multiFlowGroups || bytesVersion != prevBytesVersion) {
+        const bool direct = allNetwork && !w.wireActive();
+        if (!direct) {
+          fb.clear();
+          fstart.clear();
+          for (std::size_t j = 0; j < netIndex.size(); ++j) {
+            const auto i = netIndex[j];
+            fb.push_back(w.wireActive() ? wireBytes[j] : bytes[static_cast<std::size_t>(i)]);
+            fstart.push_back(start[static_cast<std::size_t>(i)]);
+          }
         }
-        netDur =
-            cache.stepDurations(fs, fd, fb, multiFlowGroups ? fstart : std::vector<double>{}, g, groups, sameStructure);
-        dur.assign(src.size(), 0);
-        for (std::size_t i = 0; i < src.size(); ++i) {
-          if (!w.sameNode(src[i], dst[i])) continue;
-          const double rt = rate[static_cast<std::size_t>(src[i])];
-          dur[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
+        const std::vector<double>& netDur =
+            cache.stepDurations(fs, fd, direct ? bytes : fb, multiFlowGroups ? (direct ? start : fstart) : noStarts, g,
+                                groups, sameStructure);
+        if (allNetwork) {
+          durOf = &netDur;
+        } else {
+          durOf = &dur;
+          dur.assign(src.size(), 0);
+          for (std::size_t i = 0; i < src.size(); ++i) {
+            if (!copyFlow[i]) continue;
+            const double rt = rate[static_cast<std::size_t>(src[i])];
+            dur[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
+          }
+          for (std::size_t j = 0; j < netIndex.size(); ++j) dur[static_cast<std::size_t>(netIndex[j])] = netDur[j];
         }
-        for (std::size_t j = 0; j < netIndex.size(); ++j) dur[static_cast<std::size_t>(netIndex[j])] = netDur[j];
-        prevBytes = bytes;
+        prevBytesVersion = bytesVersion;
       }
       // Ends, and the checks: a group of several flows was simulated alone on its links, so the same group of the
       // previous step must have left them (a group of one flow is alone on its links, whose previous user is the
       // same connection, which is FIFO).
       groupEnd.assign(static_cast<std::size_t>(groups), 0);
+      if (reduceVersion != bytesVersion) {
+        reduceTime.resize(src.size());
+        for (std::size_t i = 0; i < src.size(); ++i) {
+          const double rt = rate[static_cast<std::size_t>(dst[i])];
+          reduceTime[i] = rt > 0 ? static_cast<double>(bytes[i]) / rt : 0;
+        }
+        reduceVersion = bytesVersion;
+      }
+      // Every flow a network flow: flow i is network flow i, and the group check runs in the same pass.
+      const bool groupCheckHere = multiFlowGroups && allNetwork;
+      const double* durations = durOf->data();
       double lo = -1, hi = 0;
       for (std::size_t a = 0; a < active.size(); ++a) {
         const auto c = static_cast<std::size_t>(active[a]);
         for (int r = 0; r < n; ++r) {
           const std::size_t i = a * nu + static_cast<std::size_t>(r);
-          const double end = start[i] + dur[i];
-          connFree[c * nu + static_cast<std::size_t>(r)] = end;
-          const int to = (r + 1) % n;  // position
-          const double rt = rate[static_cast<std::size_t>(dst[i])];
-          nextRecvDone[c * nu + static_cast<std::size_t>(to)] =
-              end + (rs && rt > 0 ? static_cast<double>(bytes[i]) / rt : 0);
-          makespan = std::max(makespan, nextRecvDone[c * nu + static_cast<std::size_t>(to)]);
+          const double end = start[i] + durations[i];
+          connNext[c * nu + static_cast<std::size_t>(r)] = end;
+          const int to = r + 1 == n ? 0 : r + 1;  // position
+          const double done = end + (rs ? reduceTime[i] : 0);
+          recvNext[c * nu + static_cast<std::size_t>(to)] = done;
+          makespan = std::max(makespan, done);
           lo = lo < 0 ? start[i] : std::min(lo, start[i]);
           hi = std::max(hi, end);
+          if (groupCheckHere && groupSize[static_cast<std::size_t>(g[i])] > 1) {
+            const auto gu = static_cast<std::size_t>(g[i]);
+            if (res.exact && sameStructure && start[i] < prevGroupEnd[gu] - kTolRel * std::max(end, 1e-9)) {
+              res.exact = false;
+              res.note = fmt::format("flows of steps {} and {} share links at the same time", s - 1, s);
+            }
+            groupEnd[gu] = std::max(groupEnd[gu], end);
+          }
         }
       }
-      if (multiFlowGroups) {
+      if (multiFlowGroups && !groupCheckHere) {
         for (std::size_t j = 0; j < netIndex.size(); ++j) {
           const auto gu = static_cast<std::size_t>(g[j]);
           if (groupSize[gu] < 2) continue;
           const auto i = static_cast<std::size_t>(netIndex[j]);
-          const double end = start[i] + dur[i];
+          const double end = start[i] + (*durOf)[i];
           if (res.exact && sameStructure && start[i] < prevGroupEnd[gu] - kTolRel * std::max(end, 1e-9)) {
             res.exact = false;
             res.note = fmt::format("flows of steps {} and {} share links at the same time", s - 1, s);
@@ -273,29 +321,28 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       prevEnd = std::max(prevEnd, hi);
       std::swap(prevGroupEnd, groupEnd);
       sameStructure = true;
-      for (int c : active) {
-        std::copy_n(&nextRecvDone[static_cast<std::size_t>(c) * nu], nu, &recvDone[static_cast<std::size_t>(c) * nu]);
-      }
+      std::swap(connFree, connNext);
+      std::swap(recvDone, recvNext);
       // Steady state. A step maps (receive times, connection times) to the next ones through maxima, sums and the
       // group durations, which depend only on offsets within groups: shifting every input time by P shifts every
       // output by P while the block sizes repeat. So once a step's state is the previous one plus P (every entry),
       // each further step of the phase adds P, and the rest of the phase is continued at once. Entries are compared
       // within kPeriodTolerance of P (rounding of the differences), kPeriodicSteps steps in a row.
-      state.clear();
-      for (int c : active) {
-        const auto from = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(c) * nu);
-        state.insert(state.end(), recvDone.begin() + from, recvDone.begin() + from + n);
-        state.insert(state.end(), connFree.begin() + from, connFree.begin() + from + n);
-      }
-      bool shifted = bytes == periodBytes && state.size() == prevState.size();
-      const double period = shifted ? state[0] - prevState[0] : 0;
+      bool shifted = bytesVersion == periodVersion && havePrev && prevActive == active.size();
+      const std::size_t c0 = static_cast<std::size_t>(active[0]) * nu;
+      const double period = shifted ? recvDone[c0] - recvNext[c0] : 0;
       shifted = shifted && period > 0;
-      for (std::size_t i = 0; shifted && i < state.size(); ++i) {
-        shifted = std::abs(state[i] - prevState[i] - period) <= kPeriodTolerance * period;
+      for (std::size_t a = 0; shifted && a < active.size(); ++a) {
+        const std::size_t from = static_cast<std::size_t>(active[a]) * nu;
+        for (std::size_t i = from; shifted && i < from + nu; ++i) {
+          shifted = std::abs(recvDone[i] - recvNext[i] - period) <= kPeriodTolerance * period &&
+                    std::abs(connFree[i] - connNext[i] - period) <= kPeriodTolerance * period;
+        }
       }
       periodicSteps = shifted ? periodicSteps + 1 : 0;
-      std::swap(state, prevState);
-      periodBytes = bytes;
+      havePrev = true;
+      prevActive = active.size();
+      periodVersion = bytesVersion;
       const int phaseLast = rs ? n - 2 : steps - 1;
       if (periodicSteps >= kPeriodicSteps && s < phaseLast) {
         const int m = phaseLast - s;
@@ -312,7 +359,7 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
         s += m;
         continued += static_cast<std::size_t>(m);
         periodicSteps = 0;
-        prevState.clear();
+        havePrev = false;
       }
     }
   }

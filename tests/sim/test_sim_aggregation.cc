@@ -213,6 +213,15 @@ INSTANTIATE_TEST_SUITE_P(
         RingCase{"shared_7x8_channels8_uneven",
                  [] { return multiNode(R"("nodes": 7, "rail_optimized": false, "radix": 16)"); }, 56 * 8 * 2000 + 3,
                  ringParams(8, 56), 0.02},
+        // Pipeline rounds that differ by channel (the last round runs 5 of 8 channels) over uneven blocks: the
+        // flows change between rounds and the block sizes at every step.
+        RingCase{"rail_4x8_channels8_rounds_uneven", [] { return multiNode(R"("nodes": 4)"); }, 32 * 8 * 1000 + 5,
+                 [] {
+                   AlgoParams p = ringParams(8, 32);
+                   p.chunkBytes = 4 * 500;
+                   return p;
+                 }(),
+                 1e-9},
         RingCase{"three_level_16x8_nics2_channels4",
                  [] { return multiNode(R"("nodes": 12, "nics_per_node": 2, "radix": 6)"); }, 96 * 4 * 500,
                  ringParams(4, 96), 1e-9},
