@@ -226,6 +226,13 @@ constexpr std::size_t kPipelineWindowWork = 2000000;
 // second half is the estimate).
 constexpr std::size_t kPeriodicRounds = 8;
 constexpr double kLinearIncrementTolerance = 1e-9;
+// Transfers the tree model evaluates for one call (0.4-0.6 us each here, so well within a second): the whole pipeline
+// when it fits, else the longest window that does. On NCCL's host tree over rails a round's increment varies by
+// +-15 % (flows meeting on a host's NIC drift against each other) and short windows read the period low: 1 GiB at
+// 1024 GPUs, one channel, windows of 48 / 128 / 256 / 512 of 1024 rounds give -7.4 / -4.0 / -1.7 / -0.8 % against the
+// whole pipeline (40728 us); four channels (the selector's choice there), 48 / 122 / 244 of 256 rounds give -8.1 /
+// -6.6 / -2.7 % (10500 us, 3.7 s).
+constexpr double kTreeModelTransfers = 1e6;
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -412,11 +419,22 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   }
   const auto n = static_cast<std::size_t>(spec.nranks);
   const std::size_t perRound = estimateTransfers(algo, spec, p) / std::max<std::size_t>(1, chunks);
-  const std::size_t window = std::max(pipelineWindow(n, perRound), pipelineDrain(n) + kPeriodicRounds + 2);
+  std::size_t window = std::max(pipelineWindow(n, perRound), pipelineDrain(n) + kPeriodicRounds + 2);
   AlgoParams subParams = p;
   subParams.chunkBytes = chunkElems * es;
+  // The tree on the fluid network (its assumptions: CM02 without cross-traffic), where asked for or where the window
+  // is over op by op's budget (an op-by-op window of a periodic pipeline extrapolates exactly): as many rounds as
+  // kTreeModelTransfers allows.
+  const double windowCost = static_cast<double>(std::min(chunks, window) * perRound) * static_cast<double>(n);
+  const bool treeModel =
+      algo.traits.simTreeModel && uniform && cfg.model == NetworkModel::CM02 && !cfg.crossTraffic &&
+      (cfg.mode == SimMode::Fluid || (cfg.mode == SimMode::Auto && windowCost > kPipelineExactBudget));
+  if (treeModel) {
+    window = std::max(window, static_cast<std::size_t>(kTreeModelTransfers /
+                                                       static_cast<double>(std::max<std::size_t>(1, perRound))));
+  }
   if (chunks <= window) {
-    if (cfg.mode == SimMode::Fluid && algo.traits.simTreeModel && uniform) {
+    if (treeModel) {
       // The whole run is one window of the tree model: the fluid method's result without the schedule.
       SimResult out;
       out.seconds = detail::simulateTreeWindow(w, spec, subParams, chunks).seconds;
@@ -443,9 +461,8 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
                                                                              : SimMode::Aggregated;
   }
   // On the fluid network the tree's window needs no schedule (tree_model.cc: the same graph); others build theirs.
-  const detail::PipelineWindow win = subCfg.mode == SimMode::Fluid && algo.traits.simTreeModel
-                                         ? detail::simulateTreeWindow(w, sub, subParams, window)
-                                         : windowOfSchedule(w, sub, algo, subParams, subCfg, window);
+  const detail::PipelineWindow win = treeModel ? detail::simulateTreeWindow(w, sub, subParams, window)
+                                               : windowOfSchedule(w, sub, algo, subParams, subCfg, window);
   const std::vector<double>& roundEnd = win.roundEnd;
   // The last rounds drain (nothing follows them up the tree), so they are left out; the period read before.
   const std::size_t last = window - 1 - pipelineDrain(n), from = last / 2;
