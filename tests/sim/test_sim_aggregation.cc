@@ -414,8 +414,19 @@ TEST(TreeModel, EqualsTheFluidMethodOnTheSchedule) {
   const Topology rail = generateTopology("multi_node", R"({"nodes": 6, "reduce_GBps": 900})");
   AlgoParams railParams{chunkElems * 4, 4, {}};
   railParams.rankHost = rankHosts(rail, 48);
+  // Two ranks on each cpu node: their transfers are copies at the node's rate, sharing it with the node's folds.
+  const Topology shared = parseTopology(R"({"format": "collbench-topology", "version": 1, "name": "cpus",
+    "nodes": [{"id": "c0", "kind": "cpu", "host": "c0", "reduce_GBps": 20}, {"id": "c1", "kind": "cpu", "host": "c1",
+      "reduce_GBps": 20}, {"id": "c2", "kind": "cpu", "host": "c2", "reduce_GBps": 20}, {"id": "sw", "kind": "switch"}],
+    "links": [{"a": "c0", "b": "sw", "bandwidth_GBps": 12, "latency_us": 2},
+              {"a": "c1", "b": "sw", "bandwidth_GBps": 12, "latency_us": 2},
+              {"a": "c2", "b": "sw", "bandwidth_GBps": 12, "latency_us": 2}],
+    "ranks": ["c0", "c0", "c1", "c1", "c2", "c2"]})",
+                                        "test");
+  AlgoParams sharedParams{chunkElems * 4, 2, {}};
+  sharedParams.rankHost = rankHosts(shared, 6);
   for (const Case& c : {Case{rail, railParams}, Case{rail, withProtocol(Protocol::LL128, railParams)},
-                        Case{flatWithReduce(11, 30), {chunkElems * 4, 1, {}}}}) {
+                        Case{flatWithReduce(11, 30), {chunkElems * 4, 1, {}}}, Case{shared, sharedParams}}) {
     const int n = static_cast<int>(c.topo.ranks.size());
     const CollectiveSpec spec{Collective::AllReduce, n,
                               2 * static_cast<std::size_t>(c.params.channels) * chunks * chunkElems, DType::F32};
