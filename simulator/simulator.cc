@@ -19,6 +19,7 @@
 
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "collbench/run.h"
 #include "collbench/validator.h"
 #include "engine.h"
 #include "sim_backend.h"
@@ -233,6 +234,9 @@ constexpr double kLinearIncrementTolerance = 1e-9;
 // whole pipeline (40728 us); four channels (the selector's choice there), 48 / 122 / 244 of 256 rounds give -8.1 /
 // -6.6 / -2.7 % (10500 us, 3.7 s).
 constexpr double kTreeModelTransfers = 1e6;
+// Memory of a built schedule and its simulation per transfer: a tree window at 16384 GPUs, 4.2 M transfers, peaked at
+// 3.26 GB.
+constexpr double kScheduleBytesPerTransfer = 800;
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -359,11 +363,26 @@ SimResult Simulator::run(const Schedule& s) const {
 
 namespace {
 
+/// Throws Error{InvalidArgument} when the schedule of `spec` would not fit in the memory available now (a pipeline's
+/// schedule is built for its window, or whole when it has few chunks).
+void checkScheduleFits(const CollectiveSpec& spec, const AlgorithmInfo& algo, const AlgoParams& p) {
+  const double need = static_cast<double>(estimateTransfers(algo, spec, p)) * kScheduleBytesPerTransfer;
+  if (const double available = availableMemoryBytes(); need > available) {
+    throw Error(
+        Errc::InvalidArgument,
+        fmt::format("{} with '{}' on {} channels: the schedule to simulate ({} transfers) would need about {:.1f} GB, "
+                    "more than the {:.1f} GB available; use fewer channels or ranks",
+                    describe(spec), algo.name, p.channels, estimateTransfers(algo, spec, p), need / 1e9,
+                    available / 1e9));
+  }
+}
+
 /// The window's schedule simulated under `cfg`, timed round by round: every slice holds `window` chunks of one size,
 /// slice after slice, so an op's chunk follows from its offset. Local ops are skipped (a broadcast root's copy spans
 /// every chunk); a RecvReduce's reduction is a span of the same op.
 detail::PipelineWindow windowOfSchedule(detail::World& w, const CollectiveSpec& sub, const AlgorithmInfo& algo,
                                         const AlgoParams& p, const SimConfig& cfg, std::size_t window) {
+  checkScheduleFits(sub, algo, p);
   const Schedule s = buildSchedule(sub, algo.name, p);
   const Matching m = matchSchedule(s);
   const SimResult r = simulateWithPolicy(w, s, m, cfg, /*timeline=*/true);
@@ -427,14 +446,14 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   // kTreeModelTransfers allows.
   const double windowCost = static_cast<double>(std::min(chunks, window) * perRound) * static_cast<double>(n);
   const bool treeModel =
-      algo.traits.simTreeModel && uniform && cfg.model == NetworkModel::CM02 && !cfg.crossTraffic &&
+      algo.traits.simTreeModel && cfg.model == NetworkModel::CM02 && !cfg.crossTraffic &&
       (cfg.mode == SimMode::Fluid || (cfg.mode == SimMode::Auto && windowCost > kPipelineExactBudget));
   if (treeModel) {
     window = std::max(window, static_cast<std::size_t>(kTreeModelTransfers /
                                                        static_cast<double>(std::max<std::size_t>(1, perRound))));
   }
   if (chunks <= window) {
-    if (treeModel) {
+    if (treeModel && uniform) {
       // The whole run is one window of the tree model: the fluid method's result without the schedule.
       SimResult out;
       out.seconds = detail::simulateTreeWindow(w, spec, subParams, chunks).seconds;
@@ -445,6 +464,7 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
       out.ops = 2 * out.transfers;
       return out;
     }
+    checkScheduleFits(spec, algo, p);
     const Schedule s = buildSchedule(spec, algo.name, p);
     return simulateWithPolicy(w, s, matchSchedule(s), cfg, false);
   }

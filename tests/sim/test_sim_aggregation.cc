@@ -440,6 +440,28 @@ TEST(TreeModel, EqualsTheFluidMethodOnTheSchedule) {
   }
 }
 
+// A request larger than the machine is refused in one line before its state is allocated: the tree model's cells
+// (about 4.6 TB here), and under LV08, which has no tree model, the window's schedule (about 165 TB).
+TEST(TreeModel, RefusesWindowsLargerThanTheMachine) {
+  const Topology t = generateTopology("multi_node", R"({"nodes": 128})");
+  AlgoParams p{0, 1 << 20, {}};
+  p.rankHost = rankHosts(t, 1024);
+  const CollectiveSpec spec{Collective::AllReduce, 1024, std::size_t{250} << 40, DType::F32};
+  for (const auto& [model, expected] : {std::pair{sim::NetworkModel::CM02, "the tree model's 48-round window needs"},
+                                        std::pair{sim::NetworkModel::LV08, "the schedule to simulate"}}) {
+    sim::SimConfig cfg;
+    cfg.model = model;
+    try {
+      sim::Simulator(t, 1024, cfg).runAlgorithm(spec, "tree", p);
+      FAIL() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("GB available"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Fluid, RefusesWhatItDoesNotModel) {
   sim::SimConfig lv08 = mode(sim::SimMode::Fluid);
   lv08.model = sim::NetworkModel::LV08;
