@@ -208,7 +208,7 @@ class TreeWindow {
     const std::size_t su = at(s, up);
     const int next = childIndex_[sr] + 1;
     if (next < kidCount(su)) {
-      const int kid = kids_[static_cast<std::size_t>(kidStart_[su] + next)];
+      const int kid = kids_[static_cast<std::size_t>(kidStart_[su]) + static_cast<std::size_t>(next)];
       upReady(cells_[cell(at(s, kid), k)], t);
       tryUp(s, kid, k);
     } else if (parent_[su] >= 0) {

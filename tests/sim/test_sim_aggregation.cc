@@ -466,7 +466,7 @@ TEST(Fluid, RefusesWhatItDoesNotModel) {
   sim::SimConfig lv08 = mode(sim::SimMode::Fluid);
   lv08.model = sim::NetworkModel::LV08;
   try {
-    sim::Simulator(flatTopology(4, 50, 1), 4, lv08);
+    const sim::Simulator refused(flatTopology(4, 50, 1), 4, lv08);
     FAIL() << "LV08 accepted";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "mode fluid: needs the CM02 network model without cross-traffic (got model LV08)");
