@@ -27,8 +27,8 @@ SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool tim
 /// split into contention groups, each distinct group is simulated once, and identical groups reuse its times.
 SimResult simulateAggregated(World& w, const Schedule& s, const Matching& m, bool timeline);
 /// The dependency graph timed by an event-driven fluid model instead of SimGrid (fluid.cc): CM02's latency phase and
-/// penalties, each flow at its smallest weighted share of its links (no max-min redistribution, so never faster than
-/// SimGrid's). Needs CM02 without cross-traffic; the result is never marked exact.
+/// penalties, each flow at its smallest weighted share of its links (no max-min redistribution). Needs CM02 without
+/// cross-traffic; the result is never marked exact.
 SimResult simulateFluid(World& w, const Schedule& s, const Matching& m, bool timeline);
 /// Ring all-reduce evaluated step by step without a schedule (the aggregated method, streamed).
 SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoParams& params);
