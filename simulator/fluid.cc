@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <queue>
 #include <vector>
 
 #include "dag.h"

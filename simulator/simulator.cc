@@ -272,6 +272,9 @@ std::size_t pipelineSlices(const AlgorithmInfo& info, const AlgoParams& p) {
 
 /// The Auto policy (sim_backend.h, kAlwaysExactTransfers); Exact and Aggregated do what they say. Schedules with
 /// switch ops are simulated op by op whatever the mode (only the exact method times them).
+/// The fluid network's assumptions (fluid.h): CM02's sharing, without cross-traffic.
+bool fluidApplies(const SimConfig& cfg) { return cfg.model == NetworkModel::CM02 && !cfg.crossTraffic; }
+
 SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching& m, const SimConfig& cfg,
                              bool timeline) {
   std::vector<std::pair<int, int>> pairs;
@@ -327,7 +330,7 @@ const Topology& callTopology(const Topology& topo, const CollectiveSpec& spec, T
 Simulator::Simulator(Topology topology, int nranks, SimConfig config)
     : topo_(std::move(topology)), nranks_(nranks), config_(std::move(config)) {
   const int available = static_cast<int>(topo_.ranks.size());
-  if (config_.mode == SimMode::Fluid && (config_.model != NetworkModel::CM02 || config_.crossTraffic)) {
+  if (config_.mode == SimMode::Fluid && !fluidApplies(config_)) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("mode fluid: needs the CM02 network model without cross-traffic (got model {}{})",
                             toString(config_.model), config_.crossTraffic ? " with cross-traffic" : ""));
@@ -366,14 +369,14 @@ namespace {
 /// Throws Error{InvalidArgument} when the schedule of `spec` would not fit in the memory available now (a pipeline's
 /// schedule is built for its window, or whole when it has few chunks).
 void checkScheduleFits(const CollectiveSpec& spec, const AlgorithmInfo& algo, const AlgoParams& p) {
-  const double need = static_cast<double>(estimateTransfers(algo, spec, p)) * kScheduleBytesPerTransfer;
+  const std::size_t transfers = estimateTransfers(algo, spec, p);
+  const double need = static_cast<double>(transfers) * kScheduleBytesPerTransfer;
   if (const double available = availableMemoryBytes(); need > available) {
     throw Error(
         Errc::InvalidArgument,
         fmt::format("{} with '{}' on {} channels: the schedule to simulate ({} transfers) would need about {:.1f} GB, "
                     "more than the {:.1f} GB available; use fewer channels or ranks",
-                    describe(spec), algo.name, p.channels, estimateTransfers(algo, spec, p), need / 1e9,
-                    available / 1e9));
+                    describe(spec), algo.name, p.channels, transfers, need / 1e9, available / 1e9));
   }
 }
 
@@ -446,7 +449,7 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   // kTreeModelTransfers allows.
   const double windowCost = static_cast<double>(std::min(chunks, window) * perRound) * static_cast<double>(n);
   const bool treeModel =
-      algo.traits.simTreeModel && cfg.model == NetworkModel::CM02 && !cfg.crossTraffic &&
+      algo.traits.simTreeModel && fluidApplies(cfg) &&
       (cfg.mode == SimMode::Fluid || (cfg.mode == SimMode::Auto && windowCost > kPipelineExactBudget));
   if (treeModel) {
     window = std::max(window, static_cast<std::size_t>(kTreeModelTransfers /
@@ -475,9 +478,8 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
     // Op by op when affordable (kPipelineExactBudget), else the fluid model where its assumptions hold (CM02 without
     // cross-traffic), else aggregated; both are approximate for pipelines.
     const double transfers = static_cast<double>(estimateTransfers(algo, sub, subParams));
-    const bool fluid = cfg.model == NetworkModel::CM02 && !cfg.crossTraffic;
     subCfg.mode = transfers * static_cast<double>(n) <= kPipelineExactBudget ? SimMode::Exact
-                  : fluid                                                    ? SimMode::Fluid
+                  : fluidApplies(cfg)                                        ? SimMode::Fluid
                                                                              : SimMode::Aggregated;
   }
   // On the fluid network the tree's window needs no schedule (tree_model.cc: the same graph); others build theirs.
