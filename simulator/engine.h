@@ -74,6 +74,10 @@ class GroupCache {
                                            const std::vector<std::uint64_t>& bytes, const std::vector<double>& start,
                                            const std::vector<int>& group, int groups, bool sameFlows);
   std::size_t patterns() const { return cache_.size(); }
+  /// The structure of flows (src, dst) taken in this order: each route's links relabelled by first appearance, with
+  /// their bandwidths and latencies (and the reverse routes' under cross-traffic). Groups of equal structure whose
+  /// flows have equal offsets and sizes, flow for flow, have equal durations.
+  std::vector<std::uint64_t> structure(const std::vector<std::pair<int, int>>& flows);
 
  private:
   struct KeyHash {

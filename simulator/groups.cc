@@ -136,6 +136,19 @@ void GroupCache::closedFormGroup(const std::vector<const std::vector<DirLink>*>&
   for (std::size_t k = 0; k < flows.size(); ++k) out[static_cast<std::size_t>(flows[k])] = d[k];
 }
 
+std::vector<std::uint64_t> GroupCache::structure(const std::vector<std::pair<int, int>>& flows) {
+  if (linkLabel_.empty()) linkLabel_.assign(world_.topology().links.size() * 2, kNoLabel);
+  std::vector<std::uint64_t> key;
+  std::vector<DirLink> labelled;
+  std::uint64_t labels = 0;
+  for (auto [a, b] : flows) {
+    appendLinks(world_.route(a, b), key, labels, labelled);
+    if (crossTraffic_) appendLinks(world_.route(b, a), key, labels, labelled);
+  }
+  for (DirLink l : labelled) linkLabel_[static_cast<std::size_t>(l)] = kNoLabel;
+  return key;
+}
+
 std::size_t GroupCache::KeyHash::operator()(const std::vector<std::uint64_t>& k) const {
   // FNV-1a over the words: keys are short and compared in full on collisions.
   std::uint64_t h = 1469598103934665603ull;
@@ -327,21 +340,14 @@ const std::vector<double>& GroupCache::stepDurations(const std::vector<int>& src
                      stepFlows_.begin() + static_cast<std::ptrdiff_t>(stepBegin_[gi + 1]));
       stepClosedForm_[gi] = members.size() > 1 && closedForm_ && sameRoute(stepRoutes_, members) ? 1 : 0;
     }
-    if (linkLabel_.empty()) linkLabel_.assign(world_.topology().links.size() * 2, kNoLabel);
-    std::vector<DirLink> labelled;
-    std::vector<std::uint64_t> key;
+    std::vector<std::pair<int, int>> flows;
     for (std::size_t gi = 0; gi < gn; ++gi) {
-      key.clear();
-      std::uint64_t labels = 0;
-      auto addLinks = [&](const std::vector<DirLink>& route) { appendLinks(route, key, labels, labelled); };
+      flows.clear();
       for (std::size_t k = stepBegin_[gi]; k < stepBegin_[gi + 1]; ++k) {
         const auto fu = static_cast<std::size_t>(stepFlows_[k]);
-        addLinks(world_.route(src[fu], dst[fu]));
-        if (crossTraffic_) addLinks(world_.route(dst[fu], src[fu]));
+        flows.emplace_back(src[fu], dst[fu]);
       }
-      for (DirLink l : labelled) linkLabel_[static_cast<std::size_t>(l)] = kNoLabel;
-      labelled.clear();
-      stepStructure_[gi] = structures_.try_emplace(key, structures_.size()).first->second;
+      stepStructure_[gi] = structures_.try_emplace(structure(flows), structures_.size()).first->second;
     }
     stepOffset_.clear();
     stepBytes_.clear();

@@ -9,7 +9,10 @@
 //   reduce-scatter send of step t (all-gather), which the block chain already implies (n-1 hops of it lead here);
 //   and it waits for the previous transfer on its (r, r+1, channel) connection, which spans pieces.
 #include <algorithm>
+#include <bit>
+#include <map>
 #include <numeric>
+#include <optional>
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
@@ -55,6 +58,167 @@ constexpr int kPeriodicSteps = 2;
 
 std::size_t blockLen(std::size_t pieceLen, std::size_t n, std::size_t b) {
   return pieceLen / n + (b < pieceLen % n ? 1 : 0);
+}
+
+// Candidate periods whose full check failed before one is given up for the whole ring (each check walks every flow).
+constexpr int kPeriodAttempts = 3;
+
+// A round whose flows repeat: every active channel's ring, and within the ring every p-th position, the same (see
+// reduceRing). Stepping `positions` positions of the first active channel, each flow taken from a representative
+// contention group, gives every channel's times at every position: those of position q mod positions.
+struct RingReduction {
+  std::size_t positions = 0;
+  std::vector<int> src, dst;  // per stepped position: the endpoints of the flow standing for it
+};
+
+// What a flow's step depends on besides its contention group: whether it is a memory copy (and then its sender's
+// rate), its receiver's reduction rate and its protocol cost; and a hash of its route's links (checked exactly by
+// the groups' structures), to pick candidate periods cheaply.
+struct FlowInputs {
+  bool copy = false;
+  double sendRate = 0, recvRate = 0;
+  Wire wire;
+  std::uint64_t routeHash = 0;
+  std::size_t groupSize = 0;
+  bool sameStep(const FlowInputs& o) const {
+    return copy == o.copy && sendRate == o.sendRate && recvRate == o.recvRate && wire.bytes == o.wire.bytes &&
+           wire.delay == o.wire.delay;
+  }
+  bool operator==(const FlowInputs& o) const {
+    return sameStep(o) && routeHash == o.routeHash && groupSize == o.groupSize;
+  }
+};
+
+// Symmetry of a round with blocks of one size (`blockBytes`). Flow i of the full step (channel active[a], ring
+// position q, i = a n + q) is mapped to position q mod p of the first active channel. The round reduces to those p
+// positions when (checked, not assumed):
+//   - each flow's inputs (FlowInputs::sameStep) equal its image's;
+//   - the flows of a contention group map to distinct positions, the groups that hold flows mapped to one position
+//     all map onto one set of positions, and groups mapped onto one set have one structure (GroupCache::structure,
+//     flows in position order);
+//   - the representative groups chosen per set (with their real endpoints) share no link with one another.
+// Then, step by step, every flow's start, duration and end equal its image's: by induction from equal initial times,
+// a start is a maximum over the image's neighbours' times, and a group's durations are a function of its structure,
+// offsets and sizes, which are the image group's. p is the smallest divisor of n that passes (n: the channels alone
+// fold).
+std::optional<RingReduction> reduceRing(World& w, GroupCache& cache, const std::vector<std::vector<int>>& rings,
+                                        const std::vector<int>& active, const std::vector<double>& rate,
+                                        std::uint64_t blockBytes) {
+  const std::size_t channels = active.size();
+  const std::size_t n = rings[static_cast<std::size_t>(active[0])].size();
+  const std::size_t total = channels * n;
+  std::vector<int> src(total), dst(total), netOf(total, -1), netSrc, netDst, group;
+  std::vector<FlowInputs> in(total);
+  for (std::size_t a = 0; a < channels; ++a) {
+    const auto& ring = rings[static_cast<std::size_t>(active[a])];
+    for (std::size_t q = 0; q < n; ++q) {
+      const std::size_t i = a * n + q;
+      src[i] = ring[q];
+      dst[i] = ring[(q + 1) % n];
+      FlowInputs& f = in[i];
+      f.copy = w.sameNode(src[i], dst[i]);
+      f.recvRate = rate[static_cast<std::size_t>(dst[i])];
+      if (f.copy) {
+        f.sendRate = rate[static_cast<std::size_t>(src[i])];
+        continue;
+      }
+      f.wire = w.wire(src[i], dst[i], blockBytes);
+      std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the links' bandwidths and latencies
+      for (DirLink l : w.route(src[i], dst[i])) {
+        for (double v : {w.bandwidth(l), w.latency(l)}) {
+          h ^= std::bit_cast<std::uint64_t>(v);
+          h *= 1099511628211ull;
+        }
+      }
+      f.routeHash = h;
+      netOf[i] = static_cast<int>(netSrc.size());
+      netSrc.push_back(src[i]);
+      netDst.push_back(dst[i]);
+    }
+  }
+  const int groups = contentionGroups(w, netSrc, netDst, w.config().crossTraffic, group);
+  std::vector<std::vector<std::size_t>> members(static_cast<std::size_t>(groups));
+  auto groupOf = [&](std::size_t i) -> std::vector<std::size_t>& {
+    return members[static_cast<std::size_t>(group[static_cast<std::size_t>(netOf[i])])];
+  };
+  for (std::size_t i = 0; i < total; ++i) {
+    if (netOf[i] >= 0) groupOf(i).push_back(i);
+  }
+  for (std::size_t i = 0; i < total; ++i) {
+    if (netOf[i] >= 0) in[i].groupSize = groupOf(i).size();
+  }
+
+  // The full check of period p.
+  auto tryPeriod = [&](std::size_t p) -> std::optional<RingReduction> {
+    auto pos = [&](std::size_t i) { return (i % n) % p; };
+    for (std::size_t i = 0; i < total; ++i) {
+      if (!in[i].sameStep(in[pos(i)])) return std::nullopt;
+    }
+    // Per position: the set of positions its groups map onto (an index into `sets`), and per set the structure and
+    // the representative group.
+    std::vector<int> setOf(p, -1);
+    std::map<std::vector<std::size_t>, int> setIndex;
+    std::vector<std::vector<std::uint64_t>> setStructure;
+    std::vector<std::vector<std::size_t>> setFlows;  // the representative group's flows, in position order
+    std::vector<std::size_t> order;
+    std::vector<std::pair<int, int>> flows;
+    for (auto& fl : members) {
+      order = fl;
+      std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return pos(x) < pos(y); });
+      std::vector<std::size_t> at;
+      for (std::size_t f : order) at.push_back(pos(f));
+      if (std::adjacent_find(at.begin(), at.end()) != at.end()) return std::nullopt;
+      flows.clear();
+      for (std::size_t f : order) flows.emplace_back(src[f], dst[f]);
+      std::vector<std::uint64_t> structure = cache.structure(flows);
+      const auto [it, added] = setIndex.try_emplace(at, static_cast<int>(setStructure.size()));
+      if (added) {
+        setStructure.push_back(std::move(structure));
+        setFlows.push_back(order);
+      } else if (setStructure[static_cast<std::size_t>(it->second)] != structure) {
+        return std::nullopt;
+      }
+      for (std::size_t q : at) {
+        if (setOf[q] >= 0 && setOf[q] != it->second) return std::nullopt;
+        setOf[q] = it->second;
+      }
+    }
+    RingReduction out;
+    out.positions = p;
+    out.src.assign(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(p));
+    out.dst.assign(dst.begin(), dst.begin() + static_cast<std::ptrdiff_t>(p));
+    std::vector<int> repSrc, repDst, repSet, repGroup;
+    for (std::size_t set = 0; set < setFlows.size(); ++set) {
+      for (std::size_t f : setFlows[set]) {
+        out.src[pos(f)] = src[f];
+        out.dst[pos(f)] = dst[f];
+        repSrc.push_back(src[f]);
+        repDst.push_back(dst[f]);
+        repSet.push_back(static_cast<int>(set));
+      }
+    }
+    // Representatives of different sets on a common link would contend where their images do not.
+    const int repGroups = contentionGroups(w, repSrc, repDst, w.config().crossTraffic, repGroup);
+    if (static_cast<std::size_t>(repGroups) != setFlows.size()) return std::nullopt;
+    std::vector<int> groupSet(static_cast<std::size_t>(repGroups), -1);
+    for (std::size_t j = 0; j < repGroup.size(); ++j) {
+      int& gs = groupSet[static_cast<std::size_t>(repGroup[j])];
+      if (gs >= 0 && gs != repSet[j]) return std::nullopt;
+      gs = repSet[j];
+    }
+    return out;
+  };
+
+  int attempts = 0;
+  for (std::size_t p = 1; p <= n && attempts < kPeriodAttempts; ++p) {
+    if (n % p != 0 || (p == n && channels == 1)) continue;
+    bool candidate = true;
+    for (std::size_t i = 0; candidate && i < total; ++i) candidate = in[i] == in[(i % n) % p];
+    if (!candidate) continue;
+    if (auto r = tryPeriod(p)) return r;
+    ++attempts;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -140,7 +304,14 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
   const std::vector<double> noStarts;  // groups of one flow: durations do not depend on starts
   std::vector<char> copyFlow;          // a pair on one node: a memory copy
   bool allNetwork = false;
-  std::vector<int> prevChannels, active, groupSize;
+  // The channels stepped (all active ones, or the first alone when the round reduces) and the ring positions stepped
+  // in each (n, or the reduction's period).
+  std::vector<int> prevChannels, active, stepped, groupSize;
+  std::size_t m = nu, prevM = 0;
+  std::optional<RingReduction> reduction;
+  std::vector<int> reducedFor;  // the active channels and block size `reduction` was found for
+  std::uint64_t reducedBytes = 0;
+  std::size_t reducedRounds = 0, reductions = 0, builtFor = 0, stepsPositions = 0;
   int groups = 0;
   bool multiFlowGroups = false;
   bool sameStructure = false;  // this step's pairs and groups are the previous step's
@@ -158,15 +329,52 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
     for (int c = 0; c < channels; ++c) {
       if (pieceAt[at(c, k)] >= 0) active.push_back(c);
     }
-    if (active != prevChannels) {
+    // Blocks of one size (every active piece a multiple of n elements): every step moves the same bytes.
+    const std::size_t firstLength = pieces[static_cast<std::size_t>(pieceAt[at(active[0], k)])].length;
+    const bool uniformBlocks = std::all_of(active.begin(), active.end(), [&](int c) {
+      return pieces[static_cast<std::size_t>(pieceAt[at(c, k)])].length % nu == 0;
+    });
+    const bool equalPieces = std::all_of(active.begin(), active.end(), [&](int c) {
+      return pieces[static_cast<std::size_t>(pieceAt[at(c, k)])].length == firstLength;
+    });
+    const bool reducible = uniformBlocks && equalPieces;
+    const std::uint64_t blockBytes = firstLength / nu * es;
+    if (reducible && (active != reducedFor || blockBytes != reducedBytes)) {
+      reduction = reduceRing(w, cache, rings, active, rate, blockBytes);
+      reducedFor = active;
+      reducedBytes = blockBytes;
+      ++reductions;
+    }
+    // The induction behind the reduction starts from every channel's times at q equal to the stepped one's at q mod m
+    // (so they are after a reduced round, and at the start; a round that was not reduced may have left them apart).
+    const bool reduced = reducible && reduction.has_value() && [&] {
+      const std::size_t from = static_cast<std::size_t>(active[0]) * nu, period = reduction->positions;
+      for (int c : active) {
+        for (std::size_t q = 0; q < nu; ++q) {
+          const std::size_t i = static_cast<std::size_t>(c) * nu + q;
+          if (recvDone[i] != recvDone[from + q % period] || connFree[i] != connFree[from + q % period]) return false;
+        }
+      }
+      return true;
+    }();
+    const std::vector<int> stepping = reduced ? std::vector<int>{active[0]} : active;
+    m = reduced ? reduction->positions : nu;
+    if (stepping != prevChannels || m != prevM || (reduced && builtFor != reductions)) {
+      builtFor = reduced ? reductions : 0;
+      if (stepping != prevChannels || m != prevM) havePrev = false;
       sameStructure = false;
       src.clear();
       dst.clear();
-      for (int c : active) {
-        const auto& ring = rings[static_cast<std::size_t>(c)];
-        for (int q = 0; q < n; ++q) {
-          src.push_back(ring[static_cast<std::size_t>(q)]);
-          dst.push_back(ring[static_cast<std::size_t>((q + 1) % n)]);
+      if (reduced) {
+        src = reduction->src;
+        dst = reduction->dst;
+      } else {
+        for (int c : active) {
+          const auto& ring = rings[static_cast<std::size_t>(c)];
+          for (int q = 0; q < n; ++q) {
+            src.push_back(ring[static_cast<std::size_t>(q)]);
+            dst.push_back(ring[static_cast<std::size_t>((q + 1) % n)]);
+          }
         }
       }
       netIndex.clear();
@@ -187,20 +395,19 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       groupSize.assign(static_cast<std::size_t>(groups), 0);
       for (int gi : g) ++groupSize[static_cast<std::size_t>(gi)];
       multiFlowGroups = std::any_of(groupSize.begin(), groupSize.end(), [](int x) { return x > 1; });
-      prevChannels = active;
+      prevChannels = stepping;
+      prevM = m;
       prevBytesVersion = kNoVersion;
     }
-    // Blocks of one size (every active piece a multiple of n elements): every step moves the same bytes.
-    const bool uniformBlocks = std::all_of(active.begin(), active.end(), [&](int c) {
-      return pieces[static_cast<std::size_t>(pieceAt[at(c, k)])].length % nu == 0;
-    });
+    stepped = stepping;
+    const int mi = static_cast<int>(m);
     for (int s = 0; s < steps; ++s) {
       const bool rs = s < n - 1;
       if (!uniformBlocks || s == 0) {
         newBytes.clear();
-        for (int c : active) {
+        for (int c : stepped) {
           const Piece& p = pieces[static_cast<std::size_t>(pieceAt[at(c, k)])];
-          for (int r = 0; r < n; ++r) {
+          for (int r = 0; r < mi; ++r) {
             const int b = rs ? ((r - s) % n + n) % n : ((r + 1 - (s - (n - 1))) % n + n) % n;
             newBytes.push_back(blockLen(p.length, nu, static_cast<std::size_t>(b)) * es);
           }
@@ -213,11 +420,11 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       // Starts: the send waits for the previous receive on its rank (reduced during reduce-scatter) and for the
       // previous transfer on its connection.
       start.resize(src.size());
-      for (std::size_t a = 0; a < active.size(); ++a) {
-        const auto c = static_cast<std::size_t>(active[a]);
-        for (int r = 0; r < n; ++r) {
+      for (std::size_t a = 0; a < stepped.size(); ++a) {
+        const auto c = static_cast<std::size_t>(stepped[a]);
+        for (int r = 0; r < mi; ++r) {
           const double sendReady = s == 0 ? 0 : recvDone[c * nu + static_cast<std::size_t>(r)];
-          start[a * nu + static_cast<std::size_t>(r)] =
+          start[a * m + static_cast<std::size_t>(r)] =
               std::max(sendReady, connFree[c * nu + static_cast<std::size_t>(r)]);
         }
       }
@@ -278,13 +485,13 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       const bool groupCheckHere = multiFlowGroups && allNetwork;
       const double* durations = durOf->data();
       double lo = -1, hi = 0;
-      for (std::size_t a = 0; a < active.size(); ++a) {
-        const auto c = static_cast<std::size_t>(active[a]);
-        for (int r = 0; r < n; ++r) {
-          const std::size_t i = a * nu + static_cast<std::size_t>(r);
+      for (std::size_t a = 0; a < stepped.size(); ++a) {
+        const auto c = static_cast<std::size_t>(stepped[a]);
+        for (int r = 0; r < mi; ++r) {
+          const std::size_t i = a * m + static_cast<std::size_t>(r);
           const double end = start[i] + durations[i];
           connNext[c * nu + static_cast<std::size_t>(r)] = end;
-          const int to = r + 1 == n ? 0 : r + 1;  // position
+          const int to = r + 1 == mi ? 0 : r + 1;  // position
           const double done = end + (rs ? reduceTime[i] : 0);
           recvNext[c * nu + static_cast<std::size_t>(to)] = done;
           makespan = std::max(makespan, done);
@@ -328,27 +535,27 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
       // output by P while the block sizes repeat. So once a step's state is the previous one plus P (every entry),
       // each further step of the phase adds P, and the rest of the phase is continued at once. Entries are compared
       // within kPeriodTolerance of P (rounding of the differences), kPeriodicSteps steps in a row.
-      bool shifted = bytesVersion == periodVersion && havePrev && prevActive == active.size();
-      const std::size_t c0 = static_cast<std::size_t>(active[0]) * nu;
+      bool shifted = bytesVersion == periodVersion && havePrev && prevActive == stepped.size();
+      const std::size_t c0 = static_cast<std::size_t>(stepped[0]) * nu;
       const double period = shifted ? recvDone[c0] - recvNext[c0] : 0;
       shifted = shifted && period > 0;
-      for (std::size_t a = 0; shifted && a < active.size(); ++a) {
-        const std::size_t from = static_cast<std::size_t>(active[a]) * nu;
-        for (std::size_t i = from; shifted && i < from + nu; ++i) {
+      for (std::size_t a = 0; shifted && a < stepped.size(); ++a) {
+        const std::size_t from = static_cast<std::size_t>(stepped[a]) * nu;
+        for (std::size_t i = from; shifted && i < from + m; ++i) {
           shifted = std::abs(recvDone[i] - recvNext[i] - period) <= kPeriodTolerance * period &&
                     std::abs(connFree[i] - connNext[i] - period) <= kPeriodTolerance * period;
         }
       }
       periodicSteps = shifted ? periodicSteps + 1 : 0;
       havePrev = true;
-      prevActive = active.size();
+      prevActive = stepped.size();
       periodVersion = bytesVersion;
       const int phaseLast = rs ? n - 2 : steps - 1;
       if (periodicSteps >= kPeriodicSteps && s < phaseLast) {
-        const int m = phaseLast - s;
-        const double jump = static_cast<double>(m) * period;
-        for (int c : active) {
-          for (std::size_t i = static_cast<std::size_t>(c) * nu; i < (static_cast<std::size_t>(c) + 1) * nu; ++i) {
+        const int rest = phaseLast - s;
+        const double jump = static_cast<double>(rest) * period;
+        for (int c : stepped) {
+          for (std::size_t i = static_cast<std::size_t>(c) * nu; i < static_cast<std::size_t>(c) * nu + m; ++i) {
             recvDone[i] += jump;
             connFree[i] += jump;
             makespan = std::max(makespan, recvDone[i]);
@@ -356,14 +563,34 @@ SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoPara
         }
         prevEnd += jump;
         for (double& e : prevGroupEnd) e += jump;
-        s += m;
-        continued += static_cast<std::size_t>(m);
+        s += rest;
+        continued += static_cast<std::size_t>(rest);
         periodicSteps = 0;
         havePrev = false;
       }
     }
+    if (reduced) {
+      // Every active channel's position q ends the round as position q mod m of the stepped one.
+      const std::size_t from = static_cast<std::size_t>(active[0]) * nu;
+      for (int c : active) {
+        for (std::size_t q = 0; q < nu; ++q) {
+          const std::size_t to = static_cast<std::size_t>(c) * nu + q;
+          if (to == from + q % m) continue;
+          recvDone[to] = recvDone[from + q % m];
+          connFree[to] = connFree[from + q % m];
+        }
+      }
+      havePrev = false;
+      ++reducedRounds;
+      stepsPositions = m;
+    }
   }
   res.seconds = makespan;
+  if (reducedRounds > 0) {
+    res.note +=
+        fmt::format("{}{} of {} rounds stepped {} of {} ring positions of one of {} channels (the rest repeat them)",
+                    res.note.empty() ? "" : "; ", reducedRounds, maxRounds, stepsPositions, nu, channels);
+  }
   if (continued > 0) {
     res.note += fmt::format("{}{} of {} steps continued by the steady-state period", res.note.empty() ? "" : "; ",
                             continued, static_cast<std::size_t>(maxRounds) * static_cast<std::size_t>(steps));

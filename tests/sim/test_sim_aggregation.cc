@@ -153,8 +153,9 @@ struct RingCase {
   std::function<Topology()> topo;
   std::size_t count;
   AlgoParams params;
-  double bound = 0;        // 0: proved exact (kSameRel); else the model is flagged approximate, within this fraction
-  bool continued = false;  // steps continued by the steady-state period
+  double bound = 0;         // 0: proved exact (kSameRel); else the model is flagged approximate, within this fraction
+  bool continued = false;   // steps continued by the steady-state period
+  std::size_t stepped = 0;  // ring positions stepped for every channel (reduceRing's symmetry); 0: not reduced
 };
 
 // multi_node with infinitely fast reductions (the model takes reductions as delays, which is exact only when those
@@ -194,22 +195,53 @@ TEST_P(RingModelVsExact, SameTime) {
     EXPECT_NEAR(model.seconds, exact.seconds, c.bound * exact.seconds);
   }
   EXPECT_EQ(model.note.find("continued") != std::string::npos, c.continued) << model.note;
+  std::size_t stepped = 0;
+  if (const auto at = model.note.find("rounds stepped "); at != std::string::npos) {
+    ASSERT_EQ(std::sscanf(model.note.c_str() + at, "rounds stepped %zu of", &stepped), 1) << model.note;
+  }
+  EXPECT_EQ(stepped, c.stepped) << model.note;
+}
+
+// multi_node whose NIC 3 of server 5 has half the bandwidth: no period along the ring, and the channels whose rings
+// cross it are no longer images of the others.
+Topology slowNic(Topology t) {
+  for (TopoLink& l : t.links) {
+    if ((l.a == "n5.nic3") != (l.b == "n5.nic3") &&
+        (l.a.find("leaf") != std::string::npos || l.b.find("leaf") != std::string::npos)) {
+      l.bandwidthGBps /= 2;
+    }
+  }
+  return t;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     MidSize, RingModelVsExact,
     ::testing::Values(
-        RingCase{"flat64_even", [] { return flatTopology(64, 50, 1); }, 64 * 5000, {}, 0, true},
+        RingCase{"flat64_even", [] { return flatTopology(64, 50, 1); }, 64 * 5000, {}, 0, true, 1},
         RingCase{"flat64_uneven_gamma", [] { return flatWithReduce(64, 200); }, 64 * 5000 + 33, {}},
         RingCase{"flat32_rounds", [] { return flatWithReduce(32, 200); }, 32 * 5000, {8000, 1, {}}},
         RingCase{"flat32_channels", [] { return flatTopology(32, 50, 1); }, 3 * 32 * 5000, {0, 3, {}}, 0, true},
-        RingCase{"fattree_k4", [] { return fatTree(4, 1, 0); }, 16 * 100000, {}, 0, true},
+        RingCase{"fattree_k4", [] { return fatTree(4, 1, 0); }, 16 * 100000, {}, 0, true, 4},
         RingCase{"fattree_k4_oversub2_uneven", [] { return fatTree(4, 2, 0); }, 16 * 100000 + 5, {}},
         // 8-GPU servers with 8 channels over 8 rails (NVLink groups of 7 flows on one route: the
         // closed form), a shared-leaf fabric whose ECMP spreads rings unevenly over spines, and a
         // three-level fabric with 4 GPUs per NIC (groups of several routes: the group cache).
         RingCase{"rail_8x8_channels8", [] { return multiNode(R"("nodes": 8)"); }, 64 * 8 * 2000, ringParams(8, 64),
-                 1e-9, true},
+                 1e-9, true, 8},
+        // Four pipeline rounds, each reduced from the times the previous one left.
+        RingCase{"rail_8x8_channels8_rounds", [] { return multiNode(R"("nodes": 8)"); }, 64 * 8 * 2000,
+                 [] {
+                   AlgoParams p = ringParams(8, 64);
+                   p.chunkBytes = 4 * 500;
+                   return p;
+                 }(),
+                 1e-9, true, 8},
+        // The same over three levels (pods of 8 servers): one pod's positions of one channel stand for all. One slower
+        // NIC breaks both symmetries.
+        RingCase{"three_level_16x8_channels8", [] { return multiNode(R"("nodes": 16, "radix": 16, "levels": 3)"); },
+                 128 * 8 * 512, ringParams(8, 128), 1e-9, true, 64},
+        RingCase{"rail_12x8_slow_nic_channels8", [] { return slowNic(multiNode(R"("nodes": 12, "radix": 16)")); },
+                 96 * 8 * 1000, ringParams(8, 96), 1e-9, false, 0},
         RingCase{"shared_7x8_channels8_uneven",
                  [] { return multiNode(R"("nodes": 7, "rail_optimized": false, "radix": 16)"); }, 56 * 8 * 2000 + 3,
                  ringParams(8, 56), 0.02},
@@ -228,17 +260,17 @@ INSTANTIATE_TEST_SUITE_P(
         // Protocols: an explicit one, and on GPU ranks of a known arch NCCL's point-to-point rule by block size (LL
         // up to 16 KiB, Simple above).
         RingCase{"flat64_even_LL", [] { return flatTopology(64, 50, 1); }, 64 * 5000, withProtocol(Protocol::LL), 0,
-                 true},
+                 true, 1},
         RingCase{"flat32_channels_LL128", [] { return flatTopology(32, 50, 1); }, 3 * 32 * 5000,
                  withProtocol(Protocol::LL128, {0, 3, {}}), 0, true},
         RingCase{"rail_8x8_channels8_Simple", [] { return multiNode(R"("nodes": 8)"); }, 64 * 8 * 2000,
-                 withProtocol(Protocol::Simple, ringParams(8, 64)), 1e-9, true},
+                 withProtocol(Protocol::Simple, ringParams(8, 64)), 1e-9, true, 8},
         RingCase{"hopper_4x8_p2p_LL", [] { return multiNode(R"("nodes": 4, "arch": "hopper")"); }, 32 * 8 * 1000,
-                 ringParams(8, 32), 1e-9},
+                 ringParams(8, 32), 1e-9, false, 32},
         // Simple's NVLink step latency (3.4 us) replaces the route's: every step's flows end alike and the model
         // continues the steady-state period.
         RingCase{"hopper_4x8_p2p_Simple", [] { return multiNode(R"("nodes": 4, "arch": "hopper")"); }, 32 * 8 * 8192,
-                 ringParams(8, 32), 1e-9, true}),
+                 ringParams(8, 32), 1e-9, true, 32}),
     [](const auto& paramInfo) { return paramInfo.param.name; });
 
 // ---- Hierarchical model (no schedule) against exact simulation of the schedule.
