@@ -49,4 +49,18 @@ void admitBuffers(const CollectiveSpec& spec, int localRank, std::string_view re
                   localRank < 0 ? fmt::format(" x {} ranks", spec.nranks) : "", bytesText(available)));
 }
 
+void admitSchedule(const CollectiveSpec& spec, const AlgorithmInfo& algo, const AlgoParams& params,
+                   double bytesPerTransfer, std::string_view hint) {
+  const std::size_t transfers = estimateTransfers(algo, spec, params);
+  const double need = static_cast<double>(transfers) * bytesPerTransfer;
+  const double available = availableMemoryBytes();
+  if (need <= available) return;
+  throw Error(
+      Errc::InvalidArgument,
+      fmt::format("{} with '{}' on {} channel{}: its schedule ({} transfers) would need about {}, more than the "
+                  "{} available; {}",
+                  describe(spec), algo.name, params.channels, params.channels == 1 ? "" : "s", transfers,
+                  bytesText(need), bytesText(available), hint));
+}
+
 }  // namespace collbench

@@ -236,7 +236,7 @@ constexpr double kLinearIncrementTolerance = 1e-9;
 constexpr double kTreeModelTransfers = 1e6;
 // Memory of a built schedule and its simulation per transfer: a tree window at 16384 GPUs, 4.2 M transfers, peaked at
 // 3.26 GB.
-constexpr double kScheduleBytesPerTransfer = 800;
+constexpr double kSimulatedScheduleBytesPerTransfer = 800;
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -369,15 +369,7 @@ namespace {
 /// Throws Error{InvalidArgument} when the schedule of `spec` would not fit in the memory available now (a pipeline's
 /// schedule is built for its window, or whole when it has few chunks).
 void checkScheduleFits(const CollectiveSpec& spec, const AlgorithmInfo& algo, const AlgoParams& p) {
-  const std::size_t transfers = estimateTransfers(algo, spec, p);
-  const double need = static_cast<double>(transfers) * kScheduleBytesPerTransfer;
-  if (const double available = availableMemoryBytes(); need > available) {
-    throw Error(
-        Errc::InvalidArgument,
-        fmt::format("{} with '{}' on {} channels: the schedule to simulate ({} transfers) would need about {:.1f} GB, "
-                    "more than the {:.1f} GB available; use fewer channels or ranks",
-                    describe(spec), algo.name, p.channels, transfers, need / 1e9, available / 1e9));
-  }
+  admitSchedule(spec, algo, p, kSimulatedScheduleBytesPerTransfer, "use fewer channels or ranks");
 }
 
 /// The window's schedule simulated under `cfg`, timed round by round: every slice holds `window` chunks of one size,

@@ -7,6 +7,7 @@
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
 #include "collbench/nccl_model.h"
+#include "collbench/run.h"
 #include "collbench/selector.h"
 #include "collbench/topology.h"
 #include "collbench/tuning.h"
@@ -138,6 +139,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
       params.chunkBytes = choice.chunkBytes;
       params.channels = choice.channels;
     }
+    admitSchedule(spec, findAlgorithm(spec.kind, choice.algorithm), params, kScheduleBytesPerTransfer,
+                  "plan a smaller call (the simulator times this one without its schedule)");
     const Schedule s = buildSchedule(spec, choice.algorithm, params);
     validate(s, ValidateOptions{a->inPlace});
     // Before any output: a native algorithm has no ops to write.

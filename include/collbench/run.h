@@ -99,6 +99,14 @@ Plan planCall(const Selector& selector, const CollectiveSpec& spec, const CallCo
 void admitBuffers(const CollectiveSpec& spec, int localRank, std::string_view request);
 /// Bytes of memory available to this process now (MemAvailable).
 double availableMemoryBytes();
+/// Peak memory of a built schedule per transfer (its ops, their dependencies and the validator's state), measured
+/// with `collbench plan`: ring on 2048 ranks, 8.4 M transfers, 3.15 GB; tree on 1024 ranks, 2.1 M transfers, 0.81 GB.
+inline constexpr double kScheduleBytesPerTransfer = 400;
+/// Admission of a schedule before it is built: throws Error{InvalidArgument} naming the call, its transfers
+/// (estimateTransfers), the memory they need at `bytesPerTransfer` and the memory available, when they do not fit.
+/// `hint` ends the line (what to do instead).
+void admitSchedule(const CollectiveSpec& spec, const AlgorithmInfo& algo, const AlgoParams& params,
+                   double bytesPerTransfer, std::string_view hint);
 
 /// One rank's (or every rank's) reference buffers for a call, laid out as nccl-tests does: every rank's when this
 /// process holds all of them (threads, simulators, one process driving all GPUs), `localRank`'s alone otherwise.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -110,6 +111,23 @@ TEST(ScheduleCli, NativeAlgorithmsHaveNoScheduleToWrite) {
   expectRefused("plan all_reduce --algo nccl --schedule-out " + out.string(),
                 "algorithm 'nccl' is a library's own call: it has no ops to write");
   EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+// A schedule larger than the machine is refused before it is built (it used to fill the memory: 20 GB within three
+// minutes for a tree on 131072 ranks).
+TEST(ScheduleCli, PlanRefusesSchedulesLargerThanTheMachine) {
+  const CliResult r = runCli("plan all_reduce --algo ring -g 65536 --bytes 1G");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.rfind("collbench: error: all_reduce(n=65536, count=268435456, float, sum, root=0) with 'ring' on 1 "
+                        "channel: its schedule (8589803520 transfers) would need about ",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_NE(r.err.find("; plan a smaller call (the simulator times this one without its schedule)\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 TEST(ScheduleCli, ExampleRunsOnHostThreadsWithNoWrongElement) {
