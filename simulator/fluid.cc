@@ -2,9 +2,11 @@
 #include "fluid.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
+#include "collbench/error.h"
 #include "dag.h"
 #include "engine.h"
 
@@ -39,7 +41,13 @@ FluidNetwork::FluidNetwork(World& w) : w_(w), firstHost_(static_cast<int>(2 * w.
     if (h >= hostRate_.size()) hostRate_.resize(h + 1, 0);
     hostRate_[h] = w.reduceRate(r);
   }
-  resources_.resize(static_cast<std::size_t>(firstHost_) + hostRate_.size());
+  const std::size_t resources = static_cast<std::size_t>(firstHost_) + hostRate_.size();
+  onResource_.resize(resources);
+  load_.resize(resources);
+  for (std::size_t r = 0; r < resources; ++r) {
+    const auto ri = static_cast<int>(r);
+    load_[r].capacity = ri < firstHost_ ? w.bandwidth(ri) : hostRate_[r - static_cast<std::size_t>(firstHost_)];
+  }
   hostResource_.resize(hostRate_.size());
   for (std::size_t h = 0; h < hostRate_.size(); ++h) hostResource_[h] = {firstHost_ + static_cast<int>(h)};
 }
@@ -52,7 +60,7 @@ void FluidNetwork::transfer(int src, int dst, std::uint64_t wireBytes, double t,
 void FluidNetwork::transfer(const std::vector<DirLink>& route, double latency, std::uint64_t wireBytes, double t,
                             std::uint64_t tag) {
   const double weight = 1.0 / (latency > 0 ? latency : kZeroLatencyPenalty);
-  schedule(t + latency, Event::kJoin, add(tag, &route, weight, static_cast<double>(wireBytes)));
+  schedule(t + latency, Event::kJoin, add(tag, route, weight, static_cast<double>(wireBytes)));
 }
 
 double FluidNetwork::latency(const std::vector<DirLink>& route) const {
@@ -62,13 +70,12 @@ double FluidNetwork::latency(const std::vector<DirLink>& route) const {
 }
 
 void FluidNetwork::exec(int rank, double bytes, double t, std::uint64_t tag) {
-  schedule(t, Event::kJoin, add(tag, &hostResource_[static_cast<std::size_t>(w_.hostIndex(rank))], 1.0, bytes));
+  schedule(t, Event::kJoin, add(tag, hostResource_[static_cast<std::size_t>(w_.hostIndex(rank))], 1.0, bytes));
 }
 
 void FluidNetwork::run(const OnDone& onDone) {
   while (!events_.empty()) {
-    const Event e = events_.top();
-    events_.pop();
+    const Event e = events_.pop();
     const auto id = static_cast<int>(e.flow);
     Flow& f = flows_[e.flow];
     if (e.version() != (f.version & 0x7fffffffU)) continue;
@@ -88,11 +95,7 @@ void FluidNetwork::run(const OnDone& onDone) {
   }
 }
 
-double FluidNetwork::capacity(int r) const {
-  return r < firstHost_ ? w_.bandwidth(r) : hostRate_[static_cast<std::size_t>(r - firstHost_)];
-}
-
-int FluidNetwork::add(std::uint64_t tag, const std::vector<int>* resources, double weight, double bytes) {
+int FluidNetwork::add(std::uint64_t tag, const std::vector<int>& resources, double weight, double bytes) {
   int id = static_cast<int>(flows_.size());
   if (free_.empty()) {
     flows_.emplace_back();
@@ -102,13 +105,49 @@ int FluidNetwork::add(std::uint64_t tag, const std::vector<int>* resources, doub
   }
   Flow& f = flows_[static_cast<std::size_t>(id)];
   f.tag = tag;
-  f.resources = resources;
+  f.resources = resources.data();
+  f.resourceCount = static_cast<std::uint32_t>(resources.size());
   f.weight = weight;
   f.remaining = bytes;
   f.rate = 0;
   f.end = f.queuedEnd = -1;  // no end queued
   ++f.version;
   return id;
+}
+
+std::uint64_t FluidNetwork::EventQueue::key(double t) {
+  // Non-negative doubles order as their bit patterns.
+  return std::bit_cast<std::uint64_t>(t < 0 ? 0.0 : t);
+}
+
+std::size_t FluidNetwork::EventQueue::bucketOf(std::uint64_t k) const {
+  return k == last_ ? 0 : static_cast<std::size_t>(64 - std::countl_zero(k ^ last_));
+}
+
+void FluidNetwork::EventQueue::push(const Event& e) {
+  const std::uint64_t k = key(e.t);
+  COLLBENCH_CHECK(k >= last_, "fluid event at {} s before the last one popped", e.t);
+  buckets_[bucketOf(k)].push_back(e);
+  ++size_;
+}
+
+FluidNetwork::Event FluidNetwork::EventQueue::pop() {
+  std::vector<Event>& now = buckets_[0];
+  if (head_ == now.size()) {
+    now.clear();
+    head_ = 0;
+    std::size_t b = 1;
+    while (buckets_[b].empty()) ++b;
+    std::vector<Event>& from = buckets_[b];
+    std::uint64_t least = key(from[0].t);
+    for (const Event& e : from) least = std::min(least, key(e.t));
+    last_ = least;
+    // In push order: each lower bucket receives them in the order they were pushed.
+    for (const Event& e : from) buckets_[bucketOf(key(e.t))].push_back(e);
+    from.clear();
+  }
+  --size_;
+  return now[head_++];
 }
 
 void FluidNetwork::schedule(double t, Event::Kind kind, int flow) {
@@ -120,46 +159,50 @@ void FluidNetwork::schedule(double t, Event::Kind kind, int flow) {
 void FluidNetwork::join(int id, double t) {
   Flow& f = flows_[static_cast<std::size_t>(id)];
   f.since = t;
-  if (f.remaining <= 0 || f.resources->empty()) {
+  if (f.remaining <= 0 || f.resourceCount == 0) {
     f.end = f.queuedEnd = t;
     schedule(t, Event::kEnd, id);
     return;
   }
-  for (int r : *f.resources) {
-    Resource& res = resources_[static_cast<std::size_t>(r)];
-    res.flows.push_back(id);
-    res.weights += f.weight;
+  for (std::uint32_t k = 0; k < f.resourceCount; ++k) {
+    const auto r = static_cast<std::size_t>(f.resources[k]);
+    onResource_[r].push_back({id, f.weight});
+    load_[r].weights += f.weight;
   }
-  reshare(*f.resources, t);
+  reshare(f.resources, f.resourceCount, t);
 }
 
 void FluidNetwork::leave(int id, double t) {
   Flow& f = flows_[static_cast<std::size_t>(id)];
   f.remaining = 0;
   ++f.version;
-  for (int r : *f.resources) {
-    Resource& res = resources_[static_cast<std::size_t>(r)];
-    for (std::size_t i = 0; i < res.flows.size(); ++i) {
-      if (res.flows[i] != id) continue;
-      res.flows[i] = res.flows.back();
-      res.flows.pop_back();
+  for (std::uint32_t k = 0; k < f.resourceCount; ++k) {
+    const auto r = static_cast<std::size_t>(f.resources[k]);
+    std::vector<Member>& on = onResource_[r];
+    for (std::size_t i = 0; i < on.size(); ++i) {
+      if (on[i].flow != id) continue;
+      on[i] = on.back();
+      on.pop_back();
       break;
     }
     // Summed afresh: subtracting would leave rounding residue on an idle resource.
-    res.weights = 0;
-    for (int g : res.flows) res.weights += flows_[static_cast<std::size_t>(g)].weight;
+    double weights = 0;
+    for (const Member& m : on) weights += m.weight;
+    load_[r].weights = weights;
   }
-  reshare(*f.resources, t);
+  reshare(f.resources, f.resourceCount, t);
   free_.push_back(id);
 }
 
-void FluidNetwork::reshare(const std::vector<int>& changed, double t) {
-  for (int r : changed) {
-    for (int g : resources_[static_cast<std::size_t>(r)].flows) {
+void FluidNetwork::reshare(const int* changed, std::uint32_t count, double t) {
+  for (std::uint32_t k = 0; k < count; ++k) {
+    for (const Member& m : onResource_[static_cast<std::size_t>(changed[k])]) {
+      const int g = m.flow;
       Flow& f = flows_[static_cast<std::size_t>(g)];
       double rate = INFINITY;
-      for (int q : *f.resources) {
-        rate = std::min(rate, capacity(q) * f.weight / resources_[static_cast<std::size_t>(q)].weights);
+      for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
+        const Load& l = load_[static_cast<std::size_t>(f.resources[j])];
+        rate = std::min(rate, l.capacity * f.weight / l.weights);
       }
       if (rate == f.rate) continue;
       f.remaining = std::max(0.0, f.remaining - f.rate * (t - f.since));

@@ -11,9 +11,9 @@
 //    (saturated links: a pipeline's steady state) the two agree.
 // Each event touches only the flows on the resources it changes, so its cost does not grow with the machine.
 // Internal to simulator/.
+#include <array>
 #include <cstdint>
 #include <functional>
-#include <queue>
 #include <vector>
 
 #include "world.h"
@@ -44,10 +44,11 @@ class FluidNetwork {
  private:
   struct Flow {
     std::uint64_t tag = 0;
-    const std::vector<int>* resources = nullptr;  // a route's directed links, or one host's reduction
-    double weight = 1;                            // 1 / sharing penalty
-    double remaining = 0;                         // bytes left at `since`
-    double rate = 0;                              // bytes/s since `since`
+    const int* resources = nullptr;  // a route's directed links, or one host's reduction
+    std::uint32_t resourceCount = 0;
+    double weight = 1;     // 1 / sharing penalty
+    double remaining = 0;  // bytes left at `since`
+    double rate = 0;       // bytes/s since `since`
     double since = 0;
     double end = 0;             // when it ends at the present rate
     double queuedEnd = 0;       // the end event in the queue (never later than `end`: a slower rate waits for it)
@@ -64,27 +65,52 @@ class FluidNetwork {
     std::uint32_t version() const { return versionKind >> 1; }
     bool operator>(const Event& o) const { return t > o.t; }
   };
-  struct Resource {
-    std::vector<int> flows;
-    double weights = 0;  // sum of the flows' weights
+  /// A flow on a resource, with its weight (so that a resource's weights are summed without visiting its flows).
+  struct Member {
+    int flow;
+    double weight;
+  };
+  /// What a resource's flows share: its capacity and the sum of their weights, in a dense array (a reshare reads it
+  /// for every resource of every flow it visits; at 131072 GPUs the flows and resources no longer fit the cache).
+  struct Load {
+    double capacity = 0, weights = 0;
   };
 
-  double capacity(int r) const;
-  int add(std::uint64_t tag, const std::vector<int>* resources, double weight, double bytes);
+  int add(std::uint64_t tag, const std::vector<int>& resources, double weight, double bytes);
   void schedule(double t, Event::Kind kind, int flow);
   void join(int id, double t);
   void leave(int id, double t);
   /// New rates for the flows on these resources (the only ones whose shares changed).
-  void reshare(const std::vector<int>& changed, double t);
+  void reshare(const int* changed, std::uint32_t count, double t);
 
   World& w_;
   int firstHost_;  // resources: directed links, then each host's reduction
   std::vector<double> hostRate_;
   std::vector<std::vector<int>> hostResource_;
-  std::vector<Resource> resources_;
+  std::vector<std::vector<Member>> onResource_;  // per resource, its flows
+  std::vector<Load> load_;
   std::vector<Flow> flows_;
   std::vector<int> free_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  /// Events by time. Times never go below the last one popped (work starts at or after the event that started it), so
+  /// a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan, "Faster algorithms for the shortest path problem", JACM 1990)
+  /// serves them: buckets by the highest bit in which an event's time differs from the last popped, each element
+  /// moving down at most 64 times, appended and scanned in order (a binary heap's sift-downs miss the cache once its
+  /// hundreds of thousands of events outgrow it). Events of one time pop in the order they were pushed.
+  class EventQueue {
+   public:
+    bool empty() const { return size_ == 0; }
+    void push(const Event& e);
+    Event pop();
+
+   private:
+    static std::uint64_t key(double t);
+    std::size_t bucketOf(std::uint64_t k) const;
+    std::array<std::vector<Event>, 65> buckets_;
+    std::size_t head_ = 0;  // events of bucket 0 (the last popped time) before head_ have popped
+    std::uint64_t last_ = 0;
+    std::size_t size_ = 0;
+  };
+  EventQueue events_;
 };
 
 }  // namespace collbench::sim::detail
