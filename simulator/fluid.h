@@ -95,7 +95,7 @@ class FluidNetwork {
   /// a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan, "Faster algorithms for the shortest path problem", JACM 1990)
   /// serves them: buckets by the highest bit in which an event's time differs from the last popped, each element
   /// moving down at most 64 times, appended and scanned in order (a binary heap's sift-downs miss the cache once its
-  /// hundreds of thousands of events outgrow it). Events of one time pop in the order they were pushed.
+  /// hundreds of thousands of events outgrow it).
   class EventQueue {
    public:
     bool empty() const { return size_ == 0; }
