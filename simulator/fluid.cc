@@ -195,10 +195,17 @@ void FluidNetwork::leave(int id, double t) {
 }
 
 void FluidNetwork::reshare(const int* changed, std::uint32_t count, double t) {
+  // A flow on several of the changed resources gets its new rate once (the loads do not change meanwhile).
+  if (++reshares_ == 0) {
+    for (Flow& f : flows_) f.reshared = 0;
+    reshares_ = 1;
+  }
   for (std::uint32_t k = 0; k < count; ++k) {
     for (const Member& m : onResource_[static_cast<std::size_t>(changed[k])]) {
       const int g = m.flow;
       Flow& f = flows_[static_cast<std::size_t>(g)];
+      if (f.reshared == reshares_) continue;
+      f.reshared = reshares_;
       double rate = INFINITY;
       for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
         const Load& l = load_[static_cast<std::size_t>(f.resources[j])];

@@ -50,9 +50,10 @@ class FluidNetwork {
     double remaining = 0;  // bytes left at `since`
     double rate = 0;       // bytes/s since `since`
     double since = 0;
-    double end = 0;             // when it ends at the present rate
-    double queuedEnd = 0;       // the end event in the queue (never later than `end`: a slower rate waits for it)
-    std::uint32_t version = 0;  // events of older versions are stale (a slot's version grows across reuse; mod 2^31)
+    double end = 0;              // when it ends at the present rate
+    double queuedEnd = 0;        // the end event in the queue (never later than `end`: a slower rate waits for it)
+    std::uint32_t version = 0;   // events of older versions are stale (a slot's version grows across reuse; mod 2^31)
+    std::uint32_t reshared = 0;  // the reshare that last gave it a rate
   };
   /// 16 bytes: the queue holds hundreds of thousands at 16k GPUs. Ties in time pop in an order fixed by the pushes
   /// before them, so runs are deterministic.
@@ -90,6 +91,7 @@ class FluidNetwork {
   std::vector<std::vector<Member>> onResource_;  // per resource, its flows
   std::vector<Load> load_;
   std::vector<Flow> flows_;
+  std::uint32_t reshares_ = 0;
   std::vector<int> free_;
   /// Events by time. Times never go below the last one popped (work starts at or after the event that started it), so
   /// a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan, "Faster algorithms for the shortest path problem", JACM 1990)
