@@ -8,7 +8,6 @@
 #include <map>
 
 #include "collbench/error.h"
-#include "collbench/validator.h"
 
 namespace collbench::algo {
 
@@ -92,7 +91,7 @@ std::pair<double, double> routeOf(const CostContext& ctx, int a, int b) {
 std::optional<SwitchPath> reducingSwitch(const CostContext& ctx, const std::vector<int>& ranks, std::string_view what,
                                          std::string& why) {
   SwitchPath path;
-  path.sw = switchOfRanks(*ctx.router, ranks);
+  path.sw = ctx.switchOf(ranks);
   if (path.sw < 0) {
     why = fmt::format("no {} switch connects ranks {}", what, fmt::join(ranks, ", "));
     return std::nullopt;

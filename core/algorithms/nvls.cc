@@ -13,7 +13,6 @@
 #include <string>
 
 #include "builder.h"
-#include "collbench/validator.h"
 #include "generators.h"
 #include "models/cost_context.h"
 
@@ -101,7 +100,7 @@ Estimate nvlsCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoPar
   if (n == 1) return estimateOf(ctx.gammaCost(static_cast<double>(s.inputBytes()), 0));
   std::vector<int> all(static_cast<std::size_t>(n));
   std::iota(all.begin(), all.end(), 0);
-  const int sw = switchOfRanks(*ctx.router, all);
+  const int sw = ctx.switchOf(all);
   if (sw < 0 || !ctx.topo.nodes[static_cast<std::size_t>(sw)].reducesInNetwork()) {
     Estimate e;
     e.supported = false;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "collbench/error.h"
+#include "collbench/validator.h"
 
 namespace collbench {
 
@@ -151,6 +152,12 @@ std::vector<CostTerms> CostContext::phase(const std::vector<Flow>& flows, bool k
   for (int k : touched_) load_[static_cast<std::size_t>(k)] = 0;
   touched_.clear();
   return out;
+}
+
+int CostContext::switchOf(const std::vector<int>& ranks) const {
+  const auto [it, added] = switchOf_.try_emplace(ranks, -1);
+  if (added) it->second = switchOfRanks(*router, ranks);
+  return it->second;
 }
 
 void CostContext::beginCall(std::optional<Protocol> protocol) const {

@@ -4,6 +4,7 @@
 // own file under core/algorithms/) composes them; CostModel adds the per-call overhead and memory tiers.
 #include <array>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,6 +97,9 @@ struct CostContext {
   CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, const std::vector<int>& mult, double bytes,
                        int reduceShare, int steps, int reduceSteps, std::size_t rounds,
                        bool recvWaitsSend = false) const;
+  /// The switch that performs the switch ops of these ranks (validator.h switchOfRanks), remembered per rank set:
+  /// NVLS and CollNet ask for it at every chunk and channel count, and at 32768 GPUs one answer takes a second.
+  int switchOf(const std::vector<int>& ranks) const;
   /// Disjoint rings of one flow each (hierarchical's per-host and per-local-index rings).
   CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, double bytes, int steps, int reduceSteps) const;
   /// Channel c runs on ringOrder(n, p, c); channels whose slice is empty are elided, channels on the same ring are
@@ -126,6 +130,7 @@ struct CostContext {
   mutable bool usedSimple_ = false;
   // ringRecurrence's rounds' ends by their inputs (bytes of the period of d and g, steps, rounds simulated).
   mutable std::unordered_map<std::string, std::array<CostTerms, 3>> ringMemo_;
+  mutable std::map<std::vector<int>, int> switchOf_;
 };
 
 }  // namespace collbench

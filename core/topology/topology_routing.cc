@@ -18,6 +18,9 @@ using topo_detail::Adjacency;
 // A handful of recent sources covers the access patterns of collectives (a ring asks each source once, a tree a
 // few); each tree is 16 bytes per node, so 64 of them stay near 10 MB even for 10^4-node fabrics.
 constexpr std::size_t kMaxCachedTrees = 64;
+// Nodes kept in the shortest paths between gateways (16 bytes each) before the cache starts over: 256 MB. A pod-to-pod
+// pair at 131072 GPUs holds about 4200 nodes (every core), and a phase of a butterfly uses about one pair per leaf.
+constexpr std::size_t kMaxGatewayPathNodes = std::size_t{16} << 20;
 // Relative tolerance when comparing summed latencies: equal-cost paths may add the same terms in another order.
 constexpr double kLatencyTolerance = 1e-9;
 // summarize(): exact diameter up to this many ranks, above it BFS from kDiameterSampleSources spread sources.
@@ -55,10 +58,11 @@ struct Graph {
 };
 
 template <class HopsOf, class LatencyOf>
-void walkBack(const Graph& g, int srcNode, int dstNode, HopsOf hopsOf, LatencyOf latencyOf, std::vector<Hop>& out) {
+void walkBack(const Graph& g, int srcNode, int dstNode, HopsOf hopsOf, LatencyOf latencyOf, std::vector<Hop>& out,
+              std::uint64_t seed) {
   // Walk back from the destination; at each node choose among the equal-cost predecessors by a hash of
-  // (src, dst, node). Choosing near the destination as well as near the source spreads pairs over every tier.
-  const std::uint64_t seed = pairSeed(srcNode, dstNode);
+  // (src, dst, node) (`seed` is the pair's). Choosing near the destination as well as near the source spreads pairs
+  // over every tier.
   std::vector<std::pair<int, int>> candidates;
   int v = dstNode;
   while (v != srcNode) {
@@ -176,9 +180,10 @@ int meetHops(const Graph& g, int srcNode, int dstNode) {
 // predecessors on the source's side and successors on the destination's. Latencies are the same minima over the
 // same predecessors, so the walk picks the same links. In a Clos fabric both searches stop below the middle tier
 // instead of sweeping every leaf.
-bool pairRoute(const Graph& g, int srcNode, int dstNode, std::vector<Hop>& out) {
+// pairDag() leaves the nodes of the shortest paths in pairScratch: by hop count in dag[0..D], with their latency.
+int pairDag(const Graph& g, int srcNode, int dstNode) {
   const int D = meetHops(g, srcNode, dstNode);
-  if (D < 0) return false;
+  if (D < 0) return -1;
   PairSearch& ps = pairScratch;
   const std::uint32_t st = ps.stamp;
   const Side bwd{ps.bwd, ps.bwdLayer, ps.stampBwd, ps.hopsBwd, dstNode};
@@ -231,9 +236,16 @@ bool pairRoute(const Graph& g, int srcNode, int dstNode, std::vector<Hop>& out) 
       ps.latency[at(edge.to)] = std::min(ps.latency[at(edge.to)], ps.latency[at(edge.from)] + edge.latency);
     }
   }
+  return D;
+}
+
+bool pairRoute(const Graph& g, int srcNode, int dstNode, std::vector<Hop>& out) {
+  if (pairDag(g, srcNode, dstNode) < 0) return false;
+  const PairSearch& ps = pairScratch;
+  const std::uint32_t st = ps.stamp;
   walkBack(
       g, srcNode, dstNode, [&ps, st](std::size_t v) { return ps.stampDag[v] == st ? ps.hopsFwd[v] : -2; },
-      [&ps](std::size_t v) { return ps.latency[v]; }, out);
+      [&ps](std::size_t v) { return ps.latency[v]; }, out, pairSeed(srcNode, dstNode));
   return true;
 }
 
@@ -278,6 +290,16 @@ Router::Router(const Topology& t) : topo_(&t) {
   });
   if (!ranksLinked) {
     for (std::size_t v = 0; v < transit_.size(); ++v) transit_[v] = holdsRank[v] ? 0 : 1;
+  }
+  // Routers whose every neighbour is an endpoint (a server's NVSwitch): a path through one ends at one of them.
+  deadEnd_.assign(transit_.size(), 0);
+  for (std::size_t v = 0; v < transit_.size(); ++v) {
+    if (!transit_[v]) continue;
+    bool onlyEndpoints = true;
+    for (int e = adjStart_[v]; e < adjStart_[v + 1] && onlyEndpoints; ++e) {
+      onlyEndpoints = !transit_[static_cast<std::size_t>(adj_[static_cast<std::size_t>(e)].first)];
+    }
+    deadEnd_[v] = onlyEndpoints ? 1 : 0;
   }
 
   // Explicit routes: node path -> hops; parallel links between two path nodes are chosen by the pair hash too.
@@ -375,10 +397,43 @@ const Router::Tree& Router::tree(int srcNode, int dstNode) const {
   return tr;
 }
 
-void Router::walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& out) const {
+void Router::walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& out, std::uint64_t seed) const {
   walkBack(
       Graph{adjStart_, adj_, transit_, linkEnds_, *topo_}, srcNode, dstNode,
-      [&tr](std::size_t v) { return tr.hops[v]; }, [&tr](std::size_t v) { return tr.latency[v]; }, out);
+      [&tr](std::size_t v) { return tr.hops[v]; }, [&tr](std::size_t v) { return tr.latency[v]; }, out, seed);
+}
+
+int Router::gateway(int srcNode, int dstNode, std::vector<Hop>& chain) const {
+  chain.clear();
+  if (transit_[static_cast<std::size_t>(srcNode)]) return srcNode;  // a router: its paths may leave every way
+  const auto nextTo = [this](int x, int y) {
+    for (int e = adjStart_[static_cast<std::size_t>(x)]; e < adjStart_[static_cast<std::size_t>(x) + 1]; ++e) {
+      if (adj_[static_cast<std::size_t>(e)].first == y) return true;
+    }
+    return false;
+  };
+  int c = srcNode, prev = -1;
+  for (std::size_t steps = 0; steps < transit_.size(); ++steps) {
+    int next = -1, link = -1, ways = 0;
+    for (int e = adjStart_[static_cast<std::size_t>(c)]; e < adjStart_[static_cast<std::size_t>(c) + 1]; ++e) {
+      const auto [u, l] = adj_[static_cast<std::size_t>(e)];
+      if (u == dstNode) return c;                                         // the path may end here
+      if (u == prev || !transit_[static_cast<std::size_t>(u)]) continue;  // no path passes through an endpoint
+      if (deadEnd_[static_cast<std::size_t>(u)]) {
+        if (nextTo(u, dstNode)) return c;  // it leads to dst as well
+        continue;
+      }
+      ++ways;
+      next = u;
+      link = l;
+    }
+    if (ways != 1) return c;
+    chain.push_back(Hop{link, linkEnds_[static_cast<std::size_t>(link)].first == c});
+    prev = c;
+    c = next;
+  }
+  chain.clear();  // a loop of routers with one way on each: no gateway
+  return srcNode;
 }
 
 int Router::nodeRoute(int srcNode, int dstNode, std::vector<Hop>& out) const {
@@ -398,13 +453,84 @@ int Router::nodeRoute(int srcNode, int dstNode, std::vector<Hop>& out) const {
   const bool again = lastSource.router == this && lastSource.node == srcNode;
   lastSource = {this, srcNode};
   if (!again && trees_.find(srcNode) == trees_.end()) {
+    // Where every shortest path starts with the same hops (a GPU's only way out is its NIC, the NIC's its leaf) and
+    // ends with the same hops, it is those hops around a shortest path between the two gateways: the paths between
+    // gateways serve every pair of sources and destinations behind them (a leaf pair's for the servers below), and
+    // a walk on them with the pair's own seed picks the links the pair's own search would (the hops and latencies on
+    // them are the pair's less the first hops').
+    if (const int hops = gatewayRoute(srcNode, dstNode, out); hops != kNoGateway) return hops;
     return pairRoute(Graph{adjStart_, adj_, transit_, linkEnds_, *topo_}, srcNode, dstNode, out)
                ? static_cast<int>(out.size())
                : -1;
   }
   const Tree& tr = tree(srcNode, dstNode);
   if (tr.hops[static_cast<std::size_t>(dstNode)] < 0) return -1;
-  walk(srcNode, dstNode, tr, out);
+  walk(srcNode, dstNode, tr, out, pairSeed(srcNode, dstNode));
+  return static_cast<int>(out.size());
+}
+
+int Router::gatewayRoute(int srcNode, int dstNode, std::vector<Hop>& out) const {
+  std::vector<Hop>& head = gatewayHead_;
+  std::vector<Hop>& tail = gatewayTail_;  // from dstNode towards srcNode
+  const int a = gateway(srcNode, dstNode, head);
+  const int b = gateway(dstNode, srcNode, tail);
+  if (a == srcNode && b == dstNode) return kNoGateway;
+  // The two chains must not meet but at a common gateway (else the whole path is forced: the pair search takes it).
+  const auto nodesOf = [this](int from, const std::vector<Hop>& hops) {
+    std::vector<int> nodes{from};
+    for (const Hop& h : hops) {
+      const auto [x, y] = linkEnds_[static_cast<std::size_t>(h.link)];
+      nodes.push_back(h.forward ? y : x);
+    }
+    return nodes;
+  };
+  const std::vector<int> fromSrc = nodesOf(srcNode, head), fromDst = nodesOf(dstNode, tail);
+  for (int x : fromSrc) {
+    for (int y : fromDst) {
+      if (x == y && !(x == a && x == b)) return kNoGateway;
+    }
+  }
+  const std::uint64_t key =
+      (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  auto it = gatewayPaths_.find(key);
+  if (it == gatewayPaths_.end()) {
+    const Graph g{adjStart_, adj_, transit_, linkEnds_, *topo_};
+    const int D = pairDag(g, a, b);
+    if (D < 0) return -1;
+    const PairSearch& ps = pairScratch;
+    GatewayPaths paths;
+    std::vector<std::pair<int, std::pair<int, double>>> nodes;
+    for (int p = 0; p <= D; ++p) {
+      for (int v : ps.dag[at(p)]) nodes.push_back({v, {p, ps.latency[at(v)]}});
+    }
+    std::sort(nodes.begin(), nodes.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (const auto& [v, hl] : nodes) {
+      paths.nodes.push_back(v);
+      paths.hops.push_back(hl.first);
+      paths.latency.push_back(hl.second);
+    }
+    if (gatewayPathNodes_ + nodes.size() > kMaxGatewayPathNodes) {
+      gatewayPaths_.clear();
+      gatewayPathNodes_ = 0;
+    }
+    gatewayPathNodes_ += nodes.size();
+    it = gatewayPaths_.emplace(key, std::move(paths)).first;
+  }
+  const GatewayPaths& paths = it->second;
+  const auto indexOf = [&paths](std::size_t v) {
+    const auto at = std::lower_bound(paths.nodes.begin(), paths.nodes.end(), static_cast<int>(v));
+    return at != paths.nodes.end() && *at == static_cast<int>(v) ? at - paths.nodes.begin() : std::ptrdiff_t{-1};
+  };
+  walkBack(
+      Graph{adjStart_, adj_, transit_, linkEnds_, *topo_}, a, b,
+      [&](std::size_t v) {
+        const std::ptrdiff_t i = indexOf(v);
+        return i < 0 ? -2 : paths.hops[static_cast<std::size_t>(i)];
+      },
+      [&](std::size_t v) { return paths.latency[static_cast<std::size_t>(indexOf(v))]; }, out,
+      pairSeed(srcNode, dstNode));
+  out.insert(out.begin(), head.begin(), head.end());
+  for (std::size_t i = tail.size(); i-- > 0;) out.push_back(Hop{tail[i].link, !tail[i].forward});
   return static_cast<int>(out.size());
 }
 

@@ -189,17 +189,34 @@ class Router {
   };
   /// The BFS tree of srcNode, advanced until hops and latency of dstNode (and of every node closer) are final.
   const Tree& tree(int srcNode, int dstNode) const;
-  void walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& out) const;
+  void walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& out, std::uint64_t seed) const;
+  /// The router where the choices of srcNode's shortest paths to dstNode begin: srcNode itself, or the end of the
+  /// hops every such path starts with (into `chain`), taken while the node reached has one link on to one router
+  /// that is not a dead end and dstNode is not next to it or behind a dead end beside it.
+  int gateway(int srcNode, int dstNode, std::vector<Hop>& chain) const;
+  static constexpr int kNoGateway = -2;
+  /// The route through the gateways of both ends (into `out`): its hops, -1 when unreachable, kNoGateway when
+  /// neither end has one or their chains meet.
+  int gatewayRoute(int srcNode, int dstNode, std::vector<Hop>& out) const;
+  /// Shortest paths between two gateways: their nodes (sorted), each one's hops from the first and latency.
+  struct GatewayPaths {
+    std::vector<int> nodes, hops;
+    std::vector<double> latency;
+  };
 
   const Topology* topo_;
   std::vector<int> rankNode_;
   std::vector<char> transit_;                  ///< per node: may a route pass through it (see the constructor)
+  std::vector<char> deadEnd_;                  ///< per node: a router whose neighbours are all endpoints
   std::vector<int> adjStart_;                  // CSR adjacency: node -> [adjStart_[n], adjStart_[n+1])
   std::vector<std::pair<int, int>> adj_;       // (neighbor, link)
   std::vector<std::pair<int, int>> linkEnds_;  // link -> (node of a, node of b)
   std::map<std::pair<int, int>, std::vector<Hop>> explicit_;  // (from node, to node) -> hops
   mutable std::unordered_map<int, Tree> trees_;               // bounded LRU; element references survive rehashing
   mutable std::uint64_t useClock_ = 0;
+  mutable std::unordered_map<std::uint64_t, GatewayPaths> gatewayPaths_;  // (first << 32 | second) -> paths
+  mutable std::size_t gatewayPathNodes_ = 0;
+  mutable std::vector<Hop> gatewayHead_, gatewayTail_;
   mutable std::unordered_map<std::uint64_t, std::vector<Hop>> cache_;  // (src rank << 32 | dst rank) -> route
 };
 

@@ -914,6 +914,40 @@ TEST(TopologyRouting, RoutesDoNotDependOnQueryOrder) {
   }
 }
 
+// Where every path from a source starts with the same hops (a GPU's NIC, its leaf), the route is a walk on the
+// gateway's BFS tree; it must be the route the source's own tree gives. Sources asked in turn take the gateways' trees
+// (from each gateway's second source on); a source asked for every destination in a row takes its own tree (from the
+// second destination on).
+TEST(TopologyRouting, GatewayTreesGiveTheSourcesOwnRoutes) {
+  const std::vector<Topology> topologies = {
+      gen("multi_node", {{"nodes", 12}, {"nics_per_node", 2}, {"radix", 6}}),  // three levels, 4 GPUs on a NIC
+      gen("multi_node", {{"nodes", 8}, {"rail_optimized", false}, {"radix", 8}}),
+      gen("multi_node", {{"nodes", 6}, {"gpus_per_node", 1}, {"nics_per_node", 1}}),
+      gen("fat_tree", {{"k", 4}}),
+      gen("dragonfly", json::object()),
+      gen("torus", {{"dims", {4, 4}}}),
+      gen("nvswitch_node", {{"gpus", 8}})};
+  for (const Topology& t : topologies) {
+    const int n = static_cast<int>(t.ranks.size());
+    const Router inTurn(t), inRow(t);
+    for (int dst = 0; dst < n; ++dst) {
+      for (int src = 0; src < n; ++src) inTurn.route(src, dst);
+    }
+    for (int src = 0; src < n; ++src) {
+      for (int dst = 0; dst < n; ++dst) {
+        const auto& x = inRow.route(src, dst);
+        const auto& y = inTurn.route(src, dst);
+        ASSERT_EQ(x.size(), y.size()) << t.name << " " << src << "->" << dst;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          ASSERT_EQ(x[i].link, y[i].link) << t.name << " " << src << "->" << dst;
+          ASSERT_EQ(x[i].forward, y[i].forward) << t.name << " " << src << "->" << dst;
+        }
+        expectPath(t, x, t.ranks[static_cast<std::size_t>(src)], t.ranks[static_cast<std::size_t>(dst)]);
+      }
+    }
+  }
+}
+
 TEST(TopologyRouting, EcmpSpreadsOverSpines) {
   const Topology t =
       gen("multi_node",
