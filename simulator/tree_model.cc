@@ -144,8 +144,10 @@ class TreeWindow {
   std::size_t at(int s, int r) const {
     return static_cast<std::size_t>(s) * static_cast<std::size_t>(n_) + static_cast<std::size_t>(r);
   }
+  // Round-major: a chunk's cells at the ranks of one server's chain (consecutive ranks, where most of the events
+  // are) share cache lines.
   std::size_t cell(std::size_t sr, int k) const {
-    return sr * static_cast<std::size_t>(window_) + static_cast<std::size_t>(k);
+    return static_cast<std::size_t>(k) * static_cast<std::size_t>(slices_) * static_cast<std::size_t>(n_) + sr;
   }
   int kidCount(std::size_t sr) const { return kidStart_[sr + 1] - kidStart_[sr]; }
   std::uint64_t tag(Kind kind, std::size_t sr, int k) const { return cell(sr, k) << 2 | kind; }
@@ -221,8 +223,9 @@ class TreeWindow {
 
   void handle(std::uint64_t tag, double t) {
     const std::size_t c = tag >> 2;
-    const auto sr = c / static_cast<std::size_t>(window_);
-    const auto k = static_cast<int>(c % static_cast<std::size_t>(window_));
+    const std::size_t perRound = static_cast<std::size_t>(slices_) * static_cast<std::size_t>(n_);
+    const auto sr = c % perRound;
+    const auto k = static_cast<int>(c / perRound);
     const auto s = static_cast<int>(sr / static_cast<std::size_t>(n_));
     const auto r = static_cast<int>(sr % static_cast<std::size_t>(n_));
     roundEnd_[static_cast<std::size_t>(k)] = std::max(roundEnd_[static_cast<std::size_t>(k)], t);
