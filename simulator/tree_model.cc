@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "collbench/algorithms.h"
@@ -45,6 +46,8 @@ class TreeWindow {
         window_(static_cast<int>(window)),
         bytes_(spec.count * spec.elementSize() / static_cast<std::size_t>(slices_) / window) {
     const auto sr = static_cast<std::size_t>(slices_) * static_cast<std::size_t>(n_);
+    COLLBENCH_CHECK(sr <= std::numeric_limits<std::uint32_t>::max() && window < (std::size_t{1} << 30),
+                    "tree model: {} slice-ranks and {} rounds exceed its tags", sr, window);
     parent_.resize(sr);
     childIndex_.assign(sr, 0);
     kidStart_.assign(sr + 1, 0);
@@ -150,7 +153,12 @@ class TreeWindow {
     return static_cast<std::size_t>(k) * static_cast<std::size_t>(slices_) * static_cast<std::size_t>(n_) + sr;
   }
   int kidCount(std::size_t sr) const { return kidStart_[sr + 1] - kidStart_[sr]; }
-  std::uint64_t tag(Kind kind, std::size_t sr, int k) const { return cell(sr, k) << 2 | kind; }
+  /// A work item's tag: its round, its (slice, rank) and its kind, in fields (no division to read them back; the
+  /// constructor checks they fit).
+  static std::uint64_t tag(Kind kind, std::size_t sr, int k) {
+    return (static_cast<std::uint64_t>(k) << kTagRoundShift | sr) << 2 | kind;
+  }
+  static constexpr int kTagRoundShift = 32;
 
   /// What every transfer of a connection between two nodes pays.
   struct Connection {
@@ -222,12 +230,11 @@ class TreeWindow {
   }
 
   void handle(std::uint64_t tag, double t) {
-    const std::size_t c = tag >> 2;
-    const std::size_t perRound = static_cast<std::size_t>(slices_) * static_cast<std::size_t>(n_);
-    const auto sr = c % perRound;
-    const auto k = static_cast<int>(c / perRound);
-    const auto s = static_cast<int>(sr / static_cast<std::size_t>(n_));
-    const auto r = static_cast<int>(sr % static_cast<std::size_t>(n_));
+    const auto sr32 = static_cast<std::uint32_t>(tag >> 2);
+    const auto sr = static_cast<std::size_t>(sr32);
+    const auto k = static_cast<int>(tag >> (2 + kTagRoundShift));
+    const auto s = static_cast<int>(sr32 / static_cast<std::uint32_t>(n_));
+    const auto r = static_cast<int>(sr32 % static_cast<std::uint32_t>(n_));
     roundEnd_[static_cast<std::size_t>(k)] = std::max(roundEnd_[static_cast<std::size_t>(k)], t);
     switch (static_cast<Kind>(tag & 3)) {
       case kUp: {
