@@ -18,8 +18,9 @@ using topo_detail::Adjacency;
 // A handful of recent sources covers the access patterns of collectives (a ring asks each source once, a tree a
 // few); each tree is 16 bytes per node, so 64 of them stay near 10 MB even for 10^4-node fabrics.
 constexpr std::size_t kMaxCachedTrees = 64;
-// Nodes kept in the shortest paths between gateways (16 bytes each) before the cache starts over: 256 MB. A pod-to-pod
-// pair at 131072 GPUs holds about 4200 nodes (every core), and a phase of a butterfly uses about one pair per leaf.
+// Nodes and predecessors kept in the shortest paths between gateways (up to 16 bytes each) before the cache starts
+// over: 256 MB. A pod-to-pod pair at 131072 GPUs holds about 4200 nodes (every core), and a phase of a butterfly uses
+// about one pair per leaf.
 constexpr std::size_t kMaxGatewayPathNodes = std::size_t{16} << 20;
 // Relative tolerance when comparing summed latencies: equal-cost paths may add the same terms in another order.
 constexpr double kLatencyTolerance = 1e-9;
@@ -57,31 +58,50 @@ struct Graph {
   const Topology& topo;
 };
 
+// The equal-cost predecessors of v on the way from srcNode (node, link), in v's link order: one hop closer, a router
+// (or srcNode), and as fast.
 template <class HopsOf, class LatencyOf>
-void walkBack(const Graph& g, int srcNode, int dstNode, HopsOf hopsOf, LatencyOf latencyOf, std::vector<Hop>& out,
-              std::uint64_t seed) {
-  // Walk back from the destination; at each node choose among the equal-cost predecessors by a hash of
-  // (src, dst, node) (`seed` is the pair's). Choosing near the destination as well as near the source spreads pairs
-  // over every tier.
-  std::vector<std::pair<int, int>> candidates;
+void predecessors(const Graph& g, int srcNode, int v, HopsOf hopsOf, LatencyOf latencyOf,
+                  std::vector<std::pair<int, int>>& out) {
+  const auto vi = static_cast<std::size_t>(v);
+  out.clear();
+  for (int e = g.start[vi]; e < g.start[vi + 1]; ++e) {
+    const auto [u, l] = g.adj[static_cast<std::size_t>(e)];
+    const auto ui = static_cast<std::size_t>(u);
+    if (hopsOf(ui) != hopsOf(vi) - 1 || (!g.transit[ui] && u != srcNode)) continue;
+    if (!sameLatency(latencyOf(ui) + g.topo.links[static_cast<std::size_t>(l)].latencyUs, latencyOf(vi))) continue;
+    out.emplace_back(u, l);
+  }
+}
+
+// Walks back from the destination; at each node chooses among its candidates (a span of (node, link)) by a hash of
+// (src, dst, node) (`seed` is the pair's). Choosing near the destination as well as near the source spreads pairs
+// over every tier.
+template <class CandidatesOf>
+void walkChoosing(const Graph& g, int srcNode, int dstNode, CandidatesOf candidatesOf, std::vector<Hop>& out,
+                  std::uint64_t seed) {
   int v = dstNode;
   while (v != srcNode) {
-    const auto vi = static_cast<std::size_t>(v);
-    candidates.clear();
-    for (int e = g.start[vi]; e < g.start[vi + 1]; ++e) {
-      const auto [u, l] = g.adj[static_cast<std::size_t>(e)];
-      const auto ui = static_cast<std::size_t>(u);
-      if (hopsOf(ui) != hopsOf(vi) - 1 || (!g.transit[ui] && u != srcNode)) continue;
-      if (!sameLatency(latencyOf(ui) + g.topo.links[static_cast<std::size_t>(l)].latencyUs, latencyOf(vi))) continue;
-      candidates.emplace_back(u, l);
-    }
-    COLLBENCH_CHECK(!candidates.empty(), "no predecessor of node {} on the way from {} to {}", v, srcNode, dstNode);
-    const auto [u, l] =
-        candidates[mix(seed ^ (static_cast<std::uint64_t>(v) * 0x9e3779b97f4a7c15ull)) % candidates.size()];
+    const auto [first, count] = candidatesOf(v);
+    COLLBENCH_CHECK(count > 0, "no predecessor of node {} on the way from {} to {}", v, srcNode, dstNode);
+    const auto [u, l] = first[mix(seed ^ (static_cast<std::uint64_t>(v) * 0x9e3779b97f4a7c15ull)) % count];
     out.push_back(Hop{l, g.linkEnds[static_cast<std::size_t>(l)].first == u});
     v = u;
   }
   std::reverse(out.begin(), out.end());
+}
+
+template <class HopsOf, class LatencyOf>
+void walkBack(const Graph& g, int srcNode, int dstNode, HopsOf hopsOf, LatencyOf latencyOf, std::vector<Hop>& out,
+              std::uint64_t seed) {
+  std::vector<std::pair<int, int>> candidates;
+  walkChoosing(
+      g, srcNode, dstNode,
+      [&](int v) {
+        predecessors(g, srcNode, v, hopsOf, latencyOf, candidates);
+        return std::pair{candidates.data(), candidates.size()};
+      },
+      out, seed);
 }
 
 // Scratch of pairRoute(), per node; an entry counts only where its stamp is the current search's, so nothing is
@@ -497,38 +517,40 @@ int Router::gatewayRoute(int srcNode, int dstNode, std::vector<Hop>& out) const 
     const Graph g{adjStart_, adj_, transit_, linkEnds_, *topo_};
     const int D = pairDag(g, a, b);
     if (D < 0) return -1;
+    // Each node's predecessors as the pair search's walk would gather them, once for every pair behind a and b.
     const PairSearch& ps = pairScratch;
+    const std::uint32_t st = ps.stamp;
+    const auto hopsOf = [&ps, st](std::size_t v) { return ps.stampDag[v] == st ? ps.hopsFwd[v] : -2; };
+    const auto latencyOf = [&ps](std::size_t v) { return ps.latency[v]; };
     GatewayPaths paths;
-    std::vector<std::pair<int, std::pair<int, double>>> nodes;
-    for (int p = 0; p <= D; ++p) {
-      for (int v : ps.dag[at(p)]) nodes.push_back({v, {p, ps.latency[at(v)]}});
+    for (int p = 1; p <= D; ++p) {
+      for (int v : ps.dag[at(p)]) paths.nodes.push_back(v);
     }
-    std::sort(nodes.begin(), nodes.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    for (const auto& [v, hl] : nodes) {
-      paths.nodes.push_back(v);
-      paths.hops.push_back(hl.first);
-      paths.latency.push_back(hl.second);
+    std::sort(paths.nodes.begin(), paths.nodes.end());
+    std::vector<std::pair<int, int>> preds;
+    paths.first.push_back(0);
+    for (int v : paths.nodes) {
+      predecessors(g, a, v, hopsOf, latencyOf, preds);
+      paths.preds.insert(paths.preds.end(), preds.begin(), preds.end());
+      paths.first.push_back(paths.preds.size());
     }
-    if (gatewayPathNodes_ + nodes.size() > kMaxGatewayPathNodes) {
+    const std::size_t size = paths.nodes.size() + paths.preds.size();
+    if (gatewayPathNodes_ + size > kMaxGatewayPathNodes) {
       gatewayPaths_.clear();
       gatewayPathNodes_ = 0;
     }
-    gatewayPathNodes_ += nodes.size();
+    gatewayPathNodes_ += size;
     it = gatewayPaths_.emplace(key, std::move(paths)).first;
   }
   const GatewayPaths& paths = it->second;
-  const auto indexOf = [&paths](std::size_t v) {
-    const auto at = std::lower_bound(paths.nodes.begin(), paths.nodes.end(), static_cast<int>(v));
-    return at != paths.nodes.end() && *at == static_cast<int>(v) ? at - paths.nodes.begin() : std::ptrdiff_t{-1};
-  };
-  walkBack(
+  walkChoosing(
       Graph{adjStart_, adj_, transit_, linkEnds_, *topo_}, a, b,
-      [&](std::size_t v) {
-        const std::ptrdiff_t i = indexOf(v);
-        return i < 0 ? -2 : paths.hops[static_cast<std::size_t>(i)];
+      [&paths](int v) {
+        const auto i =
+            static_cast<std::size_t>(std::lower_bound(paths.nodes.begin(), paths.nodes.end(), v) - paths.nodes.begin());
+        return std::pair{paths.preds.data() + paths.first[i], paths.first[i + 1] - paths.first[i]};
       },
-      [&](std::size_t v) { return paths.latency[static_cast<std::size_t>(indexOf(v))]; }, out,
-      pairSeed(srcNode, dstNode));
+      out, pairSeed(srcNode, dstNode));
   out.insert(out.begin(), head.begin(), head.end());
   for (std::size_t i = tail.size(); i-- > 0;) out.push_back(Hop{tail[i].link, !tail[i].forward});
   return static_cast<int>(out.size());

@@ -198,10 +198,12 @@ class Router {
   /// The route through the gateways of both ends (into `out`): its hops, -1 when unreachable, kNoGateway when
   /// neither end has one or their chains meet.
   int gatewayRoute(int srcNode, int dstNode, std::vector<Hop>& out) const;
-  /// Shortest paths between two gateways: their nodes (sorted), each one's hops from the first and latency.
+  /// Shortest paths between two gateways: their nodes but the first (sorted), and each one's equal-cost predecessors
+  /// (node, link) on the way from the first, preds[first[i]] to preds[first[i + 1]] for nodes[i].
   struct GatewayPaths {
-    std::vector<int> nodes, hops;
-    std::vector<double> latency;
+    std::vector<int> nodes;
+    std::vector<std::size_t> first;
+    std::vector<std::pair<int, int>> preds;
   };
 
   const Topology* topo_;
