@@ -116,8 +116,8 @@ int FluidNetwork::add(std::uint64_t tag, const std::vector<int>& resources, doub
 }
 
 std::uint64_t FluidNetwork::EventQueue::key(double t) {
-  // Non-negative doubles order as their bit patterns.
-  return std::bit_cast<std::uint64_t>(t < 0 ? 0.0 : t);
+  // Positive doubles order as their bit patterns (-0.0 would not: it is taken as 0).
+  return t > 0 ? std::bit_cast<std::uint64_t>(t) : 0;
 }
 
 std::size_t FluidNetwork::EventQueue::bucketOf(std::uint64_t k) const {

@@ -154,8 +154,8 @@ std::optional<RingReduction> reduceRing(World& w, GroupCache& cache, const std::
     for (std::size_t i = 0; i < total; ++i) {
       if (!in[i].sameStep(in[pos(i)])) return std::nullopt;
     }
-    // Per position: the set of positions its groups map onto (an index into `sets`), and per set the structure and
-    // the representative group.
+    // Per position: the set of positions its groups map onto (setOf: an index into the sets below); per set, its
+    // groups' one structure and the first of them, which stands for the others.
     std::vector<int> setOf(p, -1);
     std::map<std::vector<std::size_t>, int> setIndex;
     std::vector<std::vector<std::uint64_t>> setStructure;
