@@ -1,7 +1,6 @@
 #include "collbench/validator.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <numeric>
 
@@ -227,18 +226,6 @@ int switchOfRanks(const Router& router, const std::vector<int>& ranks) {
   const Topology& t = router.topology();
   int best = -1, bestFar = -1;
   bool bestCapable = false;
-  // Ranks in bit-reversed order of their positions (0, n/2, n/4, 3n/4, ...): a switch farther than the best from
-  // some rank meets a far one within a few searches (ranks are numbered along the machine), not after a pod's worth.
-  // The order does not change the answer: a switch's distance is the maximum over all ranks.
-  std::vector<int> order;
-  order.reserve(ranks.size());
-  const std::size_t span = std::bit_ceil(std::max<std::size_t>(ranks.size(), 1));
-  const int bits = std::countr_zero(span);
-  for (std::size_t i = 0; i < span; ++i) {
-    std::size_t j = 0;
-    for (int b = 0; b < bits; ++b) j |= ((i >> b) & 1U) << (bits - 1 - b);
-    if (j < ranks.size()) order.push_back(ranks[j]);
-  }
   for (int sw = 0; sw < static_cast<int>(t.nodes.size()); ++sw) {
     if (t.nodes[static_cast<std::size_t>(sw)].kind != NodeKind::Switch) continue;
     // Hop counts are symmetric (links are undirected and transit is a property of the path's inner nodes), so the
@@ -248,7 +235,7 @@ int switchOfRanks(const Router& router, const std::vector<int>& ranks) {
     const bool capable = performsSwitchOps(t.nodes[static_cast<std::size_t>(sw)]);
     const bool winsTie = capable && !bestCapable;
     int far = 0;
-    for (int r : order) {
+    for (int r : ranks) {
       const int d = router.distance(sw, router.rankNode(r));
       far = d < 0 ? -1 : std::max(far, d);
       if (far < 0 || (best >= 0 && (far > bestFar || (far == bestFar && !winsTie)))) break;
