@@ -227,13 +227,13 @@ constexpr std::size_t kPipelineWindowWork = 2000000;
 // second half is the estimate).
 constexpr std::size_t kPeriodicRounds = 8;
 constexpr double kLinearIncrementTolerance = 1e-9;
-// Transfers the tree model evaluates for one call (0.4-0.6 us each here, so well within a second): the whole pipeline
-// when it fits, else the longest window that does. On NCCL's host tree over rails a round's increment varies by
-// +-15 % (flows meeting on a host's NIC drift against each other) and short windows read the period low: 1 GiB at
-// 1024 GPUs, one channel, windows of 48 / 128 / 256 / 512 of 1024 rounds give -7.4 / -4.0 / -1.7 / -0.8 % against the
-// whole pipeline (40728 us); four channels (the selector's choice there), 48 / 122 / 244 of 256 rounds give -8.1 /
-// -6.6 / -2.7 % (10500 us, 3.7 s).
-constexpr double kTreeModelTransfers = 1e6;
+// Transfers the tree model evaluates for one call (0.2-0.6 us each here): the whole pipeline when it fits, else the
+// longest window that does. On NCCL's host tree over rails a round's increment varies by +-15 % (flows meeting on a
+// host's NIC drift against each other) and short windows read the period low. 1 GiB at 1024 GPUs against the whole
+// pipeline (one channel 40820 us, four channels, the selector's choice there, 10500 us in 2.5 s): budgets of 1 / 1.5 /
+// 2 M transfers (windows of 244 / 366 / 488 of 1024 rounds, 61 / 91 / 122 of 256) read -2.1 / -1.2 / -1.1 % and
+// -6.6 / -4.2 / -2.7 %; `--algo auto` there takes 0.48 / 0.75 / 1.08 s, and 1 s is the target.
+constexpr double kTreeModelTransfers = 1.5e6;
 // Memory of a built schedule and its simulation per transfer: a tree window at 16384 GPUs, 4.2 M transfers, peaked at
 // 3.26 GB.
 constexpr double kSimulatedScheduleBytesPerTransfer = 800;
