@@ -26,7 +26,7 @@ constexpr double kP90 = 0.9;
 constexpr double kSummaryTolerance = 1e-9;
 
 json statsToJson(const ErrorStats& s) {
-  return {{"rows", s.rows}, {"median", s.median}, {"p90", s.p90}, {"worst", s.worst}};
+  return {{"rows", s.rows}, {"median", s.median}, {"p90", s.p90}, {"worst", s.worst}, {"geomean", s.geomean}};
 }
 
 json logToJson(const FidelityLog& f) {
@@ -73,10 +73,17 @@ class Fields : public JsonFields {
   static constexpr double kLowestNumber = -1;
 };
 
-ErrorStats statsFromJson(std::string_view source, const std::string& where, const json& j) {
-  const Fields f(source, where, j, {"rows", "median", "p90", "worst"});
-  return ErrorStats{static_cast<std::size_t>(f.integer("rows", 0)), f.number("median"), f.number("p90"),
-                    f.number("worst")};
+/// A stored summary. "geomean" is optional: files written before it was added (still version 1) lack it, and then
+/// it is taken from the rows (`real`) instead of checked.
+ErrorStats statsFromJson(std::string_view source, const std::string& where, const json& j, const ErrorStats& real) {
+  const Fields f(source, where, j, {"rows", "median", "p90", "worst", "geomean"});
+  ErrorStats s;
+  s.rows = static_cast<std::size_t>(f.integer("rows", 0));
+  s.median = f.number("median");
+  s.p90 = f.number("p90");
+  s.worst = f.number("worst");
+  s.geomean = f.has("geomean") ? f.number("geomean") : real.geomean;
+  return s;
 }
 
 bool near(double a, double b) {
@@ -85,12 +92,12 @@ bool near(double a, double b) {
 
 void checkStats(std::string_view source, const std::string& where, const ErrorStats& stored, const ErrorStats& real) {
   if (stored.rows != real.rows || !near(stored.median, real.median) || !near(stored.p90, real.p90) ||
-      !near(stored.worst, real.worst)) {
+      !near(stored.worst, real.worst) || !near(stored.geomean, real.geomean)) {
     throw Error(Errc::InvalidArgument,
-                fmt::format("{}: {}: does not match its rows (stored median {:.6g}, p90 {:.6g}, worst {:.6g} over {}; "
-                            "the rows give {:.6g}, {:.6g}, {:.6g} over {})",
-                            printable(source), where, stored.median, stored.p90, stored.worst, stored.rows, real.median,
-                            real.p90, real.worst, real.rows));
+                fmt::format("{}: {}: does not match its rows (stored median {:.6g}, p90 {:.6g}, worst {:.6g}, geomean "
+                            "{:.6g} over {}; the rows give {:.6g}, {:.6g}, {:.6g}, {:.6g} over {})",
+                            printable(source), where, stored.median, stored.p90, stored.worst, stored.geomean,
+                            stored.rows, real.median, real.p90, real.worst, real.geomean, real.rows));
   }
 }
 
@@ -133,13 +140,13 @@ FidelityLog logFromJson(std::string_view source, const std::string& where, const
   summarize(out);
   const std::string sw = f.where("summary");
   const Fields s(source, sw, f.need("summary"), {"all", "small", "medium", "large"});
-  checkStats(source, sw + ".all", statsFromJson(source, sw + ".all", s.need("all")), out.all);
+  checkStats(source, sw + ".all", statsFromJson(source, sw + ".all", s.need("all"), out.all), out.all);
   for (SizeClass c : kSizeClasses) {
     const std::string key(toString(c));
     std::string classPath = sw;
     classPath.append(".").append(key);
-    checkStats(source, classPath, statsFromJson(source, classPath, s.need(key.c_str())),
-               out.byClass[static_cast<int>(c)]);
+    const ErrorStats& real = out.byClass[static_cast<int>(c)];
+    checkStats(source, classPath, statsFromJson(source, classPath, s.need(key.c_str()), real), real);
   }
   return out;
 }
@@ -186,6 +193,9 @@ ErrorStats errorStats(std::vector<double> errors) {
   const auto rank = static_cast<std::size_t>(std::ceil(kP90 * static_cast<double>(n)));
   s.p90 = errors[std::max<std::size_t>(rank, 1) - 1];
   s.worst = errors.back();
+  double logSum = 0;
+  for (double e : errors) logSum += std::log(std::max(e, kGeomeanErrorFloor));
+  s.geomean = std::exp(logSum / static_cast<double>(n));
   return s;
 }
 
@@ -274,8 +284,9 @@ std::string formatFidelityTable(const FidelityLog& f) {
   }
   const auto line = [](std::string_view name, const ErrorStats& st) {
     if (st.rows == 0) return fmt::format("# {:<24} no rows\n", name);
-    return fmt::format("# {:<24} median |error| {:6.1f}%  p90 {:6.1f}%  worst {:6.1f}%  ({} row{})\n", name,
-                       100 * st.median, 100 * st.p90, 100 * st.worst, st.rows, st.rows == 1 ? "" : "s");
+    return fmt::format("# {:<24} median |error| {:6.1f}%  p90 {:6.1f}%  worst {:6.1f}%  geomean {:6.1f}%  ({} row{})\n",
+                       name, 100 * st.median, 100 * st.p90, 100 * st.worst, 100 * st.geomean, st.rows,
+                       st.rows == 1 ? "" : "s");
   };
   s += line("all sizes", f.all);
   for (SizeClass c : kSizeClasses) s += line(describe(c), f.byClass[static_cast<int>(c)]);

@@ -4,8 +4,10 @@
 ///
 /// The error of a row is signed: simulated / measured - 1 of the out-of-place time (+0.25: the simulator is 25%
 /// slow; -0.9: ten times too fast). Summaries are of |error|: the median (mean of the middle two for an even count),
-/// the p90 (nearest rank: the ceil(0.9 n)-th smallest) and the worst. Real tables carry single-row hiccups, which is
-/// why the median and p90, not the mean, judge a topology (shared/realdata/README.md).
+/// the p90 (nearest rank: the ceil(0.9 n)-th smallest), the worst, and the geometric mean (exp of the mean of
+/// log max(|error|, kGeomeanErrorFloor)), the figure ASTRA-sim publishes for its validation ("Geomean error rate" of
+/// nccl-tests all-reduce per size, docs/fidelity.md "Against ASTRA-sim"). Real tables carry single-row hiccups,
+/// which is why the median and p90, not the mean, judge a topology (shared/realdata/README.md).
 ///
 /// The simulator is not called from here (core does not depend on it): the caller passes a function that times one
 /// call, so `collbench fidelity` plugs in the SimGrid simulator and tests plug in closed forms.
@@ -17,7 +19,7 @@
 ///               "topology": "dgx-h100-8x1", "topology_fingerprint": "0123456789abcdef", "algorithm": "auto",
 ///               "rows": [ {"bytes": 8, "line": 14, "measured_us": 13.67, "simulated_us": 1.2, "algorithm": "ring",
 ///                          "measured_busbw_GBps": 0.0, "simulated_busbw_GBps": 0.01, "error": -0.912} ],
-///               "summary": {"all": {"rows": 32, "median": 0.76, "p90": 0.91, "worst": 0.95},
+///               "summary": {"all": {"rows": 32, "median": 0.76, "p90": 0.91, "worst": 0.95, "geomean": 0.7},
 ///                           "small": {...}, "medium": {...}, "large": {...}} } ] }
 /// ```
 /// The summary is recomputed from the rows when read (a mismatch is an error: the file was edited by hand).
@@ -45,13 +47,21 @@ std::string_view toString(SizeClass c);
 /// "< 64 KiB", "64 KiB - 16 MiB", "> 16 MiB".
 std::string_view describe(SizeClass c);
 
+/// The floor of |error| in the geometric mean: 0.1%, the resolution the table prints errors at (one decimal of a
+/// percent). A row the simulator hits exactly (error 0, log undefined) or to 0.001% would otherwise pull the mean
+/// towards 0 as far as a 1000x miss pushes it up; floored, such a row counts as 0.1%, a printed "+0.0"/"+0.1".
+/// ASTRA-sim's validation page gives its geomean without saying how it treats a 0 error.
+inline constexpr double kGeomeanErrorFloor = 0.001;
+
 /// |error| statistics of a set of rows (all zero when rows == 0).
 struct ErrorStats {
   std::size_t rows = 0;
   double median = 0, p90 = 0, worst = 0;
+  /// exp(mean of log max(|e|, kGeomeanErrorFloor)): the geometric mean of |error|, as ASTRA-sim's "geomean error".
+  double geomean = 0;
   bool operator==(const ErrorStats&) const = default;
 };
-/// Median, nearest-rank p90 and maximum of |e| over `errors`.
+/// Median, nearest-rank p90, maximum and floored geometric mean of |e| over `errors`.
 ErrorStats errorStats(std::vector<double> errors);
 
 struct FidelityRow {

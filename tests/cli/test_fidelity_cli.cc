@@ -1,6 +1,6 @@
 // `collbench fidelity`: each real nccl-tests table of tests/data/realdata against its system's shipped topology with
-// --algo nccl, the median, p90 and size-class errors bounded per table (the CI gate of reports/fidelity), prefixed
-// logs, and bad input (exit 2, one line naming it).
+// --algo nccl, the median, p90 and size-class errors bounded per table and the geomean below ASTRA-sim's (the CI gate
+// of reports/fidelity), prefixed logs, and bad input (exit 2, one line naming it).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -27,6 +27,11 @@ const std::string kRealdata = (kSource / "tests/data/realdata").string();
 constexpr double kTargetMedian = 0.10;
 constexpr double kTargetP90 = 0.25;
 constexpr double kTargetClassMedian = 0.15;
+// Issue 23's last target: beat ASTRA-sim's published geomean error of ring all-reduce on HGX-H100, 9.69% at 8 GPUs
+// (its best; 12.01% at 4, 20.63% at 2: "Validation on GPU Systems - NCCL over HGX-H100 Systems", ASTRA-sim
+// documentation, validation/hardware/gpu-validation-hgx-h100.html). Every table's geomean |error| must stay below it
+// (docs/fidelity.md "Against ASTRA-sim": no real H100 ring table of 2-8 GPUs exists, so all six tables are held to it).
+constexpr double kAstraSimHgxH100Geomean = 0.0969;
 // Where a table misses a target, the bound is what the model gave when the gate was set (reports/fidelity/*.txt)
 // plus this margin, so that a change making the table worse fails.
 constexpr double kMargin = 0.03;
@@ -107,6 +112,16 @@ TEST_F(FidelityCli, RealTablesStayWithinTheirMedianBound) {
       EXPECT_LE(cs.median, t.bounds.classMedian[static_cast<std::size_t>(c)])
           << describe(c) << " median |error| of " << t.file << " rose to " << 100 * cs.median << "%";
     }
+    // Every summary line ends with the geomean |error| the JSON holds (ASTRA-sim's figure, docs/fidelity.md).
+    EXPECT_NE(r.out.find(fmt::format("worst {:6.1f}%  geomean {:6.1f}%  ({} rows)", 100 * f.all.worst,
+                                     100 * f.all.geomean, f.all.rows)),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(testing::slurp(json).find("\"geomean\""), std::string::npos);
+    EXPECT_GT(f.all.geomean, 0);
+    EXPECT_LE(f.all.geomean, f.all.worst);
+    EXPECT_LT(f.all.geomean, kAstraSimHgxH100Geomean)
+        << "geomean |error| of " << t.file << " rose to " << 100 * f.all.geomean << "%, above ASTRA-sim's 9.69%";
     for (const FidelityRow& row : f.rows) EXPECT_EQ(row.algorithm, "nccl");
     // The table prints every row the JSON holds.
     EXPECT_EQ(testing::tableRows(r.out).size(), f.rows.size());

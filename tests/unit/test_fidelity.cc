@@ -54,6 +54,19 @@ TEST(Fidelity, ErrorStatsByHand) {
   EXPECT_EQ(errorStats({}), ErrorStats{});
 }
 
+TEST(Fidelity, GeomeanByHand) {
+  // |error| 0.1, 0.4, 0.025: product 0.001, cube root 0.1 (the median is 0.1 too, the arithmetic mean 0.175).
+  EXPECT_NEAR(errorStats({0.1, -0.4, 0.025}).geomean, 0.1, 1e-15);
+  // 0.5 x 0.02 = 0.01, square root 0.1; the sign does not matter.
+  EXPECT_NEAR(errorStats({-0.5, -0.02}).geomean, 0.1, 1e-15);
+  // A row hit exactly counts as the floor, 0.1%: sqrt(0.001 x 0.1) = 0.01; so does one below it.
+  ASSERT_DOUBLE_EQ(kGeomeanErrorFloor, 0.001);
+  EXPECT_NEAR(errorStats({0.0, 0.1}).geomean, 0.01, 1e-15);
+  EXPECT_NEAR(errorStats({-0.00001, 0.1, 0.01}).geomean, 0.01, 1e-15);  // cbrt(0.001 x 0.1 x 0.01)
+  // One value is its own geomean.
+  EXPECT_DOUBLE_EQ(errorStats({-0.3}).geomean, 0.3);
+}
+
 TEST(Fidelity, SizeClassBoundaries) {
   EXPECT_EQ(sizeClassOf(8), SizeClass::Small);
   EXPECT_EQ(sizeClassOf(65535), SizeClass::Small);
@@ -95,6 +108,12 @@ TEST(Fidelity, ComparesEveryRowWithTheSimulator) {
     EXPECT_DOUBLE_EQ(f.byClass[i].median, std::abs(f.rows[i].error()));
   }
   EXPECT_DOUBLE_EQ(f.all.median, errorStats({f.rows[0].error(), f.rows[1].error(), f.rows[2].error()}).median);
+  // Geomean of |error| 0.499488, 0.487856, 0.65445568: exp((ln 0.499488 + ln 0.487856 + ln 0.65445568) / 3).
+  EXPECT_NEAR(f.all.geomean, 0.5422909002, 1e-10);
+  for (SizeClass c : kSizeClasses) {
+    const std::size_t i = static_cast<std::size_t>(c);
+    EXPECT_DOUBLE_EQ(f.byClass[i].geomean, std::abs(f.rows[i].error()));
+  }
 }
 
 TEST(Fidelity, RankCountFromTheLogOrTheFlag) {
@@ -137,6 +156,9 @@ TEST(Fidelity, TableHasRowsAndSummaries) {
       << table;
   EXPECT_NE(table.find("   -49.9  "), std::string::npos) << table;  // 1 KiB: 10.01 us vs 20 us: -49.95%
   EXPECT_NE(table.find("# all sizes"), std::string::npos);
+  // The summary lines end with the geomean |error| (54.23% over all sizes, the 1 KiB row's 49.9% below 64 KiB).
+  EXPECT_NE(table.find("worst   65.4%  geomean   54.2%  (3 rows)"), std::string::npos) << table;
+  EXPECT_NE(table.find("geomean   49.9%  (1 row)"), std::string::npos) << table;
   EXPECT_NE(table.find("# < 64 KiB"), std::string::npos);
   EXPECT_NE(table.find("# > 16 MiB"), std::string::npos);
 }
@@ -153,6 +175,13 @@ TEST(Fidelity, JsonRoundTrip) {
   const FidelityDocument back = parseFidelityDocument(toJson(doc), "rt.json");
   EXPECT_EQ(back, doc);
   EXPECT_EQ(back.logs[1].byClass[static_cast<int>(SizeClass::Large)].rows, 0u);
+  EXPECT_NEAR(back.logs[0].all.geomean, 0.5422909002, 1e-10);
+  // A file written before the geomean was added (same version, no "geomean" in its summaries) still reads.
+  nlohmann::json old = nlohmann::json::parse(toJson(doc));
+  for (auto& log : old["logs"]) {
+    for (auto& [name, stats] : log["summary"].items()) stats.erase("geomean");
+  }
+  EXPECT_EQ(parseFidelityDocument(old.dump(), "old.json"), doc);
 }
 
 TEST(Fidelity, JsonRejectsEditsAndUnknownFields) {
@@ -170,6 +199,9 @@ TEST(Fidelity, JsonRejectsEditsAndUnknownFields) {
   nlohmann::json edited = j;
   edited["logs"][0]["summary"]["all"]["median"] = 0.01;
   expectError(edited, "bad.json: logs[0].summary.all: does not match its rows");
+  nlohmann::json geomean = j;
+  geomean["logs"][0]["summary"]["medium"]["geomean"] = 0.1;
+  expectError(geomean, "bad.json: logs[0].summary.medium: does not match its rows");
   nlohmann::json unknown = j;
   unknown["logs"][0]["rows"][1]["colour"] = "red";
   expectError(unknown, "bad.json: logs[0].rows[1].colour: unknown field");
