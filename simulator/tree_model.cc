@@ -34,9 +34,9 @@ constexpr double kBytesPerGB = 1e9;
 class TreeWindow {
  public:
   /// Bytes of state per (slice, rank, round), and per (slice, rank) beside it (the tree, two connections with their
-  /// routes and route-cache entries, the flows in flight: measured at 131072 ranks, 2 slices and 76 rounds, 2.21 GB
-  /// peak against 1.49 GB for the hierarchical model's run on the same fabric, 0.48 GB of it cells).
-  static constexpr std::size_t kCellBytes = 3 * sizeof(double);
+  /// routes and route-cache entries, the flows in flight: measured at 131072 ranks, 2 slices and 76 rounds, 2.04 GB
+  /// peak against 1.49 GB for the hierarchical model's run on the same fabric, 0.34 GB of it cells).
+  static constexpr std::size_t kCellBytes = 2 * sizeof(double) + 1;
   static constexpr double kBytesPerSliceRank = 1000;
   TreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& p, std::size_t window)
       : w_(w),
@@ -77,6 +77,7 @@ class TreeWindow {
       }
     }
     cells_.assign(sr * static_cast<std::size_t>(window_), Cell{});
+    sides_.assign(cells_.size(), 0);
     // Routes source by source up front (Router keeps a few search trees; event order would redo one per pair).
     std::vector<std::pair<int, int>> pairs;
     for (int s = 0; s < slices_; ++s) {
@@ -115,8 +116,8 @@ class TreeWindow {
         const std::size_t sr = at(s, r);
         if (parent_[sr] < 0) continue;
         for (int k = 0; k < window_; ++k) {
-          if (kidCount(sr) == 0) upReady(cells_[cell(sr, k)], 0);     // a leaf sends at once
-          if (childIndex_[sr] == 0) upReady(cells_[cell(sr, k)], 0);  // the first child is received at once
+          if (kidCount(sr) == 0) upReady(cell(sr, k), 0);     // a leaf sends at once
+          if (childIndex_[sr] == 0) upReady(cell(sr, k), 0);  // the first child is received at once
         }
         tryUp(s, r, 0);
       }
@@ -187,18 +188,18 @@ class TreeWindow {
   void tryUp(int s, int r, int k) {
     const std::size_t sr = at(s, r);
     if (k >= window_ || upBusy_[sr] || upNext_[sr] != k) return;
-    const Cell& c = cells_[cell(sr, k)];
-    if (c.upSides < 2) return;
+    const std::size_t c = cell(sr, k);
+    if ((sides_[c] & kSideMask) < 2) return;
     upBusy_[sr] = 1;
-    start(links_[2 * sr], r, std::max(c.upAt, upFree_[sr]), tag(kUp, sr, k));
+    start(links_[2 * sr], r, std::max(cells_[c].upAt, upFree_[sr]), tag(kUp, sr, k));
   }
   void tryDown(int s, int r, int k) {
     const std::size_t sr = at(s, r);
     if (k >= window_ || downBusy_[sr] || downNext_[sr] != k) return;
-    const Cell& c = cells_[cell(sr, k)];
-    if (c.downSides < 2) return;
+    const std::size_t c = cell(sr, k);
+    if (sides_[c] >> kDownShift < 2) return;
     downBusy_[sr] = 1;
-    start(links_[2 * sr + 1], parent_[sr], std::max(c.downAt, downFree_[sr]), tag(kDown, sr, k));
+    start(links_[2 * sr + 1], parent_[sr], std::max(cells_[c].downAt, downFree_[sr]), tag(kDown, sr, k));
   }
 
   /// r holds chunk k's result: its children may receive it.
@@ -206,7 +207,7 @@ class TreeWindow {
     const std::size_t sr = at(s, r);
     for (int i = kidStart_[sr]; i < kidStart_[sr + 1]; ++i) {
       const int kid = kids_[static_cast<std::size_t>(i)];
-      downReady(cells_[cell(at(s, kid), k)], t);
+      downReady(cell(at(s, kid), k), t);
       tryDown(s, kid, k);
     }
   }
@@ -219,10 +220,10 @@ class TreeWindow {
     const int next = childIndex_[sr] + 1;
     if (next < kidCount(su)) {
       const int kid = kids_[static_cast<std::size_t>(kidStart_[su]) + static_cast<std::size_t>(next)];
-      upReady(cells_[cell(at(s, kid), k)], t);
+      upReady(cell(at(s, kid), k), t);
       tryUp(s, kid, k);
     } else if (parent_[su] >= 0) {
-      upReady(cells_[cell(su, k)], t);
+      upReady(cell(su, k), t);
       tryUp(s, up, k);
     } else {
       result(s, up, k, t);
@@ -241,7 +242,7 @@ class TreeWindow {
         upBusy_[sr] = 0;
         upFree_[sr] = t;
         upNext_[sr] = k + 1;
-        downReady(cells_[cell(sr, k)], t);
+        downReady(cell(sr, k), t);
         tryDown(s, r, k);
         const int up = parent_[sr];
         if (w_.reduceRate(up) > 0 && bytes_ > 0) {
@@ -285,23 +286,25 @@ class TreeWindow {
   std::vector<char> upBusy_, downBusy_;
   std::vector<double> upFree_, downFree_;
   std::vector<Connection> links_;  // per (slice, rank): up, then down
-  // Per (slice, rank, chunk): r's up and down transfer of the chunk.
-  /// A chunk's up and down transfer at a (slice, rank): for each, how many of its two sides (its send and its receive
-  /// op) are ready, and the later of their times.
+  // Per (slice, rank, chunk): r's up and down transfer of the chunk. For each, the later of the times its two sides
+  // (its send and its receive op) were ready, and beside it (a byte per cell: the cells are most of the model's
+  // memory) how many of those sides are: up in the low bits, down in the high.
   struct Cell {
     double upAt = 0, downAt = 0;
-    std::uint8_t upSides = 0, downSides = 0;
   };
-  static void upReady(Cell& c, double t) {
-    c.upAt = std::max(c.upAt, t);
-    ++c.upSides;
+  static constexpr int kDownShift = 4;
+  static constexpr std::uint8_t kSideMask = (1U << kDownShift) - 1;
+  void upReady(std::size_t c, double t) {
+    cells_[c].upAt = std::max(cells_[c].upAt, t);
+    ++sides_[c];
   }
-  static void downReady(Cell& c, double t) {
-    c.downAt = std::max(c.downAt, t);
-    ++c.downSides;
+  void downReady(std::size_t c, double t) {
+    cells_[c].downAt = std::max(cells_[c].downAt, t);
+    sides_[c] = static_cast<std::uint8_t>(sides_[c] + (1U << kDownShift));
   }
-  static_assert(sizeof(Cell) == kCellBytes);
+  static_assert(sizeof(Cell) + sizeof(std::uint8_t) == kCellBytes);
   std::vector<Cell> cells_;
+  std::vector<std::uint8_t> sides_;
   std::vector<double> roundEnd_;
   struct Done {
     std::uint64_t tag;
