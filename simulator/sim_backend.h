@@ -114,12 +114,22 @@ inline constexpr double kExactFallbackBudget = 2e7;
 /// Schedules are built (rather than modelled without one) up to this many transfers: a ring all-reduce schedule
 /// holds two ops per transfer at about 150 bytes each, so this is about 1.2 GB.
 inline constexpr std::size_t kMaterializeTransferLimit = 4000000;
+/// Transfers the tree model evaluates for one call (0.2-0.6 us each here): the whole pipeline when it fits (the fluid
+/// method's result), else the longest window that does, extrapolated. A round's increment varies by +-15 % on NCCL's
+/// host tree over rails (flows meeting on a host's NIC drift against each other), so a window's period is an
+/// estimate: 1 GiB at 1024 GPUs against the whole pipeline (one channel 40820 us, four channels, the selector's choice
+/// there, 10500 us), the least window (50 rounds) and budgets of 1 / 1.5 / 2 M transfers read -0.04 / -1.1 / -0.9 /
+/// -1.0 % and -0.5 / +0.2 / +0.0 / -0.2 %; `--algo auto` there takes 0.5 / 0.75 / 1.1 s with the budgets (1 s is
+/// the target).
+inline constexpr std::size_t kDefaultTreeModelTransfers = 1500000;
 
 struct SimConfig {
   NetworkModel model = NetworkModel::CM02;
   bool crossTraffic = false;
   SimMode mode = SimMode::Auto;
   std::size_t exactTransferLimit = kDefaultExactTransferLimit;
+  /// The tree model's budget (kDefaultTreeModelTransfers); a lower one makes it extrapolate from its least window.
+  std::size_t treeModelTransfers = kDefaultTreeModelTransfers;
   /// Record one span per op (SimResult::spans) for --timeline.
   bool timeline = false;
   /// The NCCL environment (NCCL_ALGO, NCCL_PROTO, ...) under which algorithm "nccl" is emulated; nullopt: this

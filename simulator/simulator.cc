@@ -227,13 +227,6 @@ constexpr std::size_t kPipelineWindowWork = 2000000;
 // second half is the estimate).
 constexpr std::size_t kPeriodicRounds = 8;
 constexpr double kLinearIncrementTolerance = 1e-9;
-// Transfers the tree model evaluates for one call (0.2-0.6 us each here): the whole pipeline when it fits, else the
-// longest window that does. On NCCL's host tree over rails a round's increment varies by +-15 % (flows meeting on a
-// host's NIC drift against each other) and short windows read the period low. 1 GiB at 1024 GPUs against the whole
-// pipeline (one channel 40820 us, four channels, the selector's choice there, 10500 us in 2.5 s): budgets of 1 / 1.5 /
-// 2 M transfers (windows of 244 / 366 / 488 of 1024 rounds, 61 / 91 / 122 of 256) read -2.1 / -1.2 / -1.1 % and
-// -6.6 / -4.2 / -2.7 %; `--algo auto` there takes 0.48 / 0.75 / 1.08 s, and 1 s is the target.
-constexpr double kTreeModelTransfers = 1.5e6;
 // Memory of a built schedule and its simulation per transfer: a tree window at 16384 GPUs, 4.2 M transfers, peaked at
 // 3.26 GB.
 constexpr double kSimulatedScheduleBytesPerTransfer = 800;
@@ -250,8 +243,15 @@ std::size_t pipelineWindow(std::size_t n, std::size_t transfersPerRound) {
   const std::size_t fits = kPipelineWindowWork / std::max<std::size_t>(1, transfersPerRound * n);
   return std::max(4 * (ceilLog2(n) + 2), std::min(kMaxPipelineWindow, fits));
 }
-/// Rounds at the end of a window that finish early because no later chunk follows them: a tree's depth and two.
-std::size_t pipelineDrain(std::size_t n) { return ceilLog2(n) + 2; }
+/// Rounds at the end of a window that finish early because no later chunk follows them: a chunk shares links with
+/// the chunks within one trip of it (AlgorithmTraits::pipelineTrip; log2 n where the algorithm gives none), and two.
+/// NCCL's host tree with 4 channels on 1024 GPUs (a 28-hop trip), 1 GiB, against the whole 256-round pipeline
+/// (10500.2 us): the 48- and 91-round windows read -8.2 / -4.2 % leaving 12 rounds out, -0.9 / -0.5 % leaving 28.
+std::size_t pipelineDrain(const AlgorithmInfo& algo, const CollectiveSpec& spec, const AlgoParams& p) {
+  const std::size_t trip = algo.traits.pipelineTrip != nullptr ? algo.traits.pipelineTrip(spec, p)
+                                                                : ceilLog2(static_cast<std::size_t>(spec.nranks));
+  return trip + 2;
+}
 
 std::size_t chunksOf(std::size_t elems, std::size_t elemSize, std::size_t chunkBytes, std::size_t def) {
   const std::size_t chunk = chunkBytes ? chunkBytes : def;
@@ -433,18 +433,20 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   }
   const auto n = static_cast<std::size_t>(spec.nranks);
   const std::size_t perRound = estimateTransfers(algo, spec, p) / std::max<std::size_t>(1, chunks);
-  std::size_t window = std::max(pipelineWindow(n, perRound), pipelineDrain(n) + kPeriodicRounds + 2);
+  // At least the drain and as many rounds again for the fill and the period read after it.
+  const std::size_t drain = pipelineDrain(algo, spec, p);
+  std::size_t window = std::max(pipelineWindow(n, perRound), drain + 2 * (kPeriodicRounds + 2));
   AlgoParams subParams = p;
   subParams.chunkBytes = chunkElems * es;
   // The tree on the fluid network (its assumptions: CM02 without cross-traffic), where asked for or where the window
   // is over op by op's budget (an op-by-op window of a periodic pipeline extrapolates exactly): as many rounds as
-  // kTreeModelTransfers allows.
+  // SimConfig::treeModelTransfers allows.
   const double windowCost = static_cast<double>(std::min(chunks, window) * perRound) * static_cast<double>(n);
   const bool treeModel =
       algo.traits.simTreeModel && fluidApplies(cfg) &&
       (cfg.mode == SimMode::Fluid || (cfg.mode == SimMode::Auto && windowCost > kPipelineExactBudget));
   if (treeModel) {
-    window = std::max(window, static_cast<std::size_t>(kTreeModelTransfers /
+    window = std::max(window, static_cast<std::size_t>(static_cast<double>(cfg.treeModelTransfers) /
                                                        static_cast<double>(std::max<std::size_t>(1, perRound))));
   }
   if (chunks <= window) {
@@ -479,7 +481,7 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
                                                : windowOfSchedule(w, sub, algo, subParams, subCfg, window);
   const std::vector<double>& roundEnd = win.roundEnd;
   // The last rounds drain (nothing follows them up the tree), so they are left out; the period read before.
-  const std::size_t last = window - 1 - pipelineDrain(n), from = last / 2;
+  const std::size_t last = window - 1 - drain, from = last / 2;
   bool linear = true;
   const double lastIncrement = roundEnd[last] - roundEnd[last - 1];
   for (std::size_t k = last - kPeriodicRounds; k < last; ++k) {

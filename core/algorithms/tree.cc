@@ -194,6 +194,32 @@ std::size_t treeTransfers(const CollectiveSpec& spec, const AlgoParams& p) {
   return pipelineTransfers(spec, p, kTreeCount, 2 * (static_cast<std::size_t>(spec.nranks) - 1));
 }
 
+/// A chunk goes up the deepest path of its tree and down again: twice the largest depth of the two trees. A tree's
+/// channels only rotate each host's chain (treeParents), which moves no host's chain length, so its first channel
+/// stands for all.
+std::size_t treeTrip(const CollectiveSpec& spec, const AlgoParams& p) {
+  const int n = spec.nranks;
+  int deepest = 0;
+  std::vector<int> depth(static_cast<std::size_t>(n));
+  for (int t = 0; t < kTreeCount; ++t) {
+    const std::vector<int> parent = treeParents(n, p, t, t * p.channels);
+    std::fill(depth.begin(), depth.end(), -1);
+    for (int r = 0; r < n; ++r) {
+      // Up to the first rank of known depth (or the root), then back down the path, numbering it.
+      int top = r, hops = 0;
+      while (depth[static_cast<std::size_t>(top)] < 0 && parent[static_cast<std::size_t>(top)] >= 0) {
+        top = parent[static_cast<std::size_t>(top)];
+        ++hops;
+      }
+      if (depth[static_cast<std::size_t>(top)] < 0) depth[static_cast<std::size_t>(top)] = 0;
+      int d = depth[static_cast<std::size_t>(top)] + hops;
+      deepest = std::max(deepest, d);
+      for (int v = r; v != top; v = parent[static_cast<std::size_t>(v)]) depth[static_cast<std::size_t>(v)] = d--;
+    }
+  }
+  return 2 * static_cast<std::size_t>(deepest);
+}
+
 }  // namespace
 
 AlgorithmInfo treeAllReduceAlgorithm() {
@@ -206,7 +232,8 @@ AlgorithmInfo treeAllReduceAlgorithm() {
                      .usesChunkBytes = true,
                      .usesChannels = true,
                      .simTreeModel = true,
-                     .transfers = treeTransfers}};
+                     .transfers = treeTransfers,
+                     .pipelineTrip = treeTrip}};
 }
 
 }  // namespace collbench::algo

@@ -35,6 +35,8 @@ using CostFn = Estimate (*)(const CostContext& ctx, const CollectiveSpec& spec, 
 /// Upper bound of the transfers the generator emits for `spec` (empty blocks are elided there, not here): what the
 /// simulator weighs before building a schedule.
 using TransferFn = std::size_t (*)(const CollectiveSpec& spec, const AlgoParams& params);
+/// Hops one chunk of a pipeline travels from its first send to its last receive.
+using TripFn = std::size_t (*)(const CollectiveSpec& spec, const AlgoParams& params);
 
 /// What the cost model, the simulator, the tuner, the selector and the CLI need to know of an algorithm besides its
 /// schedule, so that none of them names algorithms.
@@ -67,6 +69,10 @@ struct AlgorithmTraits {
   int maxRanks = 0;                ///< largest rank count the generator accepts; 0 = no limit
   bool powerOfTwo = false;         ///< only power-of-two rank counts
   TransferFn transfers = nullptr;  ///< nullptr: assume every pair exchanges once (n^2)
+  /// Pipelines whose chunks share links with the chunks in flight beside them (a tree all-reduce: up its deepest path
+  /// and down again): the simulator's extrapolation reads the period before the window's last trip, whose rounds
+  /// finish early for lack of followers. nullptr: log2 n hops.
+  TripFn pipelineTrip = nullptr;
 
   /// Whether the generator accepts `nranks` ranks (minRanks, maxRanks, powerOfTwo).
   bool admits(int nranks) const;
