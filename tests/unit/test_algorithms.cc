@@ -159,6 +159,20 @@ TEST(Generators, TreeOnHostsIsNcclsHostTreeWithChains) {
   }
 }
 
+TEST(Generators, TreeTripIsItsDeepestPathUpAndDown) {
+  const auto trip = findAlgorithm(Collective::AllReduce, "tree").traits.pipelineTrip;
+  ASSERT_NE(trip, nullptr);
+  // NCCL's btree on 14 ranks: 1 -> 2 -> 4 -> 8 -> 0 is the deepest path (tree 1 mirrors it).
+  EXPECT_EQ(trip({Collective::AllReduce, 14, 4096, DType::F32}, AlgoParams{}), 8u);
+  // 2 hosts x 4 ranks: host 1's chain (3 hops) under host 0's first rank (1 hop), with 1 or 4 channels.
+  for (int channels : {1, 4}) {
+    AlgoParams p{0, channels, {0, 0, 0, 0, 1, 1, 1, 1}};
+    EXPECT_EQ(trip({Collective::AllReduce, 8, 4096, DType::F32}, p), 8u) << channels;
+  }
+  // No pipeline across ranks, no trip.
+  EXPECT_EQ(trip({Collective::AllReduce, 1, 4096, DType::F32}, AlgoParams{}), 0u);
+}
+
 TEST(Generators, RingChannelsRotateOverHosts) {
   AlgoParams p;
   EXPECT_EQ(ringOrder(4, p, 3), (std::vector<int>{0, 1, 2, 3}));  // no hosts given: rank order
