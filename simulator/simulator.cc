@@ -249,7 +249,7 @@ std::size_t pipelineWindow(std::size_t n, std::size_t transfersPerRound) {
 /// (10500.2 us): the 48- and 91-round windows read -8.2 / -4.2 % leaving 12 rounds out, -0.9 / -0.5 % leaving 28.
 std::size_t pipelineDrain(const AlgorithmInfo& algo, const CollectiveSpec& spec, const AlgoParams& p) {
   const std::size_t trip = algo.traits.pipelineTrip != nullptr ? algo.traits.pipelineTrip(spec, p)
-                                                                : ceilLog2(static_cast<std::size_t>(spec.nranks));
+                                                               : ceilLog2(static_cast<std::size_t>(spec.nranks));
   return trip + 2;
 }
 
