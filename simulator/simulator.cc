@@ -433,7 +433,7 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   }
   const auto n = static_cast<std::size_t>(spec.nranks);
   const std::size_t perRound = estimateTransfers(algo, spec, p) / std::max<std::size_t>(1, chunks);
-  // At least the drain and as many rounds again for the fill and the period read after it.
+  // At least the drain and, before it, rounds for the fill and for the period read after it.
   const std::size_t drain = pipelineDrain(algo, spec, p);
   std::size_t window = std::max(pipelineWindow(n, perRound), drain + 2 * (kPeriodicRounds + 2));
   AlgoParams subParams = p;
