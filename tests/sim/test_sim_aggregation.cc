@@ -475,7 +475,7 @@ TEST(TreeModel, EqualsTheFluidMethodOnTheSchedule) {
 // The extrapolation reads the period before the window's last trip of a chunk (up the tree's deepest path and down
 // again: 28 hops on NCCL's host tree over 128 servers x 8 GPUs), whose rounds finish early for lack of followers. The
 // least window (50 of 128 rounds, 4 channels) against the whole call on the tree model: -1.9 %; leaving only
-// log2 n + 2 rounds out, as before, read -4.2 % (and -8 % at 1 GiB).
+// log2 n + 2 rounds out reads -4.2 % (and -8 % at 1 GiB).
 TEST(TreeModel, LeastWindowReadsTheWholePipeline) {
   const Topology rail = generateTopology("multi_node", R"({"nodes": 128})");
   const int n = 1024, channels = 4;
@@ -564,8 +564,8 @@ TEST(Extrapolated, WanderingTreeIsAnEstimateWithinTwoPercent) {
 }
 
 // 9 ranks on h100-4x8-rail (a server of 8 and one GPU of the next): the rounds of the window's last trip (up the
-// chain of 8 and down again, 18 hops) finish early, and 11 of them looked periodic to a drain of log2 n + 2 rounds,
-// which read 14.5 % low (25267 us against 29550 us op by op, 1 GiB in 128 KiB chunks).
+// chain of 8 and down again, 14 hops) finish early, and 11 of them look periodic to a drain of log2 n + 2 rounds,
+// which reads 14.5 % low (25267 us against 29550 us op by op, 1 GiB in 128 KiB chunks).
 TEST(Extrapolated, ReadsThePeriodBeforeTheLastTrip) {
   const Topology t = loadTopology("h100-4x8-rail");
   const int n = 9;
@@ -580,8 +580,8 @@ TEST(Extrapolated, ReadsThePeriodBeforeTheLastTrip) {
 }
 
 // A whole call within the tree model's budget stays on it when its chunks differ by an element (a size the slices
-// do not divide): the schedule's way, aggregated past op by op's budget, read 26 ranks of h100-4x8-rail at 3 GB 40 %
-// fast.
+// do not divide): the schedule's way, aggregated past op by op's budget, reads 26 ranks of h100-4x8-rail at 3 GB
+// 40 % fast.
 TEST(Extrapolated, UnevenChunksStayOnTheTreeModel) {
   const Topology rail = generateTopology("multi_node", R"({"nodes": 6})");
   const int n = 48, channels = 4;
