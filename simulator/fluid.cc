@@ -57,13 +57,13 @@ void FluidNetwork::transfer(int src, int dst, std::uint64_t wireBytes, double t,
   transfer(route, latency(route), wireBytes, t, tag);
 }
 
-void FluidNetwork::transfer(const std::vector<DirLink>& route, double latency, std::uint64_t wireBytes, double t,
+void FluidNetwork::transfer(std::span<const DirLink> route, double latency, std::uint64_t wireBytes, double t,
                             std::uint64_t tag) {
   const double weight = 1.0 / (latency > 0 ? latency : kZeroLatencyPenalty);
   schedule(t + latency, Event::kJoin, add(tag, route, weight, static_cast<double>(wireBytes)));
 }
 
-double FluidNetwork::latency(const std::vector<DirLink>& route) const {
+double FluidNetwork::latency(std::span<const DirLink> route) const {
   double sum = 0;
   for (DirLink l : route) sum += w_.latency(l);
   return sum;
@@ -95,7 +95,7 @@ void FluidNetwork::run(const OnDone& onDone) {
   }
 }
 
-int FluidNetwork::add(std::uint64_t tag, const std::vector<int>& resources, double weight, double bytes) {
+int FluidNetwork::add(std::uint64_t tag, std::span<const int> resources, double weight, double bytes) {
   int id = static_cast<int>(flows_.size());
   if (free_.empty()) {
     flows_.emplace_back();

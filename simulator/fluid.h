@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "world.h"
@@ -30,11 +31,11 @@ class FluidNetwork {
   /// A transfer between the nodes of ranks src and dst (different nodes) whose `wireBytes` move from time t on,
   /// after its route's latency.
   void transfer(int src, int dst, std::uint64_t wireBytes, double t, std::uint64_t tag);
-  /// transfer() along a route the caller looked up (World::route, which outlives the network) with its latency.
-  void transfer(const std::vector<DirLink>& route, double latency, std::uint64_t wireBytes, double t,
-                std::uint64_t tag);
+  /// transfer() along a route the caller looked up (World::route or a copy, which outlives the network) with its
+  /// latency.
+  void transfer(std::span<const DirLink> route, double latency, std::uint64_t wireBytes, double t, std::uint64_t tag);
   /// The sum of the route's link latencies.
-  double latency(const std::vector<DirLink>& route) const;
+  double latency(std::span<const DirLink> route) const;
   /// `bytes` of reduction (or copy) work on the rank's node from time t on, at the node's rate (> 0), shared with
   /// the node's other work.
   void exec(int rank, double bytes, double t, std::uint64_t tag);
@@ -77,7 +78,7 @@ class FluidNetwork {
     double capacity = 0, weights = 0;
   };
 
-  int add(std::uint64_t tag, const std::vector<int>& resources, double weight, double bytes);
+  int add(std::uint64_t tag, std::span<const int> resources, double weight, double bytes);
   void schedule(double t, Event::Kind kind, int flow);
   void join(int id, double t);
   void leave(int id, double t);

@@ -16,6 +16,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <span>
+#include <tuple>
 #include <vector>
 
 #include "collbench/algorithms.h"
@@ -33,9 +36,9 @@ constexpr double kBytesPerGB = 1e9;
 
 class TreeWindow {
  public:
-  /// Bytes of state per (slice, rank, round), and per (slice, rank) beside it (the tree, two connections with their
-  /// routes and route-cache entries, the flows in flight: measured at 131072 ranks, 2 slices and 76 rounds, 2.04 GB
-  /// peak against 1.49 GB for the hierarchical model's run on the same fabric, 0.34 GB of it cells).
+  /// Bytes of state per (slice, rank, round), and per (slice, rank) beside it (its record, routes and route-cache
+  /// entries, the flows in flight: measured at 131072 ranks, 2 slices and 76 rounds, 2.04 GB peak against 1.49 GB for
+  /// the hierarchical model's run on the same fabric, 0.34 GB of it cells).
   static constexpr std::size_t kCellBytes = 2 * sizeof(double) + 1;
   static constexpr double kBytesPerSliceRank = 1000;
   TreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& p, std::size_t window)
@@ -48,79 +51,69 @@ class TreeWindow {
     const auto sr = static_cast<std::size_t>(slices_) * static_cast<std::size_t>(n_);
     COLLBENCH_CHECK(sr <= std::numeric_limits<std::uint32_t>::max() && window < (std::size_t{1} << 30),
                     "tree model: {} slice-ranks and {} rounds exceed its tags", sr, window);
-    parent_.resize(sr);
-    childIndex_.assign(sr, 0);
-    kidStart_.assign(sr + 1, 0);
+    nodes_.resize(sr);
     for (int t = 0; t < kTreeCount; ++t) {
       for (int c = 0; c < p.channels; ++c) {
         const int s = t * p.channels + c;
         const std::vector<int> parent = treeParents(n_, p, t, s);
-        std::copy(parent.begin(), parent.end(), parent_.begin() + at(s, 0));
+        for (int r = 0; r < n_; ++r) {
+          const int up = parent[static_cast<std::size_t>(r)];
+          nodes_[at(s, r)].parent = up < 0 ? kNone : static_cast<std::uint32_t>(at(s, up));
+        }
       }
     }
     // Children in rank order (the schedule folds them so), as one array per slice and rank.
-    for (int s = 0; s < slices_; ++s) {
-      for (int r = 0; r < n_; ++r) {
-        if (const int up = parent_[at(s, r)]; up >= 0) ++kidStart_[at(s, up) + 1];
-      }
+    std::vector<std::uint32_t> kidStart(sr + 1, 0);
+    for (const Node& v : nodes_) {
+      if (v.parent != kNone) ++kidStart[v.parent + 1];
     }
-    for (std::size_t i = 0; i < sr; ++i) kidStart_[i + 1] += kidStart_[i];
-    kids_.resize(static_cast<std::size_t>(kidStart_[sr]));
-    std::vector<int> fill(kidStart_.begin(), kidStart_.end() - 1);
-    for (int s = 0; s < slices_; ++s) {
-      for (int r = 0; r < n_; ++r) {
-        const int up = parent_[at(s, r)];
-        if (up < 0) continue;
-        const std::size_t u = at(s, up);
-        childIndex_[at(s, r)] = fill[u] - kidStart_[u];
-        kids_[static_cast<std::size_t>(fill[u]++)] = r;
-      }
+    for (std::size_t i = 0; i < sr; ++i) kidStart[i + 1] += kidStart[i];
+    kids_.resize(kidStart[sr]);
+    std::vector<std::uint32_t> fill(kidStart.begin(), kidStart.end() - 1);
+    for (std::size_t i = 0; i < sr; ++i) {
+      Node& v = nodes_[i];
+      v.kidStart = kidStart[i];
+      v.kidCount = checkedNarrow(kidStart[i + 1] - kidStart[i]);
+      if (v.parent == kNone) continue;
+      v.childIndex = checkedNarrow(fill[v.parent] - kidStart[v.parent]);
+      kids_[fill[v.parent]++] = static_cast<std::uint32_t>(i);
     }
     cells_.assign(sr * static_cast<std::size_t>(window_), Cell{});
     sides_.assign(cells_.size(), 0);
     // Routes source by source up front (Router keeps a few search trees; event order would redo one per pair).
     std::vector<std::pair<int, int>> pairs;
-    for (int s = 0; s < slices_; ++s) {
-      for (int r = 0; r < n_; ++r) {
-        const int up = parent_[at(s, r)];
-        if (up < 0 || w.sameNode(r, up)) continue;
-        pairs.emplace_back(r, up);
-        pairs.emplace_back(up, r);
-      }
+    for (std::size_t i = 0; i < sr; ++i) {
+      if (nodes_[i].parent == kNone) continue;
+      const int r = rankOf(i), up = rankOf(nodes_[i].parent);
+      if (w.sameNode(r, up)) continue;
+      pairs.emplace_back(r, up);
+      pairs.emplace_back(up, r);
     }
     w.prefetchRoutes(std::move(pairs));
-    // Each connection's route, latency and wire cost (one chunk size: the same for every transfer on it).
-    links_.resize(2 * sr);
-    for (int s = 0; s < slices_; ++s) {
-      for (int r = 0; r < n_; ++r) {
-        const std::size_t i = at(s, r);
-        const int up = parent_[i];
-        if (up < 0 || w.sameNode(r, up)) continue;
-        links_[2 * i] = connection(r, up);
-        links_[2 * i + 1] = connection(up, r);
-      }
+    // Each connection's route (copied next to the others, in slice-rank order), latency and wire cost (one chunk
+    // size: the same for every transfer on it).
+    for (std::size_t i = 0; i < sr; ++i) {
+      Node& v = nodes_[i];
+      if (v.parent == kNone) continue;
+      const int r = rankOf(i), up = rankOf(v.parent);
+      v.parentFolds = w.reduceRate(up) > 0 && bytes_ > 0;
+      if (w.sameNode(r, up)) continue;
+      v.up = connection(r, up);
+      v.down = connection(up, r);
     }
-    upNext_.assign(sr, 0);
-    downNext_.assign(sr, 0);
-    upBusy_.assign(sr, 0);
-    downBusy_.assign(sr, 0);
-    upFree_.assign(sr, 0);
-    downFree_.assign(sr, 0);
-    roundEnd_.assign(window, 0);
   }
 
   /// Runs the window; returns each round's end.
   const std::vector<double>& run() {
-    for (int s = 0; s < slices_; ++s) {
-      for (int r = 0; r < n_; ++r) {
-        const std::size_t sr = at(s, r);
-        if (parent_[sr] < 0) continue;
-        for (int k = 0; k < window_; ++k) {
-          if (kidCount(sr) == 0) upReady(cell(sr, k), 0);     // a leaf sends at once
-          if (childIndex_[sr] == 0) upReady(cell(sr, k), 0);  // the first child is received at once
-        }
-        tryUp(s, r, 0);
+    roundEnd_.assign(static_cast<std::size_t>(window_), 0);
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& v = nodes_[i];
+      if (v.parent == kNone) continue;
+      for (int k = 0; k < window_; ++k) {
+        if (v.kidCount == 0) upReady(cell(i, k), 0);    // a leaf sends at once
+        if (v.childIndex == 0) upReady(cell(i, k), 0);  // the first child is received at once
       }
+      tryUp(i, 0);
     }
     drain();
     net_.run([&](std::uint64_t tag, double t) {
@@ -133,9 +126,11 @@ class TreeWindow {
   /// Wire bytes per round on every directed link the window uses, over its bandwidth, at the busiest link.
   double busiestRoundSeconds() {
     std::vector<double> linkBytes(2 * w_.topology().links.size(), 0);
-    for (const Connection& c : links_) {
-      if (c.route == nullptr) continue;
-      for (DirLink l : *c.route) linkBytes[static_cast<std::size_t>(l)] += static_cast<double>(c.wire.bytes);
+    for (const Node& v : nodes_) {
+      for (const Connection& c : {v.up, v.down}) {
+        for (DirLink l : route(c))
+          linkBytes[static_cast<std::size_t>(l)] += static_cast<double>(costs_[c.cost].wire.bytes);
+      }
     }
     double busiest = 0;
     for (std::size_t l = 0; l < linkBytes.size(); ++l) {
@@ -145,15 +140,42 @@ class TreeWindow {
   }
 
  private:
+  static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+
+  /// A connection between the nodes of two ranks: its route in routes_ (none within a node) and what every transfer
+  /// on it pays (costs_).
+  struct Connection {
+    std::uint32_t route = 0, cost = 0;
+    std::uint8_t hops = 0;
+  };
+  struct Cost {
+    double latency = 0;
+    Wire wire;
+  };
+  /// A (slice, rank): its tree (parent and children as slice-rank indices), its connections up and down (next chunk,
+  /// busy, free since). One record, so that an event touches one or two cache lines of it rather than one per field.
+  struct Node {
+    double upFree = 0, downFree = 0;
+    std::uint32_t parent = kNone, kidStart = 0;
+    std::int32_t upNext = 0, downNext = 0;
+    Connection up, down;
+    std::uint16_t childIndex = 0, kidCount = 0;
+    bool upBusy = false, downBusy = false, parentFolds = false;
+  };
+  static std::uint16_t checkedNarrow(std::uint32_t v) {
+    COLLBENCH_CHECK(v <= std::numeric_limits<std::uint16_t>::max(), "tree model: {} children of one rank", v);
+    return static_cast<std::uint16_t>(v);
+  }
+
   std::size_t at(int s, int r) const {
     return static_cast<std::size_t>(s) * static_cast<std::size_t>(n_) + static_cast<std::size_t>(r);
   }
+  int rankOf(std::size_t sr) const { return static_cast<int>(sr % static_cast<std::size_t>(n_)); }
   // Round-major: a chunk's cells at the ranks of one server's chain (consecutive ranks, where most of the events
-  // are) share cache lines.
+  // are) share cache lines (8.0 s against 9.0 s rank-major for tree x4 at 16384 GPUs).
   std::size_t cell(std::size_t sr, int k) const {
-    return static_cast<std::size_t>(k) * static_cast<std::size_t>(slices_) * static_cast<std::size_t>(n_) + sr;
+    return static_cast<std::size_t>(k) * nodes_.size() + sr;
   }
-  int kidCount(std::size_t sr) const { return kidStart_[sr + 1] - kidStart_[sr]; }
   /// A work item's tag: its round, its (slice, rank) and its kind, in fields (no division to read them back; the
   /// constructor checks they fit).
   static std::uint64_t tag(Kind kind, std::size_t sr, int k) {
@@ -161,20 +183,27 @@ class TreeWindow {
   }
   static constexpr int kTagRoundShift = 32;
 
-  /// What every transfer of a connection between two nodes pays.
-  struct Connection {
-    const std::vector<DirLink>* route = nullptr;
-    double latency = 0;
-    Wire wire;
-  };
+  std::span<const DirLink> route(const Connection& c) const { return {routes_.data() + c.route, c.hops}; }
   Connection connection(int src, int dst) {
-    const std::vector<DirLink>& route = w_.route(src, dst);
-    return {&route, net_.latency(route), w_.wire(src, dst, bytes_)};
+    const std::vector<DirLink>& hops = w_.route(src, dst);
+    COLLBENCH_CHECK(hops.size() <= std::numeric_limits<std::uint8_t>::max() &&
+                        routes_.size() + hops.size() <= std::numeric_limits<std::uint32_t>::max(),
+                    "tree model: a route of {} hops", hops.size());
+    Connection c;
+    c.route = static_cast<std::uint32_t>(routes_.size());
+    c.hops = static_cast<std::uint8_t>(hops.size());
+    routes_.insert(routes_.end(), hops.begin(), hops.end());
+    const Cost cost{net_.latency(hops), w_.wire(src, dst, bytes_)};
+    auto [it, inserted] = costIndex_.try_emplace({cost.latency, cost.wire.bytes, cost.wire.delay},
+                                                 static_cast<std::uint32_t>(costs_.size()));
+    if (inserted) costs_.push_back(cost);
+    c.cost = it->second;
+    return c;
   }
 
   /// Starts a transfer of one chunk on the connection (same node: a copy at the node's rate, or nothing to wait for).
   void start(const Connection& c, int src, double t, std::uint64_t tag) {
-    if (c.route == nullptr) {
+    if (c.hops == 0) {
       if (w_.reduceRate(src) > 0 && bytes_ > 0) {
         net_.exec(src, static_cast<double>(bytes_), t, tag);
       } else {
@@ -182,86 +211,84 @@ class TreeWindow {
       }
       return;
     }
-    net_.transfer(*c.route, c.latency, c.wire.bytes, t + c.wire.delay, tag);
+    const Cost& cost = costs_[c.cost];
+    net_.transfer(route(c), cost.latency, cost.wire.bytes, t + cost.wire.delay, tag);
   }
 
-  void tryUp(int s, int r, int k) {
-    const std::size_t sr = at(s, r);
-    if (k >= window_ || upBusy_[sr] || upNext_[sr] != k) return;
+  void tryUp(std::size_t sr, int k) {
+    Node& v = nodes_[sr];
+    if (k >= window_ || v.upBusy || v.upNext != k) return;
     const std::size_t c = cell(sr, k);
     if ((sides_[c] & kSideMask) < 2) return;
-    upBusy_[sr] = 1;
-    start(links_[2 * sr], r, std::max(cells_[c].upAt, upFree_[sr]), tag(kUp, sr, k));
+    v.upBusy = true;
+    start(v.up, rankOf(sr), std::max(cells_[c].upAt, v.upFree), tag(kUp, sr, k));
   }
-  void tryDown(int s, int r, int k) {
-    const std::size_t sr = at(s, r);
-    if (k >= window_ || downBusy_[sr] || downNext_[sr] != k) return;
+  void tryDown(std::size_t sr, int k) {
+    Node& v = nodes_[sr];
+    if (k >= window_ || v.downBusy || v.downNext != k) return;
     const std::size_t c = cell(sr, k);
     if (sides_[c] >> kDownShift < 2) return;
-    downBusy_[sr] = 1;
-    start(links_[2 * sr + 1], parent_[sr], std::max(cells_[c].downAt, downFree_[sr]), tag(kDown, sr, k));
+    v.downBusy = true;
+    start(v.down, rankOf(v.parent), std::max(cells_[c].downAt, v.downFree), tag(kDown, sr, k));
   }
 
-  /// r holds chunk k's result: its children may receive it.
-  void result(int s, int r, int k, double t) {
-    const std::size_t sr = at(s, r);
-    for (int i = kidStart_[sr]; i < kidStart_[sr + 1]; ++i) {
-      const int kid = kids_[static_cast<std::size_t>(i)];
-      downReady(cell(at(s, kid), k), t);
-      tryDown(s, kid, k);
+  /// sr holds chunk k's result: its children may receive it.
+  void result(std::size_t sr, int k, double t) {
+    const Node& v = nodes_[sr];
+    for (std::uint32_t i = v.kidStart; i < v.kidStart + v.kidCount; ++i) {
+      const std::uint32_t kid = kids_[i];
+      downReady(cell(kid, k), t);
+      tryDown(kid, k);
     }
   }
 
-  /// r's parent folded r's chunk k: the next child's may come, or the parent's own chunk is complete.
-  void folded(int s, int r, int k, double t) {
-    const std::size_t sr = at(s, r);
-    const int up = parent_[sr];
-    const std::size_t su = at(s, up);
-    const int next = childIndex_[sr] + 1;
-    if (next < kidCount(su)) {
-      const int kid = kids_[static_cast<std::size_t>(kidStart_[su]) + static_cast<std::size_t>(next)];
-      upReady(cell(at(s, kid), k), t);
-      tryUp(s, kid, k);
-    } else if (parent_[su] >= 0) {
+  /// sr's parent folded sr's chunk k: the next child's may come, or the parent's own chunk is complete.
+  void folded(std::size_t sr, int k, double t) {
+    const Node& v = nodes_[sr];
+    const std::size_t su = v.parent;
+    const Node& u = nodes_[su];
+    const int next = v.childIndex + 1;
+    if (next < u.kidCount) {
+      const std::uint32_t kid = kids_[u.kidStart + static_cast<std::uint32_t>(next)];
+      upReady(cell(kid, k), t);
+      tryUp(kid, k);
+    } else if (u.parent != kNone) {
       upReady(cell(su, k), t);
-      tryUp(s, up, k);
+      tryUp(su, k);
     } else {
-      result(s, up, k, t);
+      result(su, k, t);
     }
   }
 
   void handle(std::uint64_t tag, double t) {
-    const auto sr32 = static_cast<std::uint32_t>(tag >> 2);
-    const auto sr = static_cast<std::size_t>(sr32);
+    const auto sr = static_cast<std::size_t>(static_cast<std::uint32_t>(tag >> 2));
     const auto k = static_cast<int>(tag >> (2 + kTagRoundShift));
-    const auto s = static_cast<int>(sr32 / static_cast<std::uint32_t>(n_));
-    const auto r = static_cast<int>(sr32 % static_cast<std::uint32_t>(n_));
     roundEnd_[static_cast<std::size_t>(k)] = std::max(roundEnd_[static_cast<std::size_t>(k)], t);
+    Node& v = nodes_[sr];
     switch (static_cast<Kind>(tag & 3)) {
       case kUp: {
-        upBusy_[sr] = 0;
-        upFree_[sr] = t;
-        upNext_[sr] = k + 1;
+        v.upBusy = false;
+        v.upFree = t;
+        v.upNext = k + 1;
         downReady(cell(sr, k), t);
-        tryDown(s, r, k);
-        const int up = parent_[sr];
-        if (w_.reduceRate(up) > 0 && bytes_ > 0) {
-          net_.exec(up, static_cast<double>(bytes_), t, this->tag(kFold, sr, k));
+        tryDown(sr, k);
+        if (v.parentFolds) {
+          net_.exec(rankOf(v.parent), static_cast<double>(bytes_), t, this->tag(kFold, sr, k));
         } else {
-          folded(s, r, k, t);
+          folded(sr, k, t);
         }
-        tryUp(s, r, k + 1);
+        tryUp(sr, k + 1);
         break;
       }
       case kFold:
-        folded(s, r, k, t);
+        folded(sr, k, t);
         break;
       case kDown:
-        downBusy_[sr] = 0;
-        downFree_[sr] = t;
-        downNext_[sr] = k + 1;
-        result(s, r, k, t);
-        tryDown(s, r, k + 1);
+        v.downBusy = false;
+        v.downFree = t;
+        v.downNext = k + 1;
+        result(sr, k, t);
+        tryDown(sr, k + 1);
         break;
     }
   }
@@ -278,14 +305,12 @@ class TreeWindow {
   World& w_;
   FluidNetwork net_;
   int n_, slices_, window_;
-  std::uint64_t bytes_;  // one chunk
-  // Per (slice, rank): the tree, children in rank order (CSR), its index among its parent's children, and its two
-  // connections (next chunk, busy, free since).
-  std::vector<int> parent_, childIndex_, kidStart_, kids_;
-  std::vector<int> upNext_, downNext_;
-  std::vector<char> upBusy_, downBusy_;
-  std::vector<double> upFree_, downFree_;
-  std::vector<Connection> links_;  // per (slice, rank): up, then down
+  std::uint64_t bytes_;              // one chunk
+  std::vector<Node> nodes_;          // per (slice, rank)
+  std::vector<std::uint32_t> kids_;  // children of each (slice, rank), from its kidStart
+  std::vector<DirLink> routes_;      // the connections' routes, one after the other
+  std::vector<Cost> costs_;          // what a transfer pays, per distinct latency and wire cost
+  std::map<std::tuple<double, std::uint64_t, double>, std::uint32_t> costIndex_;
   // Per (slice, rank, chunk): r's up and down transfer of the chunk. For each, the later of the times its two sides
   // (its send and its receive op) were ready, and beside it (a byte per cell: the cells are most of the model's
   // memory) how many of those sides are: up in the low bits, down in the high.
