@@ -39,7 +39,7 @@ class TreeWindow {
   /// Bytes of state per (slice, rank, round), and per (slice, rank) beside it (its record, routes and route-cache
   /// entries, the flows in flight: measured at 131072 ranks, 2 slices and 76 rounds, 2.04 GB peak against 1.49 GB for
   /// the hierarchical model's run on the same fabric, 0.34 GB of it cells).
-  static constexpr std::size_t kCellBytes = 2 * sizeof(double) + 1;
+  static constexpr std::size_t kCellBytes = sizeof(double) + 1;
   static constexpr double kBytesPerSliceRank = 1000;
   TreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& p, std::size_t window)
       : w_(w),
@@ -78,7 +78,7 @@ class TreeWindow {
       v.childIndex = checkedNarrow(fill[v.parent] - kidStart[v.parent]);
       kids_[fill[v.parent]++] = static_cast<std::uint32_t>(i);
     }
-    cells_.assign(sr * static_cast<std::size_t>(window_), Cell{});
+    cells_.assign(sr * static_cast<std::size_t>(window_), 0);
     sides_.assign(cells_.size(), 0);
     // Routes source by source up front (Router keeps a few search trees; event order would redo one per pair).
     std::vector<std::pair<int, int>> pairs;
@@ -221,7 +221,7 @@ class TreeWindow {
     const std::size_t c = cell(sr, k);
     if ((sides_[c] & kSideMask) < 2) return;
     v.upBusy = true;
-    start(v.up, rankOf(sr), std::max(cells_[c].upAt, v.upFree), tag(kUp, sr, k));
+    start(v.up, rankOf(sr), std::max(cells_[c], v.upFree), tag(kUp, sr, k));
   }
   void tryDown(std::size_t sr, int k) {
     Node& v = nodes_[sr];
@@ -229,7 +229,7 @@ class TreeWindow {
     const std::size_t c = cell(sr, k);
     if (sides_[c] >> kDownShift < 2) return;
     v.downBusy = true;
-    start(v.down, rankOf(v.parent), std::max(cells_[c].downAt, v.downFree), tag(kDown, sr, k));
+    start(v.down, rankOf(v.parent), std::max(cells_[c], v.downFree), tag(kDown, sr, k));
   }
 
   /// sr holds chunk k's result: its children may receive it.
@@ -311,24 +311,23 @@ class TreeWindow {
   std::vector<DirLink> routes_;      // the connections' routes, one after the other
   std::vector<Cost> costs_;          // what a transfer pays, per distinct latency and wire cost
   std::map<std::tuple<double, std::uint64_t, double>, std::uint32_t> costIndex_;
-  // Per (slice, rank, chunk): r's up and down transfer of the chunk. For each, the later of the times its two sides
-  // (its send and its receive op) were ready, and beside it (a byte per cell: the cells are most of the model's
-  // memory) how many of those sides are: up in the low bits, down in the high.
-  struct Cell {
-    double upAt = 0, downAt = 0;
-  };
+  // Per (slice, rank, chunk): r's up and down transfer of the chunk, one after the other. The cell holds the later of
+  // the times the up transfer's two sides (its send and its receive op) were ready until it starts, then the same for
+  // the down transfer: either side of the down comes after the up has gone (its own up, or the parent's result, which
+  // folded it). Beside it (a byte per cell: the cells are most of the model's memory) how many sides are ready: up in
+  // the low bits, down in the high.
   static constexpr int kDownShift = 4;
   static constexpr std::uint8_t kSideMask = (1U << kDownShift) - 1;
   void upReady(std::size_t c, double t) {
-    cells_[c].upAt = std::max(cells_[c].upAt, t);
+    cells_[c] = std::max(cells_[c], t);
     ++sides_[c];
   }
   void downReady(std::size_t c, double t) {
-    cells_[c].downAt = std::max(cells_[c].downAt, t);
+    cells_[c] = sides_[c] >> kDownShift == 0 ? t : std::max(cells_[c], t);
     sides_[c] = static_cast<std::uint8_t>(sides_[c] + (1U << kDownShift));
   }
-  static_assert(sizeof(Cell) + sizeof(std::uint8_t) == kCellBytes);
-  std::vector<Cell> cells_;
+  static_assert(sizeof(double) + sizeof(std::uint8_t) == kCellBytes);
+  std::vector<double> cells_;
   std::vector<std::uint8_t> sides_;
   std::vector<double> roundEnd_;
   struct Done {
