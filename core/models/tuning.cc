@@ -299,7 +299,7 @@ FoundTuningTable findTuningTable(const std::string& explicitPath, const Topology
   const std::string simulated = topology->name + ".sim.json";
   if (!backend.empty()) names.push_back(fmt::format("{}.{}.json", topology->name, backend));
   if (names.empty() || names.front() != simulated) names.push_back(simulated);
-  const std::string fp = fingerprint(*topology);
+  std::string fp;  // once a table is found: at 131072 GPUs the fingerprint takes a second
   std::vector<std::string> stale;
   for (const std::string& dir : dirs) {
     for (const std::string& name : names) {
@@ -313,6 +313,7 @@ FoundTuningTable findTuningTable(const std::string& explicitPath, const Topology
         stale.push_back(fmt::format("{} unreadable: {}", p.string(), e.what()));
         continue;
       }
+      if (fp.empty()) fp = fingerprint(*topology);
       if (!t.find(fp, kLibraryCollbench)) {
         stale.push_back(fmt::format("{} has no section for fingerprint {} (stale: regenerate it)", p.string(), fp));
         continue;
