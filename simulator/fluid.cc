@@ -42,7 +42,6 @@ FluidNetwork::FluidNetwork(World& w) : w_(w), firstHost_(static_cast<int>(2 * w.
     hostRate_[h] = w.reduceRate(r);
   }
   const std::size_t resources = static_cast<std::size_t>(firstHost_) + hostRate_.size();
-  onResource_.resize(resources);
   load_.resize(resources);
   for (std::size_t r = 0; r < resources; ++r) {
     const auto ri = static_cast<int>(r);
@@ -166,7 +165,7 @@ void FluidNetwork::join(int id, double t) {
   }
   for (std::uint32_t k = 0; k < f.resourceCount; ++k) {
     const auto r = static_cast<std::size_t>(f.resources[k]);
-    onResource_[r].push_back({id, f.weight});
+    load_[r].flows.push_back({id, f.weight});
     load_[r].weights += f.weight;
   }
   reshare(f.resources, f.resourceCount, t);
@@ -178,7 +177,7 @@ void FluidNetwork::leave(int id, double t) {
   ++f.version;
   for (std::uint32_t k = 0; k < f.resourceCount; ++k) {
     const auto r = static_cast<std::size_t>(f.resources[k]);
-    std::vector<Member>& on = onResource_[r];
+    std::vector<Member>& on = load_[r].flows;
     for (std::size_t i = 0; i < on.size(); ++i) {
       if (on[i].flow != id) continue;
       on[i] = on.back();
@@ -201,7 +200,7 @@ void FluidNetwork::reshare(const int* changed, std::uint32_t count, double t) {
     reshares_ = 1;
   }
   for (std::uint32_t k = 0; k < count; ++k) {
-    for (const Member& m : onResource_[static_cast<std::size_t>(changed[k])]) {
+    for (const Member& m : load_[static_cast<std::size_t>(changed[k])].flows) {
       const int g = m.flow;
       Flow& f = flows_[static_cast<std::size_t>(g)];
       if (f.reshared == reshares_) continue;
