@@ -114,9 +114,12 @@ CostTerms CostContext::gammaMax(double bytes) const {
 // (capacity / concurrent flows). Zero-byte flows cost their latency only when `keepEmpty` (barrier messages);
 // otherwise the generators elide them and they cost nothing.
 std::vector<CostTerms> CostContext::phase(const std::vector<Flow>& flows, bool keepEmpty) const {
-  for (const Flow& f : flows) {
+  routes_.assign(flows.size(), nullptr);
+  for (std::size_t i = 0; i < flows.size(); ++i) {
+    const Flow& f = flows[i];
     if (f.bytes <= 0 && !keepEmpty) continue;
-    for (const Hop& h : router->route(f.src, f.dst)) {
+    routes_[i] = &router->route(f.src, f.dst);
+    for (const Hop& h : *routes_[i]) {
       const int k = h.link * 2 + (h.forward ? 0 : 1);
       if (load_[static_cast<std::size_t>(k)] == 0) touched_.push_back(k);
       load_[static_cast<std::size_t>(k)] += f.mult;
@@ -126,7 +129,7 @@ std::vector<CostTerms> CostContext::phase(const std::vector<Flow>& flows, bool k
   for (std::size_t i = 0; i < flows.size(); ++i) {
     const Flow& f = flows[i];
     if (f.bytes <= 0 && !keepEmpty) continue;
-    const auto& hops = router->route(f.src, f.dst);
+    const auto& hops = *routes_[i];
     CostTerms& t = out[i];
     if (hops.empty()) {  // same node: a memory copy at the node's rate
       t = gammaCost(f.bytes, f.dst);

@@ -125,6 +125,7 @@ struct CostContext {
   // Scratch for phase(): load per directed link (link * 2 + (forward ? 0 : 1)) and the entries touched.
   mutable std::vector<double> load_;
   mutable std::vector<int> touched_;
+  mutable std::vector<const std::vector<Hop>*> routes_;  // phase(): each flow's route, looked up once
   // The call being priced (beginCall): its wire rule, and whether a flow chose Simple under the p2p rule.
   mutable WireRule wire_;
   mutable bool usedSimple_ = false;
