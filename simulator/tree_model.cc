@@ -37,8 +37,8 @@ constexpr double kBytesPerGB = 1e9;
 class TreeWindow {
  public:
   /// Bytes of state per (slice, rank, round), and per (slice, rank) beside it (its record, routes and route-cache
-  /// entries, the flows in flight: measured at 131072 ranks, 2 slices and 76 rounds, 2.04 GB peak against 1.49 GB for
-  /// the hierarchical model's run on the same fabric, 0.34 GB of it cells).
+  /// entries, the flows in flight: measured at 131072 ranks, 2 slices and 76 rounds, 1.88 GB peak against 1.49 GB for
+  /// the hierarchical model's run on the same fabric, 0.18 GB of it cells).
   static constexpr std::size_t kCellBytes = sizeof(double) + 1;
   static constexpr double kBytesPerSliceRank = 1000;
   TreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& p, std::size_t window)
