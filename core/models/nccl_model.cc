@@ -876,17 +876,25 @@ double bottleneckBusBw(const NcclSystem& s, int f, int a, int p, int nranks) {
   return bus;
 }
 
-/// Bandwidth one channel of the algorithm reaches (busbw, GB/s): NCCL's per-channel graph bandwidth through its
-/// protocol refinements (the search's speed is what one channel's SMs sustain), comm channels sharing search ones.
+/// Bandwidth one channel of the algorithm reaches (busbw, GB/s): NCCL's per-channel graph bandwidth through the
+/// refinements tune() applies to the algorithm and protocol, per channel (the search's speed is what one channel's
+/// SMs sustain), comm channels sharing search ones.
 double perChannelBusBw(const NcclComm& c, int a, int p) {
   const NcclGraph& g = c.graphs[a];
   const NcclSystem& s = c.sys;
   const int arch = archIndex(s.arch), idx2 = nodeIndex(s.nodes);
   double bw = s.nodes <= 2 ? g.bwIntra : g.bwInter;
   if (a == kRing || a == kPat) bw *= static_cast<double>(g.nChannels) / c.defaultChannels;
+  if (a == kTree) {
+    bw = std::min(bw * kTreeFactor, kPerChTree[arch][idx2]);
+    if (p == kLL) bw *= kTreeLLFactor;
+    if (p == kLL128) {
+      bw = std::min(bw * (s.nodes == 1 ? kTreeLL128FactorN1 : kTreeLL128FactorNet), kPerChTreeLL128[arch][idx2]);
+    }
+    return bw;
+  }
   if (p == kLL) bw *= kRingLLFactor;
   if (p == kLL128) bw = std::min(bw * kRingLL128Factor, kPerChRingLL128[arch][idx2]);
-  if (a == kTree && p == kSimple) bw = std::min(bw * kTreeFactor, kPerChTree[arch][idx2]);
   return bw;
 }
 
