@@ -299,6 +299,27 @@ TEST(NcclPredict, LLPaysTheProxyQueueOncePerCall) {
       ncclPredictUs(dgxH100(), Collective::AllReduce, bytes, 8, NcclAlgorithm::Tree, NcclProtocol::LL, channels));
 }
 
+TEST(NcclPredict, TreeChannelRunsAtTheTreesRefinedRate) {
+  // One tree channel runs at tune()'s tree refinements per channel: Simple at 0.92 of the graph's speed under
+  // perChMaxTreeBw (36 GB/s on Hopper past two nodes), LL at 1/3.8 of that, LL128 at 120/128 of it under
+  // perChMaxTreeLL128Bw (29 GB/s there). Ring's factors (LL 1/2, LL128 0.92 under 36.7 GB/s) read LL 1.8 times and
+  // LL128 1.2 times too fast. The rate is the bus bytes of 1 GiB more over the time they add (no correction factor
+  // and the same chunks at these sizes).
+  const NcclSystem s = dgxH100(4);
+  const std::size_t gib = std::size_t{1} << 30;
+  const double busBytes = static_cast<double>(gib) * 2 * 31 / 32;
+  const auto rateGBps = [&](NcclProtocol p) {
+    const double us = ncclPredictUs(s, Collective::AllReduce, 2 * gib, 32, NcclAlgorithm::Tree, p, 1) -
+                      ncclPredictUs(s, Collective::AllReduce, gib, 32, NcclAlgorithm::Tree, p, 1);
+    return busBytes / us / 1e3;
+  };
+  const double simple = rateGBps(NcclProtocol::Simple);
+  EXPECT_GT(simple, 10);
+  EXPECT_LE(simple, 36.0 + 1e-9);
+  EXPECT_NEAR(rateGBps(NcclProtocol::LL), simple / 3.8, 1e-9);
+  EXPECT_NEAR(rateGBps(NcclProtocol::LL128), std::min(simple * 120 / 128, 29.0), 1e-9);
+}
+
 /// Sizes of an nccl-tests sweep -b 8 -e 8G -f 4.
 std::vector<std::size_t> sweepSizes() {
   std::vector<std::size_t> out;
