@@ -480,8 +480,7 @@ TEST(TreeModel, LeastWindowReadsTheWholePipeline) {
   const Topology rail = generateTopology("multi_node", R"({"nodes": 128})");
   const int n = 1024, channels = 4;
   const std::size_t chunkElems = 16384, chunks = 128;
-  AlgoParams p{chunkElems * 4, channels, {}};
-  p.rankHost = rankHosts(rail, n);
+  const AlgoParams p{chunkElems * 4, channels, rankHosts(rail, n)};
   const CollectiveSpec spec{Collective::AllReduce, n, 2 * static_cast<std::size_t>(channels) * chunks * chunkElems,
                             DType::F32};
   sim::SimConfig least = mode(sim::SimMode::Fluid, 0);
@@ -586,8 +585,7 @@ TEST(Extrapolated, UnevenChunksStayOnTheTreeModel) {
   const Topology rail = generateTopology("multi_node", R"({"nodes": 6})");
   const int n = 48, channels = 4;
   const std::size_t chunkElems = 16384, chunks = 40;
-  AlgoParams p{chunkElems * 4, channels, {}};
-  p.rankHost = rankHosts(rail, n);
+  const AlgoParams p{chunkElems * 4, channels, rankHosts(rail, n)};
   const std::size_t even = 2 * static_cast<std::size_t>(channels) * chunks * chunkElems;
   const sim::Simulator sim(rail, n, mode(sim::SimMode::Auto, 0));
   const sim::SimResult a = sim.runAlgorithm({Collective::AllReduce, n, even, DType::F32}, "tree", p);
