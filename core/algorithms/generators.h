@@ -1,4 +1,5 @@
 #pragma once
+#include <vector>
 // The algorithms registered in algorithms.cc: each file defines its generator, cost term and traits and returns them
 // as one AlgorithmInfo.
 #include "collbench/algorithms.h"
@@ -42,5 +43,7 @@ int btreeParent(int n, int rank);
 /// Parent in tree 0 or tree 1 of NCCL's double binary tree: tree 1 mirrors tree 0 (n even) or shifts it by one
 /// rank (n odd), so that most ranks are interior in one tree and a leaf in the other.
 int dtreeParent(int n, int rank, int tree);
+/// Hops from the deepest rank up to the root of the tree `parent` describes (-1 marks the root).
+int treeDepth(const std::vector<int>& parent);
 
 }  // namespace collbench::algo

@@ -52,17 +52,7 @@ struct HostTree {
     }
   }
   /// Levels below the root (the longest path from a leaf).
-  int depth() const {
-    int d = 0;
-    for (std::size_t x = 0; x < parent.size(); ++x) {
-      int k = 0;
-      for (int y = static_cast<int>(x); parent[static_cast<std::size_t>(y)] >= 0;
-           y = parent[static_cast<std::size_t>(y)])
-        ++k;
-      d = std::max(d, k);
-    }
-    return d;
-  }
+  int depth() const { return treeDepth(parent); }
 };
 
 }  // namespace

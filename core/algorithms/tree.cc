@@ -28,6 +28,27 @@ int dtreeParent(int n, int rank, int tree) {
   return p < 0 ? -1 : (p + 1) % n;
 }
 
+int treeDepth(const std::vector<int>& parent) {
+  const std::size_t n = parent.size();
+  std::vector<int> depth(n, -1);
+  int deepest = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    // Up to the first rank of known depth (or the root), then back down the path, numbering it.
+    int top = static_cast<int>(r), hops = 0;
+    while (depth[static_cast<std::size_t>(top)] < 0 && parent[static_cast<std::size_t>(top)] >= 0) {
+      top = parent[static_cast<std::size_t>(top)];
+      ++hops;
+    }
+    if (depth[static_cast<std::size_t>(top)] < 0) depth[static_cast<std::size_t>(top)] = 0;
+    int d = depth[static_cast<std::size_t>(top)] + hops;
+    deepest = std::max(deepest, d);
+    for (int v = static_cast<int>(r); v != top; v = parent[static_cast<std::size_t>(v)]) {
+      depth[static_cast<std::size_t>(v)] = d--;
+    }
+  }
+  return deepest;
+}
+
 // treeParents (algorithms.h): NCCL 2.28 src/graph/connect.cc: ncclTopoPreset chains each channel's intra-node order,
 // connectTrees joins the nodes by ncclGetDtree; the chain's first GPU talks to the network (the tree pattern,
 // NCCL_TOPO_PATTERN_TREE, src/graph/search.cc). Starting channel c's chains at local rank c mod size spreads the
@@ -198,25 +219,9 @@ std::size_t treeTransfers(const CollectiveSpec& spec, const AlgoParams& p) {
 /// channels only rotate each host's chain (treeParents), which moves no host's chain length, so its first channel
 /// stands for all.
 std::size_t treeTrip(const CollectiveSpec& spec, const AlgoParams& p) {
-  const int n = spec.nranks;
   int deepest = 0;
-  std::vector<int> depth(static_cast<std::size_t>(n));
-  for (int t = 0; t < kTreeCount; ++t) {
-    const std::vector<int> parent = treeParents(n, p, t, t * p.channels);
-    std::fill(depth.begin(), depth.end(), -1);
-    for (int r = 0; r < n; ++r) {
-      // Up to the first rank of known depth (or the root), then back down the path, numbering it.
-      int top = r, hops = 0;
-      while (depth[static_cast<std::size_t>(top)] < 0 && parent[static_cast<std::size_t>(top)] >= 0) {
-        top = parent[static_cast<std::size_t>(top)];
-        ++hops;
-      }
-      if (depth[static_cast<std::size_t>(top)] < 0) depth[static_cast<std::size_t>(top)] = 0;
-      int d = depth[static_cast<std::size_t>(top)] + hops;
-      deepest = std::max(deepest, d);
-      for (int v = r; v != top; v = parent[static_cast<std::size_t>(v)]) depth[static_cast<std::size_t>(v)] = d--;
-    }
-  }
+  for (int t = 0; t < kTreeCount; ++t)
+    deepest = std::max(deepest, treeDepth(treeParents(spec.nranks, p, t, t * p.channels)));
   return 2 * static_cast<std::size_t>(deepest);
 }
 
