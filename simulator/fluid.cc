@@ -15,6 +15,10 @@ namespace {
 
 /// A route with no latency shares with this penalty (SimGrid's CM02 creates its variable with penalty 1 then).
 constexpr double kZeroLatencyPenalty = 1.0;
+/// The least part of a resource's capacity a reshare hands out (held flows may sum a rounding error above it).
+constexpr double kResidualFloor = 1e-9;
+/// Up to this many resources, a reshare finds the least share by scanning them (else with a heap).
+constexpr std::size_t kScannedShares = 16;
 
 /// The Dag's work on a FluidNetwork.
 class FluidTiming : public Dag::Timing {
@@ -26,7 +30,7 @@ class FluidTiming : public Dag::Timing {
   }
   void exec(Dag&, std::uint64_t tag, int rank, double t, double bytes) override { net_.exec(rank, bytes, t, tag); }
   void run(Dag& d) {
-    net_.run([&](std::uint64_t tag, double t) { d.complete(tag, t); });
+    while (const auto done = net_.next()) d.complete(done->tag, done->t);
   }
 
  private:
@@ -72,7 +76,7 @@ void FluidNetwork::exec(int rank, double bytes, double t, std::uint64_t tag) {
   schedule(t, Event::kJoin, add(tag, hostResource_[static_cast<std::size_t>(w_.hostIndex(rank))], 1.0, bytes));
 }
 
-void FluidNetwork::run(const OnDone& onDone) {
+std::optional<FluidNetwork::Done> FluidNetwork::next() {
   while (!events_.empty()) {
     const Event e = events_.pop();
     const auto id = static_cast<int>(e.flow);
@@ -82,34 +86,35 @@ void FluidNetwork::run(const OnDone& onDone) {
       join(id, e.t);
       continue;
     }
-    if (e.t != f.queuedEnd) continue;  // superseded by an earlier end
-    if (f.end > e.t) {                 // slowed down since: one event at the new end
-      f.queuedEnd = f.end;
-      schedule(f.end, Event::kEnd, id);
+    if (e.t != f.queuedEnd) continue;             // superseded by an earlier end
+    if (const double end = f.end(); end > e.t) {  // slowed down since: one event at the new end
+      f.queuedEnd = end;
+      schedule(end, Event::kEnd, id);
       continue;
     }
-    const std::uint64_t tag = f.tag;
     leave(id, e.t);
-    onDone(tag, e.t);
+    return Done{tags_[e.flow], e.t};
   }
+  return std::nullopt;
 }
 
 int FluidNetwork::add(std::uint64_t tag, std::span<const int> resources, double weight, double bytes) {
   int id = static_cast<int>(flows_.size());
   if (free_.empty()) {
     flows_.emplace_back();
+    tags_.emplace_back();
   } else {
     id = free_.back();
     free_.pop_back();
   }
   Flow& f = flows_[static_cast<std::size_t>(id)];
-  f.tag = tag;
+  tags_[static_cast<std::size_t>(id)] = tag;
   f.resources = resources.data();
   f.resourceCount = static_cast<std::uint32_t>(resources.size());
   f.weight = weight;
   f.remaining = bytes;
   f.rate = 0;
-  f.end = f.queuedEnd = -1;  // no end queued
+  f.queuedEnd = -1;  // no end queued
   ++f.version;
   return id;
 }
@@ -159,14 +164,13 @@ void FluidNetwork::join(int id, double t) {
   Flow& f = flows_[static_cast<std::size_t>(id)];
   f.since = t;
   if (f.remaining <= 0 || f.resourceCount == 0) {
-    f.end = f.queuedEnd = t;
+    f.queuedEnd = t;
     schedule(t, Event::kEnd, id);
     return;
   }
   for (std::uint32_t k = 0; k < f.resourceCount; ++k) {
     const auto r = static_cast<std::size_t>(f.resources[k]);
-    load_[r].flows.push_back({id, f.weight});
-    load_[r].weights += f.weight;
+    load_[r].flows.push_back(id);
   }
   reshare(f.resources, f.resourceCount, t);
 }
@@ -177,51 +181,180 @@ void FluidNetwork::leave(int id, double t) {
   ++f.version;
   for (std::uint32_t k = 0; k < f.resourceCount; ++k) {
     const auto r = static_cast<std::size_t>(f.resources[k]);
-    std::vector<Member>& on = load_[r].flows;
-    for (std::size_t i = 0; i < on.size(); ++i) {
-      if (on[i].flow != id) continue;
-      on[i] = on.back();
-      on.pop_back();
-      break;
-    }
-    // Summed afresh: subtracting would leave rounding residue on an idle resource.
-    double weights = 0;
-    for (const Member& m : on) weights += m.weight;
-    load_[r].weights = weights;
+    std::vector<int>& on = load_[r].flows;
+    *std::find(on.begin(), on.end(), id) = on.back();
+    on.pop_back();
+    // Zero when idle, not the rounding residue of what its flows added and took.
+    load_[r].allocated = on.empty() ? 0 : load_[r].allocated - f.rate;
   }
   reshare(f.resources, f.resourceCount, t);
   free_.push_back(id);
 }
 
 void FluidNetwork::reshare(const int* changed, std::uint32_t count, double t) {
-  // A flow on several of the changed resources gets its new rate once (the loads do not change meanwhile).
-  if (++reshares_ == 0) {
-    for (Flow& f : flows_) f.reshared = 0;
-    reshares_ = 1;
+  solve(changed, count, t);
+  // Where the re-solved flows gave up bandwidth, held flows may take it: one more round on those resources.
+  released_.clear();
+  for (const Share& s : shares_) {
+    if (s.released > s.floor && load_[static_cast<std::size_t>(s.resource)].flows.size() > s.members) {
+      released_.push_back(s.resource);
+    }
   }
-  for (std::uint32_t k = 0; k < count; ++k) {
-    for (const Member& m : load_[static_cast<std::size_t>(changed[k])].flows) {
-      const int g = m.flow;
-      Flow& f = flows_[static_cast<std::size_t>(g)];
-      if (f.reshared == reshares_) continue;
-      f.reshared = reshares_;
-      double rate = INFINITY;
+  if (!released_.empty()) solve(released_.data(), static_cast<std::uint32_t>(released_.size()), t);
+}
+
+void FluidNetwork::solve(const int* changed, std::uint32_t count, double t) {
+  gather(changed, count);
+  if (reshared_.empty()) return;
+  fill();
+  for (std::size_t i = 0; i < reshared_.size(); ++i) {
+    const Flow& f = flows_[static_cast<std::size_t>(reshared_[i])];
+    if (const double released = f.rate - newRate_[i]; released > 0) {
       for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
-        const Load& l = load_[static_cast<std::size_t>(f.resources[j])];
-        rate = std::min(rate, l.capacity * f.weight / l.weights);
-      }
-      if (rate == f.rate) continue;
-      f.remaining = std::max(0.0, f.remaining - f.rate * (t - f.since));
-      f.since = t;
-      f.rate = rate;
-      f.end = t + f.remaining / rate;
-      // A later end keeps the queued event (it finds the flow unfinished and moves on to `end`); an earlier one is
-      // queued now.
-      if (f.queuedEnd < 0 || f.end < f.queuedEnd) {
-        f.queuedEnd = f.end;
-        schedule(f.end, Event::kEnd, g);
+        shares_[load_[static_cast<std::size_t>(f.resources[j])].share].released += released;
       }
     }
+    setRate(reshared_[i], newRate_[i], t);
+  }
+}
+
+void FluidNetwork::gather(const int* changed, std::uint32_t count) {
+  if (++reshares_ == 0) {
+    for (Flow& f : flows_) f.reshared = 0;
+    for (Load& l : load_) l.reshared = 0;
+    reshares_ = 1;
+  }
+  reshared_.clear();
+  for (std::uint32_t k = 0; k < count; ++k) {
+    for (const int id : load_[static_cast<std::size_t>(changed[k])].flows) {
+      Flow& f = flows_[static_cast<std::size_t>(id)];
+      if (f.reshared == reshares_) continue;  // on several changed resources: once
+      f.reshared = reshares_;
+      reshared_.push_back(id);
+    }
+  }
+  // Each resource of the flows: its capacity less what the held flows use (its allocation less the reshared flows'
+  // present rates), the reshared flows' weights and count.
+  shares_.clear();
+  for (int id : reshared_) {
+    const Flow& f = flows_[static_cast<std::size_t>(id)];
+    for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
+      Load& l = load_[static_cast<std::size_t>(f.resources[j])];
+      if (l.reshared != reshares_) {
+        l.reshared = reshares_;
+        l.share = static_cast<std::uint32_t>(shares_.size());
+        shares_.push_back(
+            {f.resources[j], 1, l.capacity - l.allocated + f.rate, f.weight, l.capacity * kResidualFloor, 0, 1, 0, 0});
+        continue;
+      }
+      Share& s = shares_[l.share];
+      s.residual += f.rate;
+      s.weights += f.weight;
+      ++s.unfixed;
+      ++s.members;
+    }
+  }
+}
+
+void FluidNetwork::fill() {
+  // The residual is floored so that no flow is left at rate 0 by rounding (its held neighbours' rates summed a hair
+  // above capacity).
+  const auto shareOf = [](const Share& s) { return std::max(s.residual, s.floor) / s.weights; };
+  constexpr double kUnfixed = -1;
+  newRate_.assign(reshared_.size(), kUnfixed);
+  // One flow takes the least of its resources' residuals; the flows of one resource share its residual by weight.
+  if (reshared_.size() == 1 || shares_.size() == 1) {
+    double share = INFINITY;
+    for (const Share& s : shares_) share = std::min(share, shareOf(s));
+    for (std::size_t i = 0; i < reshared_.size(); ++i) {
+      newRate_[i] = share * flows_[static_cast<std::size_t>(reshared_[i])].weight;
+    }
+    return;
+  }
+  // Fixes flow i at `share` per unit weight: what it takes leaves its resources.
+  const auto fix = [&](std::size_t i, double share) {
+    const Flow& f = flows_[static_cast<std::size_t>(reshared_[i])];
+    const double rate = share * f.weight;
+    newRate_[i] = rate;
+    for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
+      Share& o = shares_[load_[static_cast<std::size_t>(f.resources[j])].share];
+      o.residual -= rate;
+      o.weights = --o.unfixed == 0 ? 0 : o.weights - f.weight;
+    }
+  };
+  if (shares_.size() <= kScannedShares) {
+    // A few resources (most reshares): the least share by a scan, its flows by their routes.
+    for (std::size_t left = reshared_.size(); left > 0;) {
+      std::size_t least = 0;
+      double share = INFINITY;
+      for (std::size_t k = 0; k < shares_.size(); ++k) {
+        if (shares_[k].unfixed == 0) continue;
+        if (const double v = shareOf(shares_[k]); v < share) {
+          share = v;
+          least = k;
+        }
+      }
+      const int resource = shares_[least].resource;
+      for (std::size_t i = 0; i < reshared_.size(); ++i) {
+        if (newRate_[i] != kUnfixed) continue;
+        const Flow& f = flows_[static_cast<std::size_t>(reshared_[i])];
+        if (std::find(f.resources, f.resources + f.resourceCount, resource) == f.resources + f.resourceCount) continue;
+        fix(i, share);
+        --left;
+      }
+    }
+    return;
+  }
+  // Many (an all-to-all's NIC): each resource's flows listed (from its `first` in shareFlows_) and the resources in a
+  // heap by share. A resource's share only grows as others fix flows on it (each at a share no larger than its own),
+  // so the heap holds stale keys, refreshed when they surface.
+  std::uint32_t first = 0;
+  for (Share& s : shares_) {
+    s.first = first;
+    first += s.unfixed;
+  }
+  shareFlows_.resize(first);
+  for (std::size_t i = 0; i < reshared_.size(); ++i) {
+    const Flow& f = flows_[static_cast<std::size_t>(reshared_[i])];
+    for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
+      Share& s = shares_[load_[static_cast<std::size_t>(f.resources[j])].share];
+      shareFlows_[s.first + s.count++] = static_cast<std::uint32_t>(i);
+    }
+  }
+  const auto later = [](const auto& a, const auto& b) { return a > b; };
+  heap_.clear();
+  for (std::uint32_t k = 0; k < shares_.size(); ++k) heap_.emplace_back(shareOf(shares_[k]), k);
+  std::make_heap(heap_.begin(), heap_.end(), later);
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    const auto [key, k] = heap_.back();
+    heap_.pop_back();
+    const Share s = shares_[k];  // a copy: fixing its flows updates the original
+    if (s.unfixed == 0) continue;
+    if (const double v = shareOf(s); v > key) {
+      heap_.emplace_back(v, k);
+      std::push_heap(heap_.begin(), heap_.end(), later);
+      continue;
+    }
+    for (std::uint32_t x = s.first; x < s.first + s.count; ++x) {
+      if (newRate_[shareFlows_[x]] == kUnfixed) fix(shareFlows_[x], key);
+    }
+  }
+}
+
+void FluidNetwork::setRate(int id, double rate, double t) {
+  Flow& f = flows_[static_cast<std::size_t>(id)];
+  if (rate == f.rate) return;
+  for (std::uint32_t j = 0; j < f.resourceCount; ++j)
+    load_[static_cast<std::size_t>(f.resources[j])].allocated += rate - f.rate;
+  f.remaining = std::max(0.0, f.remaining - f.rate * (t - f.since));
+  f.since = t;
+  f.rate = rate;
+  // A later end keeps the queued event (it finds the flow unfinished and moves on to the end); an earlier one is
+  // queued now.
+  if (const double end = f.end(); f.queuedEnd < 0 || end < f.queuedEnd) {
+    f.queuedEnd = end;
+    schedule(end, Event::kEnd, id);
   }
 }
 

@@ -1,20 +1,25 @@
 #pragma once
 // An event-driven fluid model of the network, without SimGrid (simulator/README.md "fluid"). It keeps SimGrid's CM02
-// semantics where they are local and drops the one that is global:
+// semantics where they are local and bounds the one that is global:
 //  - a transfer waits its route's latency (no bandwidth used), then moves its wire bytes;
 //  - each flow's sharing penalty is its route's latency (1 when that is 0), as CM02's (network/weight-S 0);
 //  - a reduction is a flow of `bytes` on its node's reduction resource (the node's rate shared by its reductions,
 //    penalty 1, as SimGrid's executions on one host);
-//  - a flow's rate is its smallest weighted share over its resources: capacity x (1 / penalty) / (sum of 1 / penalty
-//    of the flows on the resource). Max-min (SimGrid's solver) would also hand what a flow bottlenecked elsewhere
-//    leaves on a resource to the others; this rule does not. Where every flow of a resource is bottlenecked on it
-//    (saturated links: a pipeline's steady state) the two agree.
-// Each event touches only the flows on the resources it changes, so its cost does not grow with the machine.
+//  - rates are weighted max-min shares (weight: 1 / penalty), as SimGrid's solver gives, solved locally: an event
+//    that adds or removes a flow re-solves max-min (progressive filling) for the flows on the resources it changes,
+//    every other flow held at its rate (its use of a resource taken off the capacity), then once more for the flows
+//    on the resources where the re-solved flows gave up bandwidth, so that the held flows there take it. Global
+//    max-min would go on along every flow's other resources; here that waits for the next event on them. Every
+//    allocation is feasible (no resource above its capacity). Against op by op: tests/sim (FluidVsExact).
+// Each event touches the flows on the resources it changes and on those of one more round, so its cost does not grow
+// with the machine.
 // Internal to simulator/.
 #include <array>
+#include <cmath>
 #include <cstdint>
-#include <functional>
+#include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "world.h"
@@ -23,8 +28,11 @@ namespace collbench::sim::detail {
 
 class FluidNetwork {
  public:
-  /// Work reported done: its tag and time. It may start more work.
-  using OnDone = std::function<void(std::uint64_t tag, double t)>;
+  /// Work done: its tag and time.
+  struct Done {
+    std::uint64_t tag;
+    double t;
+  };
 
   explicit FluidNetwork(World& w);
 
@@ -39,23 +47,27 @@ class FluidNetwork {
   /// `bytes` of reduction (or copy) work on the rank's node from time t on, at the node's rate (> 0), shared with
   /// the node's other work.
   void exec(int rank, double bytes, double t, std::uint64_t tag);
-  /// Runs the events in time order, reporting each finished transfer or exec to `onDone` until none is left.
-  void run(const OnDone& onDone);
+  /// Runs the events in time order up to the next transfer or exec that finishes; nullopt once none is left. The
+  /// caller may start more work before asking for the next.
+  std::optional<Done> next();
 
  private:
-  struct Flow {
-    std::uint64_t tag = 0;
-    const int* resources = nullptr;  // a route's directed links, or one host's reduction
-    std::uint32_t resourceCount = 0;
-    double weight = 1;     // 1 / sharing penalty
-    double remaining = 0;  // bytes left at `since`
-    double rate = 0;       // bytes/s since `since`
-    double since = 0;
-    double end = 0;              // when it ends at the present rate
-    double queuedEnd = 0;        // the end event in the queue (never later than `end`: a slower rate waits for it)
-    std::uint32_t version = 0;   // events of older versions are stale (a slot's version grows across reuse; mod 2^31)
+  /// What a reshare reads of every flow on the resources it changes (its stamp, resources, weight and rate) comes
+  /// first, in one cache line of the 64-byte record.
+  struct alignas(64) Flow {
     std::uint32_t reshared = 0;  // the reshare that last gave it a rate
+    std::uint32_t resourceCount = 0;
+    const int* resources = nullptr;  // a route's directed links, or one host's reduction
+    double weight = 1;               // 1 / sharing penalty
+    double rate = 0;                 // bytes/s since `since`
+    double remaining = 0;            // bytes left at `since`
+    double since = 0;
+    double queuedEnd = 0;       // the end event in the queue (never later than the end: a slower rate waits for it)
+    std::uint32_t version = 0;  // events of older versions are stale (a slot's version grows across reuse; mod 2^31)
+    /// When it ends at the present rate.
+    double end() const { return rate > 0 ? since + remaining / rate : remaining > 0 ? INFINITY : since; }
   };
+  static_assert(sizeof(Flow) == 64);
   /// 16 bytes: the queue holds hundreds of thousands at 16k GPUs. Ties in time pop in an order fixed by the pushes
   /// before them, so runs are deterministic.
   struct Event {
@@ -67,25 +79,41 @@ class FluidNetwork {
     std::uint32_t version() const { return versionKind >> 1; }
     bool operator>(const Event& o) const { return t > o.t; }
   };
-  /// A flow on a resource, with its weight (so that a resource's weights are summed without visiting its flows).
-  struct Member {
-    int flow;
-    double weight;
-  };
-  /// A resource: its capacity, its flows and the sum of their weights, in one record (a reshare reads it for every
+  /// A resource: its capacity, its flows and the sum of their rates, in one record (a reshare reads it for every
   /// resource of every flow it visits; at 131072 GPUs the flows and resources no longer fit the cache, and one miss
   /// for the record with its list's header took tree x1 there from 24.4 to 23.7 s).
   struct Load {
-    double capacity = 0, weights = 0;
-    std::vector<Member> flows;
+    double capacity = 0;
+    double allocated = 0;  // the sum of its flows' rates (kept as they change; 0 when it has none)
+    std::vector<int> flows;
+    std::uint32_t reshared = 0, share = 0;  // the reshare that last met it, and its Share there
+  };
+  /// A resource in a round of a reshare: what the held flows leave of it, the weights and number of its re-solved
+  /// flows not yet fixed, and those flows (slots, from `first` in shareFlows_, where many resources take a heap).
+  struct Share {
+    int resource;
+    std::uint32_t unfixed = 0;
+    double residual = 0, weights = 0;
+    double floor = 0;           // the least residual handed out (kResidualFloor of its capacity)
+    double released = 0;        // what the re-solved flows gave up on it
+    std::uint32_t members = 0;  // the re-solved flows on it
+    std::uint32_t first = 0, count = 0;
   };
 
   int add(std::uint64_t tag, std::span<const int> resources, double weight, double bytes);
   void schedule(double t, Event::Kind kind, int flow);
   void join(int id, double t);
   void leave(int id, double t);
-  /// New rates for the flows on these resources (the only ones whose shares changed).
+  /// New rates after these resources' flows changed: weighted max-min among their flows, the others held, and one
+  /// more round where those gave up bandwidth.
   void reshare(const int* changed, std::uint32_t count, double t);
+  /// One round of a reshare: max-min for the flows on `changed`, the others held.
+  void solve(const int* changed, std::uint32_t count, double t);
+  /// Gathers the round's flows (reshared_) and their resources (shares_).
+  void gather(const int* changed, std::uint32_t count);
+  /// Progressive filling: the resource of least share per unit weight fixes its flows at that share, repeatedly.
+  void fill();
+  void setRate(int id, double rate, double t);
 
   World& w_;
   int firstHost_;  // resources: directed links, then each host's reduction
@@ -93,8 +121,16 @@ class FluidNetwork {
   std::vector<std::vector<int>> hostResource_;
   std::vector<Load> load_;
   std::vector<Flow> flows_;
+  std::vector<std::uint64_t> tags_;  // per flow: what next() reports when it ends
   std::uint32_t reshares_ = 0;
   std::vector<int> free_;
+  // A round's scratch, kept across events: its flows and their new rates (by slot), its resources, the slots of each
+  // resource's flows and the heap of the resources' shares; the resources of the next round.
+  std::vector<int> reshared_, released_;
+  std::vector<double> newRate_;
+  std::vector<Share> shares_;
+  std::vector<std::uint32_t> shareFlows_;
+  std::vector<std::pair<double, std::uint32_t>> heap_;
   /// Events by time. Times never go below the last one popped (work starts at or after the event that started it), so
   /// a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan, "Faster algorithms for the shortest path problem", JACM 1990)
   /// serves them: buckets by the highest bit in which an event's time differs from the last popped, each element

@@ -116,10 +116,10 @@ class TreeWindow {
       tryUp(i, 0);
     }
     drain();
-    net_.run([&](std::uint64_t tag, double t) {
-      handle(tag, t);
+    while (const auto done = net_.next()) {
+      handle(done->tag, done->t);
       drain();
-    });
+    }
     return roundEnd_;
   }
 
@@ -328,11 +328,7 @@ class TreeWindow {
   std::vector<double> cells_;
   std::vector<std::uint8_t> sides_;
   std::vector<double> roundEnd_;
-  struct Done {
-    std::uint64_t tag;
-    double t;
-  };
-  std::vector<Done> done_;
+  std::vector<FluidNetwork::Done> done_;
 };
 
 }  // namespace

@@ -355,13 +355,16 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& paramInfo) { return paramInfo.param.name; });
 
 // ---- The fluid model against op by op. Where no link is ever shared it is SimGrid's alpha-beta exactly; where links
-// are shared (a pipelined tree: a host's NIC carries its parent's and its children's flows) it gives each flow its
-// weighted share without max-min's redistribution. Measured: NCCL's host tree over multi_node fabrics of 8-16 servers
-// +0.8 %, -0.9 %, +2.0 %, on flat(4) with reductions -2.4 %, flat(9) -0.5 %; a 2:1 oversubscribed k=4 fat tree
-// +5.4 % (the 1 GiB cases of simulator/README.md "fluid" agree).
+// are shared (a pipelined tree: a host's NIC carries its parent's and its children's flows) each event re-solves
+// max-min locally (fluid.h). Measured: NCCL's host tree over multi_node fabrics of 8-16 servers +0.2 %, -0.3 %, 0.0 %;
+// flat(4) with reductions +0.9 %; a 2:1 oversubscribed k=4 fat tree +0.03 %; fat_tree k=8 +0.6 % and
+// dragonfly-small +1.1 %. flat(9) reads -4.7 %: its op-by-op time is ill-conditioned (a latency 1e-9 us or 1e-5 us
+// longer moves it by +0.02 / -2.0 %, the fluid model's by -0.8 / -0.6 %). Each flow taking its weighted share of
+// every link, without max-min's redistribution, these were +0.8 %, -0.9 %, +2.0 %, -2.4 %, +5.4 %, +15.5 %, +10.1 %
+// and -0.5 %.
 
 constexpr double kFluidTreeRel = 0.025;
-constexpr double kFluidOversubscribedRel = 0.06;
+constexpr double kFluidIllConditionedRel = 0.06;
 
 struct FluidCase {
   std::string name;
@@ -407,14 +410,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "tree",
                   2 * 64 * 16384,
                   {16384 * 4, 1, {}},
-                  kFluidTreeRel},
-        // Oversubscribed spines: flows held back at a spine leave leaf bandwidth that max-min would hand to others.
+                  kFluidIllConditionedRel},
+        // Oversubscribed spines: flows held back at a spine leave leaf bandwidth that the others take.
         FluidCase{"tree_fat_tree_k4_2to1",
                   [] { return fatTree(4, 2, 0); },
                   "tree",
                   2 * 64 * 16384,
                   {16384 * 4, 1, {}},
-                  kFluidOversubscribedRel},
+                  kFluidTreeRel},
         FluidCase{"tree_rail_8x8",
                   [] { return generateTopology("multi_node", R"({"nodes": 8})"); },
                   "tree",
@@ -432,6 +435,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "tree",
                   std::size_t{4} << 20,
                   {0, 4, {}},
+                  kFluidTreeRel},
+        // One-GPU hosts: each host's one link carries both trees' ups and downs, and flows held back at a busier
+        // host leave bandwidth on theirs that the others take.
+        FluidCase{"tree_fat_tree_k8", [] { return fatTree(8, 1, 0); }, "tree", std::size_t{8} << 20, {}, kFluidTreeRel},
+        FluidCase{"tree_dragonfly_small",
+                  [] { return loadTopology("dragonfly-small"); },
+                  "tree",
+                  std::size_t{8} << 20,
+                  {},
                   kFluidTreeRel}),
     [](const auto& paramInfo) { return paramInfo.param.name; });
 
@@ -474,8 +486,9 @@ TEST(TreeModel, EqualsTheFluidMethodOnTheSchedule) {
 
 // The extrapolation reads the period before the window's last trip of a chunk (up the tree's deepest path and down
 // again: 28 hops on NCCL's host tree over 128 servers x 8 GPUs), whose rounds finish early for lack of followers. The
-// least window (50 of 128 rounds, 4 channels) against the whole call on the tree model: -1.9 %; leaving only
-// log2 n + 2 rounds out reads -4.2 % (and -8 % at 1 GiB).
+// least window (50 of 128 rounds, 4 channels) against the whole call on the tree model: +3.6 % (64 and 91 rounds:
+// +1.7 / +1.8 %; the increments vary around their mean, and the least window's second half reads the most); leaving
+// only log2 n + 2 rounds out read -4.2 % (and -8 % at 1 GiB).
 TEST(TreeModel, LeastWindowReadsTheWholePipeline) {
   const Topology rail = generateTopology("multi_node", R"({"nodes": 128})");
   const int n = 1024, channels = 4;
@@ -492,7 +505,7 @@ TEST(TreeModel, LeastWindowReadsTheWholePipeline) {
   ASSERT_EQ(whole.method, "tree-model");
   ASSERT_EQ(window.method, "extrapolated");
   EXPECT_NE(window.note.find("from a 50-chunk tree-model run"), std::string::npos) << window.note;
-  EXPECT_NEAR(window.seconds, whole.seconds, 0.025 * whole.seconds);
+  EXPECT_NEAR(window.seconds, whole.seconds, 0.04 * whole.seconds);
 }
 
 // A request larger than the machine is refused in one line before its state is allocated: the tree model's cells

@@ -73,6 +73,24 @@ TEST(Contention, UnequalFlowsShareThenTheLongerOneSpeedsUp) {
   EXPECT_NEAR(simulate(flatTopology(3, kGBps, kLatencyUs), s), want, kRel * want);
 }
 
+TEST(Contention, WhatAFlowHeldElsewhereLeavesGoesToTheOthers) {
+  // 0 -> 2, 3 -> 2 and 4 -> 2 share rank 2's downlink at B/3 each; 0 -> 1 shares rank 0's uplink with 0 -> 2 and
+  // takes what that leaves, 2B/3 (max-min), not half of it. By 3 S beta the three are done and 0 -> 1 has moved
+  // 2 S of its 3 S; alone, it moves the last S in S beta. Op by op (SimGrid's max-min) and the fluid model agree.
+  const std::size_t S = 1 << 22;
+  Schedule s = flows(5, {{0, 1}, {0, 2}, {3, 2}, {4, 2}}, S);
+  s.ranks[0].ops[0].bytes = 3 * S;
+  s.ranks[1].ops[0].bytes = 3 * S;
+  const Topology t = flatTopology(5, kGBps, kLatencyUs);
+  const double want = kAlpha + 4.0 * S * kBeta;
+  for (const sim::SimMode mode : {sim::SimMode::Exact, sim::SimMode::Fluid}) {
+    sim::SimConfig cfg;
+    cfg.mode = mode;
+    const sim::SimResult r = sim::Simulator(t, 5, cfg).run(s);
+    EXPECT_NEAR(r.seconds, want, kRel * want) << r.method;
+  }
+}
+
 TEST(Contention, NonBlockingSwitchAddsNone) {
   // Disjoint pairs through one switch: every flow has the whole link, as if alone.
   const std::size_t S = 1 << 24;
