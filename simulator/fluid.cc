@@ -210,9 +210,7 @@ void FluidNetwork::solve(const int* changed, std::uint32_t count, double t) {
   for (std::size_t i = 0; i < reshared_.size(); ++i) {
     const Flow& f = flows_[static_cast<std::size_t>(reshared_[i])];
     if (const double released = f.rate - newRate_[i]; released > 0) {
-      for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
-        shares_[load_[static_cast<std::size_t>(f.resources[j])].share].released += released;
-      }
+      for (std::uint32_t k = flowFirst_[i]; k < flowFirst_[i + 1]; ++k) shares_[flowShares_[k]].released += released;
     }
     setRate(reshared_[i], newRate_[i], t);
   }
@@ -234,8 +232,10 @@ void FluidNetwork::gather(const int* changed, std::uint32_t count) {
     }
   }
   // Each resource of the flows: its capacity less what the held flows use (its allocation less the reshared flows'
-  // present rates), the reshared flows' weights and count.
+  // present rates), the reshared flows' weights and count; each flow's resources as indices into shares_.
   shares_.clear();
+  flowShares_.clear();
+  flowFirst_.assign(1, 0);
   for (int id : reshared_) {
     const Flow& f = flows_[static_cast<std::size_t>(id)];
     for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
@@ -245,14 +245,16 @@ void FluidNetwork::gather(const int* changed, std::uint32_t count) {
         l.share = static_cast<std::uint32_t>(shares_.size());
         shares_.push_back(
             {f.resources[j], 1, l.capacity - l.allocated + f.rate, f.weight, l.capacity * kResidualFloor, 0, 1, 0, 0});
-        continue;
+      } else {
+        Share& s = shares_[l.share];
+        s.residual += f.rate;
+        s.weights += f.weight;
+        ++s.unfixed;
+        ++s.members;
       }
-      Share& s = shares_[l.share];
-      s.residual += f.rate;
-      s.weights += f.weight;
-      ++s.unfixed;
-      ++s.members;
+      flowShares_.push_back(l.share);
     }
+    flowFirst_.push_back(static_cast<std::uint32_t>(flowShares_.size()));
   }
 }
 
@@ -273,32 +275,31 @@ void FluidNetwork::fill() {
   }
   // Fixes flow i at `share` per unit weight: what it takes leaves its resources.
   const auto fix = [&](std::size_t i, double share) {
-    const Flow& f = flows_[static_cast<std::size_t>(reshared_[i])];
-    const double rate = share * f.weight;
+    const double weight = flows_[static_cast<std::size_t>(reshared_[i])].weight;
+    const double rate = share * weight;
     newRate_[i] = rate;
-    for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
-      Share& o = shares_[load_[static_cast<std::size_t>(f.resources[j])].share];
+    for (std::uint32_t k = flowFirst_[i]; k < flowFirst_[i + 1]; ++k) {
+      Share& o = shares_[flowShares_[k]];
       o.residual -= rate;
-      o.weights = --o.unfixed == 0 ? 0 : o.weights - f.weight;
+      o.weights = --o.unfixed == 0 ? 0 : o.weights - weight;
     }
   };
   if (shares_.size() <= kScannedShares) {
     // A few resources (most reshares): the least share by a scan, its flows by their routes.
     for (std::size_t left = reshared_.size(); left > 0;) {
-      std::size_t least = 0;
+      std::uint32_t least = 0;
       double share = INFINITY;
-      for (std::size_t k = 0; k < shares_.size(); ++k) {
+      for (std::uint32_t k = 0; k < shares_.size(); ++k) {
         if (shares_[k].unfixed == 0) continue;
         if (const double v = shareOf(shares_[k]); v < share) {
           share = v;
           least = k;
         }
       }
-      const int resource = shares_[least].resource;
       for (std::size_t i = 0; i < reshared_.size(); ++i) {
         if (newRate_[i] != kUnfixed) continue;
-        const Flow& f = flows_[static_cast<std::size_t>(reshared_[i])];
-        if (std::find(f.resources, f.resources + f.resourceCount, resource) == f.resources + f.resourceCount) continue;
+        const auto* on = flowShares_.data();
+        if (std::find(on + flowFirst_[i], on + flowFirst_[i + 1], least) == on + flowFirst_[i + 1]) continue;
         fix(i, share);
         --left;
       }
@@ -315,9 +316,8 @@ void FluidNetwork::fill() {
   }
   shareFlows_.resize(first);
   for (std::size_t i = 0; i < reshared_.size(); ++i) {
-    const Flow& f = flows_[static_cast<std::size_t>(reshared_[i])];
-    for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
-      Share& s = shares_[load_[static_cast<std::size_t>(f.resources[j])].share];
+    for (std::uint32_t k = flowFirst_[i]; k < flowFirst_[i + 1]; ++k) {
+      Share& s = shares_[flowShares_[k]];
       shareFlows_[s.first + s.count++] = static_cast<std::uint32_t>(i);
     }
   }

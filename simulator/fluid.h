@@ -109,7 +109,7 @@ class FluidNetwork {
   void reshare(const int* changed, std::uint32_t count, double t);
   /// One round of a reshare: max-min for the flows on `changed`, the others held.
   void solve(const int* changed, std::uint32_t count, double t);
-  /// Gathers the round's flows (reshared_) and their resources (shares_).
+  /// Gathers the round's flows (reshared_) and their resources (shares_, flowShares_).
   void gather(const int* changed, std::uint32_t count);
   /// Progressive filling: the resource of least share per unit weight fixes its flows at that share, repeatedly.
   void fill();
@@ -129,6 +129,7 @@ class FluidNetwork {
   std::vector<int> reshared_, released_;
   std::vector<double> newRate_;
   std::vector<Share> shares_;
+  std::vector<std::uint32_t> flowShares_, flowFirst_;  // flow i's resources: shares_ indices from flowFirst_[i]
   std::vector<std::uint32_t> shareFlows_;
   std::vector<std::pair<double, std::uint32_t>> heap_;
   /// Events by time. Times never go below the last one popped (work starts at or after the event that started it), so
