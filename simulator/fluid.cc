@@ -179,15 +179,19 @@ void FluidNetwork::leave(int id, double t) {
   Flow& f = flows_[static_cast<std::size_t>(id)];
   f.remaining = 0;
   ++f.version;
+  bool joined = false;  // a flow with nothing to move never joined its resources
   for (std::uint32_t k = 0; k < f.resourceCount; ++k) {
     const auto r = static_cast<std::size_t>(f.resources[k]);
     std::vector<int>& on = load_[r].flows;
-    *std::find(on.begin(), on.end(), id) = on.back();
+    const auto it = std::find(on.begin(), on.end(), id);
+    if (it == on.end()) continue;
+    joined = true;
+    *it = on.back();
     on.pop_back();
     // Zero when idle, not the rounding residue of what its flows added and took.
     load_[r].allocated = on.empty() ? 0 : load_[r].allocated - f.rate;
   }
-  reshare(f.resources, f.resourceCount, t);
+  if (joined) reshare(f.resources, f.resourceCount, t);
   free_.push_back(id);
 }
 

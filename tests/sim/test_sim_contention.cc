@@ -91,6 +91,22 @@ TEST(Contention, WhatAFlowHeldElsewhereLeavesGoesToTheOthers) {
   }
 }
 
+TEST(Contention, AnEmptyTransferTakesNoShare) {
+  // 1 -> 2 moves nothing: 0 -> 2 has rank 2's downlink to itself (both ways of simulating agree).
+  const std::size_t S = 1 << 22;
+  Schedule s = flows(3, {{0, 2}, {1, 2}}, S);
+  s.ranks[1].ops[0].bytes = 0;
+  s.ranks[2].ops[1].bytes = 0;
+  const Topology t = flatTopology(3, kGBps, kLatencyUs);
+  const double want = kAlpha + S * kBeta;
+  for (const sim::SimMode mode : {sim::SimMode::Exact, sim::SimMode::Fluid}) {
+    sim::SimConfig cfg;
+    cfg.mode = mode;
+    const sim::SimResult r = sim::Simulator(t, 3, cfg).run(s);
+    EXPECT_NEAR(r.seconds, want, kRel * want) << r.method;
+  }
+}
+
 TEST(Contention, NonBlockingSwitchAddsNone) {
   // Disjoint pairs through one switch: every flow has the whole link, as if alone.
   const std::size_t S = 1 << 24;
