@@ -247,8 +247,12 @@ void FluidNetwork::gather(const int* changed, std::uint32_t count) {
       if (l.reshared != reshares_) {
         l.reshared = reshares_;
         l.share = static_cast<std::uint32_t>(shares_.size());
-        shares_.push_back(
-            {f.resources[j], 1, l.capacity - l.allocated + f.rate, f.weight, l.capacity * kResidualFloor, 0, 1, 0, 0});
+        shares_.push_back({.resource = f.resources[j],
+                           .unfixed = 1,
+                           .residual = l.capacity - l.allocated + f.rate,
+                           .weights = f.weight,
+                           .floor = l.capacity * kResidualFloor,
+                           .members = 1});
       } else {
         Share& s = shares_[l.share];
         s.residual += f.rate;
@@ -289,7 +293,7 @@ void FluidNetwork::fill() {
     }
   };
   if (shares_.size() <= kScannedShares) {
-    // A few resources (most reshares): the least share by a scan, its flows by their routes.
+    // A few resources (most reshares): the least share by a scan, its flows by their lists of resources.
     for (std::size_t left = reshared_.size(); left > 0;) {
       std::uint32_t least = 0;
       double share = INFINITY;
@@ -349,8 +353,9 @@ void FluidNetwork::fill() {
 void FluidNetwork::setRate(int id, double rate, double t) {
   Flow& f = flows_[static_cast<std::size_t>(id)];
   if (rate == f.rate) return;
-  for (std::uint32_t j = 0; j < f.resourceCount; ++j)
+  for (std::uint32_t j = 0; j < f.resourceCount; ++j) {
     load_[static_cast<std::size_t>(f.resources[j])].allocated += rate - f.rate;
+  }
   f.remaining = std::max(0.0, f.remaining - f.rate * (t - f.since));
   f.since = t;
   f.rate = rate;
