@@ -45,13 +45,12 @@ run() {  # mode, output, then sweep arguments
   shift 2
   "$collbench" sweep --mode "$mode" --sizes "$sizes" --algo tree --csv "$out" ${jobs:+-j "$jobs"} "$@" >/dev/null
 }
-status=0
+failed() { echo "fluid-vs-exact.sh: the $1 sweep failed" >&2; exit 1; }
 for mode in fluid exact; do
-  run "$mode" "$work/$mode-one.csv" --topology fat-tree-k8,dragonfly-small,torus-4x4x4 || status=1
-  run "$mode" "$work/$mode-x1.csv" --topology "$rails" || status=1
-  run "$mode" "$work/$mode-x4.csv" --topology "$rails" --channels 4 || status=1
+  run "$mode" "$work/$mode-one.csv" --topology fat-tree-k8,dragonfly-small,torus-4x4x4 || failed "$mode"
+  run "$mode" "$work/$mode-x1.csv" --topology "$rails" || failed "$mode"
+  run "$mode" "$work/$mode-x4.csv" --topology "$rails" --channels 4 || failed "$mode"
 done
-((status == 0)) || { echo "fluid-vs-exact.sh: a sweep failed" >&2; exit 1; }
 
 python3 - "$work" <<'EOF'
 import csv, os, sys
