@@ -237,15 +237,11 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 
 std::size_t ceilLog2(std::size_t n) { return n <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(n - 1)); }
 
-/// The window for `transfersPerRound` transfers per round: kMaxPipelineWindow where it fits kPipelineWindowWork. An
-/// algorithm whose trip is unknown also gets at least 4 (log2 n + 2) rounds, what a tree's fill and drain take; one
-/// whose trip is known (AlgorithmTraits::pipelineTrip) gets its own drain and period (extrapolate). NCCL's host tree
-/// against the whole call, 1 GiB: the trip's least window and the 4 (log2 n + 2) one read +1.2 / +0.4 % (8192 GPUs,
-/// one channel, 56 / 60 rounds), +1.6 / +1.2 % (16384, one, 58 / 64), +1.8 / +1.0 % (4096, four, 54 / 56) and -0.7 /
-/// -1.9 % (16384, four, 58 / 64, which take 8.7 / 10.1 s).
-std::size_t pipelineWindow(std::size_t n, std::size_t transfersPerRound, bool tripKnown) {
+/// The window for `transfersPerRound` transfers per round: kMaxPipelineWindow where it fits kPipelineWindowWork,
+/// never less than the fill and drain need (4 (log2 n + 2)).
+std::size_t pipelineWindow(std::size_t n, std::size_t transfersPerRound) {
   const std::size_t fits = kPipelineWindowWork / std::max<std::size_t>(1, transfersPerRound * n);
-  return std::max(tripKnown ? 0 : 4 * (ceilLog2(n) + 2), std::min(kMaxPipelineWindow, fits));
+  return std::max(4 * (ceilLog2(n) + 2), std::min(kMaxPipelineWindow, fits));
 }
 /// Rounds at the end of a window that finish early because no later chunk follows them: a chunk shares links with
 /// the chunks within one trip of it (AlgorithmTraits::pipelineTrip; log2 n where the algorithm gives none), and two.
@@ -439,8 +435,7 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   const std::size_t perRound = estimateTransfers(algo, spec, p) / std::max<std::size_t>(1, chunks);
   // At least the drain and, before it, rounds for the fill and for the period read after it.
   const std::size_t drain = pipelineDrain(algo, spec, p);
-  std::size_t window =
-      std::max(pipelineWindow(n, perRound, algo.traits.pipelineTrip != nullptr), drain + 2 * (kPeriodicRounds + 2));
+  std::size_t window = std::max(pipelineWindow(n, perRound), drain + 2 * (kPeriodicRounds + 2));
   AlgoParams subParams = p;
   subParams.chunkBytes = chunkElems * es;
   // The tree on the fluid network (its assumptions: CM02 without cross-traffic), where asked for or where the window
