@@ -17,8 +17,10 @@ namespace {
 constexpr double kZeroLatencyPenalty = 1.0;
 /// The least part of a resource's capacity a reshare hands out (held flows may sum a rounding error above it).
 constexpr double kResidualFloor = 1e-9;
-/// Up to this many resources, a reshare finds the least share by scanning them (else with a heap).
-constexpr std::size_t kScannedShares = 16;
+/// Rounds of a reshare over up to this many resources solve max-min by progressive filling, O(resources x flows);
+/// larger ones (an all-to-all's burst of joins over shared core links: thousands) take one pass. NCCL's host tree
+/// at 16384 GPUs meets 2.4 resources a round on average.
+constexpr std::size_t kFilledShares = 64;
 
 /// The Dag's work on a FluidNetwork.
 class FluidTiming : public Dag::Timing {
@@ -204,7 +206,9 @@ void FluidNetwork::reshare(const int* changed, std::uint32_t count, double t) {
       released_.push_back(s.resource);
     }
   }
-  if (!released_.empty()) solve(released_.data(), static_cast<std::uint32_t>(released_.size()), t);
+  if (!released_.empty() && released_.size() <= kFilledShares) {
+    solve(released_.data(), static_cast<std::uint32_t>(released_.size()), t);
+  }
 }
 
 void FluidNetwork::solve(const int* changed, std::uint32_t count, double t) {
@@ -281,6 +285,19 @@ void FluidNetwork::fill() {
     }
     return;
   }
+  if (shares_.size() > kFilledShares) {
+    // A round over many resources (an all-to-all's core links): each flow takes its least share in one pass, what
+    // progressive filling starts from. Feasible (no resource hands out more than its residual), but what a flow
+    // bottlenecked elsewhere leaves on a resource stays with it until its next round.
+    for (std::size_t i = 0; i < reshared_.size(); ++i) {
+      double share = INFINITY;
+      for (std::uint32_t k = flowFirst_[i]; k < flowFirst_[i + 1]; ++k) {
+        share = std::min(share, shareOf(shares_[flowShares_[k]]));
+      }
+      newRate_[i] = share * flows_[static_cast<std::size_t>(reshared_[i])].weight;
+    }
+    return;
+  }
   // Fixes flow i at `share` per unit weight: what it takes leaves its resources.
   const auto fix = [&](std::size_t i, double share) {
     const double weight = flows_[static_cast<std::size_t>(reshared_[i])].weight;
@@ -292,60 +309,23 @@ void FluidNetwork::fill() {
       o.weights = --o.unfixed == 0 ? 0 : o.weights - weight;
     }
   };
-  if (shares_.size() <= kScannedShares) {
-    // A few resources (most reshares): the least share by a scan, its flows by their lists of resources.
-    for (std::size_t left = reshared_.size(); left > 0;) {
-      std::uint32_t least = 0;
-      double share = INFINITY;
-      for (std::uint32_t k = 0; k < shares_.size(); ++k) {
-        if (shares_[k].unfixed == 0) continue;
-        if (const double v = shareOf(shares_[k]); v < share) {
-          share = v;
-          least = k;
-        }
-      }
-      for (std::size_t i = 0; i < reshared_.size(); ++i) {
-        if (newRate_[i] != kUnfixed) continue;
-        const auto* on = flowShares_.data();
-        if (std::find(on + flowFirst_[i], on + flowFirst_[i + 1], least) == on + flowFirst_[i + 1]) continue;
-        fix(i, share);
-        --left;
+  // Progressive filling: the resource of least share (by a scan: a round meets a few resources) fixes its flows.
+  for (std::size_t left = reshared_.size(); left > 0;) {
+    std::uint32_t least = 0;
+    double share = INFINITY;
+    for (std::uint32_t k = 0; k < shares_.size(); ++k) {
+      if (shares_[k].unfixed == 0) continue;
+      if (const double v = shareOf(shares_[k]); v < share) {
+        share = v;
+        least = k;
       }
     }
-    return;
-  }
-  // Many (an all-to-all's NIC): each resource's flows listed (from its `first` in shareFlows_) and the resources in a
-  // heap by share. A resource's share only grows as others fix flows on it (each at a share no larger than its own),
-  // so the heap holds stale keys, refreshed when they surface.
-  std::uint32_t first = 0;
-  for (Share& s : shares_) {
-    s.first = first;
-    first += s.unfixed;
-  }
-  shareFlows_.resize(first);
-  for (std::size_t i = 0; i < reshared_.size(); ++i) {
-    for (std::uint32_t k = flowFirst_[i]; k < flowFirst_[i + 1]; ++k) {
-      Share& s = shares_[flowShares_[k]];
-      shareFlows_[s.first + s.count++] = static_cast<std::uint32_t>(i);
-    }
-  }
-  const auto later = [](const auto& a, const auto& b) { return a > b; };
-  heap_.clear();
-  for (std::uint32_t k = 0; k < shares_.size(); ++k) heap_.emplace_back(shareOf(shares_[k]), k);
-  std::make_heap(heap_.begin(), heap_.end(), later);
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const auto [key, k] = heap_.back();
-    heap_.pop_back();
-    const Share s = shares_[k];  // a copy: fixing its flows updates the original
-    if (s.unfixed == 0) continue;
-    if (const double v = shareOf(s); v > key) {
-      heap_.emplace_back(v, k);
-      std::push_heap(heap_.begin(), heap_.end(), later);
-      continue;
-    }
-    for (std::uint32_t x = s.first; x < s.first + s.count; ++x) {
-      if (newRate_[shareFlows_[x]] == kUnfixed) fix(shareFlows_[x], key);
+    for (std::size_t i = 0; i < reshared_.size(); ++i) {
+      if (newRate_[i] != kUnfixed) continue;
+      const auto* on = flowShares_.data();
+      if (std::find(on + flowFirst_[i], on + flowFirst_[i + 1], least) == on + flowFirst_[i + 1]) continue;
+      fix(i, share);
+      --left;
     }
   }
 }

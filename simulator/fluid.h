@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "world.h"
@@ -88,8 +87,8 @@ class FluidNetwork {
     std::vector<int> flows;
     std::uint32_t reshared = 0, share = 0;  // the reshare that last met it, and its Share there
   };
-  /// A resource in a round of a reshare: what the held flows leave of it, the weights and number of its re-solved
-  /// flows not yet fixed, and those flows (slots, from `first` in shareFlows_, where many resources take a heap).
+  /// A resource in a round of a reshare: what the held flows leave of it, and the weights and number of its re-solved
+  /// flows not yet fixed.
   struct Share {
     int resource;
     std::uint32_t unfixed = 0;
@@ -97,7 +96,6 @@ class FluidNetwork {
     double floor = 0;           // the least residual handed out (kResidualFloor of its capacity)
     double released = 0;        // what the re-solved flows gave up on it
     std::uint32_t members = 0;  // the re-solved flows on it
-    std::uint32_t first = 0, count = 0;
   };
 
   int add(std::uint64_t tag, std::span<const int> resources, double weight, double bytes);
@@ -111,7 +109,8 @@ class FluidNetwork {
   void solve(const int* changed, std::uint32_t count, double t);
   /// Gathers the round's flows (reshared_) and their resources (shares_, flowShares_).
   void gather(const int* changed, std::uint32_t count);
-  /// Progressive filling: the resource of least share per unit weight fixes its flows at that share, repeatedly.
+  /// New rates for the round (newRate_): progressive filling, the resource of least share per unit weight fixing its
+  /// flows at that share, repeatedly; one pass over many resources (kFilledShares).
   void fill();
   void setRate(int id, double rate, double t);
 
@@ -124,14 +123,12 @@ class FluidNetwork {
   std::vector<std::uint64_t> tags_;  // per flow: what next() reports when it ends
   std::uint32_t reshares_ = 0;
   std::vector<int> free_;
-  // A round's scratch, kept across events: its flows and their new rates (by slot), its resources, the slots of each
-  // resource's flows and the heap of the resources' shares; the resources of the next round.
+  // A round's scratch, kept across events: its flows and their new rates (by slot), its resources, each flow's
+  // resources; the resources of the next round.
   std::vector<int> reshared_, released_;
   std::vector<double> newRate_;
   std::vector<Share> shares_;
   std::vector<std::uint32_t> flowShares_, flowFirst_;  // flow i's resources: shares_ indices from flowFirst_[i]
-  std::vector<std::uint32_t> shareFlows_;
-  std::vector<std::pair<double, std::uint32_t>> heap_;
   /// Events by time. Times never go below the last one popped (work starts at or after the event that started it), so
   /// a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan, "Faster algorithms for the shortest path problem", JACM 1990)
   /// serves them: buckets by the highest bit in which an event's time differs from the last popped, each element

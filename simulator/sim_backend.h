@@ -117,10 +117,10 @@ inline constexpr std::size_t kMaterializeTransferLimit = 4000000;
 /// Transfers the tree model evaluates for one call (0.2-0.6 us each here): the whole pipeline when it fits (the fluid
 /// method's result), else the longest window that does, extrapolated. A round's increment varies by +-15 % on NCCL's
 /// host tree over rails (flows meeting on a host's NIC drift against each other), so a window's period is an
-/// estimate: 1 GiB at 1024 GPUs against the whole pipeline (one channel 35905 us; four channels, the selector's choice
-/// there, 9361 us), the least window (50 rounds) reads +1.2 / -0.3 %, 244 / 91 rounds (this budget's for four) -0.4
-/// / -0.2 % (61 rounds, a budget of 1 M: -1.9 %); `--algo auto` there takes 0.55 / 0.99 / 1.56 s with budgets of 1 /
-/// 1.5 / 2 M (1 s is the target).
+/// estimate: 1 GiB at 1024 GPUs against the whole pipeline (one channel 35873 us; four channels, the selector's choice
+/// there, 9341 us), the least window (50 rounds) reads +1.3 / -0.2 %, this budget's 366 / 91 rounds -0.04 / -0.5 %
+/// (61 rounds, a budget of 1 M: -1.6 %); `--algo auto` there takes 0.55 / 0.99 / 1.56 s with budgets of 1 / 1.5 /
+/// 2 M (1 s is the target).
 inline constexpr std::size_t kDefaultTreeModelTransfers = 1500000;
 
 struct SimConfig {

@@ -357,7 +357,7 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- The fluid model against op by op. Where no link is ever shared it is SimGrid's alpha-beta exactly; where links
 // are shared (a pipelined tree: a host's NIC carries its parent's and its children's flows) each event re-solves
 // max-min locally (fluid.h). Measured: NCCL's host tree over multi_node fabrics of 8-16 servers +0.2 %, -0.3 %, 0.0 %;
-// flat(4) with reductions +0.9 %; a 2:1 oversubscribed k=4 fat tree +0.03 %; fat_tree k=8 +0.6 % and
+// flat(4) with reductions +0.9 %; a 2:1 oversubscribed k=4 fat tree -0.5 %; fat_tree k=8 +0.4 % and
 // dragonfly-small +1.1 %. flat(9) reads -4.7 %: its op-by-op time is ill-conditioned (a latency 1e-9 us or 1e-5 us
 // longer moves it by +0.02 / -2.0 %, the fluid model's by -0.8 / -0.6 %). Each flow taking its weighted share of
 // every link, without max-min's redistribution, these were +0.8 %, -0.9 %, +2.0 %, -2.4 %, +5.4 %, +15.5 %, +10.1 %
