@@ -394,6 +394,10 @@ TEST_P(FluidVsExact, WithinItsBound) {
 INSTANTIATE_TEST_SUITE_P(
     MidSize, FluidVsExact,
     ::testing::Values(
+        // All-to-all: 2256 flows join at once, their rounds over up to 96 links (one pass, fluid.h); every link
+        // carries 47 flows, each at 1/47 of it, as op by op has it.
+        FluidCase{
+            "direct_flat48", [] { return flatTopology(48, 50, 1); }, "direct", std::size_t{4} << 20, {}, kSameRel},
         // A ring's steps use each link once at a time; finite reduction rates make the folds take time.
         FluidCase{"ring_flat16_reduce", [] { return flatWithReduce(16, 40); }, "ring", 16 * 100000 + 7, {}, kSameRel},
         FluidCase{"ring_proto_rail", [] { return loadTopology("h100-4x8-rail"); }, "ring", std::size_t{1} << 22,
