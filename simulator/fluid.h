@@ -9,8 +9,10 @@
 //    that adds or removes a flow re-solves max-min (progressive filling) for the flows on the resources it changes,
 //    every other flow held at its rate (its use of a resource taken off the capacity), then once more for the flows
 //    on the resources where the re-solved flows gave up bandwidth, so that the held flows there take it. Global
-//    max-min would go on along every flow's other resources; here that waits for the next event on them. Every
-//    allocation is feasible (no resource above its capacity). Against op by op: tests/sim (FluidVsExact).
+//    max-min would go on along every flow's other resources; here that waits for the next event on them. A round
+//    over more than kFilledShares resources (an all-to-all's burst) gives each flow its least share in one pass, and
+//    has no second round. Every allocation is feasible (no resource above its capacity). Against op by op:
+//    tests/sim (FluidVsExact), bench/fluid-vs-exact.sh.
 // Each event touches the flows on the resources it changes and on those of one more round, so its cost does not grow
 // with the machine.
 // Internal to simulator/.
