@@ -360,7 +360,7 @@ INSTANTIATE_TEST_SUITE_P(
 // flat(4) with reductions +0.9 %; a 2:1 oversubscribed k=4 fat tree -0.5 %; fat_tree k=8 +0.4 % and
 // dragonfly-small +1.1 %. flat(9) reads -4.7 %: its op-by-op time is ill-conditioned (a latency 1e-9 us or 1e-5 us
 // longer moves it by +0.02 / -2.0 %, the fluid model's by -0.8 / -0.6 %). Each flow taking its weighted share of
-// every link, without max-min's redistribution, these were +0.8 %, -0.9 %, +2.0 %, -2.4 %, +5.4 %, +15.5 %, +10.1 %
+// every link, without max-min's redistribution, these were +0.8 %, -0.9 %, +2.0 %, -2.4 %, +5.4 %, +15.1 %, +10.1 %
 // and -0.5 %.
 
 constexpr double kFluidTreeRel = 0.025;
