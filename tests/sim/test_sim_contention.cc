@@ -44,6 +44,16 @@ double simulate(const Topology& t, const Schedule& s) {
   return sim::Simulator(t, static_cast<int>(t.ranks.size())).run(s).seconds;
 }
 
+/// Op by op (SimGrid's max-min) and the fluid network both give `want`.
+void expectBothWays(const Topology& t, const Schedule& s, double want) {
+  for (const sim::SimMode mode : {sim::SimMode::Exact, sim::SimMode::Fluid}) {
+    sim::SimConfig cfg;
+    cfg.mode = mode;
+    const sim::SimResult r = sim::Simulator(t, static_cast<int>(t.ranks.size()), cfg).run(s);
+    EXPECT_NEAR(r.seconds, want, kRel * want) << r.method;
+  }
+}
+
 TEST(Contention, OneFlowGetsTheLink) {
   const std::size_t S = 1 << 24;
   EXPECT_NEAR(simulate(flatTopology(3, kGBps, kLatencyUs), flows(3, {{0, 2}}, S)), kAlpha + S * kBeta,
@@ -76,35 +86,21 @@ TEST(Contention, UnequalFlowsShareThenTheLongerOneSpeedsUp) {
 TEST(Contention, WhatAFlowHeldElsewhereLeavesGoesToTheOthers) {
   // 0 -> 2, 3 -> 2 and 4 -> 2 share rank 2's downlink at B/3 each; 0 -> 1 shares rank 0's uplink with 0 -> 2 and
   // takes what that leaves, 2B/3 (max-min), not half of it. By 3 S beta the three are done and 0 -> 1 has moved
-  // 2 S of its 3 S; alone, it moves the last S in S beta. Op by op (SimGrid's max-min) and the fluid model agree.
+  // 2 S of its 3 S; alone, it moves the last S in S beta.
   const std::size_t S = 1 << 22;
   Schedule s = flows(5, {{0, 1}, {0, 2}, {3, 2}, {4, 2}}, S);
   s.ranks[0].ops[0].bytes = 3 * S;
   s.ranks[1].ops[0].bytes = 3 * S;
-  const Topology t = flatTopology(5, kGBps, kLatencyUs);
-  const double want = kAlpha + 4.0 * S * kBeta;
-  for (const sim::SimMode mode : {sim::SimMode::Exact, sim::SimMode::Fluid}) {
-    sim::SimConfig cfg;
-    cfg.mode = mode;
-    const sim::SimResult r = sim::Simulator(t, 5, cfg).run(s);
-    EXPECT_NEAR(r.seconds, want, kRel * want) << r.method;
-  }
+  expectBothWays(flatTopology(5, kGBps, kLatencyUs), s, kAlpha + 4.0 * S * kBeta);
 }
 
 TEST(Contention, AnEmptyTransferTakesNoShare) {
-  // 1 -> 2 moves nothing: 0 -> 2 has rank 2's downlink to itself (both ways of simulating agree).
+  // 1 -> 2 moves nothing: 0 -> 2 has rank 2's downlink to itself.
   const std::size_t S = 1 << 22;
   Schedule s = flows(3, {{0, 2}, {1, 2}}, S);
   s.ranks[1].ops[0].bytes = 0;
   s.ranks[2].ops[1].bytes = 0;
-  const Topology t = flatTopology(3, kGBps, kLatencyUs);
-  const double want = kAlpha + S * kBeta;
-  for (const sim::SimMode mode : {sim::SimMode::Exact, sim::SimMode::Fluid}) {
-    sim::SimConfig cfg;
-    cfg.mode = mode;
-    const sim::SimResult r = sim::Simulator(t, 3, cfg).run(s);
-    EXPECT_NEAR(r.seconds, want, kRel * want) << r.method;
-  }
+  expectBothWays(flatTopology(3, kGBps, kLatencyUs), s, kAlpha + S * kBeta);
 }
 
 TEST(Contention, NonBlockingSwitchAddsNone) {
