@@ -24,14 +24,8 @@ while [[ $# -gt 0 ]]; do
 done
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
-collbench="${COLLBENCH:-}"
-if [[ -z "$collbench" ]]; then
-  collbench="$(command -v collbench || true)"
-  for c in "$here/build/release/tools/collbench" "$here/build/ci/tools/collbench"; do
-    [[ -z "$collbench" && -x "$c" ]] && collbench="$c"
-  done
-fi
-[[ -x "$collbench" ]] || { echo "fluid-vs-exact.sh: no collbench binary (set COLLBENCH)" >&2; exit 2; }
+# shellcheck source=bench/collbench-binary.sh
+source "$here/bench/collbench-binary.sh"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -38,14 +38,8 @@ for g in $gpus; do
 done
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
-collbench="${COLLBENCH:-}"
-if [[ -z "$collbench" ]]; then
-  collbench="$(command -v collbench || true)"
-  for c in "$here/build/release/tools/collbench" "$here/build/ci/tools/collbench"; do
-    [[ -z "$collbench" && -x "$c" ]] && collbench="$c"
-  done
-fi
-[[ -x "$collbench" ]] || { echo "scale.sh: no collbench binary (set COLLBENCH)" >&2; exit 2; }
+# shellcheck source=bench/collbench-binary.sh
+source "$here/bench/collbench-binary.sh"
 [[ -x /usr/bin/time ]] || { echo "scale.sh: needs /usr/bin/time (GNU time) for the peak RSS" >&2; exit 2; }
 
 # From this many servers on, radix-64 switches need a fourth level (topologies/README.md, multi_node).
