@@ -276,19 +276,11 @@ void FluidNetwork::fill() {
   const auto shareOf = [](const Share& s) { return std::max(s.residual, s.floor) / s.weights; };
   constexpr double kUnfixed = -1;
   newRate_.assign(reshared_.size(), kUnfixed);
-  // One flow takes the least of its resources' residuals; the flows of one resource share its residual by weight.
-  if (reshared_.size() == 1 || shares_.size() == 1) {
-    double share = INFINITY;
-    for (const Share& s : shares_) share = std::min(share, shareOf(s));
-    for (std::size_t i = 0; i < reshared_.size(); ++i) {
-      newRate_[i] = share * flows_[static_cast<std::size_t>(reshared_[i])].weight;
-    }
-    return;
-  }
-  if (shares_.size() > kFilledShares) {
-    // A round over many resources (an all-to-all's core links): each flow takes its least share in one pass, what
-    // progressive filling starts from. Feasible (no resource hands out more than its residual), but what a flow
-    // bottlenecked elsewhere leaves on a resource stays with it until its next round.
+  // One pass, each flow at its least share, is max-min itself for one flow (the least of its residuals) or one
+  // resource (its residual by weight). Over many resources (an all-to-all's core links) it is what progressive
+  // filling starts from: feasible (no resource hands out more than its residual), but what a flow bottlenecked
+  // elsewhere leaves on a resource stays with it until its next round.
+  if (reshared_.size() == 1 || shares_.size() == 1 || shares_.size() > kFilledShares) {
     for (std::size_t i = 0; i < reshared_.size(); ++i) {
       double share = INFINITY;
       for (std::uint32_t k = flowFirst_[i]; k < flowFirst_[i + 1]; ++k) {
