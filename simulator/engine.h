@@ -47,10 +47,38 @@ struct PipelineWindow {
   std::string method;
   std::size_t simulatedActivities = 0, patterns = 0;
 };
+/// The channels of `tree` the tree model simulates, and the capacity they get of what they share with the others.
+/// NCCL's channels of one tree differ only by where each host's chain starts (treeParents), hence by the rail they
+/// take; on a rail-optimized fabric each channel's network links are its own, and the channels share only their
+/// hosts' NVLink and reductions, which they load alike. There one channel in kChannelsPerRepresentative stands for the
+/// next ones: a resource keeps the part of its capacity that the simulated channels' connections are of all of its
+/// connections, so each simulated flow gets the share its channel's would. Not exact: flows of several channels on one
+/// GPU's NVLink are at different points of their pipelines, and where one waits the others take its share; the
+/// simulated flow cannot (against every channel simulated, 1 GiB, multi_node rail-optimized fabrics of 16-2048
+/// servers: tests/sim TreeModel.RepresentedChannels).
+struct TreeChannels {
+  /// Channel c of a tree is simulated when c % every == 0 (every 1: all, and the shares below are empty).
+  int every = 1;
+  std::vector<double> linkShare;  ///< per directed link, 0 where no simulated connection crosses it
+  std::vector<double> hostShare;  ///< per host (World::hostIndex): of its reductions and copies
+  int simulatedPerTree(int channels) const { return (channels + every - 1) / every; }
+};
+/// Channels of one tree one simulated channel stands for.
+inline constexpr int kChannelsPerRepresentative = 4;
+/// Chunks per channel from which one channel stands for others. In the pipeline's fill and drain a GPU's NVLink
+/// carries fewer channels' flows than in its steady state, and the others would take the idle ones' share; the
+/// simulated flow, held to its channel's share, cannot: on multi_node 16 servers x 4 channels, 32 / 64 / 128 chunks
+/// read +4.0 / +2.2 / +1.0 %, and 256 chunks (1 GiB) +0.5 %.
+inline constexpr std::size_t kRepresentedMinChunks = 128;
+/// The channels to simulate for `tree` with params.channels channels on `w`: one in kChannelsPerRepresentative, or
+/// all where the network links the simulated ones cross are shared with the others (a fabric that is not
+/// rail-optimized, or NICs shared by GPUs) on more than kSharedNetworkLinks of them.
+TreeChannels representTreeChannels(World& w, const CollectiveSpec& spec, const AlgoParams& params);
 /// A window of `tree` all-reduce (chunks of one size, spec.count / (kTreeCount x channels x window) elements each)
-/// on the fluid network without its schedule (tree_model.cc); equal to simulateFluid on the window's schedule. Needs
-/// CM02 without cross-traffic, like the fluid method.
-PipelineWindow simulateTreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& params, std::size_t window);
+/// on the fluid network without its schedule (tree_model.cc), of the channels `channels` says; with all of them, equal
+/// to simulateFluid on the window's schedule. Needs CM02 without cross-traffic, like the fluid method.
+PipelineWindow simulateTreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& params, std::size_t window,
+                                  const TreeChannels& channels = {});
 
 /// Per-flow times of contention groups, simulated once per distinct group. A group is a set of flows that share
 /// links, each with its start time; its key describes it completely (start offsets from the group's first flow,

@@ -237,6 +237,13 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 
 std::size_t ceilLog2(std::size_t n) { return n <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(n - 1)); }
 
+/// What a tree-model result says of the channels it simulated ("" where it simulated them all).
+std::string representedNote(const detail::TreeChannels& c, const AlgoParams& p) {
+  if (c.every == 1) return "";
+  return fmt::format("; {} of the {} channels of each tree simulated, one for every {} (the rails alike)",
+                     c.simulatedPerTree(p.channels), p.channels, c.every);
+}
+
 /// The window for `transfersPerRound` transfers per round: kMaxPipelineWindow where it fits kPipelineWindowWork,
 /// never less than the fill and drain need (4 (log2 n + 2)).
 std::size_t pipelineWindow(std::size_t n, std::size_t transfersPerRound) {
@@ -445,9 +452,19 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   const bool treeModel =
       algo.traits.simTreeModel && fluidApplies(cfg) &&
       (cfg.mode == SimMode::Fluid || (cfg.mode == SimMode::Auto && windowCost > kPipelineExactBudget));
+  // Past the budget for the whole pipeline of every channel, and in pipelines long enough, one channel stands for
+  // several (representTreeChannels) and the window of the simulated ones takes the budget.
+  detail::TreeChannels treeChannels;
   if (treeModel) {
-    window = std::max(window, static_cast<std::size_t>(static_cast<double>(cfg.treeModelTransfers) /
-                                                       static_cast<double>(std::max<std::size_t>(1, perRound))));
+    if (chunks * perRound > cfg.treeModelTransfers && chunks >= detail::kRepresentedMinChunks) {
+      treeChannels = detail::representTreeChannels(w, spec, p);
+    }
+    const std::size_t simulatedPerRound = perRound *
+                                          static_cast<std::size_t>(treeChannels.simulatedPerTree(p.channels)) /
+                                          static_cast<std::size_t>(p.channels);
+    window =
+        std::max(window, static_cast<std::size_t>(static_cast<double>(cfg.treeModelTransfers) /
+                                                  static_cast<double>(std::max<std::size_t>(1, simulatedPerRound))));
   }
   if (chunks <= window) {
     if (treeModel) {
@@ -455,12 +472,12 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
       // are of one size; where the real ones differ by an element, of their mean size (the schedule's alternative,
       // aggregated past op by op's budget, read 26 ranks of h100-4x8-rail at 3 GB 40 % fast).
       SimResult out;
-      out.seconds = detail::simulateTreeWindow(w, spec, subParams, chunks).seconds;
+      out.seconds = detail::simulateTreeWindow(w, spec, subParams, chunks, treeChannels).seconds;
       out.method = "tree-model";
       out.exact = false;
-      out.note = uniform ? "the fluid method without the schedule (tree_model.cc)"
-                         : "the fluid method without the schedule (tree_model.cc), in chunks of the real ones' mean "
-                           "size (they differ by one element)";
+      out.note = fmt::format("the fluid method without the schedule (tree_model.cc){}{}",
+                             uniform ? "" : ", in chunks of the real ones' mean size (they differ by one element)",
+                             representedNote(treeChannels, p));
       out.transfers = estimateTransfers(algo, spec, p);
       out.ops = 2 * out.transfers;
       return out;
@@ -481,7 +498,7 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
                                                                              : SimMode::Aggregated;
   }
   // On the fluid network the tree's window needs no schedule (tree_model.cc: the same graph); others build theirs.
-  const detail::PipelineWindow win = treeModel ? detail::simulateTreeWindow(w, sub, subParams, window)
+  const detail::PipelineWindow win = treeModel ? detail::simulateTreeWindow(w, sub, subParams, window, treeChannels)
                                                : windowOfSchedule(w, sub, algo, subParams, subCfg, window);
   const std::vector<double>& roundEnd = win.roundEnd;
   // The last rounds drain (nothing follows them up the tree), so they are left out; the period read before.
@@ -505,12 +522,12 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   out.exact = false;
   out.simulatedActivities = win.simulatedActivities;
   out.patterns = win.patterns;
-  out.note = fmt::format("{} chunks of {} elements extrapolated from a {}-chunk {} run at {:.6g} us per chunk ({}{})",
+  out.note = fmt::format("{} chunks of {} elements extrapolated from a {}-chunk {} run at {:.6g} us per chunk ({}{}){}",
                          chunks, chunkElems, window, win.method, slope * 1e6,
                          linear   ? "periodic: equal increments before the drain"
                          : capped ? "the busiest link's bytes per round: the window measured less, an estimate"
                                   : "increments vary around the mean: an estimate",
-                         uniform ? "" : "; the real chunks differ by one element");
+                         uniform ? "" : "; the real chunks differ by one element", representedNote(treeChannels, p));
   out.transfers = estimateTransfers(algo, spec, p);
   out.ops = 2 * out.transfers;
   return out;

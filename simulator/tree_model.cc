@@ -17,8 +17,12 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <span>
+#include <string>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "collbench/algorithms.h"
@@ -33,6 +37,11 @@ namespace {
 enum Kind : std::uint64_t { kUp = 0, kDown = 1, kFold = 2 };
 
 constexpr double kBytesPerGB = 1e9;
+/// representTreeChannels simulates every channel where more of the network links its simulated channels cross are
+/// shared with the others. With 4 channels at 1 GiB on multi_node: not rail-optimized, 128 servers, 162 of 858 (one
+/// channel in four read +6.1 % there); two GPUs per NIC, 256 of 272; rail-optimized three-level fabrics share a few
+/// spine-core links where routes of two rails meet, 4 of 9109 at 2048 servers and 1 of 68921 at 16384.
+constexpr double kSharedNetworkLinks = 0.01;
 
 class TreeWindow {
  public:
@@ -41,26 +50,35 @@ class TreeWindow {
   /// the hierarchical model's run on the same fabric, 0.18 GB of it cells).
   static constexpr std::size_t kCellBytes = sizeof(double) + 1;
   static constexpr double kBytesPerSliceRank = 1000;
-  TreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& p, std::size_t window)
+  TreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& p, std::size_t window,
+             const TreeChannels& channels)
       : w_(w),
         net_(w),
         n_(spec.nranks),
-        slices_(kTreeCount * p.channels),
+        slices_(kTreeCount * channels.simulatedPerTree(p.channels)),
         window_(static_cast<int>(window)),
-        bytes_(spec.count * spec.elementSize() / static_cast<std::size_t>(slices_) / window) {
+        bytes_(spec.count * spec.elementSize() / static_cast<std::size_t>(kTreeCount * p.channels) / window),
+        linkShare_(channels.linkShare) {
     const auto sr = static_cast<std::size_t>(slices_) * static_cast<std::size_t>(n_);
     COLLBENCH_CHECK(sr <= std::numeric_limits<std::uint32_t>::max() && window < (std::size_t{1} << 30),
                     "tree model: {} slice-ranks and {} rounds exceed its tags", sr, window);
     nodes_.resize(sr);
+    const int perTree = channels.simulatedPerTree(p.channels);
     for (int t = 0; t < kTreeCount; ++t) {
-      for (int c = 0; c < p.channels; ++c) {
-        const int s = t * p.channels + c;
-        const std::vector<int> parent = treeParents(n_, p, t, s);
+      for (int i = 0; i < perTree; ++i) {
+        const int s = t * perTree + i;
+        const std::vector<int> parent = treeParents(n_, p, t, t * p.channels + i * channels.every);
         for (int r = 0; r < n_; ++r) {
           const int up = parent[static_cast<std::size_t>(r)];
           nodes_[at(s, r)].parent = up < 0 ? kNone : static_cast<std::uint32_t>(at(s, up));
         }
       }
+    }
+    for (std::size_t l = 0; l < linkShare_.size(); ++l) {
+      if (linkShare_[l] > 0) net_.scaleLink(static_cast<DirLink>(l), linkShare_[l]);
+    }
+    for (std::size_t h = 0; h < channels.hostShare.size(); ++h) {
+      if (channels.hostShare[h] > 0) net_.scaleHost(static_cast<int>(h), channels.hostShare[h]);
     }
     // Children in rank order (the schedule folds them so), as one array per slice and rank.
     std::vector<std::uint32_t> kidStart(sr + 1, 0);
@@ -134,7 +152,8 @@ class TreeWindow {
     }
     double busiest = 0;
     for (std::size_t l = 0; l < linkBytes.size(); ++l) {
-      if (linkBytes[l] > 0) busiest = std::max(busiest, linkBytes[l] / w_.bandwidth(static_cast<DirLink>(l)));
+      const double share = linkShare_.empty() ? 1.0 : linkShare_[l];
+      if (linkBytes[l] > 0) busiest = std::max(busiest, linkBytes[l] / (w_.bandwidth(static_cast<DirLink>(l)) * share));
     }
     return busiest;
   }
@@ -304,6 +323,7 @@ class TreeWindow {
   FluidNetwork net_;
   int n_, slices_, window_;
   std::uint64_t bytes_;              // one chunk
+  std::vector<double> linkShare_;    // TreeChannels::linkShare
   std::vector<Node> nodes_;          // per (slice, rank)
   std::vector<std::uint32_t> kids_;  // children of each (slice, rank), from its kidStart
   std::vector<DirLink> routes_;      // the connections' routes, one after the other
@@ -333,10 +353,91 @@ class TreeWindow {
 
 }  // namespace
 
-PipelineWindow simulateTreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& params, std::size_t window) {
+TreeChannels representTreeChannels(World& w, const CollectiveSpec& spec, const AlgoParams& params) {
+  TreeChannels out;
+  if (params.channels <= 1) return out;
+  const int n = spec.nranks;
+  const Topology& topo = w.topology();
+  // Connections crossing each directed link and reductions or copies on each host: of every channel, and of the
+  // simulated ones.
+  struct Count {
+    double all = 0, simulated = 0;
+  };
+  std::vector<Count> links(2 * topo.links.size()), hosts(static_cast<std::size_t>(n));
+  // A channel's tree depends on it only through its remainder modulo the hosts' sizes (treeParents): one tree per
+  // remainder, counted for each of its channels.
+  std::size_t period = 1;
+  if (static_cast<int>(params.rankHost.size()) == n) {
+    std::map<int, std::size_t> hostSize;
+    for (int h : params.rankHost) ++hostSize[h];
+    for (const auto& [h, size] : hostSize) period = std::min(std::lcm(period, size), std::size_t{1} << 20);
+  }
+  struct Channels {
+    int channel = 0;  // one of them
+    double all = 0, simulated = 0;
+  };
+  std::map<std::pair<int, std::size_t>, Channels> byTree;  // (tree, remainder)
+  for (int t = 0; t < kTreeCount; ++t) {
+    for (int c = 0; c < params.channels; ++c) {
+      const int channel = t * params.channels + c;
+      Channels& k =
+          byTree.try_emplace({t, static_cast<std::size_t>(channel) % period}, Channels{channel}).first->second;
+      k.all += 1;
+      if (c % kChannelsPerRepresentative == 0) k.simulated += 1;
+    }
+  }
+  for (const auto& [key, k] : byTree) {
+    const std::vector<int> parent = treeParents(n, params, key.first, k.channel);
+    for (int r = 0; r < n; ++r) {
+      const int up = parent[static_cast<std::size_t>(r)];
+      if (up < 0) continue;
+      const auto work = [&](int rank) {
+        Count& h = hosts[static_cast<std::size_t>(w.hostIndex(rank))];
+        h.all += k.all;
+        h.simulated += k.simulated;
+      };
+      work(up);                 // the parent folds r's chunks
+      if (w.sameNode(r, up)) {  // each direction is a copy at its sender
+        work(r);
+        work(up);
+        continue;
+      }
+      for (auto [a, b] : {std::pair{r, up}, std::pair{up, r}}) {
+        for (DirLink l : w.route(a, b)) {
+          links[static_cast<std::size_t>(l)].all += k.all;
+          links[static_cast<std::size_t>(l)].simulated += k.simulated;
+        }
+      }
+    }
+  }
+  // Network links (outside one host) the simulated channels share with others, of those they cross.
+  std::unordered_map<std::string_view, const std::string*> hostOf;
+  for (const TopoNode& v : topo.nodes) hostOf.emplace(v.id, &v.host);
+  std::size_t network = 0, shared = 0;
+  for (std::size_t l = 0; l < links.size(); ++l) {
+    if (links[l].simulated == 0) continue;
+    const TopoLink& link = topo.links[l / 2];
+    const std::string &ha = *hostOf.at(link.a), &hb = *hostOf.at(link.b);
+    if (!ha.empty() && ha == hb) continue;
+    ++network;
+    if (links[l].simulated < links[l].all) ++shared;
+  }
+  if (static_cast<double>(shared) > kSharedNetworkLinks * static_cast<double>(network)) return out;
+  out.every = kChannelsPerRepresentative;
+  const auto share = [](const Count& c) { return c.simulated > 0 ? c.simulated / c.all : 0.0; };
+  out.linkShare.reserve(links.size());
+  for (const Count& c : links) out.linkShare.push_back(share(c));
+  out.hostShare.reserve(hosts.size());
+  for (const Count& c : hosts) out.hostShare.push_back(share(c));
+  return out;
+}
+
+PipelineWindow simulateTreeWindow(World& w, const CollectiveSpec& spec, const AlgoParams& params, std::size_t window,
+                                  const TreeChannels& channels) {
   // Its state, before any of it is allocated: a cell per slice, rank and round, and per slice and rank the tree,
   // both connections and their routes (measured: about kBytesPerSliceRank).
-  const double slicesRanks = static_cast<double>(kTreeCount * params.channels) * static_cast<double>(spec.nranks);
+  const double slicesRanks =
+      static_cast<double>(kTreeCount * channels.simulatedPerTree(params.channels)) * static_cast<double>(spec.nranks);
   const double need = slicesRanks * (static_cast<double>(window) * static_cast<double>(TreeWindow::kCellBytes) +
                                      TreeWindow::kBytesPerSliceRank);
   if (const double available = availableMemoryBytes(); need > available) {
@@ -345,7 +446,7 @@ PipelineWindow simulateTreeWindow(World& w, const CollectiveSpec& spec, const Al
                             "memory, more than the {:.2f} GB available; use fewer channels or ranks",
                             spec.nranks, params.channels, window, need / kBytesPerGB, available / kBytesPerGB));
   }
-  TreeWindow tree(w, spec, params, window);
+  TreeWindow tree(w, spec, params, window, channels);
   PipelineWindow out;
   out.roundEnd = tree.run();
   out.seconds = *std::max_element(out.roundEnd.begin(), out.roundEnd.end());
