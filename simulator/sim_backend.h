@@ -119,8 +119,10 @@ inline constexpr std::size_t kMaterializeTransferLimit = 4000000;
 /// host tree over rails (flows meeting on a host's NIC drift against each other), so a window's period is an
 /// estimate: 1 GiB at 1024 GPUs against the whole pipeline (one channel 35873 us; four channels, the selector's choice
 /// there, 9341 us), the least window (50 rounds) reads +1.3 / -0.2 %, this budget's 366 / 91 rounds -0.04 / -0.5 %
-/// (61 rounds, a budget of 1 M: -1.6 %); `--algo auto` there takes 0.55 / 0.99 / 1.56 s with budgets of 1 / 1.5 /
-/// 2 M (1 s is the target).
+/// (61 rounds, a budget of 1 M: -1.6 %); `--algo auto` there took 0.55 / 0.99 / 1.56 s with budgets of 1 / 1.5 /
+/// 2 M (1 s is the target). Past the budget, one channel in four of each tree now stands for the others where the
+/// rails allow (simulator/engine.h representTreeChannels): four channels at 1024 GPUs run whole (9434 us, +1.0 %),
+/// and `--algo auto` there takes 0.64 s.
 inline constexpr std::size_t kDefaultTreeModelTransfers = 1500000;
 
 struct SimConfig {
