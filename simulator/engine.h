@@ -54,8 +54,8 @@ struct PipelineWindow {
 /// next ones: a resource keeps the part of its capacity that the simulated channels' connections are of all of its
 /// connections, so each simulated flow gets the share its channel's would. Not exact: flows of several channels on one
 /// GPU's NVLink are at different points of their pipelines, and where one waits the others take its share; the
-/// simulated flow cannot (against every channel simulated, 1 GiB, multi_node rail-optimized fabrics of 16-2048
-/// servers: tests/sim TreeModel.RepresentedChannels).
+/// simulated flow cannot (measured against every channel simulated: simulator/README.md `tree-model`; tested by
+/// TreeModel.RepresentedChannels).
 struct TreeChannels {
   /// Channel c of a tree is simulated when c % every == 0 (every 1: all, and the shares below are empty).
   int every = 1;

@@ -51,7 +51,9 @@ class FluidNetwork {
   /// Scales a resource's capacity by `factor`, before any work starts: directed link l, or host h's reduction (World::
   /// hostIndex).
   void scaleLink(DirLink l, double factor) { load_[static_cast<std::size_t>(l)].capacity *= factor; }
-  void scaleHost(int h, double factor) { load_[static_cast<std::size_t>(firstHost_ + h)].capacity *= factor; }
+  void scaleHost(int h, double factor) {
+    load_[static_cast<std::size_t>(firstHost_) + static_cast<std::size_t>(h)].capacity *= factor;
+  }
   /// Runs the events in time order up to the next transfer or exec that finishes; nullopt once none is left. The
   /// caller may start more work before asking for the next.
   std::optional<Done> next();

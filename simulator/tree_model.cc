@@ -386,8 +386,9 @@ TreeChannels representTreeChannels(World& w, const CollectiveSpec& spec, const A
       if (c % kChannelsPerRepresentative == 0) k.simulated += 1;
     }
   }
-  for (const auto& [key, k] : byTree) {
-    const std::vector<int> parent = treeParents(n, params, key.first, k.channel);
+  for (const auto& entry : byTree) {
+    const Channels& k = entry.second;
+    const std::vector<int> parent = treeParents(n, params, entry.first.first, k.channel);
     for (int r = 0; r < n; ++r) {
       const int up = parent[static_cast<std::size_t>(r)];
       if (up < 0) continue;
