@@ -65,11 +65,13 @@ struct TreeChannels {
 };
 /// Channels of one tree one simulated channel stands for.
 inline constexpr int kChannelsPerRepresentative = 4;
-/// Chunks per channel from which one channel stands for others. In the pipeline's fill and drain a GPU's NVLink
-/// carries fewer channels' flows than in its steady state, and the others would take the idle ones' share; the
-/// simulated flow, held to its channel's share, cannot: on multi_node 16 servers x 4 channels, 32 / 64 / 128 chunks
-/// read +4.0 / +2.2 / +1.0 %, and 256 chunks (1 GiB) +0.5 %.
-inline constexpr std::size_t kRepresentedMinChunks = 128;
+/// Chunks per channel, in trips of a chunk up its tree and down again (AlgorithmTraits::pipelineTrip), from which one
+/// channel stands for others. In the pipeline's fill and drain a GPU's NVLink carries fewer channels' flows than in
+/// its steady state, and the others would take the idle ones' share; the simulated flow, held to its channel's share,
+/// cannot. The error falls with the trips the pipeline is long: about 6 % / trips with 4 channels and 12 % / trips
+/// with 8 (multi_node 16 servers, a 22-hop trip, x4: 32 / 64 / 128 / 256 chunks read +4.0 / +2.2 / +1.0 / +0.5 %; x8,
+/// 128 chunks: +2.0 %; 2048 servers, a 36-hop trip, 1 GiB: x4 256 chunks -1.1 %, x8 128 chunks +3.7 %).
+inline constexpr std::size_t kRepresentedTrips = 6;
 /// The channels to simulate for `tree` with params.channels channels on `w`: one in kChannelsPerRepresentative, or
 /// all where the network links the simulated ones cross are shared with the others (a fabric that is not
 /// rail-optimized, or NICs shared by GPUs) on more than kSharedNetworkLinks of them.

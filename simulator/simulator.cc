@@ -254,10 +254,12 @@ std::size_t pipelineWindow(std::size_t n, std::size_t transfersPerRound) {
 /// the chunks within one trip of it (AlgorithmTraits::pipelineTrip; log2 n where the algorithm gives none), and two.
 /// NCCL's host tree with 4 channels on 1024 GPUs (a 28-hop trip), 1 GiB, against the whole 256-round pipeline
 /// (10500.2 us): the 48- and 91-round windows read -8.2 / -4.2 % leaving 12 rounds out, -0.9 / -0.5 % leaving 28.
+std::size_t pipelineTrip(const AlgorithmInfo& algo, const CollectiveSpec& spec, const AlgoParams& p) {
+  return algo.traits.pipelineTrip != nullptr ? algo.traits.pipelineTrip(spec, p)
+                                             : ceilLog2(static_cast<std::size_t>(spec.nranks));
+}
 std::size_t pipelineDrain(const AlgorithmInfo& algo, const CollectiveSpec& spec, const AlgoParams& p) {
-  const std::size_t trip = algo.traits.pipelineTrip != nullptr ? algo.traits.pipelineTrip(spec, p)
-                                                               : ceilLog2(static_cast<std::size_t>(spec.nranks));
-  return trip + 2;
+  return pipelineTrip(algo, spec, p) + 2;
 }
 
 std::size_t chunksOf(std::size_t elems, std::size_t elemSize, std::size_t chunkBytes, std::size_t def) {
@@ -456,7 +458,8 @@ SimResult extrapolate(detail::World& w, const CollectiveSpec& spec, const Algori
   // several (representTreeChannels) and the window of the simulated ones takes the budget.
   detail::TreeChannels treeChannels;
   if (treeModel) {
-    if (chunks * perRound > cfg.treeModelTransfers && chunks >= detail::kRepresentedMinChunks) {
+    if (chunks * perRound > cfg.treeModelTransfers &&
+        chunks >= detail::kRepresentedTrips * pipelineTrip(algo, spec, p)) {
       treeChannels = detail::representTreeChannels(w, spec, p);
     }
     const std::size_t simulatedPerRound = perRound *
