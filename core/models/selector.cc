@@ -4,8 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "collbench/algorithms.h"
 #include "collbench/backend_info.h"
@@ -262,26 +266,16 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
 
   // 3. Cost model; without a topology over the algorithms AlgorithmTraits::defaultModel offers (the table above
   // measured them all).
-  const CostModel& m = model(n);
-  std::vector<Alternative> ranking;
-  std::string unsupported;
+  std::vector<std::string> modelled;
   for (const std::string& a : candidates) {
     if (forced.empty() && !opt_.topology && !findAlgorithm(spec.kind, a).traits.defaultModel) continue;
-    const ParamSpace ps = paramSpace(spec.kind, a);
-    Alternative best{a, 0, 1, -1};
-    for (std::size_t chunk : kModelChunkCandidates) {
-      if (chunk != 0 && !ps.chunk) continue;
-      for (int ch : kModelChannelCandidates) {
-        if (ch != 1 && !ps.channels) continue;
-        const Estimate e = m.estimate(spec, a, AlgoParams{chunk, ch, m.rankHost()});
-        if (!e.supported) {
-          unsupported = e.note;
-          continue;
-        }
-        if (best.predictedUs < 0 || e.terms.us < best.predictedUs) best = {a, chunk, ch, e.terms.us};
-      }
-    }
-    if (best.predictedUs >= 0) ranking.push_back(best);
+    modelled.push_back(a);
+  }
+  std::vector<Alternative> ranking;
+  std::string unsupported;
+  for (const Priced& p : price(spec, modelled)) {
+    if (p.best.predictedUs >= 0) ranking.push_back(p.best);
+    if (!p.unsupported.empty()) unsupported = p.unsupported;
   }
   if (const auto nccl = forced.empty() ? ncclCandidate(spec) : std::nullopt) ranking.push_back(*nccl);
   std::stable_sort(ranking.begin(), ranking.end(),
@@ -305,6 +299,80 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
   c.reason = fmt::format("{}cost model on {}: {:.3g} us{}{}", forced.empty() ? "" : "forced by " + forcedBy + "; ", on,
                          c.predictedUs, runnerUp(ranking), tableNote);
   return c;
+}
+
+namespace {
+
+/// The model's best configuration of `algorithm` over kModelChunkCandidates x kModelChannelCandidates.
+Selector::Priced priceOne(const CostModel& m, const CollectiveSpec& spec, const std::string& algorithm) {
+  const ParamSpace ps = paramSpace(spec.kind, algorithm);
+  Selector::Priced out{{algorithm, 0, 1, -1}, ""};
+  for (std::size_t chunk : kModelChunkCandidates) {
+    if (chunk != 0 && !ps.chunk) continue;
+    for (int ch : kModelChannelCandidates) {
+      if (ch != 1 && !ps.channels) continue;
+      const Estimate e = m.estimate(spec, algorithm, AlgoParams{chunk, ch, m.rankHost()});
+      if (!e.supported) {
+        out.unsupported = e.note;
+        continue;
+      }
+      if (out.best.predictedUs < 0 || e.terms.us < out.best.predictedUs) out.best = {algorithm, chunk, ch, e.terms.us};
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
+                                              const std::vector<std::string>& algorithms) const {
+  std::vector<Priced> out(algorithms.size());
+  std::size_t wanted = 1;
+  if (opt_.pricingThreads > 0) {
+    wanted = static_cast<std::size_t>(opt_.pricingThreads);
+  } else if (spec.nranks >= kParallelPricingRanks) {
+    wanted = std::max(1U, std::thread::hardware_concurrency());
+  }
+  const int workers = opt_.topology == nullptr ? 1 : static_cast<int>(std::min(algorithms.size(), wanted));
+  if (workers <= 1) {
+    for (std::size_t i = 0; i < algorithms.size(); ++i) out[i] = priceOne(model(spec.nranks), spec, algorithms[i]);
+    return out;
+  }
+  // Each worker prices whole algorithms on its own cost model (a Router serves one thread). Results and errors land
+  // in the candidates' order, so the ranking, and the error one thread would have met first, do not depend on which
+  // worker finished first.
+  std::atomic<std::size_t> next{0};
+  std::vector<std::exception_ptr> failed(algorithms.size() + 1);  // the last: a worker's own cost model
+  auto work = [&](const CostModel& m) {
+    for (std::size_t i = next++; i < algorithms.size(); i = next++) {
+      try {
+        out[i] = priceOne(m, spec, algorithms[i]);
+      } catch (...) {
+        failed[i] = std::current_exception();
+        next = algorithms.size();  // the algorithms before it are taken; no more after it
+      }
+    }
+  };
+  const CostModel& first = model(spec.nranks);
+  std::mutex setup;
+  std::vector<std::thread> threads;
+  for (int w = 1; w < workers; ++w) {
+    threads.emplace_back([&] {
+      try {
+        const CostModel own(*opt_.topology, spec.nranks);
+        work(own);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(setup);
+        failed.back() = std::current_exception();
+      }
+    });
+  }
+  work(first);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : failed) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
 }
 
 Choice Selector::ncclChoice(const CollectiveSpec& spec, const Alternative& nccl, const std::string& note,

@@ -233,6 +233,29 @@ TEST(Selector, HierarchicalOnlyWhereHostsAreEqual) {
   }
 }
 
+// Pricing on several threads (each with its own cost model) ranks every algorithm as one thread does, bit for bit,
+// whatever thread finishes first.
+TEST(Selector, ThreadsPriceAsOneThreadDoes) {
+  const Topology rail = loadTopology("h100-4x8-rail");
+  for (std::size_t bytes : {std::size_t{4} << 10, std::size_t{64} << 20}) {
+    const CollectiveSpec spec{Collective::AllReduce, 32, bytes / 4, DType::F32};
+    SelectorOptions one{&rail, nullptr, "", "auto", ""}, three = one;
+    one.pricingThreads = 1;
+    three.pricingThreads = 3;
+    const Choice a = chooseAlgorithm(spec, one), b = chooseAlgorithm(spec, three);
+    EXPECT_EQ(a.algorithm, b.algorithm);
+    EXPECT_EQ(a.reason, b.reason);
+    ASSERT_EQ(a.ranking.size(), b.ranking.size());
+    ASSERT_GE(a.ranking.size(), 4U);
+    for (std::size_t i = 0; i < a.ranking.size(); ++i) {
+      EXPECT_EQ(a.ranking[i].algorithm, b.ranking[i].algorithm);
+      EXPECT_EQ(a.ranking[i].chunkBytes, b.ranking[i].chunkBytes);
+      EXPECT_EQ(a.ranking[i].channels, b.ranking[i].channels);
+      EXPECT_EQ(a.ranking[i].predictedUs, b.ranking[i].predictedUs);
+    }
+  }
+}
+
 TEST(Selector, GpuSystemsPayTheWireRule) {
   // dgx-h100-8x1 (GPU ranks of a known arch), 8 B: every flow pays NCCL's LL step latency on NVLink (0.6 us, the
   // larger of it and the route's 2 x 0.3 us) and the call LL's launch floor (6.6 us; NCCL 2.28 tuning.cc, Ring row;
