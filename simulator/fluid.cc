@@ -349,7 +349,7 @@ SimResult simulateFluid(World& w, const Schedule& s, const Matching& m, bool tim
   r.seconds = d.makespan();
   r.method = "fluid";
   r.exact = false;
-  r.note = "fluid model: shares without max-min's redistribution (simulator/README.md, fluid)";
+  r.note = "fluid model: max-min shares re-solved near each change, not globally (simulator/README.md, fluid)";
   r.ops = d.ops();
   r.transfers = d.transfers().size();
   if (timeline) r.spans = d.spans();

@@ -102,7 +102,9 @@ std::string_view toString(SimMode m);
 SimMode parseSimMode(std::string_view s);
 
 /// Auto mode simulates op by op up to kAlwaysExactTransfers transfers. Above, it aggregates, and falls back to op by op
-/// when the aggregated result cannot be proved exact and there are at most exactTransferLimit transfers. Op by op
+/// when the aggregated result cannot be proved exact and there are at most exactTransferLimit transfers. Where the
+/// connections with a transfer ready at the start times all transfers exceed kExactFallbackBudget, it runs the fluid
+/// method first (where that applies: CM02 without cross-traffic). Op by op
 /// costs 1-3 us of host time per transfer where flows interact little (a ring) and up to ~150 us where one
 /// contention system spans the machine (a pipelined tree on 64 ranks), so the limits are counts of transfers that
 /// stay within seconds in the bad case.

@@ -574,6 +574,29 @@ TEST(TreeModel, RefusesWindowsLargerThanTheMachine) {
   }
 }
 
+// Auto mode leaves op by op where its cost is the flows in flight at once: direct all-reduce on 96 ranks starts 9120
+// of its 18240 transfers together (one per connection), which SimGrid scans at each completion; the fluid network
+// takes it (equal to op by op on such a burst: FluidVsExact direct_flat48), and 48 ranks (2256 of 4512) stay op by op.
+// A pipeline's ready chunks wait on their connection: NCCL's host tree on 32 ranks of h100-4x8-rail (4 slices of 128
+// chunks, 31744 transfers) stays as it was.
+TEST(Fluid, AutoTakesBurstsTooLargeForOpByOp) {
+  for (const auto& [n, method] : {std::pair{96, "fluid"}, std::pair{48, "exact"}}) {
+    const CollectiveSpec spec{Collective::AllReduce, n, static_cast<std::size_t>(n) * 1024, DType::F32};
+    const sim::SimResult r =
+        sim::Simulator(flatTopology(n, 50, 1), n, mode(sim::SimMode::Auto)).runAlgorithm(spec, "direct", {});
+    EXPECT_EQ(r.method, method) << n << " ranks: " << r.note;
+    if (n == 96) {
+      EXPECT_NE(r.note.find("chosen over op by op for 9120 of 18240 transfers in flight at once"), std::string::npos)
+          << r.note;
+    }
+  }
+  const Topology rail = loadTopology("h100-4x8-rail");
+  const CollectiveSpec tree{Collective::AllReduce, 32, (std::size_t{64} << 20) / 4, DType::F32};
+  const sim::SimResult r =
+      sim::Simulator(rail, 32, mode(sim::SimMode::Auto)).runAlgorithm(tree, "tree", {131072, 2, rankHosts(rail, 32)});
+  EXPECT_NE(r.method, "fluid") << r.note;
+}
+
 TEST(Fluid, RefusesWhatItDoesNotModel) {
   sim::SimConfig lv08 = mode(sim::SimMode::Fluid);
   lv08.model = sim::NetworkModel::LV08;
