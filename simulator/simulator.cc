@@ -242,7 +242,7 @@ std::size_t ceilLog2(std::size_t n) { return n <= 1 ? 0 : static_cast<std::size_
 /// What a tree-model result says of the channels it simulated ("" where it simulated them all).
 std::string representedNote(const detail::TreeChannels& c, const AlgoParams& p) {
   if (c.every == 1) return "";
-  return fmt::format("; {} of the {} channels of each tree simulated, one for every {} (the rails alike)",
+  return fmt::format("; {} of the {} channels of each tree simulated, each for up to {} (the rails alike)",
                      c.simulatedPerTree(p.channels), p.channels, c.every);
 }
 
