@@ -8,7 +8,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
+#include <memory>
 #include <thread>
 
 #include "collbench/algorithms.h"
@@ -342,7 +342,7 @@ std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
   // in the candidates' order, so the ranking, and the error one thread would have met first, do not depend on which
   // worker finished first.
   std::atomic<std::size_t> next{0};
-  std::vector<std::exception_ptr> failed(algorithms.size() + 1);  // the last: a worker's own cost model
+  std::vector<std::exception_ptr> failed(algorithms.size());
   auto work = [&](const CostModel& m) {
     for (std::size_t i = next++; i < algorithms.size(); i = next++) {
       try {
@@ -354,17 +354,17 @@ std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
     }
   };
   const CostModel& first = model(spec.nranks);
-  std::mutex setup;
   std::vector<std::thread> threads;
   for (int w = 1; w < workers; ++w) {
     threads.emplace_back([&] {
+      std::unique_ptr<CostModel> own;
       try {
-        const CostModel own(*opt_.topology, spec.nranks);
-        work(own);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(setup);
-        failed.back() = std::current_exception();
+        own = std::make_unique<CostModel>(*opt_.topology, spec.nranks);
+      } catch (const std::exception&) {
+        // The same model was built once already, so only memory can run out: the other workers price its share.
+        return;
       }
+      work(*own);
     });
   }
   work(first);
