@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <system_error>
 #include <thread>
 
 #include "collbench/algorithms.h"
@@ -355,17 +356,23 @@ std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
   };
   const CostModel& first = model(spec.nranks);
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(workers));
   for (int w = 1; w < workers; ++w) {
-    threads.emplace_back([&] {
-      std::unique_ptr<CostModel> own;
-      try {
-        own = std::make_unique<CostModel>(*opt_.topology, spec.nranks);
-      } catch (const std::exception&) {
-        // The same model was built once already, so only memory can run out: the other workers price its share.
-        return;
-      }
-      work(*own);
-    });
+    // A thread the system refuses (std::system_error) leaves its share to the others too.
+    try {
+      threads.emplace_back([&] {
+        std::unique_ptr<CostModel> own;
+        try {
+          own = std::make_unique<CostModel>(*opt_.topology, spec.nranks);
+        } catch (const std::exception&) {
+          // The same model was built once already, so only memory can run out: the other workers price its share.
+          return;
+        }
+        work(*own);
+      });
+    } catch (const std::system_error&) {
+      break;
+    }
   }
   work(first);
   for (std::thread& t : threads) t.join();
