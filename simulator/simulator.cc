@@ -252,14 +252,15 @@ std::size_t pipelineWindow(std::size_t n, std::size_t transfersPerRound) {
   const std::size_t fits = kPipelineWindowWork / std::max<std::size_t>(1, transfersPerRound * n);
   return std::max(4 * (ceilLog2(n) + 2), std::min(kMaxPipelineWindow, fits));
 }
-/// Rounds at the end of a window that finish early because no later chunk follows them: a chunk shares links with
-/// the chunks within one trip of it (AlgorithmTraits::pipelineTrip; log2 n where the algorithm gives none), and two.
-/// NCCL's host tree with 4 channels on 1024 GPUs (a 28-hop trip), 1 GiB, against the whole 256-round pipeline
-/// (10500.2 us): the 48- and 91-round windows read -8.2 / -4.2 % leaving 12 rounds out, -0.9 / -0.5 % leaving 28.
+/// Hops of a chunk's trip through the pipeline (AlgorithmTraits::pipelineTrip; log2 n where the algorithm gives none).
 std::size_t pipelineTrip(const AlgorithmInfo& algo, const CollectiveSpec& spec, const AlgoParams& p) {
   return algo.traits.pipelineTrip != nullptr ? algo.traits.pipelineTrip(spec, p)
                                              : ceilLog2(static_cast<std::size_t>(spec.nranks));
 }
+/// Rounds at the end of a window that finish early because no later chunk follows them: a chunk shares links with
+/// the chunks within one trip of it, and two. NCCL's host tree with 4 channels on 1024 GPUs (a 28-hop trip), 1 GiB,
+/// against the whole 256-round pipeline (10500.2 us): the 48- and 91-round windows read -8.2 / -4.2 % leaving 12
+/// rounds out, -0.9 / -0.5 % leaving 28.
 std::size_t pipelineDrain(const AlgorithmInfo& algo, const CollectiveSpec& spec, const AlgoParams& p) {
   return pipelineTrip(algo, spec, p) + 2;
 }
