@@ -314,9 +314,16 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
       const Op& recv = s.ranks[static_cast<std::size_t>(x.dstRank)].ops[static_cast<std::size_t>(x.dstOp)];
       if (send.deps.empty() && recv.deps.empty()) ready.emplace_back(x.srcRank, x.dstRank, send.channel);
     }
-    std::sort(ready.begin(), ready.end());
-    const auto burst = static_cast<std::size_t>(std::unique(ready.begin(), ready.end()) - ready.begin());
-    if (static_cast<double>(burst) * static_cast<double>(m.matches.size()) > kExactFallbackBudget) {
+    const auto overBudget = [&](std::size_t n) {
+      return static_cast<double>(n) * static_cast<double>(m.matches.size()) > kExactFallbackBudget;
+    };
+    // Ready transfers bound the distinct connections among them: counted only where the bound is over budget.
+    std::size_t burst = ready.size();
+    if (overBudget(burst)) {
+      std::sort(ready.begin(), ready.end());
+      burst = static_cast<std::size_t>(std::unique(ready.begin(), ready.end()) - ready.begin());
+    }
+    if (overBudget(burst)) {
       SimResult r = detail::simulateFluid(w, s, m, timeline);
       r.note += fmt::format("; chosen over op by op for {} of {} transfers in flight at once", burst, m.matches.size());
       return r;

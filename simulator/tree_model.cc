@@ -322,12 +322,12 @@ class TreeWindow {
   World& w_;
   FluidNetwork net_;
   int n_, slices_, window_;
-  std::uint64_t bytes_;              // one chunk
-  std::vector<double> linkShare_;    // TreeChannels::linkShare
-  std::vector<Node> nodes_;          // per (slice, rank)
-  std::vector<std::uint32_t> kids_;  // children of each (slice, rank), from its kidStart
-  std::vector<DirLink> routes_;      // the connections' routes, one after the other
-  std::vector<Cost> costs_;          // what a transfer pays, per distinct latency and wire cost
+  std::uint64_t bytes_;                   // one chunk
+  const std::vector<double>& linkShare_;  // TreeChannels::linkShare (the caller's, which outlives the window)
+  std::vector<Node> nodes_;               // per (slice, rank)
+  std::vector<std::uint32_t> kids_;       // children of each (slice, rank), from its kidStart
+  std::vector<DirLink> routes_;           // the connections' routes, one after the other
+  std::vector<Cost> costs_;               // what a transfer pays, per distinct latency and wire cost
   std::map<std::tuple<double, std::uint64_t, double>, std::uint32_t> costIndex_;
   // Per (slice, rank, chunk): r's up and down transfer of the chunk, one after the other. The cell holds the later of
   // the times the up transfer's two sides (its send and its receive op) were ready until it starts, then the same for
