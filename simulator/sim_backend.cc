@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <map>
 
 #include "collbench/backend_info.h"
@@ -34,6 +35,16 @@ bool parseFlag(const std::string& key, const std::string& v) {
   if (l == "1" || l == "true" || l == "on" || l == "yes") return true;
   if (l == "0" || l == "false" || l == "off" || l == "no") return false;
   throw Error(Errc::InvalidArgument, fmt::format("sim backend option {}: expected 0 or 1, got '{}'", key, v));
+}
+
+int parsePositive(const std::string& key, const std::string& v) {
+  int n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || n < 1) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("sim backend option {}: expected an integer >= 1, got '{}'", key, v));
+  }
+  return n;
 }
 
 /// Runs collbench's schedules on the simulator, and NCCL's own collective ("nccl") as NCCL 2.28 would run it on the
@@ -169,10 +180,12 @@ std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& option
       ncclEnv = value;
     } else if (key == "nccl_calibration") {
       ncclCalibration = value;
+    } else if (key == "gpus_per_thread") {
+      cfg.gpusPerThread = parsePositive(key, value);
     } else {
       throw Error(Errc::InvalidArgument,
                   fmt::format("unknown sim backend option '{}' (accepted: topology, model, set, crosstraffic, mode, "
-                              "nccl_env, nccl_calibration)",
+                              "nccl_env, nccl_calibration, gpus_per_thread)",
                               key));
     }
   }

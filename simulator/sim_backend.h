@@ -142,6 +142,8 @@ struct SimConfig {
   /// The NCCL time model's parameters for algorithm "nccl" (a `collbench calibrate --model nccl` overlay applied to
   /// the topology's system: ncclModelFromCalibration); nullopt: the model's defaults.
   std::optional<NcclModelParams> ncclModel = std::nullopt;
+  /// GPUs one host thread launches each call on, for algorithm "nccl" (NcclSystem::gpusPerThread; nccl-tests -g).
+  int gpusPerThread = 1;
 };
 
 enum class SpanKind : std::uint8_t { Send, Recv, Reduce, Copy };

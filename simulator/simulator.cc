@@ -624,6 +624,7 @@ SimResult Simulator::runNcclChoice(const CollectiveSpec& spec, const NcclChoice&
 NcclChoice Simulator::ncclChoice(const CollectiveSpec& spec) const {
   NcclSystem system = ncclSystemOf(topo_, spec.nranks);
   if (config_.ncclModel) system.model = *config_.ncclModel;
+  system.gpusPerThread = config_.gpusPerThread;
   return ncclChoose(system, spec, config_.ncclEnv ? *config_.ncclEnv : ncclEnvFromProcess());
 }
 

@@ -2,6 +2,7 @@
 // compared (collbench/fidelity.h). This file parses flags and plugs the simulator into the library.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,10 +71,12 @@ int run(const FidelityArgs& a) {
   doc.tool = std::string("collbench ") + COLLBENCH_VERSION;
   doc.commandLine = commandLine();
   for (std::size_t i = 0; i < logs.size(); ++i) {
-    OwnedRunner sim(
-        "sim", fidelityRanks(logs[i], a.logs[i], a.ranks),
-        BackendOptions{{"topology", a.topology}, {"nccl_env", a.ncclEnv}, {"nccl_calibration", a.ncclCalibration}},
-        RunnerOptions{&topo, found.table ? &*found.table : nullptr, found.path});
+    OwnedRunner sim("sim", fidelityRanks(logs[i], a.logs[i], a.ranks),
+                    BackendOptions{{"topology", a.topology},
+                                   {"nccl_env", a.ncclEnv},
+                                   {"nccl_calibration", a.ncclCalibration},
+                                   {"gpus_per_thread", std::to_string(std::max(1, logs[i].nGpus))}},
+                    RunnerOptions{&topo, found.table ? &*found.table : nullptr, found.path});
     doc.logs.push_back(compareWithSimulation(logs[i], a.logs[i], options, simulateOn(*sim.runner, a.algo)));
     fmt::print("{}{}", i ? "\n" : "", formatFidelityTable(doc.logs.back()));
     std::fflush(stdout);

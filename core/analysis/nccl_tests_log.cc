@@ -94,6 +94,14 @@ int leadingInt(const std::vector<std::string>& toks, std::size_t at) {
   return ec == std::errc() && ptr != t.data() && v > 0 ? v : 0;
 }
 
+/// The GPUs per thread of the first "-g N" / "--ngpus N" ("-g 8)" too) in a CSV comment quoting the nccl-tests
+/// command, unless an earlier comment gave them.
+void gpusPerThreadOfCommand(const std::vector<std::string>& toks, int& gpusPerThread) {
+  for (std::size_t i = 0; i + 1 < toks.size() && gpusPerThread == 0; ++i) {
+    if (toks[i] == "-g" || toks[i] == "--ngpus") gpusPerThread = leadingInt(toks, i + 1);
+  }
+}
+
 /// "2.26.2" from NCCL's "NCCL version 2.26.2+cuda12.8" anywhere in `line` ("" when absent).
 std::string ncclVersionIn(const std::string& line) {
   static const std::string kKey = "NCCL version ";
@@ -241,6 +249,7 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
   std::istringstream in(text);
   int lineNo = 0;
   std::optional<CsvColumns> csv;
+  int commandGpusPerThread = 0, csvGpusPerThread = 0;  // "-g N" of a CSV's "# command:", of its first other comment
   for (std::string raw; std::getline(in, raw);) {
     ++lineNo;
     if (!raw.empty() && raw.back() == '\r') raw.pop_back();
@@ -258,8 +267,13 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
         }
       } else if (t[0] == "gpu_count:") {  // CSV form
         log.nranks = leadingInt(t, 1);
+        gpusPerThreadOfCommand(t, csvGpusPerThread);
       } else if (t[0] == "node_count:") {
         log.nodes = leadingInt(t, 1);
+      } else if (t[0] == "command:") {  // CSV form: the command quoted
+        gpusPerThreadOfCommand(t, commandGpusPerThread);
+      } else if (!t[0].empty() && t[0].back() == ':') {  // other CSV comments: "# env_vars: ...; command ... -g 8"
+        gpusPerThreadOfCommand(t, csvGpusPerThread);
       } else if (t.size() >= 4 && t[0] == "Collective" && t[1] == "test" && t[2] == "starting:") {
         log.program = t[3];
         log.collective = collectiveOfProgram(t[3]);
@@ -355,6 +369,7 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
   if (log.rows.empty()) {
     throw Error(Errc::InvalidArgument, fmt::format("{}: the nccl-tests table has no result rows", printable(source)));
   }
+  if (log.nGpus == 0 && log.csv) log.nGpus = commandGpusPerThread > 0 ? commandGpusPerThread : csvGpusPerThread;
   if (log.nranks == 0 && !log.csv) {  // no rank lines (trimmed log): one process's threads x GPUs, when plausible
     const long long n = static_cast<long long>(log.nThread) * log.nGpus;
     constexpr long long kMaxRanks = 1 << 24;

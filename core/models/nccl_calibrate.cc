@@ -331,6 +331,7 @@ FidelityLog predictNcclLog(const Topology& topology, const NcclModelParams& para
   }
   NcclSystem sys = ncclSystemOf(topology, ranks);
   sys.model = params;
+  sys.gpusPerThread = std::max(1, log.log.nGpus);
   NcclEnv env;
   try {
     env = parseNcclEnv(log.envVars);
@@ -359,7 +360,8 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
   for (std::size_t li = 0; li < logs.size(); ++li) {
     // The prior's table of this log: the rows, their calls and NCCL's choices.
     const FidelityLog f = predictNcclLog(topology, defaults, logs[li], options);
-    const NcclSystem sys = ncclSystemOf(topology, f.ranks);
+    NcclSystem sys = ncclSystemOf(topology, f.ranks);
+    sys.gpusPerThread = std::max(1, logs[li].log.nGpus);
     if (li == 0) {
       pr.arch = sys.arch;
       pr.nic = sys.nicKind;

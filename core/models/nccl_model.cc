@@ -134,6 +134,9 @@ constexpr double kProtoPayload[kProtos] = {0.5, 120.0 / 128.0, 1.0};
 
 constexpr double kBytesPerUsPerGBps = 1e3;  // 1 GB/s = 1e3 bytes/us
 
+/// aws-ofi-nccl src/platform-aws: the latency its EFA platforms report to NCCL (p4d, p4de, p5, p5e 75 us).
+constexpr double kAwsOfiNcclLatencyUs = 75.0;
+
 int ai(NcclAlgorithm a) { return static_cast<int>(a); }
 int pi(NcclProtocol p) { return static_cast<int>(p); }
 int archIndex(GpuArch a) { return static_cast<int>(a); }
@@ -182,7 +185,7 @@ std::string_view toString(GpuArch a) {
   return kNames[archIndex(a)];
 }
 std::string_view toString(NicKind k) {
-  constexpr const char* kNames[] = {"infiniband", "roce", "efa", "efa2"};
+  constexpr const char* kNames[] = {"infiniband", "roce", "efa", "efa2", "tcpxo"};
   return kNames[static_cast<int>(k)];
 }
 
@@ -301,8 +304,13 @@ long long parseInteger(const std::string& var, const std::string& value, long lo
 
 }  // namespace
 
-NcclEnv parseNcclEnv(const std::map<std::string, std::string>& vars) {
-  NcclEnv env;
+namespace {
+
+/// parseNcclEnv's work on an environment that may already hold other variables.
+void applyNcclVars(NcclEnv& env, const std::map<std::string, std::string>& vars) {
+  for (const auto& [name, value] : vars) {
+    if (name.rfind("NCCL_", 0) == 0) env.vars[name] = value;
+  }
   const auto get = [&](const char* name) -> const std::string* {
     const auto it = vars.find(name);
     return it == vars.end() ? nullptr : &it->second;
@@ -346,7 +354,25 @@ NcclEnv parseNcclEnv(const std::map<std::string, std::string>& vars) {
     }
     env.nThreads = static_cast<int>(nt);
   }
+}
+
+}  // namespace
+
+NcclEnv parseNcclEnv(const std::map<std::string, std::string>& vars) {
+  NcclEnv env;
+  applyNcclVars(env, vars);
   return env;
+}
+
+NcclEnv ncclEnvOnSystem(const NcclSystem& sys, const NcclEnv& env) {
+  std::map<std::string, std::string> unset;
+  for (const auto& [name, value] : sys.ncclEnv) {
+    if (env.vars.count(name) == 0) unset.emplace(name, value);
+  }
+  if (unset.empty()) return env;
+  NcclEnv out = env;
+  applyNcclVars(out, unset);
+  return out;
 }
 
 namespace {
@@ -435,7 +461,7 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
   if (s.arch < GpuArch::Hopper) s.nvls = false;  // multicast objects need sm90 (search.cc skips NVLS below 90)
 
   const std::string lname = lower(t.name + " " + t.description);
-  bool efa = lname.find("efa") != std::string::npos;
+  bool efa = lname.find("efa") != std::string::npos, tcpxo = lname.find("tcpx") != std::string::npos;
   s.nicsPerNode = 0;
   s.nicGBps = 0;
   s.collnet = false;
@@ -445,6 +471,7 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
     if (n.kind != NodeKind::Nic || n.host != gpu.host) continue;
     ++s.nicsPerNode;
     efa = efa || lower(n.id).find("efa") != std::string::npos;
+    tcpxo = tcpxo || lower(n.id).find("tcpx") != std::string::npos;
     for (const TopoLink& l : t.links) {
       const TopoNode* o = other(l, n.id);
       if (o == nullptr) continue;
@@ -454,7 +481,17 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
       }
     }
   }
-  if (efa) s.nicKind = s.arch >= GpuArch::Hopper ? NicKind::Efa2 : NicKind::Efa;
+  if (tcpxo) s.nicKind = NicKind::Tcpxo;
+  if (efa) {
+    s.nicKind = s.arch >= GpuArch::Hopper ? NicKind::Efa2 : NicKind::Efa;
+    s.netPluginLatencyUs = kAwsOfiNcclLatencyUs;
+  }
+  try {
+    parseNcclEnv(t.ncclEnv);
+  } catch (const Error& e) {
+    throw Error(Errc::InvalidTopology, fmt::format("{}: nccl_env: {}", printable(t.name), e.what()));
+  }
+  s.ncclEnv = t.ncclEnv;
   return s;
 }
 
@@ -529,7 +566,8 @@ double speedAtMost(const std::vector<double>& sp, double limit) {
 
 }  // namespace
 
-NcclComm ncclComm(const NcclSystem& sysIn, int nranks, const NcclEnv& env) {
+NcclComm ncclComm(const NcclSystem& sysIn, int nranks, const NcclEnv& userEnv) {
+  const NcclEnv env = ncclEnvOnSystem(sysIn, userEnv);
   if (nranks < 1) throw Error(Errc::InvalidArgument, fmt::format("nranks must be at least 1, got {}", nranks));
   NcclComm c;
   c.sys = sysIn;
@@ -637,7 +675,9 @@ bool ll128Default(const NcclComm& c, int a) {
   return interOk && g.typeIntra <= NcclPath::Nvb;
 }
 
-Tuned tune(const NcclComm& c, int f, int a, int p, int nranks) {
+/// NCCL's bandwidth and latency of one (algorithm, protocol). `withPluginLatency`: NCCL's own estimate, which adds
+/// the network plugin's reported latency to each network step; the time model (predict) has its own per-hop term.
+Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool withPluginLatency) {
   const NcclSystem& s = c.sys;
   const NcclGraph& g = c.graphs[a];
   const int nodes = s.nodes, arch = archIndex(s.arch), idx2 = nodeIndex(nodes);
@@ -680,7 +720,8 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks) {
   t.lat = kBaseLatUs[a][p];
   const int intraHw = g.typeIntra == NcclPath::Nvl ? kHwNvlink : kHwPci;
   double intraLat = kHwLatUs[intraHw][a][p];
-  const double interLat = ppn == 1 ? kHwLatUs[kHwNet][kTree][p] : kHwLatUs[kHwNet][a][p];  // graph latencyInter 0
+  double interLat = ppn == 1 ? kHwLatUs[kHwNet][kTree][p] : kHwLatUs[kHwNet][a][p];
+  if (withPluginLatency) interLat += (p == kSimple ? 2 : 1) * s.netPluginLatencyUs;  // Simple adds the flush's too
   const int ranksPerNode = nranks / nodes;
   if (a == kRing) {
     const int hw = nodes == 1 ? intraHw : kHwNet;
@@ -721,7 +762,7 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks) {
 /// ncclTopoGetAlgoTime for one call (numPipeOps 1): latency + bytes / bandwidth with the tree correction and the
 /// ring plateau.
 double algoTime(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nranks) {
-  Tuned t = tune(c, f, a, p, nranks);
+  Tuned t = tune(c, f, a, p, nranks, true);
   if (!(t.bw > 0)) return -1;
   const int logSize = log2i(bytes >> 6);
   if (a == kTree && f == kFuncAllReduce && logSize >= 0 && logSize < 23) t.bw *= kTreeCorrection[p][logSize];
@@ -903,10 +944,11 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   // One rank: NCCL's ring Simple launch, a local copy.
   if (nranks == 1)
     return kBaseLatUs[kRing][kSimple] + s.model.launchExtraUs[static_cast<std::size_t>(archIndex(s.arch))];
-  Tuned t = tune(c, f, a, p, nranks);
+  Tuned t = tune(c, f, a, p, nranks, false);
   if (!(t.bw > 0)) return -1;
   // Latency: NCCL's per-step model, with each network hop's extra latency and the arch's launch floor.
-  double lat = t.lat + s.model.launchExtraUs[static_cast<std::size_t>(archIndex(s.arch))];
+  double lat = t.lat + s.model.launchExtraUs[static_cast<std::size_t>(archIndex(s.arch))] +
+               (std::max(1, s.gpusPerThread) - 1) * s.model.launchStaggerUs;
   if (s.nodes > 1) {
     const int hops = a == kRing  ? (f == kFuncAllReduce ? 2 * (s.nodes - 1) : s.nodes - 1)
                      : a == kPat ? log2i(static_cast<std::size_t>(s.nodes))
@@ -964,7 +1006,9 @@ double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t b
   return predict(c, f, a, p, bytes, nranks, std::max(1, channels), chunk);
 }
 
-NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks, const NcclEnv& env) {
+NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
+                      const NcclEnv& userEnv) {
+  const NcclEnv env = ncclEnvOnSystem(sys, userEnv);
   const int f = funcIndex(collective);
   const NcclComm c = ncclComm(sys, nranks, env);
   NcclChoice out;
@@ -1024,8 +1068,13 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
                            runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
                                                   toString(runnerUp->protocol), runnerUp->ncclUs)
                                     : std::string(" (the only candidate)"),
-                           env.algo.empty() ? "" : fmt::format("; NCCL_ALGO={}", env.algo),
-                           env.proto.empty() ? "" : fmt::format("; NCCL_PROTO={}", env.proto));
+                           userEnv.algo.empty() ? "" : fmt::format("; NCCL_ALGO={}", userEnv.algo),
+                           userEnv.proto.empty() ? "" : fmt::format("; NCCL_PROTO={}", userEnv.proto));
+  std::string systemSet;
+  for (const auto& [name, value] : sys.ncclEnv) {
+    if (userEnv.vars.count(name) == 0) systemSet += fmt::format("{}{}={}", systemSet.empty() ? "" : " ", name, value);
+  }
+  if (!systemSet.empty()) out.reason += fmt::format("; the system sets {}", systemSet);
   return out;
 }
 

@@ -13,11 +13,12 @@ using nlohmann::json;
 namespace {
 
 NicKind parseNicKind(const std::string& s) {
-  for (NicKind k : {NicKind::InfiniBand, NicKind::Roce, NicKind::Efa, NicKind::Efa2}) {
+  std::string names;
+  for (NicKind k : kNicKinds) {
     if (s == toString(k)) return k;
+    names += (names.empty() ? "" : ", ") + std::string(toString(k));
   }
-  throw Error(Errc::InvalidArgument,
-              fmt::format("unknown NIC kind '{}' (available: infiniband, roce, efa, efa2)", printable(s)));
+  throw Error(Errc::InvalidArgument, fmt::format("unknown NIC kind '{}' (available: {})", printable(s), names));
 }
 
 }  // namespace

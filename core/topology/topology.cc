@@ -406,15 +406,31 @@ TopoLink readLink(const Reader& rd, const json& j, const std::string& p) {
   return k;
 }
 
+/// "nccl_env": {"NCCL_<NAME>": "value", ...}. The values are NCCL's to judge: the NCCL model parses them.
+std::map<std::string, std::string> readNcclEnv(const Reader& rd, const json& doc) {
+  std::map<std::string, std::string> vars;
+  const json* env = rd.find(doc, "nccl_env");
+  if (env == nullptr) return vars;
+  rd.expectObject(*env, "nccl_env");
+  for (const auto& [name, value] : env->items()) {
+    const std::string p = joinPath("nccl_env", name);
+    if (name.rfind("NCCL_", 0) != 0) fail(rd.source(), p, "not an NCCL variable (NCCL_<NAME>)", render(value));
+    vars[name] = rd.string(value, p);
+  }
+  return vars;
+}
+
 Topology fromJson(const json& doc, const std::string& source) {
   const Reader rd(source);
   rd.expectObject(doc, "");
   const bool generated = doc.contains("generator");
   if (generated) {
-    rd.onlyFields(doc, "", {"format", "version", "name", "description", "generator", "params"}, "a generator document");
+    rd.onlyFields(doc, "", {"format", "version", "name", "description", "generator", "params", "nccl_env"},
+                  "a generator document");
   } else {
-    rd.onlyFields(doc, "",
-                  {"format", "version", "name", "description", "nodes", "links", "ranks", "routes", "memory_tiers"});
+    rd.onlyFields(
+        doc, "",
+        {"format", "version", "name", "description", "nodes", "links", "ranks", "routes", "memory_tiers", "nccl_env"});
   }
   const json& format = rd.require(doc, "", "format");
   if (!format.is_string() || format.get<std::string>() != kFormat) {
@@ -433,6 +449,7 @@ Topology fromJson(const json& doc, const std::string& source) {
     t = topo_detail::generateFromJson(gen, params ? *params : json(), source);
     if (const json* n = rd.find(doc, "name")) t.name = rd.string(*n, "name");
     if (const json* d = rd.find(doc, "description")) t.description = rd.string(*d, "description", false);
+    t.ncclEnv = readNcclEnv(rd, doc);
     validateImpl(t, source, nullptr);
     return t;
   }
@@ -484,6 +501,7 @@ Topology fromJson(const json& doc, const std::string& source) {
       t.memoryTiers.push_back(m);
     }
   }
+  t.ncclEnv = readNcclEnv(rd, doc);
   validateImpl(t, source, &routeOrder);
   return t;
 }
@@ -797,6 +815,11 @@ std::string toJson(const Topology& t) {
       out += "    " + inlineObject(f) + (i + 1 < t.memoryTiers.size() ? ",\n" : "\n");
     }
     out += "  ]";
+  }
+  if (!t.ncclEnv.empty()) {
+    std::vector<std::pair<std::string, std::string>> f;
+    for (const auto& [name, value] : t.ncclEnv) f.emplace_back(name, quote(value));
+    out += ",\n  \"nccl_env\": " + inlineObject(f);
   }
   return out + "\n}\n";
 }

@@ -30,8 +30,11 @@ enum class NcclProtocol { LL, LL128, Simple };
 /// one PCIe switch, several PCIe switches, C2C + PCIe, through another GPU (PXN), through the host bridge, across
 /// CPU sockets, network.
 enum class NcclPath { Nvl = 1, Nvb, C2c, Pix, Pxb, P2c, Pxn, Phb, Sys, Net };
-/// Network kinds the time model tells apart (their per-hop latency and achievable fraction of line rate differ).
-enum class NicKind { InfiniBand, Roce, Efa, Efa2 };
+/// Network kinds the time model tells apart (their per-hop latency and achievable fraction of line rate differ):
+/// InfiniBand, RoCE, AWS EFA (v1: p4d/p4de; v2: p5), GCP GPUDirect-TCPXO (A3 Mega).
+enum class NicKind { InfiniBand, Roce, Efa, Efa2, Tcpxo };
+inline constexpr NicKind kNicKinds[] = {NicKind::InfiniBand, NicKind::Roce, NicKind::Efa, NicKind::Efa2,
+                                        NicKind::Tcpxo};
 enum class CpuVendor { Intel, Amd };
 
 inline constexpr NcclAlgorithm kNcclAlgorithms[] = {
@@ -68,22 +71,30 @@ struct NcclModelParams {
   /// H100 IB 469 GB/s and EFA 487 GB/s busbw against 514 from nvlsFraction.
   double nvlsTreeFraction = 0.93;
   /// Per NIC kind: achievable fraction of the line rate (IB ring 392.7 of 400 GB/s on 2x8 H100; EFA tree 78.3 busbw
-  /// on 2x8 A100 p4de = 50 GB/s x f x 1.875; RoCE an estimate).
-  std::array<double, 4> netFraction = {0.98, 0.95, 0.835, 0.835};
+  /// on 2x8 A100 p4de = 50 GB/s x f x 1.875; TCPXO: 2x8 A3 Mega tree Simple at 256 MiB .. 8 GiB; RoCE an estimate).
+  std::array<double, 5> netFraction = {0.98, 0.95, 0.835, 0.835, 0.91};
   /// Per NIC kind: extra latency of one network hop beyond NCCL's NET hwLatency, from the median of the 8 B .. 1 KiB
-  /// rows on 2 nodes (2 network hops on top of NCCL's 25.2 us tree LL estimate, and Ampere's launch extra): IB 0
-  /// (2x8 H100 IB: 25 us), EFA2 23.4 (p5: 72 us), EFA 59.7 (p4de: 161.5 us); RoCE an estimate.
-  std::array<double, 4> netHopExtraUs = {0.0, 1.0, 59.7, 23.4};
+  /// rows on 2 nodes (2 network hops on top of NCCL's estimate without the plugin's latency, and the arch's launch
+  /// extra): IB 0 (2x8 H100 IB: tree LL 25 us), EFA2 23.4 (p5: tree LL 72 us), EFA 31.0 (p4de: tree Simple, the only
+  /// protocol aws-ofi-nccl leaves there, 161.7 us), TCPXO 15.5 (2x8 A3 Mega: tree Simple under Google's profile,
+  /// 123.4 us); RoCE an estimate.
+  std::array<double, 5> netHopExtraUs = {0.0, 1.0, 31.0, 23.4, 15.5};
   /// Per NIC kind: the network proxy's serial cost per LL channel of a call. LL's send buffer sits in host memory
   /// (transport/net.cc) and a proxy thread checks every flag of a channel's step, then sends it, one channel after
   /// another (proxy.cc progressOps); the queue is paid once per call (later hops forward earlier channels while it
-  /// drains). Slope of the 2-node tree LL rows where NCCL doubles the channels (4 KiB .. 64 KiB): 2x8 A100 p4de
-  /// 169 -> 225 us from 1 to 8 channels (EFA 8.0), 2x8 H100 p5 79 -> 135 us from 1 to 16 (EFA2 3.8), 2x8 H100 IB
-  /// 30 -> 34 us from 1 to 16, within the rows' noise (IB 0; RoCE assumed alike).
-  std::array<double, 4> netChannelUs = {0.0, 0.0, 8.0, 3.8};
-  /// Per arch: the per-call floor above NCCL's base latency: 8xA100 32 us at 64 B .. 32 KiB against NCCL's 15 us ring
-  /// LL estimate (the table's NCCL predates 2.18; Hopper tables match NCCL's estimate without it).
-  std::array<double, 4> launchExtraUs = {17.0, 17.0, 0.0, 0.0};
+  /// drains). Slope of the 2-node tree LL rows where NCCL doubles the channels (4 KiB .. 64 KiB): 2x8 H100 p5
+  /// 79 -> 135 us from 1 to 16 channels (EFA2 3.8; EFA, where aws-ofi-nccl turns LL off unless NCCL_PROTO asks for
+  /// it, assumed alike), 2x8 H100 IB 30 -> 34 us from 1 to 16, within the rows' noise (IB 0; RoCE and TCPXO, whose
+  /// profile turns LL off, assumed alike).
+  std::array<double, 5> netChannelUs = {0.0, 0.0, 3.8, 3.8, 0.0};
+  /// Per arch: the per-call floor above NCCL's base latency, one process per GPU: 8xA100 SXM4 80 GB (-g 1, an HGX
+  /// A100 host's published nccl-tests notes) 23.0 us median at 8 B .. 1 KiB against NCCL's 15.7 us ring LL estimate
+  /// (Volta assumed alike); Hopper tables match NCCL's estimate without it (8xH100 DGX, 8xH100 p5).
+  std::array<double, 4> launchExtraUs = {7.3, 7.3, 0.0, 0.0};
+  /// One host thread launching the call on several GPUs (nccl-tests -g N) issues their kernels one after another
+  /// (group.cc doLaunches): each GPU after the first adds this to the call. 8xA100 -g 8 at 8 B .. 1 KiB: 32.0 us
+  /// (Oracle's tutorial) and 39.3 us (the HGX A100 host, 23.0 us with -g 1) -> 1.3 and 2.3 us per further GPU.
+  double launchStaggerUs = 1.5;
   /// NVLS streams each channel's data in chunks (calcCollChunking's 16..128 KiB) through a pipeline whose fill and
   /// drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at 17
   /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
@@ -111,7 +122,18 @@ struct NcclSystem {
   double nicGBps = 0;  ///< one NIC's line rate
   NicKind nicKind = NicKind::InfiniBand;
   NcclPath gpuNicPath = NcclPath::Pix;  ///< path from a GPU to its nearest NIC
+  /// The latency the network plugin reports to NCCL (ncclNetProperties_t.latency), which NCCL's estimate adds to
+  /// every network step, twice for Simple (search.cc graph latencyInter, tuning.cc: "also add the flush extra
+  /// latency"). aws-ofi-nccl reports 75 us on p4d, p4de and p5 (platform-aws); NCCL's own IB and socket transports 0.
+  /// Only NCCL's estimate, hence its choice, reads it: the time model has its own per-hop latency.
+  double netPluginLatencyUs = 0;
+  /// NCCL variables the system's own software sets where the user does not (the topology's "nccl_env": a network
+  /// plugin's setenv, a vendor's recommended profile). ncclComm and ncclChoose apply them under the caller's NcclEnv.
+  std::map<std::string, std::string> ncclEnv;
   CpuVendor cpuVendor = CpuVendor::Intel;
+  /// GPUs one host thread launches each call on (nccl-tests -g N; 1: a process or thread per GPU). Not the
+  /// system's: the caller's (a log's nGpus), for the time model's NcclModelParams::launchStaggerUs.
+  int gpusPerThread = 1;
   /// The time model's open parameters (applyNcclCalibration sets this system's entries from a calibration).
   NcclModelParams model;
 
@@ -124,7 +146,9 @@ struct NcclSystem {
 /// summed), NVSwitch / NVLS from an in-host switch on those links (NVLS when its reduce_GBps > 0 and the arch is hopper
 /// or later), CollNet from a fabric switch (no host) with reduce_GBps > 0; NICs = nic nodes of the first host, NIC
 /// speed = the widest "nic"/"fabric" link of a NIC, EFA when a NIC id or the topology's name or description says "efa"
-/// (Efa2 on hopper and later); GPU-NIC path PIX when a NIC is one link from the GPU or its PCIe switch, else PHB.
+/// (Efa2 on hopper and later; the network plugin's latency aws-ofi-nccl's 75 us), TCPXO when one says "tcpx"; GPU-NIC
+/// path PIX when a NIC is one link from the GPU or its PCIe switch, else PHB; ncclEnv the topology's "nccl_env" (a bad
+/// value is Error{InvalidTopology} "<name>: nccl_env: ...").
 /// Throws Error{InvalidArgument} when the topology has fewer than `nranks` ranks.
 NcclSystem ncclSystemOf(const Topology& t, int nranks);
 
@@ -143,6 +167,7 @@ struct NcclEnv {
   std::size_t buffSize = std::size_t{1} << 22;  ///< NCCL_BUFFSIZE: Simple protocol buffer per channel and peer
   int nThreads = -2;                            ///< NCCL_NTHREADS (-2: unset)
   std::string algo, proto;                      ///< the raw NCCL_ALGO / NCCL_PROTO text ("" when unset)
+  std::map<std::string, std::string> vars;      ///< the NCCL variables this environment was parsed from
 
   NcclEnv();
 };
@@ -158,6 +183,9 @@ NcclEnv ncclEnvFromProcess();
 /// Error{InvalidArgument} naming `what` (the flag) for an item that is not NCCL_<NAME>=VALUE, and as parseNcclEnv
 /// for a bad value.
 NcclEnv ncclEnvWith(std::string_view assignments, std::string_view what);
+/// `env` with the variables `sys.ncclEnv` sets that `env.vars` does not name (the user's setting wins, as with a
+/// plugin's setenv(..., 0)).
+NcclEnv ncclEnvOnSystem(const NcclSystem& sys, const NcclEnv& env);
 
 /// The communicator-level results of NCCL's topology search and channel setup for one graph (search.cc, connect.cc).
 struct NcclGraph {

@@ -26,7 +26,8 @@
 ///   bytes,count,type,time_us_oop,algbw_oop,busbw_oop,time_us_ip,algbw_ip,busbw_ip   (optional: redop, root,
 ///   wrong_oop, wrong_ip; other columns are ignored; the in-place half defaults to the out-of-place one)
 /// then one row per size. Comment lines "# gpu_count: 16 (...)", "# node_count: 2 (...)" and
-/// "# nccl_version: NCCL version 2.26.2+cuda12.8 ..." give the rank count, node count and NCCL version.
+/// "# nccl_version: NCCL version 2.26.2+cuda12.8 ..." give the rank count, node count and NCCL version; the "-g N" or
+/// "--ngpus N" of a "# command: ..." comment gives nGpus, else the first such of another "# <field>: ..." comment.
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -57,8 +58,8 @@ struct NcclTestsLog {
   bool csv = false;         ///< read from the CSV form
   std::string program;      ///< "all_reduce_perf", or "collbench perf all_reduce"
   std::optional<Collective> collective;
-  std::string algorithm;  ///< collbench logs: the algorithm of the header ("auto", "ring", ...); "" for nccl-tests
-  int nThread = 0, nGpus = 0;
+  std::string algorithm;       ///< collbench logs: the algorithm of the header ("auto", "ring", ...); "" for nccl-tests
+  int nThread = 0, nGpus = 0;  ///< nGpus: GPUs one thread drives (a CSV's "-g N" in a comment quoting the command)
   std::size_t minBytes = 0, maxBytes = 0;
   int warmupIters = 0, iters = 0;
   int nranks = 0;  ///< "# Rank" lines (or nThread x nGpus when there are none; a CSV's gpu_count); 0: unknown

@@ -82,6 +82,9 @@ struct Topology {
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> routes;
   /// Optional, by increasing bound; the last one unbounded. Empty: rates do not depend on the working set.
   std::vector<MemoryTier> memoryTiers;
+  /// Optional "nccl_env": NCCL variables the system's own software sets where the user does not (a network plugin's
+  /// setenv, a vendor's recommended profile), name -> value, as NCCL reads them. Only the NCCL model reads them.
+  std::map<std::string, std::string> ncclEnv;
 
   int nodeIndex(const std::string& id) const;  ///< -1 if absent (linear scan: build a map for many look-ups)
 };
@@ -132,9 +135,10 @@ std::string toJson(const Topology& t);
 /// selector matches nothing (a typo must not silently change nothing).
 void applyOverride(Topology& t, const std::string& assignment);
 /// Stable hash of the network content (FNV-1a 64 over the canonical JSON of nodes, links, ranks and routes, as 16
-/// hex digits). Name and description are excluded: a renamed copy of the same network keeps its tuning entries.
-/// A node's arch enters the hash only when set, multicast only when it differs from its default, so files written
-/// without them keep their fingerprints.
+/// hex digits). Name, description and nccl_env are excluded: a renamed copy of the same network keeps its tuning
+/// entries, and the network a system runs NCCL over does not change with the variables set for it. A node's arch enters
+/// the hash only when set, multicast only when it differs from its default, so files written without them keep their
+/// fingerprints.
 std::string fingerprint(const Topology& t);
 /// Host index (0, 1, ... in order of first appearance) of each of the first `nranks` ranks, for hierarchical
 /// algorithms (AlgoParams::rankHost). Throws Error{InvalidArgument} when the topology has fewer ranks.

@@ -222,6 +222,26 @@ TEST(NcclTestsLog, ReadsRealdataCsv) {
   EXPECT_EQ(log.rows.front().line, 17);
 }
 
+TEST(NcclTestsLog, CsvGpusPerThreadFromTheQuotedCommand) {
+  const std::string rows = "bytes,count,type,time_us_oop,algbw_oop,busbw_oop\n1024,256,float,10.5,0.10,0.18\n";
+  // Oracle's A100 table: no "# command:", the -g of its other comments.
+  EXPECT_EQ(parseNcclTestsLog("# gpu_count: 8 (single process, -g 8)\n" + rows, "a.csv").nGpus, 8);
+  EXPECT_EQ(parseNcclTestsLog("# env_vars: none; command ./all_reduce_perf -b 64 -t 1 -g 8\n" + rows, "b.csv").nGpus,
+            8);
+  // The command wins over a note that mentions another run's -g; the first -g of the notes otherwise.
+  EXPECT_EQ(parseNcclTestsLog("# command: mpirun -np 8 ./all_reduce_perf -b 8 -g 1\n"
+                              "# notes: the same host's -g 8 table is elsewhere\n" +
+                                  rows,
+                              "c.csv")
+                .nGpus,
+            1);
+  EXPECT_EQ(parseNcclTestsLog("# launch: --ngpus 4\n# notes: -g 2\n" + rows, "d.csv").nGpus, 4);
+  EXPECT_EQ(parseNcclTestsLog("# command: all_reduce_perf -b 8 -e 1G\n" + rows, "e.csv").nGpus, 0);  // unknown
+  const NcclTestsLog real = parseNcclTestsLog(dataFile("../../data/realdata/a100x8-ring-ocitutorials-ja.csv"), "o");
+  EXPECT_EQ(real.nGpus, 8);
+  EXPECT_EQ(real.nranks, 8);
+}
+
 TEST(NcclTestsLog, CsvWithoutGpuCountAndWithPrefix) {
   const std::string text =
       "0: # a table\n"

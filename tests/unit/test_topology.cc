@@ -1218,6 +1218,35 @@ TEST(TopologyJson, RoundTrips) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// The NCCL variables a system sets
+
+TEST(TopologyNcclEnv, ParseRoundTripOutsideTheFingerprint) {
+  json d = baseDoc();
+  d["nccl_env"] = json{{"NCCL_PROTO", "simple"}, {"NCCL_MIN_NCHANNELS", "4"}};
+  const Topology t = parseTopology(d.dump(), "env.json");
+  EXPECT_EQ(t.ncclEnv, (std::map<std::string, std::string>{{"NCCL_MIN_NCHANNELS", "4"}, {"NCCL_PROTO", "simple"}}));
+  const Topology back = parseTopology(toJson(t), "back.json");
+  EXPECT_EQ(back.ncclEnv, t.ncclEnv);
+  EXPECT_EQ(toJson(back), toJson(t));
+  d.erase("nccl_env");
+  EXPECT_EQ(fingerprint(t), fingerprint(parseTopology(d.dump(), "plain.json")));  // the same network
+  // Generator documents take it too.
+  json g = json::parse(R"({"format": "collbench-topology", "version": 1, "generator": "nvswitch_node",
+                           "nccl_env": {"NCCL_ALGO": "Ring,Tree"}})");
+  EXPECT_EQ(parseTopology(g.dump(), "gen.json").ncclEnv.at("NCCL_ALGO"), "Ring,Tree");
+}
+
+TEST(TopologyNcclEnv, RejectsWhatIsNotAnNcclVariable) {
+  json d = baseDoc();
+  d["nccl_env"] = json{{"FI_PROVIDER", "efa"}};
+  expectBad(d, {"nccl_env.FI_PROVIDER: not an NCCL variable (NCCL_<NAME>)", "\"efa\""});
+  d["nccl_env"] = json{{"NCCL_MIN_NCHANNELS", 4}};
+  expectBad(d, {"nccl_env.NCCL_MIN_NCHANNELS: expected a string", "4"});
+  d["nccl_env"] = json::array();
+  expectBad(d, {"nccl_env: expected an object"});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Memory tiers
 
 json tieredDoc() {
