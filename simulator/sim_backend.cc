@@ -182,10 +182,16 @@ std::unique_ptr<Backend> makeSimBackend(int nranks, const BackendOptions& option
       ncclCalibration = value;
     } else if (key == "gpus_per_thread") {
       cfg.gpusPerThread = parsePositive(key, value);
+    } else if (key == "nccl_version") {
+      cfg.ncclVersion = ncclVersionCode(value);
+      if (cfg.ncclVersion == 0) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("sim backend option nccl_version: expected MAJOR.MINOR.PATCH, got '{}'", value));
+      }
     } else {
       throw Error(Errc::InvalidArgument,
                   fmt::format("unknown sim backend option '{}' (accepted: topology, model, set, crosstraffic, mode, "
-                              "nccl_env, nccl_calibration, gpus_per_thread)",
+                              "nccl_env, nccl_calibration, gpus_per_thread, nccl_version)",
                               key));
     }
   }

@@ -144,6 +144,8 @@ struct SimConfig {
   std::optional<NcclModelParams> ncclModel = std::nullopt;
   /// GPUs one host thread launches each call on, for algorithm "nccl" (NcclSystem::gpusPerThread; nccl-tests -g).
   int gpusPerThread = 1;
+  /// The NCCL release whose choice algorithm "nccl" emulates (NcclEnv::version; a log's NCCL).
+  int ncclVersion = kNcclVersionEmulated;
 };
 
 enum class SpanKind : std::uint8_t { Send, Recv, Reduce, Copy };

@@ -625,7 +625,9 @@ NcclChoice Simulator::ncclChoice(const CollectiveSpec& spec) const {
   NcclSystem system = ncclSystemOf(topo_, spec.nranks);
   if (config_.ncclModel) system.model = *config_.ncclModel;
   system.gpusPerThread = config_.gpusPerThread;
-  return ncclChoose(system, spec, config_.ncclEnv ? *config_.ncclEnv : ncclEnvFromProcess());
+  NcclEnv env = config_.ncclEnv ? *config_.ncclEnv : ncclEnvFromProcess();
+  env.version = config_.ncclVersion;
+  return ncclChoose(system, spec, env);
 }
 
 SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view algorithm,

@@ -71,11 +71,13 @@ int run(const FidelityArgs& a) {
   doc.tool = std::string("collbench ") + COLLBENCH_VERSION;
   doc.commandLine = commandLine();
   for (std::size_t i = 0; i < logs.size(); ++i) {
-    OwnedRunner sim("sim", fidelityRanks(logs[i], a.logs[i], a.ranks),
-                    BackendOptions{{"topology", a.topology},
-                                   {"nccl_env", a.ncclEnv},
-                                   {"nccl_calibration", a.ncclCalibration},
-                                   {"gpus_per_thread", std::to_string(std::max(1, logs[i].nGpus))}},
+    // The log's launch layout (nccl-tests -g) and NCCL release, where it states them.
+    BackendOptions backend{{"topology", a.topology},
+                           {"nccl_env", a.ncclEnv},
+                           {"nccl_calibration", a.ncclCalibration},
+                           {"gpus_per_thread", std::to_string(std::max(1, logs[i].nGpus))}};
+    if (ncclVersionCode(logs[i].ncclVersion) > 0) backend["nccl_version"] = logs[i].ncclVersion;
+    OwnedRunner sim("sim", fidelityRanks(logs[i], a.logs[i], a.ranks), backend,
                     RunnerOptions{&topo, found.table ? &*found.table : nullptr, found.path});
     doc.logs.push_back(compareWithSimulation(logs[i], a.logs[i], options, simulateOn(*sim.runner, a.algo)));
     fmt::print("{}{}", i ? "\n" : "", formatFidelityTable(doc.logs.back()));

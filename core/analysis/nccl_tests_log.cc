@@ -113,6 +113,15 @@ std::string ncclVersionIn(const std::string& line) {
   return end > from ? line.substr(from, end - from) : "";
 }
 
+/// A CSV's "# nccl_version: 2.26.2+cuda12.8 ...": the leading MAJOR.MINOR.PATCH of its first word ("" otherwise).
+std::string leadingNcclVersion(const std::vector<std::string>& toks) {
+  if (toks.size() < 2) return "";
+  const std::string& t = toks[1];
+  std::size_t end = 0, dots = 0;
+  while (end < t.size() && (std::isdigit(static_cast<unsigned char>(t[end])) || t[end] == '.')) dots += t[end++] == '.';
+  return dots == 2 && end > 4 && std::isdigit(static_cast<unsigned char>(t[end - 1])) ? t.substr(0, end) : "";
+}
+
 /// nccl-tests' "nccl-library=22809": NCCL_VERSION_CODE, major x 10000 + minor x 100 + patch since NCCL 2.9
 /// (nccl.h.in, NCCL_VERSION(X,Y,Z)).
 std::string ncclVersionOfCode(const std::string& token) {
@@ -270,6 +279,8 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
         gpusPerThreadOfCommand(t, csvGpusPerThread);
       } else if (t[0] == "node_count:") {
         log.nodes = leadingInt(t, 1);
+      } else if (t[0] == "nccl_version:") {  // CSV form, when the header gives the bare version
+        if (log.ncclVersion.empty()) log.ncclVersion = leadingNcclVersion(t);
       } else if (t[0] == "command:") {  // CSV form: the command quoted
         gpusPerThreadOfCommand(t, commandGpusPerThread);
       } else if (!t[0].empty() && t[0].back() == ':') {  // other CSV comments: "# env_vars: ...; command ... -g 8"

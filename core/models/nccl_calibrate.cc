@@ -338,6 +338,7 @@ FidelityLog predictNcclLog(const Topology& topology, const NcclModelParams& para
   } catch (const Error& e) {
     throw Error(Errc::InvalidArgument, fmt::format("{}: {}", printable(log.source), e.what()));
   }
+  if (const int v = ncclVersionCode(log.log.ncclVersion); v > 0) env.version = v;
   return compareWithSimulation(log.log, log.source, fo, [&](const FidelityCall& call) {
     const NcclChoice c = ncclChoose(sys, call.collective, call.bytes, call.nranks, env);
     return SimulatedCall{c.predictedUs * 1e-6, choiceText(c)};
@@ -369,6 +370,7 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
     }
     pr.systems.push_back(sys);
     pr.envs.push_back(parseNcclEnv(logs[li].envVars));
+    if (const int v = ncclVersionCode(logs[li].log.ncclVersion); v > 0) pr.envs.back().version = v;
     for (std::size_t i = 0; i < f.rows.size(); ++i) {
       const FidelityRow& fr = f.rows[i];
       Sample s;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -71,6 +72,12 @@ constexpr double kRingLLFactor = .5, kRingLL128Factor = .92;
 /// tuning.cc: CollNetDirect bandwidth x0.85 on sm90+; 0.4 us per extra local rank (arity serialisation); collnet
 /// AllGather/ReduceScatter at min(bwIntra, 0.9 bwInter) per local rank.
 constexpr double kCollNetSm90Factor = .85, kCollNetArityUs = 0.4, kCollNetInterFactor = .9;
+/// NCCL 2.19 .. 2.27 tuning.cc: NVLS and NVLSTree bus bandwidth x 5/6 to algorithm bandwidth; NVLSTree's network step
+/// 14 us (2.28: 20.9). 2.28 is the first version with nvlsEfficiency (NCCL_VERSION_CODE 22800). The time model takes
+/// the version's NVLSTree step too: the 2x8 H100 IB table (2.26.2) runs NVLSTree at 4-8 MiB within 2-5% of it, 15-16%
+/// below 2.28's.
+constexpr double kNvlsRatioBefore228 = 5.0 / 6.0, kNvlsTreeNetLatBefore228Us = 14.0;
+constexpr int kNcclVersionNvlsEfficiency = 22800;
 /// PAT latency: log2(nodes) x interLat / 3.5 + 2.8 us per rank (tuning.cc).
 constexpr double kPatLogDivisor = 3.5, kPatPerRankUs = 2.8;
 
@@ -392,6 +399,21 @@ std::map<std::string, std::string> processNcclVars() {
 
 NcclEnv ncclEnvFromProcess() { return parseNcclEnv(processNcclVars()); }
 
+int ncclVersionCode(std::string_view version) {
+  int part[3] = {0, 0, 0};
+  std::size_t at = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto [end, ec] = std::from_chars(version.data() + at, version.data() + version.size(), part[i]);
+    if (ec != std::errc() || part[i] < 0 || part[i] > 99) return 0;
+    at = static_cast<std::size_t>(end - version.data());
+    if (i < 2) {
+      if (at >= version.size() || version[at] != '.') return 0;
+      ++at;
+    }
+  }
+  return at == version.size() ? part[0] * 10000 + part[1] * 100 + part[2] : 0;
+}
+
 NcclEnv ncclEnvWith(std::string_view assignments, std::string_view what) {
   std::map<std::string, std::string> vars = processNcclVars();
   std::size_t at = 0;
@@ -571,6 +593,7 @@ NcclComm ncclComm(const NcclSystem& sysIn, int nranks, const NcclEnv& userEnv) {
   if (nranks < 1) throw Error(Errc::InvalidArgument, fmt::format("nranks must be at least 1, got {}", nranks));
   NcclComm c;
   c.sys = sysIn;
+  c.version = env.version;
   NcclSystem& s = c.sys;
   s.gpusPerNode = std::max(1, std::min(s.gpusPerNode, nranks));
   s.nodes = (nranks + s.gpusPerNode - 1) / s.gpusPerNode;
@@ -675,9 +698,10 @@ bool ll128Default(const NcclComm& c, int a) {
   return interOk && g.typeIntra <= NcclPath::Nvb;
 }
 
-/// NCCL's bandwidth and latency of one (algorithm, protocol). `withPluginLatency`: NCCL's own estimate, which adds
-/// the network plugin's reported latency to each network step; the time model (predict) has its own per-hop term.
-Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool withPluginLatency) {
+/// NCCL's bandwidth and latency of one (algorithm, protocol). `ncclEstimate`: NCCL's own estimate, as the version
+/// NCCL runs computes it, with the network plugin's reported latency on each network step; else the latency the time
+/// model (predict) starts from, without the plugin's latency (the model has its own per-hop term).
+Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate) {
   const NcclSystem& s = c.sys;
   const NcclGraph& g = c.graphs[a];
   const int nodes = s.nodes, arch = archIndex(s.arch), idx2 = nodeIndex(nodes);
@@ -685,7 +709,12 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool withPluginLa
   const int nsteps = nstepsOf(f, nranks);
   const bool collnet = a == kCollNetDirect || a == kCollNetChain;
   double bw = nodes <= 2 || collnet ? g.bwIntra : g.bwInter;
-  if (a == kNvls || a == kNvlsTree) {
+  // NCCL 2.19 .. 2.27 tune NVLS and NVLSTree on the graph's bandwidths alone (2.28 adds nvlsEfficiency and the
+  // per-channel NVLSTree limit) and convert their bus bandwidth with 5/6.
+  const bool nvlsBefore228 = ncclEstimate && c.version < kNcclVersionNvlsEfficiency;
+  if ((a == kNvls || a == kNvlsTree) && nvlsBefore228) {
+    bw = a == kNvls ? std::min(g.bwIntra, g.bwInter) : std::min(g.bwIntra, nodes <= 2 ? g.bwInter : g.bwInter / 2);
+  } else if (a == kNvls || a == kNvlsTree) {
     double intra = g.bwIntra * kNvlsEfficiency[arch] * (g.nChannels - 1) / g.nChannels;
     intra *= f == kFuncAllReduce ? 2.0 : (ppn - 1) / ppn;  // all-reduce pipelines two operations
     const double interBw = g.bwInter * ((nodes <= 2 && a == kNvlsTree) ? 2 : 1);
@@ -713,7 +742,10 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool withPluginLa
     }
   }
   if (!(a != kRing && (f == kFuncAllGather || f == kFuncReduceScatter))) {
-    busBw *= (a == kRing || a == kNvls || a == kNvlsTree) ? static_cast<double>(nranks) / nsteps : 0.5;
+    busBw *= a == kRing                                        ? static_cast<double>(nranks) / nsteps
+             : (a == kNvls || a == kNvlsTree) && nvlsBefore228 ? kNvlsRatioBefore228
+             : (a == kNvls || a == kNvlsTree)                  ? static_cast<double>(nranks) / nsteps
+                                                               : 0.5;
   }
   Tuned t;
   t.bw = busBw;
@@ -721,7 +753,8 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool withPluginLa
   const int intraHw = g.typeIntra == NcclPath::Nvl ? kHwNvlink : kHwPci;
   double intraLat = kHwLatUs[intraHw][a][p];
   double interLat = ppn == 1 ? kHwLatUs[kHwNet][kTree][p] : kHwLatUs[kHwNet][a][p];
-  if (withPluginLatency) interLat += (p == kSimple ? 2 : 1) * s.netPluginLatencyUs;  // Simple adds the flush's too
+  if (a == kNvlsTree && c.version < kNcclVersionNvlsEfficiency) interLat = kNvlsTreeNetLatBefore228Us;
+  if (ncclEstimate) interLat += (p == kSimple ? 2 : 1) * s.netPluginLatencyUs;  // Simple adds the flush's too
   const int ranksPerNode = nranks / nodes;
   if (a == kRing) {
     const int hw = nodes == 1 ? intraHw : kHwNet;

@@ -152,6 +152,11 @@ struct NcclSystem {
 /// Throws Error{InvalidArgument} when the topology has fewer than `nranks` ranks.
 NcclSystem ncclSystemOf(const Topology& t, int nranks);
 
+/// The NCCL release whose choice ncclChoose emulates by default (NCCL_VERSION_CODE of 2.28.9).
+inline constexpr int kNcclVersionEmulated = 22809;
+/// NCCL_VERSION_CODE of "2.26.2" (major * 10000 + minor * 100 + patch); 0 for text that is not MAJOR.MINOR.PATCH.
+int ncclVersionCode(std::string_view version);
+
 /// The NCCL environment variables the model honours, parsed as NCCL parses them.
 struct NcclEnv {
   /// Functions in NCCL's ncclFuncStr order: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce.
@@ -168,6 +173,10 @@ struct NcclEnv {
   int nThreads = -2;                            ///< NCCL_NTHREADS (-2: unset)
   std::string algo, proto;                      ///< the raw NCCL_ALGO / NCCL_PROTO text ("" when unset)
   std::map<std::string, std::string> vars;      ///< the NCCL variables this environment was parsed from
+  /// The NCCL whose choice is emulated, as NCCL_VERSION_CODE (22809 = 2.28.9; ncclVersionCode). Before 2.28 NCCL
+  /// tuned NVLS and NVLSTree by an older formula and latency (tuning.cc 2.19 .. 2.27), which the choice, and the
+  /// time model's NVLSTree network step, then follow.
+  int version = kNcclVersionEmulated;
 
   NcclEnv();
 };
@@ -195,10 +204,11 @@ struct NcclGraph {
 };
 struct NcclComm {
   NcclSystem sys;
-  std::array<NcclGraph, 7> graphs;  ///< by NcclAlgorithm
-  int nChannels = 0;                ///< collective channels of the communicator (after NCCL's duplications)
-  int defaultChannels = 0;          ///< nChannels before NCCL_MIN/MAX_NCHANNELS
-  int nvlsChannels = 0;             ///< NVLS channels (0: no NVLS)
+  std::array<NcclGraph, 7> graphs;     ///< by NcclAlgorithm
+  int nChannels = 0;                   ///< collective channels of the communicator (after NCCL's duplications)
+  int defaultChannels = 0;             ///< nChannels before NCCL_MIN/MAX_NCHANNELS
+  int nvlsChannels = 0;                ///< NVLS channels (0: no NVLS)
+  int version = kNcclVersionEmulated;  ///< NcclEnv::version
   bool collnet = false;
 };
 /// The communicator NCCL would build for the first `nranks` ranks of `sys` (nodes = ceil(nranks / gpusPerNode)).

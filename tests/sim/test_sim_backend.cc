@@ -73,6 +73,33 @@ TEST_F(SimBackend, OptionsAndOverrides) {
   EXPECT_THROW(makeBackend("sim", 8, {{"model", "CM03"}}), Error);
   EXPECT_THROW(makeBackend("sim", 8, {{"colour", "blue"}}), Error);
   EXPECT_THROW(makeBackend("sim", 8, {{"set", "link.nope.bandwidth_GBps=1"}}), Error);
+  const auto optionError = [](const char* key, const char* value) {
+    try {
+      makeBackend("sim", 8, {{key, value}});
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::InvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(optionError("gpus_per_thread", "0"),
+            "sim backend option gpus_per_thread: expected an integer >= 1, got '0'");
+  EXPECT_EQ(optionError("gpus_per_thread", "8x"),
+            "sim backend option gpus_per_thread: expected an integer >= 1, got '8x'");
+  EXPECT_EQ(optionError("nccl_version", "2.26"),
+            "sim backend option nccl_version: expected MAJOR.MINOR.PATCH, got '2.26'");
+}
+
+TEST_F(SimBackend, NcclTakesTheLaunchingThreadAndTheRelease) {
+  // What `collbench fidelity` passes from a log: nccl-tests -g 8 and NCCL 2.26.2.
+  const CollectiveSpec spec{Collective::AllReduce, 8, 256, DType::F32};
+  const auto time = [&](const BackendOptions& o) {
+    return makeBackend("sim", 8, o)->runAlgorithm(spec, "nccl", AlgoParams{}, {}).seconds;
+  };
+  const double one = time({{"topology", "dgx-a100-8x1"}});
+  EXPECT_NEAR(time({{"topology", "dgx-a100-8x1"}, {"gpus_per_thread", "8"}}) - one,
+              7 * NcclModelParams{}.launchStaggerUs * 1e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(time({{"topology", "dgx-a100-8x1"}, {"nccl_version", "2.26.2"}}), one);  // no NVLS on one A100 node
 }
 
 TEST_F(SimBackend, Errors) {

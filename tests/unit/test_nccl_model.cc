@@ -479,6 +479,26 @@ TEST(NcclChoose, PluginLatencyEntersNcclsEstimateNotThePrediction) {
   EXPECT_DOUBLE_EQ(tree(NcclProtocol::Simple).second, simplePredicted);
 }
 
+TEST(NcclChoose, TheLogsNcclVersionTunesNvlsTreeAsThatVersionDid) {
+  EXPECT_EQ(ncclVersionCode("2.26.2"), 22602);
+  EXPECT_EQ(ncclVersionCode("2.28.9"), kNcclVersionEmulated);
+  for (const char* bad : {"", "2.26", "2.26.x", "v2.26.2", "2.260.1", "2.26.2.1"})
+    EXPECT_EQ(ncclVersionCode(bad), 0) << bad;
+  // 4 x 8 H100 on IB at 4 MiB: 2.28 estimates Tree/LL128 below NVLSTree; 2.26 (bandwidth x 5/6 without NVLS
+  // efficiency, 14 us network steps) puts NVLSTree first.
+  const NcclSystem s = dgxH100(4);
+  NcclEnv env;
+  EXPECT_EQ(ncclChoose(s, Collective::AllReduce, 4 << 20, 32, env).algorithm, NcclAlgorithm::Tree);
+  env.version = ncclVersionCode("2.26.2");
+  const NcclChoice old = ncclChoose(s, Collective::AllReduce, 4 << 20, 32, env);
+  EXPECT_EQ(old.algorithm, NcclAlgorithm::NvlsTree);
+  // The time model takes that version's NVLSTree network step: 2 x log2(4) steps of 14 us against 20.9.
+  NcclEnv nvlsTree = parseNcclEnv({{"NCCL_ALGO", "NVLSTree"}});
+  const double now = ncclChoose(s, Collective::AllReduce, 4 << 20, 32, nvlsTree).predictedUs;
+  nvlsTree.version = ncclVersionCode("2.26.2");
+  EXPECT_NEAR(now - ncclChoose(s, Collective::AllReduce, 4 << 20, 32, nvlsTree).predictedUs, 4 * (20.9 - 14.0), 1e-9);
+}
+
 TEST(NcclPredict, EachFurtherGpuOfALaunchingThreadAddsItsStagger) {
   NcclSystem s = dgxA100();
   const NcclChoice one = ncclChoose(s, Collective::AllReduce, 1024, 8);
@@ -519,7 +539,8 @@ TEST_P(RealTables, PredictedTimeWithinBounds) {
   ASSERT_GE(log.rows.size(), 10u);
   NcclSystem sys = ncclSystemOf(loadTopology(t.topology), log.nranks);
   sys.gpusPerThread = std::max(1, log.nGpus);
-  const NcclEnv env = parseNcclEnv(t.env);
+  NcclEnv env = parseNcclEnv(t.env);
+  if (const int v = ncclVersionCode(log.ncclVersion); v > 0) env.version = v;
   std::vector<double> err;
   std::string table;
   for (const NcclTestsRow& r : log.rows) {

@@ -222,7 +222,7 @@ TEST(NcclTestsLog, ReadsRealdataCsv) {
   EXPECT_EQ(log.rows.front().line, 17);
 }
 
-TEST(NcclTestsLog, CsvGpusPerThreadFromTheQuotedCommand) {
+TEST(NcclTestsLog, CsvGpusPerThreadAndVersionFromItsHeader) {
   const std::string rows = "bytes,count,type,time_us_oop,algbw_oop,busbw_oop\n1024,256,float,10.5,0.10,0.18\n";
   // Oracle's A100 table: no "# command:", the -g of its other comments.
   EXPECT_EQ(parseNcclTestsLog("# gpu_count: 8 (single process, -g 8)\n" + rows, "a.csv").nGpus, 8);
@@ -237,6 +237,10 @@ TEST(NcclTestsLog, CsvGpusPerThreadFromTheQuotedCommand) {
             1);
   EXPECT_EQ(parseNcclTestsLog("# launch: --ngpus 4\n# notes: -g 2\n" + rows, "d.csv").nGpus, 4);
   EXPECT_EQ(parseNcclTestsLog("# command: all_reduce_perf -b 8 -e 1G\n" + rows, "e.csv").nGpus, 0);  // unknown
+  // A header that gives the bare version.
+  EXPECT_EQ(parseNcclTestsLog("# nccl_version: 2.26.2+cuda12.8 (printed)\n" + rows, "f.csv").ncclVersion, "2.26.2");
+  EXPECT_EQ(parseNcclTestsLog("# nccl_version: not printed (2.20.3 in the container)\n" + rows, "g.csv").ncclVersion,
+            "");
   const NcclTestsLog real = parseNcclTestsLog(dataFile("../../data/realdata/a100x8-ring-ocitutorials-ja.csv"), "o");
   EXPECT_EQ(real.nGpus, 8);
   EXPECT_EQ(real.nranks, 8);
