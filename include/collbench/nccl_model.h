@@ -71,8 +71,11 @@ struct NcclModelParams {
   /// H100 IB 469 GB/s and EFA 487 GB/s busbw against 514 from nvlsFraction.
   double nvlsTreeFraction = 0.93;
   /// Per NIC kind: achievable fraction of the line rate (IB ring 392.7 of 400 GB/s on 2x8 H100; EFA tree 78.3 busbw
-  /// on 2x8 A100 p4de = 50 GB/s x f x 1.875; TCPXO: 2x8 A3 Mega tree Simple at 256 MiB .. 8 GiB; RoCE an estimate).
-  std::array<double, 5> netFraction = {0.98, 0.95, 0.835, 0.835, 0.91};
+  /// on 2x8 A100 p4de = 50 GB/s x f x 1.875; EFA2: p5 at 4-16 nodes reaches 355-357 busbw at 8 GiB of 400 GB/s per
+  /// node, 0.89 as a ring and 0.92 as NVLSTree (crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv,
+  /// ml.p5.48xlarge; 2-node p5 runs are NVLink-bound); TCPXO: 2x8 A3 Mega tree Simple at 256 MiB .. 8 GiB; RoCE an
+  /// estimate).
+  std::array<double, 5> netFraction = {0.98, 0.95, 0.835, 0.905, 0.91};
   /// Per NIC kind: extra latency of one network hop beyond NCCL's NET hwLatency, from the median of the 8 B .. 1 KiB
   /// rows on 2 nodes (2 network hops on top of NCCL's estimate without the plugin's latency, and the arch's launch
   /// extra): IB 0 (2x8 H100 IB: tree LL 25 us), EFA2 23.4 (p5: tree LL 72 us), EFA 31.0 (p4de: tree Simple, the only
