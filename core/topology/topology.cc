@@ -20,6 +20,7 @@
 
 #include "collbench/error.h"
 #include "collbench/json_document.h"
+#include "collbench/nccl_model.h"
 #include "topology_internal.h"
 
 namespace collbench {
@@ -406,7 +407,7 @@ TopoLink readLink(const Reader& rd, const json& j, const std::string& p) {
   return k;
 }
 
-/// "nccl_env": {"NCCL_<NAME>": "value", ...}. The values are NCCL's to judge: the NCCL model parses them.
+/// "nccl_env": {"NCCL_<NAME>": "value", ...}, each value as the NCCL model parses it (parseNcclEnv).
 std::map<std::string, std::string> readNcclEnv(const Reader& rd, const json& doc) {
   std::map<std::string, std::string> vars;
   const json* env = rd.find(doc, "nccl_env");
@@ -416,6 +417,11 @@ std::map<std::string, std::string> readNcclEnv(const Reader& rd, const json& doc
     const std::string p = joinPath("nccl_env", name);
     if (name.rfind("NCCL_", 0) != 0) fail(rd.source(), p, "not an NCCL variable (NCCL_<NAME>)", render(value));
     vars[name] = rd.string(value, p);
+    try {
+      parseNcclEnv({{name, vars[name]}});
+    } catch (const Error& e) {
+      fail(rd.source(), p, e.what(), render(value));
+    }
   }
   return vars;
 }

@@ -1244,6 +1244,8 @@ TEST(TopologyNcclEnv, RejectsWhatIsNotAnNcclVariable) {
   expectBad(d, {"nccl_env.NCCL_MIN_NCHANNELS: expected a string", "4"});
   d["nccl_env"] = json::array();
   expectBad(d, {"nccl_env: expected an object"});
+  d["nccl_env"] = json{{"NCCL_PROTO", "LL256"}};
+  expectBad(d, {"nccl_env.NCCL_PROTO: NCCL_PROTO=LL256: ", "\"LL256\""});
 }
 
 // ---------------------------------------------------------------------------------------------------------------
