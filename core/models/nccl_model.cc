@@ -1035,7 +1035,7 @@ double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t b
   const int a = ai(algorithm), p = pi(protocol);
   if (nranks > 1 && !offered(c, f, a, p, nranks)) return -1;
   std::size_t chunk = 0, slice = 0;
-  chunking(c, NcclEnv{}, f, a, p, bytes, std::max(1, channels), chunk, slice);
+  chunking(c, ncclEnvOnSystem(sys, NcclEnv{}), f, a, p, bytes, std::max(1, channels), chunk, slice);
   return predict(c, f, a, p, bytes, nranks, std::max(1, channels), chunk);
 }
 
