@@ -75,7 +75,7 @@ int run(const FidelityArgs& a) {
     BackendOptions backend{{"topology", a.topology},
                            {"nccl_env", a.ncclEnv},
                            {"nccl_calibration", a.ncclCalibration},
-                           {"gpus_per_thread", std::to_string(std::max(1, logs[i].nGpus))}};
+                           {"gpus_per_thread", std::to_string(logs[i].gpusPerThread())}};
     if (ncclVersionCode(logs[i].ncclVersion) > 0) backend["nccl_version"] = logs[i].ncclVersion;
     OwnedRunner sim("sim", fidelityRanks(logs[i], a.logs[i], a.ranks), backend,
                     RunnerOptions{&topo, found.table ? &*found.table : nullptr, found.path});

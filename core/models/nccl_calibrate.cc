@@ -331,7 +331,7 @@ FidelityLog predictNcclLog(const Topology& topology, const NcclModelParams& para
   }
   NcclSystem sys = ncclSystemOf(topology, ranks);
   sys.model = params;
-  sys.gpusPerThread = std::max(1, log.log.nGpus);
+  sys.gpusPerThread = log.log.gpusPerThread();
   NcclEnv env;
   try {
     env = parseNcclEnv(log.envVars);
@@ -362,7 +362,7 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
     // The prior's table of this log: the rows, their calls and NCCL's choices.
     const FidelityLog f = predictNcclLog(topology, defaults, logs[li], options);
     NcclSystem sys = ncclSystemOf(topology, f.ranks);
-    sys.gpusPerThread = std::max(1, logs[li].log.nGpus);
+    sys.gpusPerThread = logs[li].log.gpusPerThread();
     if (li == 0) {
       pr.arch = sys.arch;
       pr.nic = sys.nicKind;

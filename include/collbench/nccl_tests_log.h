@@ -29,6 +29,7 @@
 /// "# nccl_version: NCCL version 2.26.2+cuda12.8 ..." (or "2.26.2+cuda12.8 ...") give the rank count, node count and
 /// NCCL version; the "-g N" or
 /// "--ngpus N" of a "# command: ..." comment gives nGpus, else the first such of another "# <field>: ..." comment.
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -67,6 +68,9 @@ struct NcclTestsLog {
   std::vector<std::string> hosts;  ///< distinct host names of the rank lines, in order of appearance
   int nodes = 0;                   ///< a CSV's "# node_count:" (0: not given)
   int nnodes() const { return !hosts.empty() ? static_cast<int>(hosts.size()) : nodes > 0 ? nodes : 1; }
+  /// GPUs one thread launched each call on: nccl-tests' nGpus (1 when unknown); 1 for `collbench perf` logs, whose
+  /// header's nGpus is the rank count.
+  int gpusPerThread() const { return program.rfind("collbench", 0) == 0 ? 1 : std::max(1, nGpus); }
   std::vector<NcclTestsRow> rows;
   std::optional<double> avgBusBwGBps;
   long long outOfBounds = -1;  ///< "# Out of bounds values" (-1: absent)

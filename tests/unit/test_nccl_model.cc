@@ -539,7 +539,7 @@ TEST_P(RealTables, PredictedTimeWithinBounds) {
   const NcclTestsLog log = readNcclTestsLog(std::string(COLLBENCH_SOURCE_DIR) + "/tests/data/" + t.file);
   ASSERT_GE(log.rows.size(), 10u);
   NcclSystem sys = ncclSystemOf(loadTopology(t.topology), log.nranks);
-  sys.gpusPerThread = std::max(1, log.nGpus);
+  sys.gpusPerThread = log.gpusPerThread();
   NcclEnv env = parseNcclEnv(t.env);
   if (const int v = ncclVersionCode(log.ncclVersion); v > 0) env.version = v;
   std::vector<double> err;

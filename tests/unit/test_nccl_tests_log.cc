@@ -108,6 +108,8 @@ TEST(NcclTestsLog, ReadsCollbenchPerfTables) {
   EXPECT_EQ(*log.collective, Collective::AllGather);
   EXPECT_EQ(log.algorithm, "ring");
   EXPECT_EQ(log.nranks, 2);
+  EXPECT_EQ(log.nGpus, 2);
+  EXPECT_EQ(log.gpusPerThread(), 1);  // collbench's header counts ranks there, not one thread's GPUs
   ASSERT_EQ(log.rows.size(), 2u);
   EXPECT_EQ(log.rows[1].outOfPlace.wrong, -1);
 }
@@ -241,6 +243,7 @@ TEST(NcclTestsLog, CsvGpusPerThreadAndVersionFromItsHeader) {
   EXPECT_EQ(parseNcclTestsLog("# nccl_version: 2.26.2+cuda12.8 (printed)\n" + rows, "f.csv").ncclVersion, "2.26.2");
   EXPECT_EQ(parseNcclTestsLog("# nccl_version: not printed (2.20.3 in the container)\n" + rows, "g.csv").ncclVersion,
             "");
+  EXPECT_EQ(parseNcclTestsLog("# command: all_reduce_perf -b 8 -e 1G\n" + rows, "h.csv").gpusPerThread(), 1);
   const NcclTestsLog real = parseNcclTestsLog(dataFile("../../data/realdata/a100x8-ring-ocitutorials-ja.csv"), "o");
   EXPECT_EQ(real.nGpus, 8);
   EXPECT_EQ(real.nranks, 8);
