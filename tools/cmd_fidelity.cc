@@ -2,7 +2,6 @@
 // compared (collbench/fidelity.h). This file parses flags and plugs the simulator into the library.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>

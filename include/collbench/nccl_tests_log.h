@@ -27,8 +27,8 @@
 ///   wrong_oop, wrong_ip; other columns are ignored; the in-place half defaults to the out-of-place one)
 /// then one row per size. Comment lines "# gpu_count: 16 (...)", "# node_count: 2 (...)" and
 /// "# nccl_version: NCCL version 2.26.2+cuda12.8 ..." (or "2.26.2+cuda12.8 ...") give the rank count, node count and
-/// NCCL version; the "-g N" or
-/// "--ngpus N" of a "# command: ..." comment gives nGpus, else the first such of another "# <field>: ..." comment.
+/// NCCL version; the "-g N" or "--ngpus N" of a "# command: ..." comment gives nGpus, else the first such of another
+/// "# <field>: ..." comment.
 #include <algorithm>
 #include <cstddef>
 #include <optional>
