@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "collbench/error.h"
+#include "collbench/nccl_model.h"
 
 namespace collbench {
 namespace {
@@ -102,24 +103,25 @@ void gpusPerThreadOfCommand(const std::vector<std::string>& toks, int& gpusPerTh
   }
 }
 
+/// The run of digits and dots of `s` from `from` ("2.26.2" of "2.26.2+cuda12.8").
+std::string versionAt(const std::string& s, std::size_t from) {
+  std::size_t end = from;
+  while (end < s.size() && (std::isdigit(static_cast<unsigned char>(s[end])) || s[end] == '.')) ++end;
+  return s.substr(from, end - from);
+}
+
 /// "2.26.2" from NCCL's "NCCL version 2.26.2+cuda12.8" anywhere in `line` ("" when absent).
 std::string ncclVersionIn(const std::string& line) {
   static const std::string kKey = "NCCL version ";
   const auto at = line.find(kKey);
-  if (at == std::string::npos) return "";
-  const std::size_t from = at + kKey.size();
-  std::size_t end = from;
-  while (end < line.size() && (std::isdigit(static_cast<unsigned char>(line[end])) || line[end] == '.')) ++end;
-  return end > from ? line.substr(from, end - from) : "";
+  return at == std::string::npos ? "" : versionAt(line, at + kKey.size());
 }
 
-/// A CSV's "# nccl_version: 2.26.2+cuda12.8 ...": the leading MAJOR.MINOR.PATCH of its first word ("" otherwise).
+/// A CSV's "# nccl_version: 2.26.2+cuda12.8 ...": the MAJOR.MINOR.PATCH its first word starts with ("" otherwise).
 std::string leadingNcclVersion(const std::vector<std::string>& toks) {
   if (toks.size() < 2) return "";
-  const std::string& t = toks[1];
-  std::size_t end = 0, dots = 0;
-  while (end < t.size() && (std::isdigit(static_cast<unsigned char>(t[end])) || t[end] == '.')) dots += t[end++] == '.';
-  return dots == 2 && end > 4 && std::isdigit(static_cast<unsigned char>(t[end - 1])) ? t.substr(0, end) : "";
+  std::string v = versionAt(toks[1], 0);
+  return ncclVersionCode(v) > 0 ? v : "";
 }
 
 /// nccl-tests' "nccl-library=22809": NCCL_VERSION_CODE, major x 10000 + minor x 100 + patch since NCCL 2.9

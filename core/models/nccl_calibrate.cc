@@ -316,6 +316,29 @@ NcclParamBounds ncclParamBounds(NcclParam p, double prior) {
   return {0.0, kNcclPriorHigh * ref};
 }
 
+namespace {
+
+/// The system one log ran on: the topology's first `ranks` ranks, each call launched as the log says (nccl-tests -g).
+NcclSystem systemOfLog(const Topology& topology, int ranks, const NcclCalibrationLog& log) {
+  NcclSystem sys = ncclSystemOf(topology, ranks);
+  sys.gpusPerThread = log.log.gpusPerThread();
+  return sys;
+}
+
+/// The NCCL one log ran under: its variables, and its release where it states one.
+NcclEnv envOfLog(const NcclCalibrationLog& log) {
+  NcclEnv env;
+  try {
+    env = parseNcclEnv(log.envVars);
+  } catch (const Error& e) {
+    throw Error(Errc::InvalidArgument, fmt::format("{}: {}", printable(log.source), e.what()));
+  }
+  if (const int v = ncclVersionCode(log.log.ncclVersion); v > 0) env.version = v;
+  return env;
+}
+
+}  // namespace
+
 FidelityLog predictNcclLog(const Topology& topology, const NcclModelParams& params, const NcclCalibrationLog& log,
                            const NcclCalibrationOptions& options) {
   FidelityOptions fo;
@@ -329,16 +352,9 @@ FidelityLog predictNcclLog(const Topology& topology, const NcclModelParams& para
     throw Error(Errc::InvalidArgument, fmt::format("{}: {} ranks, the topology '{}' has {}", printable(log.source),
                                                    ranks, printable(options.topology), topology.ranks.size()));
   }
-  NcclSystem sys = ncclSystemOf(topology, ranks);
+  NcclSystem sys = systemOfLog(topology, ranks, log);
   sys.model = params;
-  sys.gpusPerThread = log.log.gpusPerThread();
-  NcclEnv env;
-  try {
-    env = parseNcclEnv(log.envVars);
-  } catch (const Error& e) {
-    throw Error(Errc::InvalidArgument, fmt::format("{}: {}", printable(log.source), e.what()));
-  }
-  if (const int v = ncclVersionCode(log.log.ncclVersion); v > 0) env.version = v;
+  const NcclEnv env = envOfLog(log);
   return compareWithSimulation(log.log, log.source, fo, [&](const FidelityCall& call) {
     const NcclChoice c = ncclChoose(sys, call.collective, call.bytes, call.nranks, env);
     return SimulatedCall{c.predictedUs * 1e-6, choiceText(c)};
@@ -361,16 +377,14 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
   for (std::size_t li = 0; li < logs.size(); ++li) {
     // The prior's table of this log: the rows, their calls and NCCL's choices.
     const FidelityLog f = predictNcclLog(topology, defaults, logs[li], options);
-    NcclSystem sys = ncclSystemOf(topology, f.ranks);
-    sys.gpusPerThread = logs[li].log.gpusPerThread();
+    const NcclSystem sys = systemOfLog(topology, f.ranks, logs[li]);
     if (li == 0) {
       pr.arch = sys.arch;
       pr.nic = sys.nicKind;
       out.gpusPerNode = sys.gpusPerNode;
     }
     pr.systems.push_back(sys);
-    pr.envs.push_back(parseNcclEnv(logs[li].envVars));
-    if (const int v = ncclVersionCode(logs[li].log.ncclVersion); v > 0) pr.envs.back().version = v;
+    pr.envs.push_back(envOfLog(logs[li]));
     for (std::size_t i = 0; i < f.rows.size(); ++i) {
       const FidelityRow& fr = f.rows[i];
       Sample s;

@@ -371,11 +371,21 @@ NcclEnv parseNcclEnv(const std::map<std::string, std::string>& vars) {
   return env;
 }
 
-NcclEnv ncclEnvOnSystem(const NcclSystem& sys, const NcclEnv& env) {
+namespace {
+
+/// The variables `sys` sets that `env` does not name: those the system contributes.
+std::map<std::string, std::string> systemOnlyVars(const NcclSystem& sys, const NcclEnv& env) {
   std::map<std::string, std::string> unset;
   for (const auto& [name, value] : sys.ncclEnv) {
     if (env.vars.count(name) == 0) unset.emplace(name, value);
   }
+  return unset;
+}
+
+}  // namespace
+
+NcclEnv ncclEnvOnSystem(const NcclSystem& sys, const NcclEnv& env) {
+  const std::map<std::string, std::string> unset = systemOnlyVars(sys, env);
   if (unset.empty()) return env;
   NcclEnv out = env;
   applyNcclVars(out, unset);
@@ -588,8 +598,10 @@ double speedAtMost(const std::vector<double>& sp, double limit) {
 
 }  // namespace
 
-NcclComm ncclComm(const NcclSystem& sysIn, int nranks, const NcclEnv& userEnv) {
-  const NcclEnv env = ncclEnvOnSystem(sysIn, userEnv);
+namespace {
+
+/// ncclComm under an environment the system's variables are already applied to.
+NcclComm buildComm(const NcclSystem& sysIn, int nranks, const NcclEnv& env) {
   if (nranks < 1) throw Error(Errc::InvalidArgument, fmt::format("nranks must be at least 1, got {}", nranks));
   NcclComm c;
   c.sys = sysIn;
@@ -646,6 +658,12 @@ NcclComm ncclComm(const NcclSystem& sysIn, int nranks, const NcclEnv& userEnv) {
   n = std::max(n, env.minChannels);
   c.nChannels = n;
   return c;
+}
+
+}  // namespace
+
+NcclComm ncclComm(const NcclSystem& sys, int nranks, const NcclEnv& env) {
+  return buildComm(sys, nranks, ncclEnvOnSystem(sys, env));
 }
 
 // ---- NCCL's tuning (ncclTopoTuneModel, ncclTopoGetAlgoTime) --------------------------------------------------------
@@ -742,10 +760,10 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate
     }
   }
   if (!(a != kRing && (f == kFuncAllGather || f == kFuncReduceScatter))) {
-    busBw *= a == kRing                                        ? static_cast<double>(nranks) / nsteps
-             : (a == kNvls || a == kNvlsTree) && nvlsBefore228 ? kNvlsRatioBefore228
-             : (a == kNvls || a == kNvlsTree)                  ? static_cast<double>(nranks) / nsteps
-                                                               : 0.5;
+    const bool nvls = a == kNvls || a == kNvlsTree;
+    busBw *= nvls && nvlsBefore228 ? kNvlsRatioBefore228
+             : a == kRing || nvls  ? static_cast<double>(nranks) / nsteps
+                                   : 0.5;
   }
   Tuned t;
   t.bw = busBw;
@@ -1031,11 +1049,12 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
 double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                      NcclAlgorithm algorithm, NcclProtocol protocol, int channels) {
   const int f = funcIndex(collective);
-  const NcclComm c = ncclComm(sys, nranks);
+  const NcclEnv env = ncclEnvOnSystem(sys, NcclEnv{});
+  const NcclComm c = buildComm(sys, nranks, env);
   const int a = ai(algorithm), p = pi(protocol);
   if (nranks > 1 && !offered(c, f, a, p, nranks)) return -1;
   std::size_t chunk = 0, slice = 0;
-  chunking(c, ncclEnvOnSystem(sys, NcclEnv{}), f, a, p, bytes, std::max(1, channels), chunk, slice);
+  chunking(c, env, f, a, p, bytes, std::max(1, channels), chunk, slice);
   return predict(c, f, a, p, bytes, nranks, std::max(1, channels), chunk);
 }
 
@@ -1043,7 +1062,7 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
                       const NcclEnv& userEnv) {
   const NcclEnv env = ncclEnvOnSystem(sys, userEnv);
   const int f = funcIndex(collective);
-  const NcclComm c = ncclComm(sys, nranks, env);
+  const NcclComm c = buildComm(sys, nranks, env);
   NcclChoice out;
   if (nranks == 1) {  // enqueue.cc: one rank is a copy (ring Simple, time 0)
     out.channels = 1;
@@ -1104,8 +1123,8 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
                            userEnv.algo.empty() ? "" : fmt::format("; NCCL_ALGO={}", userEnv.algo),
                            userEnv.proto.empty() ? "" : fmt::format("; NCCL_PROTO={}", userEnv.proto));
   std::string systemSet;
-  for (const auto& [name, value] : sys.ncclEnv) {
-    if (userEnv.vars.count(name) == 0) systemSet += fmt::format("{}{}={}", systemSet.empty() ? "" : " ", name, value);
+  for (const auto& [name, value] : systemOnlyVars(sys, userEnv)) {
+    systemSet += fmt::format("{}{}={}", systemSet.empty() ? "" : " ", name, value);
   }
   if (!systemSet.empty()) out.reason += fmt::format("; the system sets {}", systemSet);
   return out;
