@@ -86,6 +86,13 @@ Plan Runner::plan(const CollectiveSpec& spec, const CallConfig& config) const {
   return p;
 }
 
+std::string describedConfiguration(const Choice& choice) {
+  const std::string& why = choice.reason;
+  const std::size_t colon = why.find(": "), open = why.find(" (");
+  if (choice.source != "forced" || why.rfind("forced by", 0) == 0 || colon == std::string::npos) return "";
+  return why.substr(colon + 2, open == std::string::npos ? std::string::npos : open - colon - 2);
+}
+
 Plan Runner::choose(const CollectiveSpec& spec, const CallConfig& config) {
   Plan p = plan(spec, config);
   return config.algorithm == "auto" ? trial(spec, std::move(p)) : p;

@@ -31,13 +31,16 @@ struct FidelityArgs {
 
 /// Times calls as `collbench perf --backend sim` does, through the same run layer: the spec of countForBytes, the
 /// runner's plan (with --algo auto the topology's tuning table, else the cost model, with its chunk and channels;
-/// other names as they are), simulated by the sim backend's one method.
+/// other names as they are), simulated by the sim backend's one method. A row's algorithm names what the backend
+/// said it runs ("nccl Tree/LL128, 60 channels").
 SimulateFn simulateOn(Runner& runner, const std::string& algo) {
   return [&runner, algo](const FidelityCall& call) {
     const CollectiveSpec spec{call.collective, call.nranks,
                               countForBytes(call.collective, call.nranks, call.bytes, call.dtype), call.dtype, call.op};
     const Plan plan = runner.plan(spec, CallConfig{algo});
-    return SimulatedCall{runner.simulate(spec, plan.choice.algorithm, plan.params), plan.choice.algorithm};
+    const std::string configuration = describedConfiguration(plan.choice);
+    return SimulatedCall{runner.simulate(spec, plan.choice.algorithm, plan.params),
+                         configuration.empty() ? plan.choice.algorithm : plan.choice.algorithm + " " + configuration};
   };
 }
 

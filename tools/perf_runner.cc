@@ -51,13 +51,7 @@ struct PlannedRow {
 std::string describeAlgorithms(const std::string& algo, const std::vector<PlannedRow>& plan) {
   const bool forced = algo != "auto";
   // What a row ran: auto's algorithm, or the head of the backend's description of the forced one.
-  const auto label = [&](const Plan& p) -> std::string {
-    if (!forced) return p.choice.algorithm;
-    const std::string& why = p.choice.reason;
-    const std::size_t colon = why.find(": "), open = why.find(" (");
-    if (why.rfind("forced by", 0) == 0 || colon == std::string::npos) return "";
-    return why.substr(colon + 2, open == std::string::npos ? std::string::npos : open - colon - 2);
-  };
+  const auto label = [&](const Plan& p) { return forced ? describedConfiguration(p.choice) : p.choice.algorithm; };
   struct Run {
     std::string algorithm;
     std::size_t first, last;

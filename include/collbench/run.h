@@ -93,6 +93,11 @@ inline constexpr int kMinBudgetRounds = 3;
 Plan planCall(const Selector& selector, const CollectiveSpec& spec, const CallConfig& config,
               std::vector<int> rankHost);
 
+/// What a backend that decides more than the algorithm name said a forced call runs (Runner::plan puts the
+/// backend's description, e.g. "NCCL 2.28: Tree/LL128, 60 channels (runner-up ...)", in the reason): its head,
+/// "Tree/LL128, 60 channels"; "" for any other choice.
+std::string describedConfiguration(const Choice& choice);
+
 /// Admission, before anything is allocated or started: throws Error{InvalidArgument} naming `request` (the flag and
 /// value that asked for it), what the call needs and the limit, when the buffers this process would hold for `spec`
 /// (every rank's, or only `localRank`'s) do not fit in the memory available now.

@@ -47,6 +47,9 @@ struct RealTable {
   const char* ncclEnv;   ///< the measurement's NCCL variables (its "# env_vars:" header), for --nccl-env
   std::size_t rows;      ///< rows of the table
   Bounds bounds;
+  /// NCCL's emulated choice at the table's smallest and largest size, as each row's algorithm names it.
+  const char* smallestRuns;
+  const char* largestRuns;
 };
 
 // The gaps, all in the 64 KiB - 16 MiB class where NCCL switches protocols and channel counts: the A100 table's
@@ -55,15 +58,20 @@ struct RealTable {
 // network cost the model does not have); p5 runs 20-32% fast at 2-32 MiB, where NCCL's estimate (aws-ofi-nccl's 75 us
 // per network step included) picks tree and ring LL128, which the model times faster than EFA runs them.
 const RealTable kTables[] = {
-    {"h100x8-nvls-dgxcbench.csv", "dgx-h100-8x1", "", 32, Bounds{}},
+    {"h100x8-nvls-dgxcbench.csv", "dgx-h100-8x1", "", 32, Bounds{}, "Ring/LL, 1 channel", "NVLS/Simple, 16 channels"},
     {"a100x8-ring-ocitutorials-ja.csv", "dgx-a100-8x1", "", 28,
-     Bounds{kTargetMedian, 0.326 + kMargin, {kTargetClassMedian, 0.251 + kMargin, kTargetClassMedian}}},
-    {"h100x16-2node-ib400-nvlstree-ncclTests309-A.csv", "dgx-h100-ib400", "", 32, Bounds{}},
+     Bounds{kTargetMedian, 0.326 + kMargin, {kTargetClassMedian, 0.251 + kMargin, kTargetClassMedian}},
+     "Ring/LL, 1 channel", "Ring/Simple, 24 channels"},
+    {"h100x16-2node-ib400-nvlstree-ncclTests309-A.csv", "dgx-h100-ib400", "", 32, Bounds{}, "Tree/LL, 1 channel",
+     "NVLSTree/Simple, 16 channels"},
     {"h100x16-2node-ib400-ring-ncclTests309-G.csv", "dgx-h100-ib400", "NCCL_ALGO=Ring NCCL_MIN_CTAS=24", 14,
-     Bounds{kTargetMedian, 0.457 + kMargin, {kTargetClassMedian, 0.451 + kMargin, kTargetClassMedian}}},
+     Bounds{kTargetMedian, 0.457 + kMargin, {kTargetClassMedian, 0.451 + kMargin, kTargetClassMedian}},
+     "Ring/LL128, 24 channels", "Ring/Simple, 24 channels"},
     {"h100x16-2node-efa-p5-awsome.csv", "aws-p5", "", 32,
-     Bounds{kTargetMedian, 0.274 + kMargin, {kTargetClassMedian, 0.227 + kMargin, kTargetClassMedian}}},
-    {"a100x16-2node-efa-p4de-awsome.csv", "aws-p4de", "", 29, Bounds{}},
+     Bounds{kTargetMedian, 0.274 + kMargin, {kTargetClassMedian, 0.227 + kMargin, kTargetClassMedian}},
+     "Tree/LL, 1 channel", "NVLSTree/Simple, 16 channels"},
+    {"a100x16-2node-efa-p4de-awsome.csv", "aws-p4de", "", 29, Bounds{}, "Tree/Simple, 1 channel",
+     "Tree/Simple, 8 channels"},
 };
 
 class FidelityCli : public ::testing::Test {
@@ -121,7 +129,11 @@ TEST_F(FidelityCli, RealTablesStayWithinTheirMedianBound) {
     EXPECT_LE(f.all.geomean, f.all.worst);
     EXPECT_LT(f.all.geomean, kAstraSimHgxH100Geomean)
         << "geomean |error| of " << t.file << " rose to " << 100 * f.all.geomean << "%, above ASTRA-sim's 9.69%";
-    for (const FidelityRow& row : f.rows) EXPECT_EQ(row.algorithm, "nccl");
+    // Each row names the configuration the emulated NCCL ran, as perf's header does.
+    for (const FidelityRow& row : f.rows) EXPECT_EQ(row.algorithm.rfind("nccl ", 0), 0u) << row.algorithm;
+    EXPECT_EQ(f.rows.front().algorithm, std::string("nccl ") + t.smallestRuns);
+    EXPECT_EQ(f.rows.back().algorithm, std::string("nccl ") + t.largestRuns);
+    EXPECT_NE(r.out.find(std::string("  nccl ") + t.largestRuns + "\n"), std::string::npos) << r.out;
     // The table prints every row the JSON holds.
     EXPECT_EQ(testing::tableRows(r.out).size(), f.rows.size());
   }
