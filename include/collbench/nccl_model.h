@@ -103,9 +103,13 @@ struct NcclModelParams {
   /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
   double nvlsPipelineDepth = 13;
   /// Per protocol (indexed by NcclProtocol): scale of the bandwidth a call reaches, for what the model's protocol
-  /// terms (payload, NCCL's per-channel LL/LL128 rates) leave to the hardware. 1: the model as sourced; Simple stays 1
-  /// (its rate is the link fractions above).
-  std::array<double, 3> protocolRate = {1.0, 1.0, 1.0};
+  /// terms (payload, NCCL's per-channel LL/LL128 rates) leave to the hardware. Simple stays 1 (its rate is the link
+  /// fractions above); LL 1, the model as sourced. LL128 0.82: the one-process-per-GPU tables that run LL128 into its
+  /// bandwidth regime agree on it, on NVLink and across a network: 8xA100 80 GB `-g 1` ring LL128 at 8-16 MiB (-12/-15%
+  /// at 1, -1% at 0.82) and 2x8 A100 40 GB OCI RoCE tree LL128 at 4-256 MiB (-12..-19% at 1, -8..+4% at 0.82); p5's
+  /// ring LL128 plateau at 4-8 nodes (274-280 GB/s busbw where aws-ofi-nccl's tuner keeps LL128 up to 1-2 GiB) is 0.85
+  /// of the model's at 1, 330 (crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv; 0.82 gives 271).
+  std::array<double, 3> protocolRate = {1.0, 0.82, 1.0};
 };
 
 /// What NCCL's model needs of the machine. Bandwidths are GB/s (1e9 bytes/s) per direction, datasheet values.

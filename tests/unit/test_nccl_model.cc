@@ -317,8 +317,10 @@ TEST(NcclPredict, TreeChannelRunsAtTheTreesRefinedRate) {
   const double simple = rateGBps(NcclProtocol::Simple);
   EXPECT_GT(simple, 10);
   EXPECT_LE(simple, 36.0 + 1e-9);
-  EXPECT_NEAR(rateGBps(NcclProtocol::LL), simple / 3.8, 1e-9);
-  EXPECT_NEAR(rateGBps(NcclProtocol::LL128), std::min(simple * 120 / 128, 29.0), 1e-9);
+  // Then each protocol's hardware rate (NcclModelParams::protocolRate) scales what it reaches.
+  const auto rate = [&](NcclProtocol p) { return s.model.protocolRate[static_cast<std::size_t>(p)]; };
+  EXPECT_NEAR(rateGBps(NcclProtocol::LL), simple / 3.8 * rate(NcclProtocol::LL), 1e-9);
+  EXPECT_NEAR(rateGBps(NcclProtocol::LL128), std::min(simple * 120 / 128, 29.0) * rate(NcclProtocol::LL128), 1e-9);
 }
 
 /// Sizes of an nccl-tests sweep -b 8 -e 8G -f 4.
