@@ -123,10 +123,10 @@ constexpr std::size_t kLLBuffBytes = 8 * 512 * kSteps * 16;
 constexpr std::size_t kLL128BuffBytes = 120 * 640 * kSteps * 8;
 constexpr int kChunkSteps = 4, kSliceSteps = 2;
 constexpr std::size_t kLL128LineBytes = 128, kLL128LineDataBytes = 120;
-/// transport/nvls.cc NVLS_CHUNKSIZE default 128 KiB; enqueue.cc calcCollChunking shrinks NVLS chunks to 64/32/16 KiB
-/// below 64/8/2 chunks per concurrent op, NVLSTree to 256/128/64/32 KiB below 32/16/4/1 (NVLSTree at most 64 KiB
-/// from 4 nodes).
-constexpr std::size_t kNvlsChunkBytes = 128 * 1024;
+/// enqueue.cc calcCollChunking shrinks NVLS chunks (NCCL_NVLS_CHUNKSIZE, NcclEnv::nvlsChunkSize) to 64/32/16 KiB below
+/// 64/8/2 chunks per concurrent op, NVLSTree to 256/128/64/32 KiB below 32/16/4/1; NVLSTree takes at most 64 KiB from
+/// 4 nodes unless NCCL_NVLSTREE_MAX_CHUNKSIZE says otherwise (2.19.3 on; the variable exists from 2.20).
+constexpr std::size_t kNvlsTreeManyNodesChunkBytes = 64 * 1024;
 /// enqueue.cc calcCollChunking for Tree LL128: nsteps = 1 + log2(nodes) + 0.1 ppn; the chunk halves while a channel
 /// has fewer than nsteps x 64 / ppn chunks (down to 128 KiB), then fewer than nsteps x 16 / ppn (down to 32 KiB).
 constexpr double kTreeLL128StepsPerRank = 0.1, kTreeLL128ManyChunks = 64, kTreeLL128FewChunks = 16;
@@ -348,10 +348,19 @@ void applyNcclVars(NcclEnv& env, const std::map<std::string, std::string>& vars)
   if (const std::string* v = get("NCCL_COLLNET_ENABLE")) {
     env.collnetEnable = static_cast<int>(parseInteger("NCCL_COLLNET_ENABLE", *v, 0, 1));
   }
+  // At least one 64 KiB slice per step (a smaller buffer leaves Simple's chunk under its 16-byte grain).
+  constexpr long long kMinBuffSize = 1 << 16, kMaxBuffSize = 1LL << 31;
   if (const std::string* v = get("NCCL_BUFFSIZE")) {
-    // At least one 64 KiB slice per step (a smaller buffer leaves Simple's chunk under its 16-byte grain).
-    constexpr long long kMinBuffSize = 1 << 16, kMaxBuffSize = 1LL << 31;
     env.buffSize = static_cast<std::size_t>(parseInteger("NCCL_BUFFSIZE", *v, kMinBuffSize, kMaxBuffSize));
+  }
+  // NVLS chunks are cut to 16 KiB at the smallest (enqueue.cc calcCollChunking), so a cap below it never applies.
+  constexpr long long kMinNvlsChunk = 16 << 10;
+  if (const std::string* v = get("NCCL_NVLS_CHUNKSIZE")) {
+    env.nvlsChunkSize = static_cast<std::size_t>(parseInteger("NCCL_NVLS_CHUNKSIZE", *v, kMinNvlsChunk, kMaxBuffSize));
+  }
+  if (const std::string* v = get("NCCL_NVLSTREE_MAX_CHUNKSIZE")) {
+    env.nvlsTreeMaxChunkSize =
+        static_cast<std::size_t>(parseInteger("NCCL_NVLSTREE_MAX_CHUNKSIZE", *v, kMinNvlsChunk, kMaxBuffSize));
   }
   if (const std::string* v = get("NCCL_NTHREADS")) {
     // tuning.cc getNthreads: multiples of 32 between 64 and 512 (NCCL clamps others with a warning).
@@ -397,9 +406,9 @@ namespace {
 /// The NCCL variables of the process environment the model honours.
 std::map<std::string, std::string> processNcclVars() {
   std::map<std::string, std::string> vars;
-  for (const char* name :
-       {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
-        "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS"}) {
+  for (const char* name : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
+                           "NCCL_MAX_CTAS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
+                           "NCCL_NVLS_CHUNKSIZE", "NCCL_NVLSTREE_MAX_CHUNKSIZE"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return vars;
@@ -901,12 +910,15 @@ void chunking(const NcclComm& c, const NcclEnv& env, int f, int a, int p, std::s
   if (p == kLL128) chunk = chunk / kLL128LineBytes * kLL128LineDataBytes;
   const auto ops = static_cast<std::size_t>(nc) * static_cast<std::size_t>(c.graphs[kNvls].nChannels);
   if (a == kNvls) {
-    chunk = std::min(chunk, kNvlsChunkBytes);
+    chunk = std::min(chunk, env.nvlsChunkSize);
     for (auto [times, size] : {std::pair<std::size_t, std::size_t>{64, 65536}, {8, 32768}, {2, 16384}}) {
       if (bytes < times * ops * chunk && chunk > size) chunk = size;
     }
   } else if (a == kNvlsTree) {
-    chunk = c.sys.nodes >= 4 ? std::min<std::size_t>(kNvlsChunkBytes, 65536) : kNvlsChunkBytes;
+    const std::size_t cap = env.nvlsTreeMaxChunkSize > 0 ? env.nvlsTreeMaxChunkSize
+                            : c.sys.nodes >= 4           ? kNvlsTreeManyNodesChunkBytes
+                                                         : env.nvlsChunkSize;
+    chunk = std::min(env.nvlsChunkSize, cap);
     for (auto [times, size] : {std::pair<std::size_t, std::size_t>{32, 262144}, {16, 131072}, {4, 65536}, {1, 32768}}) {
       if (bytes < times * ops * chunk && chunk > size) chunk = size;
     }

@@ -178,8 +178,12 @@ struct NcclEnv {
   int collnetEnable = 0;  ///< NCCL_COLLNET_ENABLE (NCCL's default is off)
   std::size_t buffSize = std::size_t{1} << 22;  ///< NCCL_BUFFSIZE: Simple protocol buffer per channel and peer
   int nThreads = -2;                            ///< NCCL_NTHREADS (-2: unset)
-  std::string algo, proto;                      ///< the raw NCCL_ALGO / NCCL_PROTO text ("" when unset)
-  std::map<std::string, std::string> vars;      ///< the NCCL variables this environment was parsed from
+  /// NCCL_NVLS_CHUNKSIZE: NVLS and NVLSTree chunk per channel (transport/nvls.cc default 128 KiB).
+  std::size_t nvlsChunkSize = std::size_t{128} << 10;
+  /// NCCL_NVLSTREE_MAX_CHUNKSIZE: NVLSTree's chunk cap (enqueue.cc; 0: NCCL's rule, 64 KiB from 4 nodes).
+  std::size_t nvlsTreeMaxChunkSize = 0;
+  std::string algo, proto;                  ///< the raw NCCL_ALGO / NCCL_PROTO text ("" when unset)
+  std::map<std::string, std::string> vars;  ///< the NCCL variables this environment was parsed from
   /// The NCCL whose choice is emulated, as NCCL_VERSION_CODE (22809 = 2.28.9; ncclVersionCode). Before 2.28 NCCL
   /// tuned NVLS and NVLSTree by an older formula and latency (tuning.cc 2.19 .. 2.27), which the choice, and the
   /// time model's NVLSTree network step, then follow.

@@ -261,6 +261,37 @@ TEST(NcclPredict, ScalesWithNodeCount) {
       0);  // NVLSTree needs more than one node
 }
 
+TEST(NcclChoose, NvlsTreeChunkFollowsNcclsVariables) {
+  // enqueue.cc: NVLSTree starts from NCCL_NVLS_CHUNKSIZE (128 KiB), capped at 64 KiB from 4 nodes unless
+  // NCCL_NVLSTREE_MAX_CHUNKSIZE sets the cap; 16 GiB is large enough that no size rule cuts it further.
+  const std::size_t bytes = std::size_t{16} << 30;
+  const auto chunk = [&](int nodes, std::map<std::string, std::string> vars) {
+    vars["NCCL_ALGO"] = "NVLSTree";
+    const NcclChoice c = ncclChoose(dgxH100(nodes), Collective::AllReduce, bytes, 8 * nodes, parseNcclEnv(vars));
+    EXPECT_EQ(c.algorithm, NcclAlgorithm::NvlsTree);
+    return c.chunkBytes;
+  };
+  EXPECT_EQ(chunk(2, {}), 128u << 10);
+  EXPECT_EQ(chunk(4, {}), 64u << 10);
+  EXPECT_EQ(chunk(2, {{"NCCL_NVLS_CHUNKSIZE", "262144"}}), 256u << 10);
+  EXPECT_EQ(chunk(4, {{"NCCL_NVLS_CHUNKSIZE", "524288"}}), 64u << 10);  // the many-node cap still applies
+  EXPECT_EQ(chunk(4, {{"NCCL_NVLS_CHUNKSIZE", "524288"}, {"NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"}}), 512u << 10);
+  EXPECT_EQ(chunk(4, {{"NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"}}), 128u << 10);  // at most the NVLS chunk
+  // NVLS alone takes NCCL_NVLS_CHUNKSIZE as its cap too.
+  const NcclChoice nvls =
+      ncclChoose(dgxH100(), Collective::AllReduce, bytes, 8, parseNcclEnv({{"NCCL_NVLS_CHUNKSIZE", "65536"}}));
+  EXPECT_EQ(nvls.algorithm, NcclAlgorithm::Nvls);
+  EXPECT_EQ(nvls.chunkBytes, 64u << 10);
+  try {
+    parseNcclEnv({{"NCCL_NVLSTREE_MAX_CHUNKSIZE", "1024"}});
+    FAIL() << "a chunk under NVLS's smallest was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("NCCL_NVLSTREE_MAX_CHUNKSIZE=1024: out of range"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(NcclChoose, TreeLL128ChunksAsCalcCollChunking) {
   // 2 x 8 A100 over EFA: nsteps = 1 + log2(2) + 0.1 x 8 = 2.8, so LL128's 576000-byte chunk halves to 72000 (at most
   // 128 KiB) while a channel has fewer than 2.8 x 64 / 8 = 22.4 chunks, then towards 32 KiB below 5.6.
@@ -431,6 +462,11 @@ TEST(NcclSystemOf, EfaAndTheTopologysVariables) {
   EXPECT_EQ(p4de.nicKind, NicKind::Efa);
   EXPECT_DOUBLE_EQ(p4de.netPluginLatencyUs, 75);  // aws-ofi-nccl platform-aws
   EXPECT_EQ(p4de.ncclEnv, (std::map<std::string, std::string>{{"NCCL_PROTO", "simple"}}));
+  // aws-ofi-nccl's p5 platform: an 8 MiB buffer and 512 KiB NVLS and NVLSTree chunks.
+  const NcclSystem p5 = ncclSystemOf(loadTopology("aws-p5"), 16);
+  EXPECT_EQ(p5.ncclEnv, (std::map<std::string, std::string>{{"NCCL_BUFFSIZE", "8388608"},
+                                                            {"NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"},
+                                                            {"NCCL_NVLS_CHUNKSIZE", "524288"}}));
   const NcclSystem ib = ncclSystemOf(loadTopology("dgx-h100-ib400"), 16);
   EXPECT_DOUBLE_EQ(ib.netPluginLatencyUs, 0);  // NCCL's own IB transport reports none
   EXPECT_TRUE(ib.ncclEnv.empty());
