@@ -502,7 +502,8 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
   if (s.arch < GpuArch::Hopper) s.nvls = false;  // multicast objects need sm90 (search.cc skips NVLS below 90)
 
   const std::string lname = lower(t.name + " " + t.description);
-  bool efa = lname.find("efa") != std::string::npos, tcpxo = lname.find("tcpx") != std::string::npos;
+  bool efa = lname.find("efa") != std::string::npos, tcpxo = lname.find("tcpx") != std::string::npos,
+       roce = lname.find("roce") != std::string::npos;
   s.nicsPerNode = 0;
   s.nicGBps = 0;
   s.collnet = false;
@@ -513,6 +514,7 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
     ++s.nicsPerNode;
     efa = efa || lower(n.id).find("efa") != std::string::npos;
     tcpxo = tcpxo || lower(n.id).find("tcpx") != std::string::npos;
+    roce = roce || lower(n.id).find("roce") != std::string::npos;
     for (const TopoLink& l : t.links) {
       const TopoNode* o = other(l, n.id);
       if (o == nullptr) continue;
@@ -522,6 +524,7 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
       }
     }
   }
+  if (roce) s.nicKind = NicKind::Roce;
   if (tcpxo) s.nicKind = NicKind::Tcpxo;
   if (efa) {
     s.nicKind = s.arch >= GpuArch::Hopper ? NicKind::Efa2 : NicKind::Efa;

@@ -80,8 +80,8 @@ struct NcclModelParams {
   /// rows on 2 nodes (2 network hops on top of NCCL's estimate without the plugin's latency, and the arch's launch
   /// extra): IB 0 (2x8 H100 IB: tree LL 25 us), EFA2 23.4 (p5: tree LL 72 us), EFA 31.0 (p4de: tree Simple, the only
   /// protocol aws-ofi-nccl leaves there, 161.7 us), TCPXO 15.5 (2x8 A3 Mega: tree Simple under Google's profile,
-  /// 123.4 us); RoCE an estimate.
-  std::array<double, 5> netHopExtraUs = {0.0, 1.0, 31.0, 23.4, 15.5};
+  /// 123.4 us), RoCE 3.2 (2x8 A100 40 GB on OCI's RoCE, SR-IOV functions in Kubernetes pods: tree LL 39.1 us).
+  std::array<double, 5> netHopExtraUs = {0.0, 3.2, 31.0, 23.4, 15.5};
   /// Per NIC kind: the network proxy's serial cost per LL channel of a call. LL's send buffer sits in host memory
   /// (transport/net.cc) and a proxy thread checks every flag of a channel's step, then sends it, one channel after
   /// another (proxy.cc progressOps); the queue is paid once per call (later hops forward earlier channels while it
@@ -109,6 +109,8 @@ struct NcclModelParams {
   /// at 1, -1% at 0.82) and 2x8 A100 40 GB OCI RoCE tree LL128 at 4-256 MiB (-12..-19% at 1, -8..+4% at 0.82); p5's
   /// ring LL128 plateau at 4-8 nodes (274-280 GB/s busbw where aws-ofi-nccl's tuner keeps LL128 up to 1-2 GiB) is 0.85
   /// of the model's at 1, 330 (crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv; 0.82 gives 271).
+  /// One H100 node with NVLS off runs ring LL128 faster than the model even at 1 (+15..+35% at 4-32 MiB, `-g 8` and
+  /// `-g 4` tables of NCCL 2.26 and 2.29): one rate for every arch and path is a compromise there.
   std::array<double, 3> protocolRate = {1.0, 0.82, 1.0};
 };
 
@@ -153,7 +155,8 @@ struct NcclSystem {
 /// summed), NVSwitch / NVLS from an in-host switch on those links (NVLS when its reduce_GBps > 0 and the arch is hopper
 /// or later), CollNet from a fabric switch (no host) with reduce_GBps > 0; NICs = nic nodes of the first host, NIC
 /// speed = the widest "nic"/"fabric" link of a NIC, EFA when a NIC id or the topology's name or description says "efa"
-/// (Efa2 on hopper and later; the network plugin's latency aws-ofi-nccl's 75 us), TCPXO when one says "tcpx"; GPU-NIC
+/// (Efa2 on hopper and later; the network plugin's latency aws-ofi-nccl's 75 us), TCPXO when one says "tcpx", RoCE when
+/// one says "roce"; GPU-NIC
 /// path PIX when a NIC is one link from the GPU or its PCIe switch, else PHB; ncclEnv the topology's "nccl_env" (a bad
 /// value is Error{InvalidTopology} "<name>: nccl_env: ...").
 /// Throws Error{InvalidArgument} when the topology has fewer than `nranks` ranks.

@@ -599,9 +599,9 @@ INSTANTIATE_TEST_SUITE_P(
     NcclTests, RealTables,
     ::testing::Values(
         RealTable{"H100x8Nvls", "realdata/h100x8-nvls-dgxcbench.csv", "dgx-h100-8x1", {}, 0.10, 0.25},
-        // 512 KiB .. 16 MiB run 20-35% slower than the model (an old NCCL on A100, -g 8: its mid-size ramp is not
-        // NCCL 2.28's; the median meets the target).
-        RealTable{"A100x8", "realdata/a100x8-ring-ocitutorials-ja.csv", "dgx-a100-8x1", {}, 0.10, 0.33},
+        // 512 KiB .. 8 MiB run 25-34% slower than the model (A100, -g 8: the same system with one process per GPU
+        // runs them within 0-16%, publicdata; the median meets the target).
+        RealTable{"A100x8", "realdata/a100x8-ring-ocitutorials-ja.csv", "dgx-a100-8x1", {}, 0.10, 0.28},
         RealTable{"H100x16Ib400NvlsTree",
                   "realdata/h100x16-2node-ib400-nvlstree-ncclTests309-A.csv",
                   "dgx-h100-ib400",
@@ -614,10 +614,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "dgx-h100-ib400",
                   {{"NCCL_ALGO", "Ring"}, {"NCCL_MIN_CTAS", "24"}},
                   0.10,
-                  0.46},
-        // EFA2: 8 .. 32 MiB, where NCCL's estimate (with aws-ofi-nccl's 75 us per network step) picks LL128, run
-        // 25-32% slower than the model.
-        RealTable{"H100x16EfaP5", "realdata/h100x16-2node-efa-p5-awsome.csv", "aws-p5", {}, 0.10, 0.28},
+                  0.44},
+        // EFA2: 2 .. 32 MiB, where NCCL's estimate (with aws-ofi-nccl's 75 us per network step) picks LL128, run
+        // 17-25% slower than the model.
+        RealTable{"H100x16EfaP5", "realdata/h100x16-2node-efa-p5-awsome.csv", "aws-p5", {}, 0.10, 0.25},
         RealTable{"A100x16EfaP4de", "realdata/a100x16-2node-efa-p4de-awsome.csv", "aws-p4de", {}, 0.10, 0.25}),
     [](const ::testing::TestParamInfo<RealTable>& p) { return std::string(p.param.name); });
 
@@ -625,10 +625,11 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     PublicTables, RealTables,
     ::testing::Values(
-        // 8 x A100 one process per GPU (fitted: Ampere's launch extra) and -g 8 (with Oracle's, the launch stagger);
-        // 8-32 MiB run 12-17% (-g 1) and 20-26% (-g 8) slower than the model.
+        // 8 x A100 one process per GPU (fitted: Ampere's launch extra; with OCI's RoCE table, LL128's rate) and -g 8
+        // (with Oracle's, the launch stagger); 32 MiB runs 17% (-g 1) and 14-26% at 8-32 MiB (-g 8) slower than the
+        // model.
         RealTable{"A100x8HgxG1", "publicdata/a100sxm80_thanos_np8_g1.csv", "dgx-a100-8x1", {}, 0.10, 0.20},
-        RealTable{"A100x8HgxG8", "publicdata/a100sxm80_thanos_g8.csv", "dgx-a100-8x1", {}, 0.15, 0.26},
+        RealTable{"A100x8HgxG8", "publicdata/a100sxm80_thanos_g8.csv", "dgx-a100-8x1", {}, 0.13, 0.19},
         RealTable{
             "H100x8P5", "publicdata/p5_1node_8gpu_awsbatch.csv", "aws-p5", {{"NCCL_BUFFSIZE", "8388608"}}, 0.10, 0.20},
         // p5's tree and ring LL128 at 2-64 MiB (the shared p5 table's miss).
@@ -637,23 +638,59 @@ INSTANTIATE_TEST_SUITE_P(
                   "aws-p5",
                   {{"NCCL_BUFFSIZE", "8388608"}},
                   0.10,
-                  0.30},
+                  0.25},
         RealTable{"H100x16P5Aug24",
                   "publicdata/p5_2node_16gpu_eksblueprints_2024aug.csv",
                   "aws-p5",
                   {{"NCCL_BUFFSIZE", "8388608"}},
-                  0.12,
-                  0.26},
+                  0.11,
+                  0.25},
         // 4 x 8 H100 IB in VMs (NCCL 2.26.2): 2 MiB and 32-256 MiB run 14-34% slower than the model.
         RealTable{
-            "H100x32Ib400", "publicdata/nccltests309_xe9680_4x8_h100_ndr_vm.csv", "dgx-h100-ib400", {}, 0.10, 0.36},
+            "H100x32Ib400", "publicdata/nccltests309_xe9680_4x8_h100_ndr_vm.csv", "dgx-h100-ib400", {}, 0.10, 0.33},
         // A cluster that its owner and NVIDIA found slow: 325 GB/s busbw where 4-8 such nodes reach 355-370.
         RealTable{
-            "H100x32Ib400Slow", "publicdata/nccltests309_gjaion_4x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.19, 0.62},
+            "H100x32Ib400Slow", "publicdata/nccltests309_gjaion_4x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.18, 0.59},
         RealTable{
-            "H100x64Ib400Slow", "publicdata/nccltests309_gjaion_8x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.22, 0.45},
+            "H100x64Ib400Slow", "publicdata/nccltests309_gjaion_8x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.21, 0.36},
         // Fitted: TCPXO's network hop and line-rate fraction (the profile's variables come from Google's setup).
-        RealTable{"H100x16A3Mega", "publicdata/gcp_a3mega_2x8_h100_tcpxo.csv", "gcp-a3-mega", {}, 0.05, 0.20}),
+        RealTable{"H100x16A3Mega", "publicdata/gcp_a3mega_2x8_h100_tcpxo.csv", "gcp-a3-mega", {}, 0.05, 0.20},
+        // Informed LL128's rate and RoCE's hop (the only RoCE table); OCI's RDMA functions in Kubernetes pods.
+        RealTable{"A100x16OciRoce", "publicdata/oci_a100sxm40_2x8_roce_okereadme.csv", "oci-a100-roce", {}, 0.05, 0.15},
+        // 4 x 8 H100 IB (NCCL 2.24.3): a cluster whose rings reach 330 GB/s busbw (the model 356), and 8-64 KiB ~10 us
+        // above the model's tree LL.
+        RealTable{
+            "H100x32Ib400Vp", "publicdata/voltagepark_4x8_h100_ib_nccl2243.csv", "dgx-h100-ib400", {}, 0.12, 0.30},
+        // Two more 2 x p5 runs (aws-ofi-nccl 1.9.2; one under its tuner): LL128 at 2-32 MiB as the shared p5 table.
+        RealTable{"H100x16P5Nccl2223", "publicdata/p5_2node_16gpu_keitaw_nccl2223.csv", "aws-p5", {}, 0.12, 0.23},
+        RealTable{
+            "H100x16P5OfiTuner", "publicdata/p5_2node_16gpu_keitaw_nccl2203_ofituner.csv", "aws-p5", {}, 0.11, 0.23},
+        // 2 x p4d (A100 40 GB, the same EFA as p4de; NCCL 2.23.4) and 2 x p4de with NCCL_PROTO=simple.
+        RealTable{
+            "A100x16P4d", "publicdata/p4d_2node_16gpu_dlami2025_nccl2234_ofi1132.csv", "aws-p4de", {}, 0.11, 0.28},
+        RealTable{"A100x16P4dePcluster",
+                  "publicdata/p4de_2node_16gpu_pclusterworkshop_protosimple.csv",
+                  "aws-p4de",
+                  {{"NCCL_PROTO", "simple"}},
+                  0.10,
+                  0.22},
+        // A third 8 x A100 -g 8 table (NCCL 2.19.3): 4-16 MiB run 7-19% slower than the model.
+        RealTable{"A100x8HgxG8Nccl2193", "publicdata/a100sxm80_dkh_g8_nccl2193.csv", "dgx-a100-8x1", {}, 0.10, 0.21},
+        // One H100 node with NVLS off (-g 8) and 4 of 8 H100 (-g 4): 8 B-256 KiB run 8-9 us above the model, and
+        // ring LL128 at 4-32 MiB runs faster than the model (LL128's rate, NcclModelParams::protocolRate).
+        RealTable{"H100x8RingG8",
+                  "publicdata/h100sxm_8gpu_together_ring_g8_nccl2262.csv",
+                  "dgx-h100-8x1",
+                  {{"NCCL_ALGO", "RING"}, {"NCCL_NVLS_ENABLE", "0"}},
+                  0.23,
+                  0.34},
+        RealTable{"H100x4Of8G4", "publicdata/h100sxm_4of8_wayne_quiet_g4_nccl2292.csv", "dgx-h100-8x1", {}, 0.28, 0.37},
+        RealTable{"H100x8G1Double",
+                  "publicdata/h100sxm_dgxlayout_xxrjun_np8_g1_double_nccl2292.csv",
+                  "dgx-h100-8x1",
+                  {},
+                  0.10,
+                  0.25}),
     [](const ::testing::TestParamInfo<RealTable>& p) { return std::string(p.param.name); });
 
 }  // namespace
