@@ -529,6 +529,13 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
   if (efa) {
     s.nicKind = s.arch >= GpuArch::Hopper ? NicKind::Efa2 : NicKind::Efa;
     s.netPluginLatencyUs = kAwsOfiNcclLatencyUs;
+    // aws-ofi-nccl's RDMA protocol shows NCCL one device per GPU, striping over that GPU's NICs (its log: "NIC group
+    // 0 device #0 .. #3" on p5; NCCL: "via NET/AWS Libfabric/<gpu>", 16 coll channels on 2 p5), so NCCL searches
+    // 8 NICs of 4 x 100 Gb/s there, not 32 of 100.
+    if (s.nicsPerNode > s.gpusPerNode && s.nicsPerNode % s.gpusPerNode == 0) {
+      s.nicGBps *= s.nicsPerNode / s.gpusPerNode;
+      s.nicsPerNode = s.gpusPerNode;
+    }
   }
   try {
     parseNcclEnv(t.ncclEnv);

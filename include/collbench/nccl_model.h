@@ -155,8 +155,8 @@ struct NcclSystem {
 /// summed), NVSwitch / NVLS from an in-host switch on those links (NVLS when its reduce_GBps > 0 and the arch is hopper
 /// or later), CollNet from a fabric switch (no host) with reduce_GBps > 0; NICs = nic nodes of the first host, NIC
 /// speed = the widest "nic"/"fabric" link of a NIC, EFA when a NIC id or the topology's name or description says "efa"
-/// (Efa2 on hopper and later; the network plugin's latency aws-ofi-nccl's 75 us), TCPXO when one says "tcpx", RoCE when
-/// one says "roce"; GPU-NIC
+/// (Efa2 on hopper and later; the network plugin's latency aws-ofi-nccl's 75 us; several NICs per GPU grouped into one
+/// device per GPU, as the plugin shows them to NCCL), TCPXO when one says "tcpx", RoCE when one says "roce"; GPU-NIC
 /// path PIX when a NIC is one link from the GPU or its PCIe switch, else PHB; ncclEnv the topology's "nccl_env" (a bad
 /// value is Error{InvalidTopology} "<name>: nccl_env: ...").
 /// Throws Error{InvalidArgument} when the topology has fewer than `nranks` ranks.
