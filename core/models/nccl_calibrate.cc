@@ -164,6 +164,14 @@ std::vector<int> identify(const Problem& pr, const std::array<double, kNcclParam
       why[static_cast<std::size_t>(k)] = "no row depends on it";
       continue;
     }
+    const auto support =
+        std::count_if(col.begin(), col.end(), [](double d) { return std::abs(d) >= kNcclSupportShift; });
+    if (support < kNcclMinSupportRows) {
+      why[static_cast<std::size_t>(k)] =
+          fmt::format("only {} row{} depend{} on it, {} needed", support, support == 1 ? "" : "s",
+                      support == 1 ? "s" : "", kNcclMinSupportRows);
+      continue;
+    }
     std::vector<double> v = col;
     for (const std::vector<double>& q : basis) {
       const double d = dot(v, q);

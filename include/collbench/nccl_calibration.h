@@ -23,7 +23,8 @@
 ///
 /// Identifiability. The Jacobian of the residuals is taken at the prior and again at the fit, one column per
 /// parameter in NcclParam's order. A column whose RMS is under kNcclFlatRms (moving the parameter across its whole
-/// range changes no row: a one-node log and the network) is not identified; a column that the earlier identified
+/// range changes no row: a one-node log and the network), or that fewer than kNcclMinSupportRows rows depend on, is not
+/// identified; a column that the earlier identified
 /// columns explain to within kNcclSeparableTol of its norm (two constant latencies on logs of one node count, NVLS and
 /// NVLSTree fractions where NVLSTree's NVLink stage is the bottleneck) is not separable from them. Such parameters
 /// keep their prior, and the record says so ("not identified by these logs: kept at prior <value>").
@@ -92,6 +93,11 @@ inline constexpr double kNcclHopRefUs = 2.7, kNcclLaunchRefUs = 6.6;
 /// Identifiability thresholds on Jacobian columns (d residual / d parameter over its whole bound range): flat below
 /// an RMS of 0.5% of log-time; not separable when the earlier columns explain all but 5% of its norm (|cos| > 0.9987).
 inline constexpr double kNcclFlatRms = 0.005, kNcclSeparableTol = 0.05;
+/// A parameter is fitted only where at least kNcclMinSupportRows fitted rows depend on it, each moving by at least
+/// kNcclSupportShift of its log-time over the parameter's range: one or two rows (the two LL128 sizes of a table)
+/// would let it absorb their noise, and it would carry that to every other size and node count.
+inline constexpr int kNcclMinSupportRows = 3;
+inline constexpr double kNcclSupportShift = 0.05;
 inline constexpr int kNcclCalibrateMaxIterations = 100;
 
 struct NcclParamBounds {

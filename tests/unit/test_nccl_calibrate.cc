@@ -1,6 +1,7 @@
 // `calibrate --model nccl`: recovering known open parameters of the NCCL model from tables it generated, the
 // identifiability verdicts, calibrating on a real 2-node table and predicting the 1-node table of the same system it
 // did not see (and back), refusal of degenerate fits, the overlay's round trip and its application to a system.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,6 +81,21 @@ TEST(NcclCalibrate, RecoversKnownParametersOfOneNode) {
     EXPECT_NE(f.note.find("not identified by these logs (no row depends on it): kept at prior"), std::string::npos)
         << f.note;
   }
+}
+
+TEST(NcclCalibrate, AParameterTooFewRowsDependOnKeepsItsPrior) {
+  // The 2-node IB table runs LL128 at two sizes only (tree LL128 at 256 and 512 KiB), one of them in the fitted half:
+  // LL128's rate would absorb that row's noise (it went to its bound, 0.41, before the support rule).
+  NcclCalibrationOptions opt;
+  opt.topology = "dgx-h100-ib400";
+  const NcclCalibration c = calibrateNccl(h100ib(), {realLog(kTwoNode)}, opt);
+  const NcclParamFit& ll128 = param(c, NcclParam::Ll128Rate);
+  EXPECT_FALSE(ll128.identified);
+  EXPECT_EQ(ll128.value, ll128.prior);
+  EXPECT_NE(ll128.note.find(fmt::format("on it, {} needed): kept at prior", kNcclMinSupportRows)), std::string::npos)
+      << ll128.note;
+  // The NVLS stage of NVLSTree, which the rows from 1 MiB up depend on, is fitted.
+  EXPECT_TRUE(param(c, NcclParam::NvlsFraction).identified);
 }
 
 TEST(NcclCalibrate, TwoNodeCountsSeparateLaunchFromNetworkLatency) {
