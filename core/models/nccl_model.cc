@@ -735,6 +735,13 @@ bool ll128Default(const NcclComm& c, int a) {
   return interOk && g.typeIntra <= NcclPath::Nvb;
 }
 
+/// tuning.cc: NCCL's latency of one network step of algorithm `a` and protocol `p` (the tree's with one GPU per node;
+/// 2.19 .. 2.27's for NVLSTree where the version is older than 2.28), without the plugin's.
+double netStepLatUs(const NcclComm& c, int a, int p, int nranks) {
+  if (a == kNvlsTree && c.version < kNcclVersionNvlsEfficiency) return kNvlsTreeNetLatBefore228Us;
+  return nranks == c.sys.nodes ? kHwLatUs[kHwNet][kTree][p] : kHwLatUs[kHwNet][a][p];
+}
+
 /// NCCL's bandwidth and latency of one (algorithm, protocol). `ncclEstimate`: NCCL's own estimate, as the version
 /// NCCL runs computes it, with the network plugin's reported latency on each network step; else the latency the time
 /// model (predict) starts from, without the plugin's latency (the model has its own per-hop term).
@@ -789,8 +796,7 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate
   t.lat = kBaseLatUs[a][p];
   const int intraHw = g.typeIntra == NcclPath::Nvl ? kHwNvlink : kHwPci;
   double intraLat = kHwLatUs[intraHw][a][p];
-  double interLat = ppn == 1 ? kHwLatUs[kHwNet][kTree][p] : kHwLatUs[kHwNet][a][p];
-  if (a == kNvlsTree && c.version < kNcclVersionNvlsEfficiency) interLat = kNvlsTreeNetLatBefore228Us;
+  double interLat = netStepLatUs(c, a, p, nranks);
   if (ncclEstimate) interLat += (p == kSimple ? 2 : 1) * s.netPluginLatencyUs;  // Simple adds the flush's too
   const int ranksPerNode = nranks / nodes;
   if (a == kRing) {
@@ -1050,6 +1056,23 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   if ((a == kNvls || a == kNvlsTree) && chunk > 0) {
     fillUs = s.model.nvlsPipelineDepth * chunkBytes / (kBytesPerUsPerGBps * perChannelAlgBw);
   }
+  // Each network connection of a channel holds NCCL_STEPS messages (device.h; transport/net.cc posts a receive per free
+  // slot), and a slot comes back one round trip after its message left: two network steps, NCCL's and the hop's
+  // extra. In the chain of such hops a call's data crosses, every message after the first leaves 1 / NCCL_STEPS of a
+  // round trip after the one before. This binds where messages are small against a channel's bytes on a slow network
+  // (tree LL128's 18-72 KB chunks, NVLSTree's 64 KiB from 4 nodes: 8 x p5 at 4 GiB ran 81 ms with them, 30 ms with
+  // 512 KiB, NVIDIA/nccl #1112).
+  double windowUs = 0;
+  if (s.nodes > 1 && chunk > 0 && (a == kRing || a == kTree || a == kNvlsTree)) {
+    const double perChannel = static_cast<double>(bytes) / nc;
+    // A ring edge carries the bus bytes, in pieces of at most one step; a tree edge each byte once per direction.
+    const double carried = a == kRing ? perChannel * busBandwidthFactor(coll, nranks) : perChannel;
+    const double step = a == kRing && p == kSimple ? static_cast<double>(chunk) / kChunkSteps : chunkBytes;
+    const double message = std::min(step, a == kRing ? perChannel / nranks : perChannel);
+    const double roundTripUs =
+        2 * (netStepLatUs(c, a, p, nranks) + s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)]);
+    if (message > 0) windowUs = std::max(0.0, carried / message - 1) * roundTripUs / kSteps;
+  }
   // A tree channel forwards each chunk hop by hop, up the inter-node tree (log2 nodes hops) and down again. The
   // network proxy sends a step only once the GPU has posted all of it (transport/net.cc: one message per step), so
   // every network hop is store-and-forward for every protocol; Simple also waits for whole chunks on the intra-node
@@ -1063,7 +1086,7 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
     if (netHops > 0 && netShare > 0) fillUs += netHops * wireBytes / (kBytesPerUsPerGBps * netShare);
     fillUs += intraHops * wireBytes / (kBytesPerUsPerGBps * intraShare);
   }
-  return lat + fillUs + busBytes / (kBytesPerUsPerGBps * bw);
+  return lat + fillUs + std::max(busBytes / (kBytesPerUsPerGBps * bw), windowUs);
 }
 
 }  // namespace

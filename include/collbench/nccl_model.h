@@ -270,8 +270,10 @@ std::string ncclChoiceSummary(const NcclChoice& choice);
 /// Time (us) of one call with a given algorithm, protocol and channel count: NCCL's latency model (base latency +
 /// per-step protocol latency x steps) plus each network hop's measured extra and the arch's launch floor; bytes
 /// (nccl-tests busbw convention) over the lower of channels x NCCL's per-channel bandwidth and the hardware's
-/// (datasheet line rates x protocol payload efficiency x the achievable fraction of each link class); NVLS pipeline
-/// fill; NCCL's tree correction at medium sizes. Constants and their sources: core/models/nccl_model.cc. Negative
+/// (datasheet line rates x protocol payload efficiency x the achievable fraction of each link class), or, where it is
+/// longer, the pace of a network connection's NCCL_STEPS slots (every message after the first waits 1 / NCCL_STEPS of a
+/// round trip of two network steps); NVLS pipeline fill; NCCL's tree correction at medium sizes. Constants and their
+/// sources: core/models/nccl_model.cc. Negative
 /// where the algorithm does not exist on this system and collective.
 double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                      NcclAlgorithm algorithm, NcclProtocol protocol, int channels);
