@@ -533,7 +533,8 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
     // 0 device #0 .. #3" on p5; NCCL: "via NET/AWS Libfabric/<gpu>", 16 coll channels on 2 p5), so NCCL searches
     // 8 NICs of 4 x 100 Gb/s there, not 32 of 100.
     if (s.nicsPerNode > s.gpusPerNode && s.nicsPerNode % s.gpusPerNode == 0) {
-      s.nicGBps *= s.nicsPerNode / s.gpusPerNode;
+      const int nicsPerGpu = s.nicsPerNode / s.gpusPerNode;
+      s.nicGBps *= nicsPerGpu;
       s.nicsPerNode = s.gpusPerNode;
     }
   }
