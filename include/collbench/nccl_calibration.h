@@ -21,13 +21,13 @@
 /// [kNcclPriorLow, kNcclPriorHigh] x its prior (a zero prior: [0, kNcclPriorHigh x a reference latency]), so no fit
 /// is ever an unbounded link or a free call.
 ///
-/// Identifiability. The Jacobian of the residuals is taken at the prior and again at the fit, one column per
-/// parameter in NcclParam's order. A column whose RMS is under kNcclFlatRms (moving the parameter across its whole
-/// range changes no row: a one-node log and the network), or that fewer than kNcclMinSupportRows rows depend on, is not
-/// identified; a column that the earlier identified
-/// columns explain to within kNcclSeparableTol of its norm (two constant latencies on logs of one node count, NVLS and
-/// NVLSTree fractions where NVLSTree's NVLink stage is the bottleneck) is not separable from them. Such parameters
-/// keep their prior, and the record says so ("not identified by these logs: kept at prior <value>").
+/// Identifiability. The Jacobian of the residuals is taken at the prior and again at the fit, one column per parameter
+/// in NcclParam's order. A column whose RMS is under kNcclFlatRms (moving the parameter across its whole range changes
+/// no row: a one-node log and the network), or that fewer than kNcclMinSupportRows rows depend on, is not identified; a
+/// column that the earlier identified columns explain to within kNcclSeparableTol of its norm (two constant latencies
+/// on logs of one node count, NVLS and NVLSTree fractions where NVLSTree's NVLink stage is the bottleneck) is not
+/// separable from them. Such parameters keep their prior, and the record says so ("not identified by these logs: kept
+/// at prior <value>").
 #include <array>
 #include <map>
 #include <nlohmann/json.hpp>

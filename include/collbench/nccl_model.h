@@ -273,8 +273,7 @@ std::string ncclChoiceSummary(const NcclChoice& choice);
 /// (datasheet line rates x protocol payload efficiency x the achievable fraction of each link class), or, where it is
 /// longer, the pace of a network connection's NCCL_STEPS slots (every message after the first waits 1 / NCCL_STEPS of a
 /// round trip of two network steps); NVLS pipeline fill; NCCL's tree correction at medium sizes. Constants and their
-/// sources: core/models/nccl_model.cc. Negative
-/// where the algorithm does not exist on this system and collective.
+/// sources: core/models/nccl_model.cc. Negative where the algorithm does not exist on this system and collective.
 double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                      NcclAlgorithm algorithm, NcclProtocol protocol, int channels);
 
