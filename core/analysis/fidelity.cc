@@ -48,6 +48,7 @@ json logToJson(const FidelityLog& f) {
           {"ranks", f.ranks},
           {"nodes", f.nodes},
           {"nccl_version", f.ncclVersion},
+          {"gpus_per_thread", f.gpusPerThread},
           {"topology", f.topology},
           {"topology_fingerprint", f.topologyFingerprint},
           {"algorithm", f.algorithm},
@@ -103,8 +104,8 @@ void checkStats(std::string_view source, const std::string& where, const ErrorSt
 
 FidelityLog logFromJson(std::string_view source, const std::string& where, const json& j) {
   const Fields f(source, where, j,
-                 {"log", "collective", "ranks", "nodes", "nccl_version", "topology", "topology_fingerprint",
-                  "algorithm", "rows", "summary"});
+                 {"log", "collective", "ranks", "nodes", "nccl_version", "gpus_per_thread", "topology",
+                  "topology_fingerprint", "algorithm", "rows", "summary"});
   FidelityLog out;
   out.log = f.string("log");
   try {
@@ -115,6 +116,8 @@ FidelityLog logFromJson(std::string_view source, const std::string& where, const
   out.ranks = static_cast<int>(f.integer("ranks", 1));
   out.nodes = static_cast<int>(f.integer("nodes", 1));
   out.ncclVersion = f.string("nccl_version");
+  // Optional: files written before it existed (still version 1) ran one GPU per thread's timing.
+  out.gpusPerThread = static_cast<int>(f.integerOr("gpus_per_thread", 1, 1));
   out.topology = f.string("topology");
   out.topologyFingerprint = f.string("topology_fingerprint");
   out.algorithm = f.string("algorithm");
@@ -232,6 +235,7 @@ FidelityLog compareWithSimulation(const NcclTestsLog& log, const std::string& so
   f.ranks = fidelityRanks(log, source, options.ranks);
   f.nodes = log.nnodes();
   f.ncclVersion = log.ncclVersion;
+  f.gpusPerThread = log.gpusPerThread();
   f.topology = options.topology;
   f.topologyFingerprint = options.topologyFingerprint;
   f.algorithm = options.algorithm;
@@ -270,8 +274,9 @@ FidelityLog compareWithSimulation(const NcclTestsLog& log, const std::string& so
 }
 
 std::string formatFidelityTable(const FidelityLog& f) {
-  std::string s = fmt::format("# fidelity of {}: {} on {} ranks ({} node{}{}), simulated on {} ({}), algorithm {}\n",
+  std::string s = fmt::format("# fidelity of {}: {} on {} ranks ({} node{}{}{}), simulated on {} ({}), algorithm {}\n",
                               f.log, toString(f.collective), f.ranks, f.nodes, f.nodes == 1 ? "" : "s",
+                              f.gpusPerThread > 1 ? fmt::format(", -g {}", f.gpusPerThread) : "",
                               f.ncclVersion.empty() ? "" : ", NCCL " + f.ncclVersion, f.topology, f.topologyFingerprint,
                               f.algorithm);
   s += "# error = simulated / measured - 1 of the out-of-place time\n";

@@ -81,6 +81,7 @@ struct FidelityLog {
   Collective collective = Collective::AllReduce;
   int ranks = 0, nodes = 1;
   std::string ncclVersion;  ///< of the measurement, "" when the log does not say
+  int gpusPerThread = 1;    ///< GPUs one thread of the measurement launched (nccl-tests -g), which the timing takes
   std::string topology, topologyFingerprint;
   std::string algorithm;  ///< --algo
   std::vector<FidelityRow> rows;

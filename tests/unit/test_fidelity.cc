@@ -163,6 +163,33 @@ TEST(Fidelity, TableHasRowsAndSummaries) {
   EXPECT_NE(table.find("# > 16 MiB"), std::string::npos);
 }
 
+TEST(Fidelity, HeaderAndRecordCarryTheLogsGpusPerThread) {
+  // A CSV whose header quotes nccl-tests' -g 8: one thread launched all eight GPUs, which the simulated time takes.
+  const NcclTestsLog log = parseNcclTestsLog(
+      "# command: all_reduce_perf -b 8 -e 8G -f 2 -g 8\n# gpu_count: 8\n"
+      "bytes,count,type,time_us_oop,algbw_oop,busbw_oop,time_us_ip,algbw_ip,busbw_ip\n"
+      "1024,256,float,20,0.05,0.09,20,0.05,0.09\n",
+      "g8.csv");
+  const FidelityLog f = compareWithSimulation(log, "g8.csv", options(), closedForm);
+  EXPECT_EQ(f.gpusPerThread, 8);
+  EXPECT_NE(formatFidelityTable(f).find("all_reduce on 8 ranks (1 node, -g 8), simulated on"), std::string::npos)
+      << formatFidelityTable(f);
+  FidelityDocument doc;
+  doc.logs.push_back(f);
+  EXPECT_EQ(parseFidelityDocument(toJson(doc), "g8.json").logs[0].gpusPerThread, 8);
+  // A file without the field (written before it existed) reads as one GPU per thread; below 1 is refused.
+  nlohmann::json j = nlohmann::json::parse(toJson(doc));
+  j["logs"][0].erase("gpus_per_thread");
+  EXPECT_EQ(parseFidelityDocument(j.dump(), "old.json").logs[0].gpusPerThread, 1);
+  j["logs"][0]["gpus_per_thread"] = 0;
+  try {
+    parseFidelityDocument(j.dump(), "bad.json");
+    ADD_FAILURE() << "gpus_per_thread 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gpus_per_thread"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Fidelity, JsonRoundTrip) {
   FidelityDocument doc;
   doc.tool = "collbench test";
