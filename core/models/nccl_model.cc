@@ -1060,14 +1060,16 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   // Each network connection of a channel holds NCCL_STEPS messages (device.h; transport/net.cc posts a receive per free
   // slot), and a slot comes back one round trip after its message left: two network steps, NCCL's and the hop's
   // extra. In the chain of such hops a call's data crosses, every message after the first leaves 1 / NCCL_STEPS of a
-  // round trip after the one before. This binds where messages are small against a channel's bytes on a slow network
-  // (tree LL128's 18-72 KB chunks, NVLSTree's 64 KiB from 4 nodes: 8 x p5 at 4 GiB ran 81 ms with them, 30 ms with
-  // 512 KiB, NVIDIA/nccl #1112).
+  // round trip after the one before. This binds where messages are small against a connection's bytes on a slow
+  // network: tree LL128's 18-72 KB chunks on EFA, a forced ring's small pieces.
   double windowUs = 0;
   if (s.nodes > 1 && chunk > 0 && (a == kRing || a == kTree || a == kNvlsTree)) {
     const double perChannel = static_cast<double>(bytes) / nc;
-    // A ring edge carries the bus bytes, in pieces of at most one step; a tree edge each byte once per direction.
-    const double carried = a == kRing ? perChannel * busBandwidthFactor(coll, nranks) : perChannel;
+    // A ring edge carries the bus bytes, in pieces of at most one step; a tree edge each byte once per direction;
+    // NVLSTree splits a channel's bytes over its NVLS heads (one per GPU of the node), each head's own connection.
+    const double carried = a == kRing       ? perChannel * busBandwidthFactor(coll, nranks)
+                           : a == kNvlsTree ? perChannel / std::max(1, c.graphs[kNvls].nChannels)
+                                            : perChannel;
     const double step = a == kRing && p == kSimple ? static_cast<double>(chunk) / kChunkSteps : chunkBytes;
     const double message = std::min(step, a == kRing ? perChannel / nranks : perChannel);
     const double roundTripUs =

