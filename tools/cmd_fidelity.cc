@@ -32,7 +32,7 @@ struct FidelityArgs {
 /// Times calls as `collbench perf --backend sim` does, through the same run layer: the spec of countForBytes, the
 /// runner's plan (with --algo auto the topology's tuning table, else the cost model, with its chunk and channels;
 /// other names as they are), simulated by the sim backend's one method. A row's algorithm names what the backend
-/// said it runs ("nccl Tree/LL128, 60 channels").
+/// said it runs ("nccl Tree/LL128, 16 channels").
 SimulateFn simulateOn(Runner& runner, const std::string& algo) {
   return [&runner, algo](const FidelityCall& call) {
     const CollectiveSpec spec{call.collective, call.nranks,

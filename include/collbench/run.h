@@ -94,8 +94,8 @@ Plan planCall(const Selector& selector, const CollectiveSpec& spec, const CallCo
               std::vector<int> rankHost);
 
 /// What a backend that decides more than the algorithm name said a forced call runs (Runner::plan puts the
-/// backend's description, e.g. "NCCL 2.28: Tree/LL128, 60 channels (runner-up ...)", in the reason): its head,
-/// "Tree/LL128, 60 channels"; "" for any other choice.
+/// backend's description, e.g. "NCCL 2.28: Tree/LL128, 16 channels (runner-up ...)", in the reason): its head,
+/// "Tree/LL128, 16 channels"; "" for any other choice.
 std::string describedConfiguration(const Choice& choice);
 
 /// Admission, before anything is allocated or started: throws Error{InvalidArgument} naming `request` (the flag and
