@@ -155,6 +155,34 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+/// Whether `text` names a network `kind` as a word: a run of letters and digits that is `kind`, optionally followed by
+/// digits, "v" and digits (RoCEv2, efa2) or `suffix` (TCPXO). "default" and "process" name neither EFA nor RoCE.
+bool namesNetwork(std::string_view text, std::string_view kind, std::string_view suffix = {}) {
+  const std::string t = lower(text);
+  const auto isWordChar = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) != 0; };
+  const auto allDigits = [](std::string_view r) {
+    return std::all_of(r.begin(), r.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; });
+  };
+  for (std::size_t i = 0; i < t.size();) {
+    if (!isWordChar(t[i])) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < t.size() && isWordChar(t[j])) ++j;
+    const std::string_view word = std::string_view(t).substr(i, j - i);
+    if (word.substr(0, kind.size()) == kind) {
+      const std::string_view rest = word.substr(kind.size());
+      if (allDigits(rest) || (rest.size() > 1 && rest[0] == 'v' && allDigits(rest.substr(1))) ||
+          (!suffix.empty() && rest == suffix)) {
+        return true;
+      }
+    }
+    i = j;
+  }
+  return false;
+}
+
 int funcIndex(Collective c) {
   switch (c) {
     case Collective::Broadcast:
@@ -501,9 +529,8 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
   }
   if (s.arch < GpuArch::Hopper) s.nvls = false;  // multicast objects need sm90 (search.cc skips NVLS below 90)
 
-  const std::string lname = lower(t.name + " " + t.description);
-  bool efa = lname.find("efa") != std::string::npos, tcpxo = lname.find("tcpx") != std::string::npos,
-       roce = lname.find("roce") != std::string::npos;
+  const std::string names = t.name + " " + t.description;
+  bool efa = namesNetwork(names, "efa"), tcpxo = namesNetwork(names, "tcpx", "o"), roce = namesNetwork(names, "roce");
   s.nicsPerNode = 0;
   s.nicGBps = 0;
   s.collnet = false;
@@ -512,9 +539,9 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
     if (n.kind == NodeKind::Switch && n.host.empty() && n.reduceGBps > 0) s.collnet = true;
     if (n.kind != NodeKind::Nic || n.host != gpu.host) continue;
     ++s.nicsPerNode;
-    efa = efa || lower(n.id).find("efa") != std::string::npos;
-    tcpxo = tcpxo || lower(n.id).find("tcpx") != std::string::npos;
-    roce = roce || lower(n.id).find("roce") != std::string::npos;
+    efa = efa || namesNetwork(n.id, "efa");
+    tcpxo = tcpxo || namesNetwork(n.id, "tcpx", "o");
+    roce = roce || namesNetwork(n.id, "roce");
     for (const TopoLink& l : t.links) {
       const TopoNode* o = other(l, n.id);
       if (o == nullptr) continue;
@@ -1163,8 +1190,8 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
       runnerUp = &cand;
     }
   }
-  out.reason = fmt::format("{}/{} on {} channels: NCCL's estimate {:.1f} us is the lowest{}{}{}", kAlgoNames[bestA],
-                           kProtoNames[bestP], out.channels, best,
+  out.reason = fmt::format("{}/{} on {} channel{}: NCCL's estimate {:.1f} us is the lowest{}{}{}", kAlgoNames[bestA],
+                           kProtoNames[bestP], out.channels, out.channels == 1 ? "" : "s", best,
                            runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
                                                   toString(runnerUp->protocol), runnerUp->ncclUs)
                                     : std::string(" (the only candidate)"),

@@ -457,6 +457,22 @@ TEST(NcclSystemOf, ReadsTheTopology) {
 
 // ---- What the system and the benchmark add ----
 
+TEST(NcclSystemOf, NetworkKindIsAWordOfTheTopology) {
+  // The kind comes from a word of the name, description or NIC ids: "EFA", "efa2", "RoCEv2", "TCPXO", "tcpx"; not
+  // from a word that contains the letters ("default", "process").
+  const auto kindOf = [](const std::string& description) {
+    Topology t = loadTopology("dgx-h100-ib400");
+    t.description = description;
+    return ncclSystemOf(t, 16).nicKind;
+  };
+  EXPECT_EQ(kindOf("the default process layout"), NicKind::InfiniBand);
+  EXPECT_EQ(kindOf("8 x 400G RoCEv2 NICs"), NicKind::Roce);
+  EXPECT_EQ(kindOf("32 EFA NICs"), NicKind::Efa2);  // hopper: EFA's second generation
+  EXPECT_EQ(kindOf("GPUDirect-TCPXO"), NicKind::Tcpxo);
+  EXPECT_EQ(kindOf("tcpx rails"), NicKind::Tcpxo);
+  EXPECT_EQ(kindOf("an efax-like fabric"), NicKind::InfiniBand);
+}
+
 TEST(NcclSystemOf, EfaAndTheTopologysVariables) {
   const NcclSystem p4de = ncclSystemOf(loadTopology("aws-p4de"), 16);
   EXPECT_EQ(p4de.nicKind, NicKind::Efa);
