@@ -558,11 +558,14 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
     s.netPluginLatencyUs = kAwsOfiNcclLatencyUs;
     // aws-ofi-nccl's RDMA protocol shows NCCL one device per GPU, striping over that GPU's NICs (its log: "NIC group
     // 0 device #0 .. #3" on p5; NCCL: "via NET/AWS Libfabric/<gpu>", 16 coll channels on 2 p5), so NCCL searches
-    // 8 NICs of 4 x 100 Gb/s there, not 32 of 100.
-    if (s.nicsPerNode > s.gpusPerNode && s.nicsPerNode % s.gpusPerNode == 0) {
-      const int nicsPerGpu = s.nicsPerNode / s.gpusPerNode;
+    // 8 NICs of 4 x 100 Gb/s there, not 32 of 100. The groups follow the host's GPUs, however many of them a call uses.
+    const auto hostGpus = static_cast<int>(std::count_if(t.nodes.begin(), t.nodes.end(), [&](const TopoNode& n) {
+      return n.kind == NodeKind::Gpu && n.host == gpu.host;
+    }));
+    if (hostGpus > 0 && s.nicsPerNode > hostGpus && s.nicsPerNode % hostGpus == 0) {
+      const int nicsPerGpu = s.nicsPerNode / hostGpus;
       s.nicGBps *= nicsPerGpu;
-      s.nicsPerNode = s.gpusPerNode;
+      s.nicsPerNode = hostGpus;
     }
   }
   try {

@@ -486,6 +486,14 @@ TEST(NcclSystemOf, EfaAndTheTopologysVariables) {
   EXPECT_EQ(p5.nicsPerNode, 8);
   EXPECT_DOUBLE_EQ(p5.nicGBps, 50);
   EXPECT_EQ(ncclChoose(p5, Collective::AllReduce, std::size_t{1} << 30, 16).channels, 16);
+  // The groups are the host's, also for a call on fewer of its GPUs (2 nodes x 4 GPUs: still 8 devices of 50 GB/s).
+  Topology fourPerHost = loadTopology("aws-p5");
+  for (int g = 0; g < 4; ++g)
+    std::swap(fourPerHost.ranks[static_cast<std::size_t>(4 + g)], fourPerHost.ranks[static_cast<std::size_t>(8 + g)]);
+  const NcclSystem half = ncclSystemOf(fourPerHost, 8);
+  EXPECT_EQ(half.gpusPerNode, 4);
+  EXPECT_EQ(half.nicsPerNode, 8);
+  EXPECT_DOUBLE_EQ(half.nicGBps, 50);
   // aws-ofi-nccl's p5 platform: an 8 MiB buffer and 512 KiB NVLS and NVLSTree chunks.
   EXPECT_EQ(p5.ncclEnv, (std::map<std::string, std::string>{{"NCCL_BUFFSIZE", "8388608"},
                                                             {"NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"},
