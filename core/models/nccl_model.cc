@@ -529,8 +529,8 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
   }
   if (s.arch < GpuArch::Hopper) s.nvls = false;  // multicast objects need sm90 (search.cc skips NVLS below 90)
 
-  const std::string names = t.name + " " + t.description;
-  bool efa = namesNetwork(names, "efa"), tcpxo = namesNetwork(names, "tcpx", "o"), roce = namesNetwork(names, "roce");
+  // The words a network kind is read from: the topology's name and description, and its host's NIC ids.
+  std::string names = t.name + " " + t.description;
   s.nicsPerNode = 0;
   s.nicGBps = 0;
   s.collnet = false;
@@ -539,9 +539,7 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
     if (n.kind == NodeKind::Switch && n.host.empty() && n.reduceGBps > 0) s.collnet = true;
     if (n.kind != NodeKind::Nic || n.host != gpu.host) continue;
     ++s.nicsPerNode;
-    efa = efa || namesNetwork(n.id, "efa");
-    tcpxo = tcpxo || namesNetwork(n.id, "tcpx", "o");
-    roce = roce || namesNetwork(n.id, "roce");
+    names += " " + n.id;
     for (const TopoLink& l : t.links) {
       const TopoNode* o = other(l, n.id);
       if (o == nullptr) continue;
@@ -551,9 +549,9 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
       }
     }
   }
-  if (roce) s.nicKind = NicKind::Roce;
-  if (tcpxo) s.nicKind = NicKind::Tcpxo;
-  if (efa) {
+  if (namesNetwork(names, "roce")) s.nicKind = NicKind::Roce;
+  if (namesNetwork(names, "tcpx", "o")) s.nicKind = NicKind::Tcpxo;
+  if (namesNetwork(names, "efa")) {
     s.nicKind = s.arch >= GpuArch::Hopper ? NicKind::Efa2 : NicKind::Efa;
     s.netPluginLatencyUs = kAwsOfiNcclLatencyUs;
     // aws-ofi-nccl's RDMA protocol shows NCCL one device per GPU, striping over that GPU's NICs (its log: "NIC group
