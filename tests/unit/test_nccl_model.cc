@@ -290,6 +290,13 @@ TEST(NcclChoose, NvlsTreeChunkFollowsNcclsVariables) {
     EXPECT_NE(std::string(e.what()).find("NCCL_NVLSTREE_MAX_CHUNKSIZE=1024: out of range"), std::string::npos)
         << e.what();
   }
+  try {
+    parseNcclEnv({{"NCCL_NVLS_CHUNKSIZE", "big"}});
+    FAIL() << "a chunk that is not a number was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("NCCL_NVLS_CHUNKSIZE=big: not an integer"), std::string::npos) << e.what();
+  }
 }
 
 TEST(NcclChoose, TreeLL128ChunksAsCalcCollChunking) {
