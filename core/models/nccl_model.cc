@@ -1055,8 +1055,9 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   Tuned t = tune(c, f, a, p, nranks, false);
   if (!(t.bw > 0)) return -1;
   // Latency: NCCL's per-step model, with each network hop's extra latency and the arch's launch floor.
-  double lat = t.lat + s.model.launchExtraUs[static_cast<std::size_t>(archIndex(s.arch))] +
-               (std::max(1, s.gpusPerThread) - 1) * s.model.launchStaggerUs;
+  const auto arch = static_cast<std::size_t>(archIndex(s.arch));
+  const int gpusPerThread = std::max(1, s.gpusPerThread);
+  double lat = t.lat + s.model.launchExtraUs[arch] + (gpusPerThread - 1) * s.model.launchStaggerUs[arch];
   if (s.nodes > 1) {
     const int hops = a == kRing  ? (f == kFuncAllReduce ? 2 * (s.nodes - 1) : s.nodes - 1)
                      : a == kPat ? log2i(static_cast<std::size_t>(s.nodes))
@@ -1117,7 +1118,8 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
     if (netHops > 0 && netShare > 0) fillUs += netHops * wireBytes / (kBytesPerUsPerGBps * netShare);
     fillUs += intraHops * wireBytes / (kBytesPerUsPerGBps * intraShare);
   }
-  return lat + fillUs + std::max(busBytes / (kBytesPerUsPerGBps * bw), windowUs);
+  const double hostPaceUs = (gpusPerThread > 1 ? s.model.hostGroupUs : 0) + gpusPerThread * s.model.hostLaunchUs;
+  return std::max(lat + fillUs + std::max(busBytes / (kBytesPerUsPerGBps * bw), windowUs), hostPaceUs);
 }
 
 }  // namespace

@@ -94,10 +94,22 @@ struct NcclModelParams {
   /// A100 host's published nccl-tests notes) 23.0 us median at 8 B .. 1 KiB against NCCL's 15.7 us ring LL estimate
   /// (Volta assumed alike); Hopper tables match NCCL's estimate without it (8xH100 DGX, 8xH100 p5).
   std::array<double, 4> launchExtraUs = {7.3, 7.3, 0.0, 0.0};
-  /// One host thread launching the call on several GPUs (nccl-tests -g N) issues their kernels one after another
-  /// (group.cc doLaunches): each GPU after the first adds this to the call. 8xA100 -g 8 at 8 B .. 1 KiB: 32.0 us
-  /// (Oracle's tutorial) and 39.3 us (the HGX A100 host, 23.0 us with -g 1) -> 1.3 and 2.3 us per further GPU.
-  double launchStaggerUs = 1.5;
+  /// What the host needs to issue one call, which paces back-to-back calls when the GPUs finish sooner: nccl-tests
+  /// times `iters` calls issued without waiting (src/common.cu), and with -g N one thread issues each as
+  /// ncclGroupStart, one ncclAllReduce per GPU, ncclGroupEnd, whose launch prepares and launches the GPUs' kernels one
+  /// after another (group.cc doLaunches). A call takes at least hostGroupUs (-g N > 1 only) + N x hostLaunchUs. Fitted
+  /// on the published single-node tables' 8 B .. 16 KiB rows, which stay flat where NCCL's estimate rises: -g 8 33.2 us
+  /// (8xH100, NCCL 2.24.3), 35.0 (8xH100, 2.26.2, two runs), 35-36.5 (8xA100, 2.19.3), 39.5 (8xA100), 32.0 (8xA100,
+  /// Oracle's); -g 4 23.3 (4 of 8 H100, 2.29.2); -g 2 12.2-15.8 (2 of 8 H100) -> 9 + 3.25 N (35 at -g 8, 22 at -g 4).
+  /// One process per GPU issues a call in hostLaunchUs, below every GPU's time.
+  double hostGroupUs = 9.0;
+  double hostLaunchUs = 3.25;
+  /// Per arch: what each GPU of a launching thread after the first adds to the call (nccl-tests -g N), beyond the
+  /// host's pace. Ampere: one host's -g 8 runs 1.07-1.27x its -g 1 times from 2 MiB to 512 MiB (the HGX A100 host's
+  /// notes), and three -g 8 tables agree; no mechanism found, so the model's stand-in is a per-GPU stagger, 1.5 us
+  /// from Oracle's -g 8 table and that host (Volta assumed alike). Hopper: -g 8 runs as -g 1 from 2 MiB up (8xH100
+  /// Voltage Park -g 8 against DGX Cloud and p5 -g 1: within 2% at 2 MiB .. 256 MiB), so none (Blackwell alike).
+  std::array<double, 4> launchStaggerUs = {1.5, 1.5, 0.0, 0.0};
   /// NVLS streams each channel's data in chunks (calcCollChunking's 16..128 KiB) through a pipeline whose fill and
   /// drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at 17
   /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
@@ -141,7 +153,7 @@ struct NcclSystem {
   std::map<std::string, std::string> ncclEnv;
   CpuVendor cpuVendor = CpuVendor::Intel;
   /// GPUs one host thread launches each call on (nccl-tests -g N; 1: a process or thread per GPU). Not the
-  /// system's: the caller's (a log's nGpus), for the time model's NcclModelParams::launchStaggerUs.
+  /// system's: the caller's (a log's nGpus), for the time model's host pace and launch stagger (NcclModelParams).
   int gpusPerThread = 1;
   /// The time model's open parameters (applyNcclCalibration sets this system's entries from a calibration).
   NcclModelParams model;
