@@ -1080,30 +1080,54 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   const int logSize = log2i(bytes >> 6);
   if (a == kTree && f == kFuncAllReduce && logSize >= 0 && logSize < 23) bw *= kTreeCorrection[p][logSize];
   // NVLS pipeline fill and drain: `depth` chunk times of one channel (rings need none: all their links work at once).
+  // NVLS and NVLSTree give each of a channel's heads one chunk per loop (all_reduce.h), so a call smaller than one loop
+  // streams pieces of a head's share.
+  const int heads = std::max(1, c.graphs[kNvls].nChannels);
   const double chunkBytes = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc);
   const double perChannelAlgBw = bw / busBandwidthFactor(coll, nranks) / nc;
   double fillUs = 0;
   if ((a == kNvls || a == kNvlsTree) && chunk > 0) {
-    fillUs = s.model.nvlsPipelineDepth * chunkBytes / (kBytesPerUsPerGBps * perChannelAlgBw);
+    const double headChunk = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc / heads);
+    fillUs = s.model.nvlsPipelineDepth * headChunk / (kBytesPerUsPerGBps * perChannelAlgBw);
   }
-  // Each network connection of a channel holds NCCL_STEPS messages (device.h; transport/net.cc posts a receive per free
-  // slot), and a slot comes back one round trip after its message left: two network steps, NCCL's and the hop's
-  // extra. In the chain of such hops a call's data crosses, every message after the first leaves 1 / NCCL_STEPS of a
-  // round trip after the one before. This binds where messages are small against a connection's bytes on a slow
-  // network: tree LL128's 18-72 KB chunks on EFA, a forced ring's small pieces.
-  double windowUs = 0;
+  // The network side: what one connection carries, and in how many messages.
+  // - Each network connection of a channel holds NCCL_STEPS messages (device.h; transport/net.cc posts a receive per
+  //   free slot), and a slot comes back one round trip after its message left: two network steps, NCCL's and the
+  //   hop's extra. In the chain of such hops a call's data crosses, every message after the first leaves 1 / NCCL_STEPS
+  //   of a round trip after the one before. This binds where messages are small against a connection's bytes on a
+  //   slow network: tree LL128's 18-72 KB chunks on EFA.
+  // - One proxy thread per GPU posts and completes every message of the GPU's network connections, one after another
+  //   (proxy.cc progressOps, transport/net.cc), netMessageUs + netMessageUsPerKiB per KiB each. This binds where a GPU
+  //   has many messages: a ring's per-step pieces, NVLSTree's per-head chunks over 4 or more nodes or on EFA.
+  double windowUs = 0, proxyUs = 0;
   if (s.nodes > 1 && chunk > 0 && (a == kRing || a == kTree || a == kNvlsTree)) {
     const double perChannel = static_cast<double>(bytes) / nc;
     // A ring edge carries the bus bytes, in pieces of at most one step; a tree edge each byte once per direction;
-    // NVLSTree splits a channel's bytes over its NVLS heads (one per GPU of the node), each head's own connection.
+    // NVLSTree splits a channel's bytes over its NVLS heads (one per GPU of the node), each head's own connection, in
+    // chunks.
     const double carried = a == kRing       ? perChannel * busBandwidthFactor(coll, nranks)
-                           : a == kNvlsTree ? perChannel / std::max(1, c.graphs[kNvls].nChannels)
+                           : a == kNvlsTree ? perChannel / heads
                                             : perChannel;
     const double step = a == kRing && p == kSimple ? static_cast<double>(chunk) / kChunkSteps : chunkBytes;
-    const double message = std::min(step, a == kRing ? perChannel / nranks : perChannel);
+    const double message = a == kNvlsTree ? std::min(static_cast<double>(chunk), carried)
+                                          : std::min(step, a == kRing ? perChannel / nranks : perChannel);
     const double roundTripUs =
         2 * (netStepLatUs(c, a, p, nranks) + s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)]);
-    if (message > 0) windowUs = std::max(0.0, carried / message - 1) * roundTripUs / kSteps;
+    if (message > 0) {
+      windowUs = std::max(0.0, carried / message - 1) * roundTripUs / kSteps;
+      // A GPU's connections, sending and receiving: a ring's or tree's channels cross the network at one GPU of a
+      // node each (so a GPU serves channels / ppn of them); NVLSTree's at every GPU, each a head of every channel. A
+      // tree node links to its parent and children: in NCCL's two binary trees over 3 or more nodes the busiest node is
+      // inner in one (3 links) and a leaf in the other (1), 2 per channel on average; over 2 nodes 1.
+      const int treeLinks = s.nodes <= 2 ? 1 : 2;
+      const double channelsPerGpu = std::ceil(static_cast<double>(nc) / s.gpusPerNode);
+      const double connections = a == kRing   ? 2 * channelsPerGpu
+                                 : a == kTree ? 2 * treeLinks * channelsPerGpu
+                                              : 2.0 * treeLinks * nc;
+      const auto kind = static_cast<std::size_t>(s.nicKind);
+      const double perMessageUs = s.model.netMessageUs[kind] + s.model.netMessageUsPerKiB[kind] * message / 1024;
+      proxyUs = perMessageUs * connections * std::ceil(carried / message);
+    }
   }
   // A tree channel forwards each chunk hop by hop, up the inter-node tree (log2 nodes hops) and down again. The
   // network proxy sends a step only once the GPU has posted all of it (transport/net.cc: one message per step), so
@@ -1119,7 +1143,7 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
     fillUs += intraHops * wireBytes / (kBytesPerUsPerGBps * intraShare);
   }
   const double hostPaceUs = (gpusPerThread > 1 ? s.model.hostGroupUs : 0) + gpusPerThread * s.model.hostLaunchUs;
-  return std::max(lat + fillUs + std::max(busBytes / (kBytesPerUsPerGBps * bw), windowUs), hostPaceUs);
+  return std::max(lat + fillUs + std::max({busBytes / (kBytesPerUsPerGBps * bw), windowUs, proxyUs}), hostPaceUs);
 }
 
 }  // namespace

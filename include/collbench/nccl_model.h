@@ -77,11 +77,12 @@ struct NcclModelParams {
   /// estimate).
   std::array<double, 5> netFraction = {0.98, 0.95, 0.835, 0.905, 0.91};
   /// Per NIC kind: extra latency of one network hop beyond NCCL's NET hwLatency, from the median of the 8 B .. 1 KiB
-  /// rows on 2 nodes (2 network hops on top of NCCL's estimate without the plugin's latency, and the arch's launch
-  /// extra): IB 0 (2x8 H100 IB: tree LL 25 us), EFA2 23.4 (p5: tree LL 72 us), EFA 31.0 (p4de: tree Simple, the only
-  /// protocol aws-ofi-nccl leaves there, 161.7 us), TCPXO 15.5 (2x8 A3 Mega: tree Simple under Google's profile,
-  /// 123.4 us), RoCE 3.2 (2x8 A100 40 GB on OCI's RoCE, SR-IOV functions in Kubernetes pods: tree LL 39.1 us).
-  std::array<double, 5> netHopExtraUs = {0.0, 3.2, 31.0, 23.4, 15.5};
+  /// rows on 2 nodes (2 network hops on top of NCCL's estimate without the plugin's latency, the arch's launch extra
+  /// and the proxy's two messages, netMessageUs): IB 0 (2x8 H100 IB: tree LL 25 us), EFA2 20.9 (p5: tree LL 72 us), EFA
+  /// 31.0 (p4de: tree Simple, the only protocol aws-ofi-nccl leaves there, 161.7 us), TCPXO 15.1 (2x8 A3 Mega: tree
+  /// Simple under Google's profile, 123.4 us), RoCE 2.8 (2x8 A100 40 GB on OCI's RoCE, SR-IOV functions in Kubernetes
+  /// pods: tree LL 39.1 us).
+  std::array<double, 5> netHopExtraUs = {0.0, 2.8, 31.0, 20.9, 15.1};
   /// Per NIC kind: the network proxy's serial cost per LL channel of a call. LL's send buffer sits in host memory
   /// (transport/net.cc) and a proxy thread checks every flag of a channel's step, then sends it, one channel after
   /// another (proxy.cc progressOps); the queue is paid once per call (later hops forward earlier channels while it
@@ -90,6 +91,17 @@ struct NcclModelParams {
   /// it, assumed alike), 2x8 H100 IB 30 -> 34 us from 1 to 16, within the rows' noise (IB 0; RoCE and TCPXO, whose
   /// profile turns LL off, assumed alike).
   std::array<double, 5> netChannelUs = {0.0, 0.0, 3.8, 3.8, 0.0};
+  /// Per NIC kind: what the network proxy spends on each message it posts or completes, netMessageUs +
+  /// netMessageUsPerKiB x the message's KiB (one proxy thread serves all of a GPU's connections, proxy.cc). EFA2 2.47
+  /// us: 8 x p5 all-reducing 4 GiB by NVLSTree in 64 KiB chunks took 81 ms (NVIDIA/nccl #1112, NCCL 2.19.3; 30 ms in
+  /// 512 KiB chunks), 32768 messages per GPU; no size term known. EFA (p4d, p4de: aws-ofi-nccl's SENDRECV protocol,
+  /// not p5's RDMA one) 0: their three 2-node tables read best without. IB 0.44 us + 5.6 ns per KiB, the one line
+  /// through two regimes: the forced 24-channel ring over 2 x 8 H100 runs a flat 157-178 us at 1-8 MiB (Ring/LL128
+  /// in 3-20 KB pieces, 180 messages per GPU: 0.5 us each), and four IB clusters of 4-10 x 8 H100 reach 316-335 GB/s
+  /// busbw by NVLSTree in 64 KiB chunks (0.8 us each; nccl-tests issue 309, Voltage Park, a 10-node cluster). No
+  /// source gives the size term. RoCE and TCPXO assumed like IB.
+  std::array<double, 5> netMessageUs = {0.44, 0.44, 0.0, 2.47, 0.44};
+  std::array<double, 5> netMessageUsPerKiB = {0.0056, 0.0056, 0.0, 0.0, 0.0056};
   /// Per arch: the per-call floor above NCCL's base latency, one process per GPU: 8xA100 SXM4 80 GB (-g 1, an HGX
   /// A100 host's published nccl-tests notes) 23.0 us median at 8 B .. 1 KiB against NCCL's 15.7 us ring LL estimate
   /// (Volta assumed alike); Hopper tables match NCCL's estimate without it (8xH100 DGX, 8xH100 p5).

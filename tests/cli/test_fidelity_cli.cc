@@ -52,11 +52,9 @@ struct RealTable {
   const char* largestRuns;
 };
 
-// The gaps, all in the 64 KiB - 16 MiB class where NCCL switches protocols and channel counts: the A100 table's
-// medium sizes (one thread launching 8 GPUs, -g 8) run 25% fast in ring LL and LL128 (one process per GPU on the same
-// system does not: tests/data/publicdata); the forced ring on 2 IB nodes runs 33% fast at 1-8 MiB, a flat ~160-180 us
-// the model's round-trip pacing of its small messages reaches only in part; p5's tree LL128 runs 12-27% fast at 4-16
-// MiB (NCCL's estimate, aws-ofi-nccl's 75 us per network step included, picks LL128 there).
+// The gap, in the 64 KiB - 16 MiB class where NCCL switches protocols and channel counts: the A100 table's medium sizes
+// (one thread launching 8 GPUs, -g 8) run 25% fast in ring LL and LL128 (one process per GPU on the same system does
+// not: tests/data/publicdata).
 const RealTable kTables[] = {
     {"h100x8-nvls-dgxcbench.csv", "dgx-h100-8x1", "", 32, Bounds{}, "Ring/LL, 1 channel", "NVLS/Simple, 16 channels"},
     {"a100x8-ring-ocitutorials-ja.csv", "dgx-a100-8x1", "", 28,
@@ -64,11 +62,9 @@ const RealTable kTables[] = {
      "Ring/LL, 1 channel", "Ring/Simple, 24 channels"},
     {"h100x16-2node-ib400-nvlstree-ncclTests309-A.csv", "dgx-h100-ib400", "", 32, Bounds{}, "Tree/LL, 1 channel",
      "NVLSTree/Simple, 16 channels"},
-    {"h100x16-2node-ib400-ring-ncclTests309-G.csv", "dgx-h100-ib400", "NCCL_ALGO=Ring NCCL_MIN_CTAS=24", 14,
-     Bounds{kTargetMedian, 0.336 + kMargin, {kTargetClassMedian, 0.335 + kMargin, kTargetClassMedian}},
+    {"h100x16-2node-ib400-ring-ncclTests309-G.csv", "dgx-h100-ib400", "NCCL_ALGO=Ring NCCL_MIN_CTAS=24", 14, Bounds{},
      "Ring/LL128, 24 channels", "Ring/Simple, 24 channels"},
-    {"h100x16-2node-efa-p5-awsome.csv", "aws-p5", "", 32,
-     Bounds{kTargetMedian, kTargetP90, {kTargetClassMedian, 0.164 + kMargin, kTargetClassMedian}}, "Tree/LL, 1 channel",
+    {"h100x16-2node-efa-p5-awsome.csv", "aws-p5", "", 32, Bounds{}, "Tree/LL, 1 channel",
      "NVLSTree/Simple, 16 channels"},
     {"a100x16-2node-efa-p4de-awsome.csv", "aws-p4de", "", 29, Bounds{}, "Tree/Simple, 1 channel",
      "Tree/Simple, 8 channels"},
