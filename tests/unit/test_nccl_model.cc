@@ -504,7 +504,7 @@ TEST(NcclSystemOf, EfaAndTheTopologysVariables) {
   // The groups are the host's, also for a call on fewer of its GPUs (2 nodes x 4 GPUs: still 8 devices of 50 GB/s).
   Topology fourPerHost = loadTopology("aws-p5");
   for (int g = 0; g < 4; ++g)
-    std::swap(fourPerHost.ranks[static_cast<std::size_t>(4 + g)], fourPerHost.ranks[static_cast<std::size_t>(8 + g)]);
+    std::swap(fourPerHost.ranks[static_cast<std::size_t>(g) + 4], fourPerHost.ranks[static_cast<std::size_t>(g) + 8]);
   const NcclSystem half = ncclSystemOf(fourPerHost, 8);
   EXPECT_EQ(half.gpusPerNode, 4);
   EXPECT_EQ(half.nicsPerNode, 8);
