@@ -1097,8 +1097,9 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   //   of a round trip after the one before. This binds where messages are small against a connection's bytes on a
   //   slow network: tree LL128's 18-72 KB chunks on EFA.
   // - One proxy thread per GPU posts and completes every message of the GPU's network connections, one after another
-  //   (proxy.cc progressOps, transport/net.cc), netMessageUs + netMessageUsPerKiB per KiB each. This binds where a GPU
-  //   has many messages: a ring's per-step pieces, NVLSTree's per-head chunks over 4 or more nodes or on EFA.
+  //   (proxy.cc progressOps, transport/net.cc), netMessageUs each, and tests each one on every pass while it is on the
+  //   wire (netMessageWireShare of its time on the GPU's NICs). This binds where a GPU has many messages: a ring's
+  //   per-step pieces, NVLSTree's per-head chunks over 4 or more nodes or on EFA.
   double windowUs = 0, proxyUs = 0;
   if (s.nodes > 1 && chunk > 0 && (a == kRing || a == kTree || a == kNvlsTree)) {
     const double perChannel = static_cast<double>(bytes) / nc;
@@ -1125,7 +1126,9 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
                                  : a == kTree ? 2 * treeLinks * channelsPerGpu
                                               : 2.0 * treeLinks * nc;
       const auto kind = static_cast<std::size_t>(s.nicKind);
-      const double perMessageUs = s.model.netMessageUs[kind] + s.model.netMessageUsPerKiB[kind] * message / 1024;
+      const double gpuNicGBps = s.nicsPerNode * s.nicGBps / s.gpusPerNode;
+      const double wireUs = gpuNicGBps > 0 ? message / (kBytesPerUsPerGBps * gpuNicGBps) : 0;
+      const double perMessageUs = s.model.netMessageUs[kind] + s.model.netMessageWireShare[kind] * wireUs;
       proxyUs = perMessageUs * connections * std::ceil(carried / message);
     }
   }

@@ -91,17 +91,18 @@ struct NcclModelParams {
   /// it, assumed alike), 2x8 H100 IB 30 -> 34 us from 1 to 16, within the rows' noise (IB 0; RoCE and TCPXO, whose
   /// profile turns LL off, assumed alike).
   std::array<double, 5> netChannelUs = {0.0, 0.0, 3.8, 3.8, 0.0};
-  /// Per NIC kind: what the network proxy spends on each message it posts or completes, netMessageUs +
-  /// netMessageUsPerKiB x the message's KiB (one proxy thread serves all of a GPU's connections, proxy.cc). EFA2 2.47
-  /// us: 8 x p5 all-reducing 4 GiB by NVLSTree in 64 KiB chunks took 81 ms (NVIDIA/nccl #1112, NCCL 2.19.3; 30 ms in
-  /// 512 KiB chunks), 32768 messages per GPU; no size term known. EFA (p4d, p4de: aws-ofi-nccl's SENDRECV protocol,
-  /// not p5's RDMA one) 0: their three 2-node tables read best without. IB 0.44 us + 5.6 ns per KiB, the one line
-  /// through two regimes: the forced 24-channel ring over 2 x 8 H100 runs a flat 157-178 us at 1-8 MiB (Ring/LL128
-  /// in 3-20 KB pieces, 180 messages per GPU: 0.5 us each), and four IB clusters of 4-10 x 8 H100 reach 316-335 GB/s
-  /// busbw by NVLSTree in 64 KiB chunks (0.8 us each; nccl-tests issue 309, Voltage Park, a 10-node cluster). No
-  /// source gives the size term. RoCE and TCPXO assumed like IB.
+  /// Per NIC kind: what a GPU's network proxy (one thread for all the GPU's connections, proxy.cc) spends on each
+  /// message: netMessageUs to post and complete it, and netMessageWireShare of its time on the GPU's NICs, testing it
+  /// on every pass while it is in flight (transport/net.cc). EFA2 2.47 us: 8 x p5 all-reducing 4 GiB by NVLSTree in
+  /// 64 KiB chunks took 81 ms (NVIDIA/nccl #1112, NCCL 2.19.3; 30 ms in 512 KiB chunks), 32768 messages per GPU; no
+  /// share known. EFA (p4d, p4de: aws-ofi-nccl's SENDRECV protocol, not p5's RDMA one) 0: their three 2-node tables
+  /// read best without. IB 0.44 us and 0.27, the one line through two regimes on 50 GB/s per GPU: the forced
+  /// 24-channel ring over 2 x 8 H100 runs a flat 157-178 us at 1-8 MiB (Ring/LL128 in 3-20 KB pieces, 180 messages
+  /// per GPU: 0.5 us each), and four IB clusters of 4-10 x 8 H100 reach 316-335 GB/s busbw by NVLSTree in 64 KiB
+  /// chunks (0.8 us each; nccl-tests issue 309, Voltage Park, a 10-node cluster). No source gives the share; as a share
+  /// of wire time it scales with the NICs' rate. RoCE and TCPXO assumed like IB.
   std::array<double, 5> netMessageUs = {0.44, 0.44, 0.0, 2.47, 0.44};
-  std::array<double, 5> netMessageUsPerKiB = {0.0056, 0.0056, 0.0, 0.0, 0.0056};
+  std::array<double, 5> netMessageWireShare = {0.27, 0.27, 0.0, 0.0, 0.27};
   /// Per arch: the per-call floor above NCCL's base latency, one process per GPU: 8xA100 SXM4 80 GB (-g 1, an HGX
   /// A100 host's published nccl-tests notes) 23.0 us median at 8 B .. 1 KiB against NCCL's 15.7 us ring LL estimate
   /// (Volta assumed alike); Hopper tables match NCCL's estimate without it (8xH100 DGX, 8xH100 p5).

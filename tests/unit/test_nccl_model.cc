@@ -256,7 +256,8 @@ TEST(NcclPredict, ScalesWithNodeCount) {
   EXPECT_LT(bus8, 392 * busFactor64 / 2);
   const NcclModelParams m;
   const auto ib = static_cast<std::size_t>(NicKind::InfiniBand);
-  const double proxyUs = (m.netMessageUs[ib] + 64 * m.netMessageUsPerKiB[ib]) * (2 * 2 * 16) * 1024;
+  const double wireUs = 65536 / (1e3 * 50);  // a 64 KiB chunk on a GPU's 50 GB/s of NICs
+  const double proxyUs = (m.netMessageUs[ib] + m.netMessageWireShare[ib] * wireUs) * (2 * 2 * 16) * 1024;
   EXPECT_GT(large8.predictedUs, proxyUs);
   EXPECT_LT(large8.predictedUs, proxyUs + 400);  // NCCL's latency and the NVLS pipeline on top
   EXPECT_NEAR(bus8, 322, 10);                    // four 4-10-node IB clusters: 316-335 GB/s
@@ -617,7 +618,7 @@ TEST(NcclPredict, AGpusNetworkProxyPostsItsMessagesOneAfterAnother) {
   const auto choose = [&](double messageUs) {
     NcclSystem s = dgxH100(4);
     s.model.netMessageUs[ib] = messageUs;
-    s.model.netMessageUsPerKiB[ib] = 0;
+    s.model.netMessageWireShare[ib] = 0;
     return ncclChoose(s, Collective::AllReduce, bytes, 32, env);
   };
   const NcclChoice slow = choose(10), slower = choose(20);
@@ -629,7 +630,7 @@ TEST(NcclPredict, AGpusNetworkProxyPostsItsMessagesOneAfterAnother) {
   // At the model's IB cost the same call is bound by the messages as well (0.8 us each: the 4-node tables' rate).
   const NcclChoice real = ncclChoose(dgxH100(4), Collective::AllReduce, bytes, 32, env);
   const NcclModelParams m;
-  EXPECT_GT(real.predictedUs, (m.netMessageUs[ib] + 64 * m.netMessageUsPerKiB[ib]) * messages);
+  EXPECT_GT(real.predictedUs, (m.netMessageUs[ib] + m.netMessageWireShare[ib] * 65536 / (1e3 * 50)) * messages);
 }
 
 TEST(NcclPredict, AThreadLaunchingSeveralGpusPacesSmallCallsAtTheHostsRate) {
