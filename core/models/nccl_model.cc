@@ -1112,8 +1112,8 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
     const double step = a == kRing && p == kSimple ? static_cast<double>(chunk) / kChunkSteps : chunkBytes;
     const double message = a == kNvlsTree ? std::min(static_cast<double>(chunk), carried)
                                           : std::min(step, a == kRing ? perChannel / nranks : perChannel);
-    const double roundTripUs =
-        2 * (netStepLatUs(c, a, p, nranks) + s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)]);
+    const auto kind = static_cast<std::size_t>(s.nicKind);
+    const double roundTripUs = 2 * (netStepLatUs(c, a, p, nranks) + s.model.netHopExtraUs[kind]);
     if (message > 0) {
       windowUs = std::max(0.0, carried / message - 1) * roundTripUs / kSteps;
       // A GPU's connections, sending and receiving: a ring's or tree's channels cross the network at one GPU of a
@@ -1125,7 +1125,6 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
       const double connections = a == kRing   ? 2 * channelsPerGpu
                                  : a == kTree ? 2 * treeLinks * channelsPerGpu
                                               : 2.0 * treeLinks * nc;
-      const auto kind = static_cast<std::size_t>(s.nicKind);
       const double gpuNicGBps = s.nicsPerNode * s.nicGBps / s.gpusPerNode;
       const double wireUs = gpuNicGBps > 0 ? message / (kBytesPerUsPerGBps * gpuNicGBps) : 0;
       const double perMessageUs = s.model.netMessageUs[kind] + s.model.netMessageWireShare[kind] * wireUs;
