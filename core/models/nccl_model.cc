@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <set>
 
+#include "aws_ofi_tuner.h"
 #include "collbench/error.h"
 
 namespace collbench {
@@ -390,6 +392,7 @@ void applyNcclVars(NcclEnv& env, const std::map<std::string, std::string>& vars)
     env.nvlsTreeMaxChunkSize =
         static_cast<std::size_t>(parseInteger("NCCL_NVLSTREE_MAX_CHUNKSIZE", *v, kMinNvlsChunk, kMaxBuffSize));
   }
+  if (const std::string* v = get("NCCL_TUNER_PLUGIN")) env.tunerPlugin = *v;
   if (const std::string* v = get("NCCL_NTHREADS")) {
     // tuning.cc getNthreads: multiples of 32 between 64 and 512 (NCCL clamps others with a warning).
     const long long nt = parseInteger("NCCL_NTHREADS", *v, 2 * kWarp, kSimpleMaxThreads);
@@ -436,7 +439,7 @@ std::map<std::string, std::string> processNcclVars() {
   std::map<std::string, std::string> vars;
   for (const char* name : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
                            "NCCL_MAX_CTAS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
-                           "NCCL_NVLS_CHUNKSIZE", "NCCL_NVLSTREE_MAX_CHUNKSIZE"}) {
+                           "NCCL_NVLS_CHUNKSIZE", "NCCL_NVLSTREE_MAX_CHUNKSIZE", "NCCL_TUNER_PLUGIN"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return vars;
@@ -1162,6 +1165,30 @@ double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t b
   return predict(c, f, a, p, bytes, nranks, std::max(1, channels), chunk);
 }
 
+namespace {
+
+constexpr const char* kAwsOfiTunerName = "aws-ofi-nccl";
+
+/// The pick of the tuner plugin NCCL loads (NcclEnv::tunerPlugin), where one overrides NCCL's estimates: aws-ofi-nccl's
+/// (a library name with "ofi" in it) on EFA with Hopper GPUs, p5 and p5e (its platform check reads the instance type;
+/// the network kind and GPU generation stand for it here). It passes over pairs NCCL does not offer or the
+/// environment turns off.
+std::optional<std::pair<NcclAlgorithm, NcclProtocol>> tunerPick(const NcclComm& c, const NcclEnv& env,
+                                                                Collective collective, std::size_t bytes, int nranks) {
+  std::string lib = env.tunerPlugin;
+  std::transform(lib.begin(), lib.end(), lib.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (lib.find("ofi") == std::string::npos || c.sys.nicKind != NicKind::Efa2 || c.sys.arch != GpuArch::Hopper) {
+    return std::nullopt;
+  }
+  const int f = funcIndex(collective);
+  return awsOfiP5TunerChoice(collective, bytes, nranks, c.sys.nodes, [&](NcclAlgorithm a, NcclProtocol p) {
+    return offered(c, f, ai(a), pi(p), nranks) && enabled(c, env, f, ai(a), pi(p)) &&
+           algoTime(c, f, ai(a), pi(p), bytes, nranks) >= 0;
+  });
+}
+
+}  // namespace
+
 NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                       const NcclEnv& userEnv) {
   const NcclEnv env = ncclEnvOnSystem(sys, userEnv);
@@ -1204,6 +1231,13 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
                             env.algo.empty() ? "" : fmt::format(" (NCCL_ALGO={})", printable(env.algo)),
                             env.proto.empty() ? "" : fmt::format(" (NCCL_PROTO={})", printable(env.proto))));
   }
+  const int ownA = bestA, ownP = bestP;
+  if (const auto pick = tunerPick(c, env, collective, bytes, nranks)) {
+    bestA = ai(pick->first);
+    bestP = pi(pick->second);
+    best = out.candidates[static_cast<std::size_t>(bestA * kProtos + bestP)].ncclUs;
+    out.tuner = kAwsOfiTunerName;
+  }
   out.algorithm = static_cast<NcclAlgorithm>(bestA);
   out.protocol = static_cast<NcclProtocol>(bestP);
   channelsAndThreads(c, env, bestA, bestP, bytes, nranks, out.channels, out.threads);
@@ -1219,11 +1253,19 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
       runnerUp = &cand;
     }
   }
-  out.reason = fmt::format("{}/{} on {} channel{}: NCCL's estimate {:.1f} us is the lowest{}{}{}", kAlgoNames[bestA],
-                           kProtoNames[bestP], out.channels, out.channels == 1 ? "" : "s", best,
-                           runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
-                                                  toString(runnerUp->protocol), runnerUp->ncclUs)
-                                    : std::string(" (the only candidate)"),
+  const std::string why =
+      out.tuner.empty()
+          ? fmt::format("NCCL's estimate {:.1f} us is the lowest{}", best,
+                        runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
+                                               toString(runnerUp->protocol), runnerUp->ncclUs)
+                                 : std::string(" (the only candidate)"))
+          : fmt::format(
+                "{}'s p5 region tuner picks it at {} ranks ({:.1f} us by NCCL's estimate, whose own pick is "
+                "{}/{} at {:.1f} us)",
+                out.tuner, nranks, best, kAlgoNames[ownA], kProtoNames[ownP],
+                out.candidates[static_cast<std::size_t>(ownA * kProtos + ownP)].ncclUs);
+  out.reason = fmt::format("{}/{} on {} channel{}: {}{}{}", kAlgoNames[bestA], kProtoNames[bestP], out.channels,
+                           out.channels == 1 ? "" : "s", why,
                            userEnv.algo.empty() ? "" : fmt::format("; NCCL_ALGO={}", userEnv.algo),
                            userEnv.proto.empty() ? "" : fmt::format("; NCCL_PROTO={}", userEnv.proto));
   std::string systemSet;
@@ -1251,6 +1293,10 @@ std::string ncclChoiceSummary(const NcclChoice& choice) {
           ? std::string(choice.candidates.empty() ? "" : " (the only candidate)")
           : fmt::format(" (runner-up {}/{} +{:.0f}%)", toString(runnerUp->algorithm), toString(runnerUp->protocol),
                         (runnerUp->ncclUs / choice.ncclUs - 1) * 100);
+  if (!choice.tuner.empty()) {
+    return fmt::format("NCCL 2.28 under {}'s tuner: {}/{}, {} channel{}", choice.tuner, toString(choice.algorithm),
+                       toString(choice.protocol), choice.channels, choice.channels == 1 ? "" : "s");
+  }
   return fmt::format("NCCL 2.28: {}/{}, {} channel{}{}", toString(choice.algorithm), toString(choice.protocol),
                      choice.channels, choice.channels == 1 ? "" : "s", next);
 }

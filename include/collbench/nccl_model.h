@@ -210,6 +210,10 @@ struct NcclEnv {
   std::size_t nvlsChunkSize = std::size_t{128} << 10;
   /// NCCL_NVLSTREE_MAX_CHUNKSIZE: NVLSTree's chunk cap (enqueue.cc; 0: NCCL's rule, 64 KiB from 4 nodes).
   std::size_t nvlsTreeMaxChunkSize = 0;
+  /// NCCL_TUNER_PLUGIN: the tuner library NCCL loads ("" unset: the network plugin's own, if it has one). A name with
+  /// "ofi" in it is aws-ofi-nccl's, which chooses on p5 (EFA on Hopper) from 3 nodes up; "none" turns tuners off; the
+  /// model knows no other tuner, and leaves NCCL's own choice under one.
+  std::string tunerPlugin;
   std::string algo, proto;                  ///< the raw NCCL_ALGO / NCCL_PROTO text ("" when unset)
   std::map<std::string, std::string> vars;  ///< the NCCL variables this environment was parsed from
   /// The NCCL whose choice is emulated, as NCCL_VERSION_CODE (22809 = 2.28.9; ncclVersionCode). Before 2.28 NCCL
@@ -268,7 +272,9 @@ struct NcclChoice {
   int threads = 0;
   std::size_t chunkBytes = 0;  ///< data bytes a channel moves per pipeline step
   std::size_t sliceBytes = 0;
-  double ncclUs = 0;                      ///< NCCL's own estimate of the choice, which it minimised
+  double ncclUs = 0;  ///< NCCL's own estimate of the choice, which it minimised (no tuner)
+  /// The tuner plugin that made the choice, overriding NCCL's estimates ("aws-ofi-nccl"); "" where NCCL's own did.
+  std::string tuner;
   double predictedUs = 0;                 ///< what the call is expected to take (ncclPredictUs)
   std::string reason;                     ///< one line: why this choice
   std::vector<NcclCandidate> candidates;  ///< every (algorithm, protocol), NCCL's order
