@@ -289,9 +289,9 @@ double& ncclParamRef(NcclModelParams& m, NcclParam p, GpuArch arch, NicKind nic)
   const auto a = static_cast<std::size_t>(arch), n = static_cast<std::size_t>(nic);
   switch (p) {
     case NcclParam::Ll128Rate:
-      return m.protocolRate[static_cast<std::size_t>(NcclProtocol::LL128)];
+      return m.protocolRate[a][static_cast<std::size_t>(NcclProtocol::LL128)];
     case NcclParam::LlRate:
-      return m.protocolRate[static_cast<std::size_t>(NcclProtocol::LL)];
+      return m.protocolRate[a][static_cast<std::size_t>(NcclProtocol::LL)];
     case NcclParam::NvlinkFraction:
       return m.nvlinkFraction[a];
     case NcclParam::NvlsFraction:

@@ -1078,7 +1078,7 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
   double bw = bottleneckBusBw(s, f, a, p, nranks);
   if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, a, p));
-  bw *= s.model.protocolRate[static_cast<std::size_t>(p)];
+  bw *= s.model.protocolRate[static_cast<std::size_t>(archIndex(s.arch))][static_cast<std::size_t>(p)];
   // tuning.cc: trees run below their model at medium sizes; NCCL's own correction factor applies to the hardware too.
   const int logSize = log2i(bytes >> 6);
   if (a == kTree && f == kFuncAllReduce && logSize >= 0 && logSize < 23) bw *= kTreeCorrection[p][logSize];

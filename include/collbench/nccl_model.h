@@ -127,16 +127,18 @@ struct NcclModelParams {
   /// drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at 17
   /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
   double nvlsPipelineDepth = 13;
-  /// Per protocol (indexed by NcclProtocol): scale of the bandwidth a call reaches, for what the model's protocol
-  /// terms (payload, NCCL's per-channel LL/LL128 rates) leave to the hardware. Simple stays 1 (its rate is the link
-  /// fractions above); LL 1, the model as sourced. LL128 0.82: the one-process-per-GPU tables that run LL128 into its
-  /// bandwidth regime agree on it, on NVLink and across a network: 8xA100 80 GB `-g 1` ring LL128 at 8-16 MiB (-12/-15%
-  /// at 1, -1% at 0.82) and 2x8 A100 40 GB OCI RoCE tree LL128 at 4-256 MiB (-12..-19% at 1, -8..+4% at 0.82); p5's
-  /// ring LL128 plateau at 4-8 nodes (274-280 GB/s busbw where aws-ofi-nccl's tuner keeps LL128 up to 1-2 GiB) is 0.85
-  /// of the model's at 1, 330 (crazyguitar/aws-gpu-communication-benchmark data/nccl_all_reduce.csv; 0.82 gives 271).
-  /// One H100 node with NVLS off runs ring LL128 faster than the model even at 1 (+15..+35% at 4-32 MiB, `-g 8` and
-  /// `-g 4` tables of NCCL 2.26 and 2.29): one rate for every arch and path is a compromise there.
-  std::array<double, 3> protocolRate = {1.0, 0.82, 1.0};
+  /// Per arch and protocol (indexed by GpuArch, then NcclProtocol): scale of the bandwidth a call reaches, for what the
+  /// model's protocol terms (payload, NCCL's per-channel LL/LL128 rates) leave to the hardware. Simple stays 1 (its
+  /// rate is the link fractions above); LL 1, the model as sourced. LL128, where the tables run it into its bandwidth
+  /// regime, on NVLink and across a network alike:
+  /// - Ampere 0.82: 8xA100 80 GB `-g 1` ring LL128 at 8-16 MiB (-12/-15% at 1, -1% at 0.82) and 2x8 A100 40 GB OCI
+  ///   RoCE tree LL128 at 4-256 MiB (-12..-19% at 1, -8..+4% at 0.82) (Volta assumed alike).
+  /// - Hopper 0.92: p5's ring LL128 at 64 MiB-2 GiB on 4-16 nodes under aws-ofi-nccl's tuner (NCCL 2.27.7, 280 GB/s
+  ///   busbw at 1 GiB on 4 nodes: +7..+15% at 0.82, -3..+6% at 0.92), and one H100 node's ring LL128 with NVLS off at
+  ///   4-32 MiB (`-g 8`, NCCL 2.26.2: +17..+27% at 0.82, +8..+22% at 0.92; `-g 4`, 2.29.2: +6%) (Blackwell assumed
+  ///   alike).
+  std::array<std::array<double, 3>, 4> protocolRate = {
+      {{1.0, 0.82, 1.0}, {1.0, 0.82, 1.0}, {1.0, 0.92, 1.0}, {1.0, 0.92, 1.0}}};
 };
 
 /// What NCCL's model needs of the machine. Bandwidths are GB/s (1e9 bytes/s) per direction, datasheet values.
