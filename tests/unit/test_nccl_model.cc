@@ -921,5 +921,19 @@ INSTANTIATE_TEST_SUITE_P(
                   0.25}),
     [](const ::testing::TestParamInfo<RealTable>& p) { return std::string(p.param.name); });
 
+// OCI's H100 stack (oci-h100-roce, no table of it above): 2 x 8 H100 over 16 x 200G RoCE, NCCL 2.23.4, five sizes of
+// 1-16 GiB from Oracle's troubleshooting guide. NVLSTree runs them at 450-471 GB/s busbw; each row within 3%.
+TEST(NcclPredict, OciH100RoceLargeSizesAsOraclesGuideMeasured) {
+  const NcclTestsLog log = readNcclTestsLog(std::string(COLLBENCH_SOURCE_DIR) +
+                                            "/tests/data/publicdata/oci_h100_2x8_roce_ocihpc_troubleshooting.csv");
+  ASSERT_EQ(log.rows.size(), 5u);
+  const NcclSystem sys = ncclSystemOf(loadTopology("oci-h100-roce"), log.nranks);
+  for (const NcclTestsRow& r : log.rows) {
+    const NcclChoice c = ncclChoose(sys, Collective::AllReduce, r.bytes, log.nranks);
+    EXPECT_EQ(c.algorithm, NcclAlgorithm::NvlsTree) << r.bytes << ": " << c.reason;
+    EXPECT_NEAR(c.predictedUs / r.outOfPlace.timeUs - 1, 0, 0.03) << r.bytes << ": " << c.reason;
+  }
+}
+
 }  // namespace
 }  // namespace collbench
