@@ -1254,14 +1254,16 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
     }
   }
   const std::string why =
-      out.tuner.empty()
-          ? fmt::format("NCCL's estimate {:.1f} us is the lowest{}", best,
-                        runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
-                                               toString(runnerUp->protocol), runnerUp->ncclUs)
-                                 : std::string(" (the only candidate)"))
+      out.tuner.empty() ? fmt::format("NCCL's estimate {:.1f} us is the lowest{}", best,
+                                      runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
+                                                             toString(runnerUp->protocol), runnerUp->ncclUs)
+                                               : std::string(" (the only candidate)"))
+      : ownA == bestA && ownP == bestP
+          ? fmt::format("{}'s p5 region tuner picks it at {} ranks, as NCCL's estimate ({:.1f} us) would", out.tuner,
+                        nranks, best)
           : fmt::format(
-                "{}'s p5 region tuner picks it at {} ranks ({:.1f} us by NCCL's estimate, whose own pick is "
-                "{}/{} at {:.1f} us)",
+                "{}'s p5 region tuner picks it at {} ranks (NCCL's estimate {:.1f} us; its own pick {}/{} at "
+                "{:.1f} us)",
                 out.tuner, nranks, best, kAlgoNames[ownA], kProtoNames[ownP],
                 out.candidates[static_cast<std::size_t>(ownA * kProtos + ownP)].ncclUs);
   out.reason = fmt::format("{}/{} on {} channel{}: {}{}{}", kAlgoNames[bestA], kProtoNames[bestP], out.channels,
