@@ -12,12 +12,15 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "aws_ofi_tuner.h"
 #include "collbench/error.h"
+#include "collbench/tuning.h"
 
 namespace collbench {
 
@@ -343,6 +346,31 @@ long long parseInteger(const std::string& var, const std::string& value, long lo
 
 namespace {
 
+/// Whether a NCCL_TUNER_PLUGIN value names a tuner library by a word of its file name, any case.
+bool namesTuner(std::string lib, std::string_view word) {
+  std::transform(lib.begin(), lib.end(), lib.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return lib.find(word) != std::string::npos;
+}
+
+/// NCCL's example tuner's rules (ext-tuner/example/plugin.c): NCCL_TUNER_CONFIG_FILE, else nccl_tuner.conf in the
+/// working directory, where a missing file means no rules (the plugin's "using defaults").
+void loadExampleTunerRules(NcclEnv& env) {
+  constexpr const char* kDefaultFile = "nccl_tuner.conf";
+  const std::string path = env.tunerConfigFile.empty() ? kDefaultFile : env.tunerConfigFile;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!env.tunerConfigFile.empty()) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("NCCL_TUNER_CONFIG_FILE={}: cannot read it", printable(env.tunerConfigFile)));
+    }
+    env.tunerRules.clear();
+    return;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  env.tunerRules = parseNcclTunerCsv(text.str(), path);
+}
+
 /// parseNcclEnv's work on an environment that may already hold other variables.
 void applyNcclVars(NcclEnv& env, const std::map<std::string, std::string>& vars) {
   for (const auto& [name, value] : vars) {
@@ -393,6 +421,10 @@ void applyNcclVars(NcclEnv& env, const std::map<std::string, std::string>& vars)
         static_cast<std::size_t>(parseInteger("NCCL_NVLSTREE_MAX_CHUNKSIZE", *v, kMinNvlsChunk, kMaxBuffSize));
   }
   if (const std::string* v = get("NCCL_TUNER_PLUGIN")) env.tunerPlugin = *v;
+  if (const std::string* v = get("NCCL_TUNER_CONFIG_FILE")) env.tunerConfigFile = *v;
+  if ((get("NCCL_TUNER_PLUGIN") || get("NCCL_TUNER_CONFIG_FILE")) && namesTuner(env.tunerPlugin, "example")) {
+    loadExampleTunerRules(env);
+  }
   if (const std::string* v = get("NCCL_NTHREADS")) {
     // tuning.cc getNthreads: multiples of 32 between 64 and 512 (NCCL clamps others with a warning).
     const long long nt = parseInteger("NCCL_NTHREADS", *v, 2 * kWarp, kSimpleMaxThreads);
@@ -437,9 +469,10 @@ namespace {
 /// The NCCL variables of the process environment the model honours.
 std::map<std::string, std::string> processNcclVars() {
   std::map<std::string, std::string> vars;
-  for (const char* name : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
-                           "NCCL_MAX_CTAS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
-                           "NCCL_NVLS_CHUNKSIZE", "NCCL_NVLSTREE_MAX_CHUNKSIZE", "NCCL_TUNER_PLUGIN"}) {
+  for (const char* name :
+       {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
+        "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_NVLS_CHUNKSIZE",
+        "NCCL_NVLSTREE_MAX_CHUNKSIZE", "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return vars;
@@ -652,6 +685,14 @@ double speedAtMost(const std::vector<double>& sp, double limit) {
 namespace {
 
 /// ncclComm under an environment the system's variables are already applied to.
+/// transport/nvls.cc: the NVLS channels NCCL gives a communicator (16 on sm90; sm100 24 in one NVLink domain, 32
+/// across nodes). enqueue.cc: "NVLS should not need more than 16 channels to get peak BW", so the time model takes
+/// this count as the one that reaches NVLS's peak, each channel carrying its share.
+int nvlsDefaultChannels(const NcclSystem& s) {
+  if (s.arch < GpuArch::Blackwell) return kNvlsChannelsSm90;
+  return s.nodes > 1 ? kNvlsChannelsSm100Multi : kNvlsChannelsSm100Single;
+}
+
 NcclComm buildComm(const NcclSystem& sysIn, int nranks, const NcclEnv& env) {
   if (nranks < 1) throw Error(Errc::InvalidArgument, fmt::format("nranks must be at least 1, got {}", nranks));
   NcclComm c;
@@ -686,9 +727,7 @@ NcclComm buildComm(const NcclSystem& sysIn, int nranks, const NcclEnv& env) {
     g.typeIntra = NcclPath::Nvl;
     g.typeInter = ring.typeInter;
     c.graphs[kNvls] = c.graphs[kNvlsTree] = g;
-    const int channels =
-        s.arch >= GpuArch::Blackwell ? (inter ? kNvlsChannelsSm100Multi : kNvlsChannelsSm100Single) : kNvlsChannelsSm90;
-    c.nvlsChannels = std::max(env.minChannels, std::min(env.maxChannels, channels));
+    c.nvlsChannels = std::max(env.minChannels, std::min(env.maxChannels, nvlsDefaultChannels(s)));
   }
   // CollNet (init.cc: NCCL_COLLNET_ENABLE=1, a network that reduces, more than one node).
   c.collnet = s.collnet && env.collnetEnable == 1 && inter;
@@ -1078,6 +1117,8 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
   double bw = bottleneckBusBw(s, f, a, p, nranks);
   if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, a, p));
+  // Fewer NVLS channels than NCCL's default (NCCL_MAX_NCHANNELS, a tuner's count) carry that share of the peak.
+  if (a == kNvls || a == kNvlsTree) bw *= std::min(1.0, static_cast<double>(nc) / nvlsDefaultChannels(s));
   bw *= s.model.protocolRate[static_cast<std::size_t>(archIndex(s.arch))][static_cast<std::size_t>(p)];
   // tuning.cc: trees run below their model at medium sizes; NCCL's own correction factor applies to the hardware too.
   const int logSize = log2i(bytes >> 6);
@@ -1160,31 +1201,76 @@ double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t b
   const NcclComm c = buildComm(sys, nranks, env);
   const int a = ai(algorithm), p = pi(protocol);
   if (nranks > 1 && !offered(c, f, a, p, nranks)) return -1;
+  // enqueue.cc: a call runs on at most the communicator's channels of its kind (NVLS and NVLSTree: its NVLS channels).
+  const int cap = a == kNvls || a == kNvlsTree ? c.nvlsChannels : c.nChannels;
+  const int nc = std::max(1, cap > 0 ? std::min(channels, cap) : channels);
   std::size_t chunk = 0, slice = 0;
-  chunking(c, env, f, a, p, bytes, std::max(1, channels), chunk, slice);
-  return predict(c, f, a, p, bytes, nranks, std::max(1, channels), chunk);
+  chunking(c, env, f, a, p, bytes, nc, chunk, slice);
+  return predict(c, f, a, p, bytes, nranks, nc, chunk);
 }
 
 namespace {
 
-constexpr const char* kAwsOfiTunerName = "aws-ofi-nccl";
+/// The candidate of (algorithm a, protocol p) in a choice's table (NCCL's order, protocols innermost).
+const NcclCandidate& candidateAt(const NcclChoice& choice, int a, int p) {
+  return choice.candidates[static_cast<std::size_t>(a) * kProtos + static_cast<std::size_t>(p)];
+}
 
-/// The pick of the tuner plugin NCCL loads (NcclEnv::tunerPlugin), where one overrides NCCL's estimates: aws-ofi-nccl's
-/// (a library name with "ofi" in it) on EFA with Hopper GPUs, p5 and p5e (its platform check reads the instance type;
-/// the network kind and GPU generation stand for it here). It passes over pairs NCCL does not offer or the
-/// environment turns off.
-std::optional<std::pair<NcclAlgorithm, NcclProtocol>> tunerPick(const NcclComm& c, const NcclEnv& env,
-                                                                Collective collective, std::size_t bytes, int nranks) {
-  std::string lib = env.tunerPlugin;
-  std::transform(lib.begin(), lib.end(), lib.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  if (lib.find("ofi") == std::string::npos || c.sys.nicKind != NicKind::Efa2 || c.sys.arch != GpuArch::Hopper) {
-    return std::nullopt;
-  }
+constexpr const char* kAwsOfiTunerName = "aws-ofi-nccl";
+constexpr const char* kExampleTunerName = "NCCL example";
+
+/// What a tuner plugin did to a call: the (algorithm, protocol) it gave cost 0, the channels it set (0: NCCL's), and
+/// why, for the choice's reason.
+struct TunerPick {
+  std::string tuner;  ///< "" where no tuner applies
+  std::optional<std::pair<NcclAlgorithm, NcclProtocol>> pair;
+  int channels = 0;
+  std::string why;
+};
+
+/// The tuner plugin NCCL loads (NcclEnv::tunerPlugin) and what it does to the call; both pass over pairs NCCL does not
+/// offer or the environment turns off (NCCL marks them "ignore" in the cost table they see).
+/// - aws-ofi-nccl's (a library name with "ofi" in it) on EFA with Hopper GPUs, p5 and p5e (its platform check reads
+///   the instance type; the network kind and GPU generation stand for it here): aws_ofi_tuner.h.
+/// - NCCL's example (ext-tuner/example/plugin.c): the first rule of its file that matches; it sets the call's channels
+///   to 1 before matching and to the rule's where the rule gives them, so a rule's -1, or no rule at all, leaves 1
+///   channel (NCCL takes any nonzero count from a tuner: enqueue.cc).
+TunerPick tunerPick(const NcclComm& c, const NcclEnv& env, Collective collective, std::size_t bytes, int nranks) {
   const int f = funcIndex(collective);
-  return awsOfiP5TunerChoice(collective, bytes, nranks, c.sys.nodes, [&](NcclAlgorithm a, NcclProtocol p) {
+  const auto available = [&](NcclAlgorithm a, NcclProtocol p) {
     return offered(c, f, ai(a), pi(p), nranks) && enabled(c, env, f, ai(a), pi(p)) &&
            algoTime(c, f, ai(a), pi(p), bytes, nranks) >= 0;
-  });
+  };
+  TunerPick out;
+  if (namesTuner(env.tunerPlugin, "ofi") && c.sys.nicKind == NicKind::Efa2 && c.sys.arch == GpuArch::Hopper) {
+    out.pair = awsOfiP5TunerChoice(collective, bytes, nranks, c.sys.nodes, available);
+    if (out.pair) out.tuner = kAwsOfiTunerName;
+    out.why = fmt::format("{}'s p5 region tuner picks it at {} ranks", kAwsOfiTunerName, nranks);
+  } else if (namesTuner(env.tunerPlugin, "example") && collective != Collective::Barrier) {
+    const auto pairOf = [](const NcclTunerRule& r) {
+      std::pair<NcclAlgorithm, NcclProtocol> p{};
+      for (NcclAlgorithm a : kNcclAlgorithms)
+        if (ncclTunerAlgorithmName(a) == r.algorithm) p.first = a;
+      for (NcclProtocol q : kNcclProtocols)
+        if (ncclTunerProtocolName(q) == r.protocol) p.second = q;
+      return p;
+    };
+    const NcclTunerRule* rule =
+        matchNcclTunerRule(env.tunerRules, collective, bytes, c.sys.nodes, nranks, [&](const NcclTunerRule& r) {
+          const auto [a, p] = pairOf(r);
+          return available(a, p);
+        });
+    out.tuner = kExampleTunerName;
+    out.channels = rule != nullptr && rule->channels > 0 ? rule->channels : 1;
+    if (rule != nullptr) {
+      out.pair = pairOf(*rule);
+      out.why = fmt::format("the {} tuner's rule for {}..{} B picks it{}", kExampleTunerName, rule->minBytes,
+                            rule->maxBytes, rule->channels > 0 ? "" : ", on 1 channel (the rule gives none)");
+    } else {
+      out.why = fmt::format("no rule of the {} tuner matches, and it sets 1 channel all the same", kExampleTunerName);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -1232,15 +1318,21 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
                             env.proto.empty() ? "" : fmt::format(" (NCCL_PROTO={})", printable(env.proto))));
   }
   const int ownA = bestA, ownP = bestP;
-  if (const auto pick = tunerPick(c, env, collective, bytes, nranks)) {
-    bestA = ai(pick->first);
-    bestP = pi(pick->second);
-    best = out.candidates[static_cast<std::size_t>(bestA * kProtos + bestP)].ncclUs;
-    out.tuner = kAwsOfiTunerName;
+  const TunerPick pick = tunerPick(c, env, collective, bytes, nranks);
+  if (pick.pair) {
+    bestA = ai(pick.pair->first);
+    bestP = pi(pick.pair->second);
+    best = candidateAt(out, bestA, bestP).ncclUs;
   }
+  out.tuner = pick.pair || pick.channels > 0 ? pick.tuner : std::string();
   out.algorithm = static_cast<NcclAlgorithm>(bestA);
   out.protocol = static_cast<NcclProtocol>(bestP);
   channelsAndThreads(c, env, bestA, bestP, bytes, nranks, out.channels, out.threads);
+  // A tuner's channel count replaces NCCL's, within the communicator's channels of the kind (enqueue.cc: NVLS and
+  // NVLSTree draw on its NVLS channels).
+  if (pick.channels > 0) {
+    out.channels = std::min(pick.channels, bestA == kNvls || bestA == kNvlsTree ? c.nvlsChannels : c.nChannels);
+  }
   chunking(c, env, f, bestA, bestP, bytes, out.channels, out.chunkBytes, out.sliceBytes);
   out.ncclUs = best;
   out.predictedUs = predict(c, f, bestA, bestP, bytes, nranks, out.channels, out.chunkBytes);
@@ -1253,19 +1345,16 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
       runnerUp = &cand;
     }
   }
+  const std::string own = ownA == bestA && ownP == bestP
+                              ? fmt::format(", as NCCL's estimate ({:.1f} us) would", best)
+                              : fmt::format(" (NCCL's estimate {:.1f} us; its own pick {}/{} at {:.1f} us)", best,
+                                            kAlgoNames[ownA], kProtoNames[ownP], candidateAt(out, ownA, ownP).ncclUs);
   const std::string why =
-      out.tuner.empty() ? fmt::format("NCCL's estimate {:.1f} us is the lowest{}", best,
-                                      runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
-                                                             toString(runnerUp->protocol), runnerUp->ncclUs)
-                                               : std::string(" (the only candidate)"))
-      : ownA == bestA && ownP == bestP
-          ? fmt::format("{}'s p5 region tuner picks it at {} ranks, as NCCL's estimate ({:.1f} us) would", out.tuner,
-                        nranks, best)
-          : fmt::format(
-                "{}'s p5 region tuner picks it at {} ranks (NCCL's estimate {:.1f} us; its own pick {}/{} at "
-                "{:.1f} us)",
-                out.tuner, nranks, best, kAlgoNames[ownA], kProtoNames[ownP],
-                out.candidates[static_cast<std::size_t>(ownA * kProtos + ownP)].ncclUs);
+      !out.tuner.empty() ? pick.why + own
+                         : fmt::format("NCCL's estimate {:.1f} us is the lowest{}", best,
+                                       runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
+                                                              toString(runnerUp->protocol), runnerUp->ncclUs)
+                                                : std::string(" (the only candidate)"));
   out.reason = fmt::format("{}/{} on {} channel{}: {}{}{}", kAlgoNames[bestA], kProtoNames[bestP], out.channels,
                            out.channels == 1 ? "" : "s", why,
                            userEnv.algo.empty() ? "" : fmt::format("; NCCL_ALGO={}", userEnv.algo),
@@ -1296,7 +1385,7 @@ std::string ncclChoiceSummary(const NcclChoice& choice) {
           : fmt::format(" (runner-up {}/{} +{:.0f}%)", toString(runnerUp->algorithm), toString(runnerUp->protocol),
                         (runnerUp->ncclUs / choice.ncclUs - 1) * 100);
   if (!choice.tuner.empty()) {
-    return fmt::format("NCCL 2.28 under {}'s tuner: {}/{}, {} channel{}", choice.tuner, toString(choice.algorithm),
+    return fmt::format("NCCL 2.28 under the {} tuner: {}/{}, {} channel{}", choice.tuner, toString(choice.algorithm),
                        toString(choice.protocol), choice.channels, choice.channels == 1 ? "" : "s");
   }
   return fmt::format("NCCL 2.28: {}/{}, {} channel{}{}", toString(choice.algorithm), toString(choice.protocol),

@@ -217,10 +217,13 @@ std::vector<NcclTunerRule> parseNcclTunerCsv(const std::string& text, const std:
 }
 
 const NcclTunerRule* matchNcclTunerRule(const std::vector<NcclTunerRule>& rules, Collective c, std::size_t bytes,
-                                        int nnodes, int nranks) {
+                                        int nnodes, int nranks,
+                                        const std::function<bool(const NcclTunerRule&)>& usable) {
+  constexpr int kPipeOps = 1, kRegBuff = 0;  // one operation per group, buffers not registered
   for (const NcclTunerRule& r : rules) {
     if (r.collective == c && bytes >= r.minBytes && bytes <= r.maxBytes && (r.nnodes == -1 || r.nnodes == nnodes) &&
-        (r.nranks == -1 || r.nranks == nranks)) {
+        (r.nranks == -1 || r.nranks == nranks) && (r.numPipeOps == -1 || r.numPipeOps == kPipeOps) &&
+        (r.regBuff == -1 || r.regBuff == kRegBuff) && (!usable || usable(r))) {
       return &r;
     }
   }

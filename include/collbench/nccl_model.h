@@ -194,6 +194,19 @@ inline constexpr int kNcclVersionEmulated = 22809;
 /// NCCL_VERSION_CODE of "2.26.2" (major * 10000 + minor * 100 + patch); 0 for text that is not MAJOR.MINOR.PATCH.
 int ncclVersionCode(std::string_view version);
 
+/// One line of NCCL's example tuner plugin's configuration (NCCL_TUNER_CONFIG_FILE; format and parser in tuning.h).
+struct NcclTunerRule {
+  Collective collective = Collective::AllReduce;
+  std::size_t minBytes = 0, maxBytes = 0;
+  std::string algorithm;  ///< as the plugin spells it (tree, ring, ...)
+  std::string protocol;   ///< ll, ll128, simple
+  int channels = -1;
+  int nnodes = -1;
+  int nranks = -1;
+  int numPipeOps = -1;
+  int regBuff = -1;
+};
+
 /// The NCCL environment variables the model honours, parsed as NCCL parses them.
 struct NcclEnv {
   /// Functions in NCCL's ncclFuncStr order: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce.
@@ -213,9 +226,16 @@ struct NcclEnv {
   /// NCCL_NVLSTREE_MAX_CHUNKSIZE: NVLSTree's chunk cap (enqueue.cc; 0: NCCL's rule, 64 KiB from 4 nodes).
   std::size_t nvlsTreeMaxChunkSize = 0;
   /// NCCL_TUNER_PLUGIN: the tuner library NCCL loads ("" unset: the network plugin's own, if it has one). A name with
-  /// "ofi" in it is aws-ofi-nccl's, which chooses on p5 (EFA on Hopper) from 3 nodes up; "none" turns tuners off; the
-  /// model knows no other tuner, and leaves NCCL's own choice under one.
+  /// "ofi" in it is aws-ofi-nccl's, which chooses on p5 (EFA on Hopper) from 3 nodes up; one with "example" in it is
+  /// NCCL's example tuner, which applies the rules of tunerConfigFile; "none" turns tuners off; the model knows no
+  /// other tuner, and leaves NCCL's own choice under one.
   std::string tunerPlugin;
+  /// NCCL's example tuner (a NCCL_TUNER_PLUGIN name with "example" in it, as its libnccl-tuner-example.so) reads its
+  /// rules from NCCL_TUNER_CONFIG_FILE (default nccl_tuner.conf in the working directory; none there: no rules). The
+  /// file is read when the variable is parsed; a named file that cannot be read, or a bad line, is
+  /// Error{InvalidArgument} naming it.
+  std::string tunerConfigFile;
+  std::vector<NcclTunerRule> tunerRules;
   std::string algo, proto;                  ///< the raw NCCL_ALGO / NCCL_PROTO text ("" when unset)
   std::map<std::string, std::string> vars;  ///< the NCCL variables this environment was parsed from
   /// The NCCL whose choice is emulated, as NCCL_VERSION_CODE (22809 = 2.28.9; ncclVersionCode). Before 2.28 NCCL
@@ -275,7 +295,8 @@ struct NcclChoice {
   std::size_t chunkBytes = 0;  ///< data bytes a channel moves per pipeline step
   std::size_t sliceBytes = 0;
   double ncclUs = 0;  ///< NCCL's own estimate of the choice, which it minimised (no tuner)
-  /// The tuner plugin that made the choice, overriding NCCL's estimates ("aws-ofi-nccl"); "" where NCCL's own did.
+  /// The tuner plugin that made the choice or set its channels ("aws-ofi-nccl", "NCCL example"); "" where NCCL's
+  /// estimate chose alone.
   std::string tuner;
   double predictedUs = 0;                 ///< what the call is expected to take (ncclPredictUs)
   std::string reason;                     ///< one line: why this choice
@@ -300,7 +321,9 @@ NcclChoice ncclChoose(const NcclSystem& sys, const CollectiveSpec& spec, const N
 /// runner-up being the candidate with the next lowest NCCL estimate and the percentage its estimate's excess.
 std::string ncclChoiceSummary(const NcclChoice& choice);
 
-/// Time (us) of one call with a given algorithm, protocol and channel count: NCCL's latency model (base latency +
+/// Time (us) of one call with a given algorithm, protocol and channel count (at most the communicator's channels of
+/// the algorithm's kind, as NCCL runs it; NVLS channels below NCCL's default carry their share of its peak): NCCL's
+/// latency model (base latency +
 /// per-step protocol latency x steps) plus each network hop's measured extra and the arch's launch floor; bytes
 /// (nccl-tests busbw convention) over the lower of channels x NCCL's per-channel bandwidth and the hardware's
 /// (datasheet line rates x protocol payload efficiency x the achievable fraction of each link class), or, where it is

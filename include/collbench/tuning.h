@@ -175,17 +175,7 @@ std::vector<TablePrediction> predictFromTable(const TuningSection& section, Coll
 // first line that matches (collective, min_bytes <= nBytes <= max_bytes, nodes, ranks), where nBytes is the
 // nccl-tests size. Lines are read into a 256-byte buffer.
 
-struct NcclTunerRule {
-  Collective collective = Collective::AllReduce;
-  std::size_t minBytes = 0, maxBytes = 0;
-  std::string algorithm;  ///< as the plugin spells it (tree, ring, ...)
-  std::string protocol;   ///< ll, ll128, simple
-  int channels = -1;
-  int nnodes = -1;
-  int nranks = -1;
-  int numPipeOps = -1;
-  int regBuff = -1;
-};
+// NcclTunerRule (one line of it) is in nccl_model.h, whose NcclEnv carries the rules NCCL_TUNER_CONFIG_FILE names.
 
 /// The plugin's collective names: allreduce, reducescatter, allgather, broadcast, reduce (barrier has none: throws
 /// Error{InvalidArgument}).
@@ -206,8 +196,11 @@ std::string ncclTunerCsv(const std::vector<NcclTunerRule>& rules, const TuningPr
 /// (got <value>)" for a wrong field count, unknown names, non-numeric or out-of-range numbers, min > max, and lines
 /// longer than the plugin's 255 characters.
 std::vector<NcclTunerRule> parseNcclTunerCsv(const std::string& text, const std::string& source);
-/// The rule the plugin would apply (first match), or nullptr.
+/// The rule the plugin would apply to a call as nccl-tests issues it (one operation per group, buffers not
+/// registered: numPipeOps 1, regBuff 0): the first that matches and that `usable` accepts (the plugin passes over a
+/// rule whose algorithm and protocol NCCL marks "ignore"), or nullptr.
 const NcclTunerRule* matchNcclTunerRule(const std::vector<NcclTunerRule>& rules, Collective c, std::size_t bytes,
-                                        int nnodes, int nranks);
+                                        int nnodes, int nranks,
+                                        const std::function<bool(const NcclTunerRule&)>& usable = {});
 
 }  // namespace collbench

@@ -113,6 +113,42 @@ TEST(NcclSimCli, EnvironmentForcesTheChoice) {
   EXPECT_NE(r.err.find("NCCL_PROTO=bogus"), std::string::npos) << r.err;
 }
 
+// A configuration `tune --export nccl-tuner` wrote, loaded the way NCCL loads it (NCCL's example tuner plugin and
+// NCCL_TUNER_CONFIG_FILE), makes perf run each size with its rule's algorithm, protocol and channels.
+TEST(NcclSimCli, AnExportedTunerConfigurationRunsUnderNcclsExampleTuner) {
+  if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
+  const std::string conf = tempPath("exported.conf"), table = tempPath("exported.json"), rows = tempPath("tuned.json");
+  const CliResult tune =
+      runCli(fmt::format("tune --backend sim --topology dgx-h100-8x1 -g 8 -b 1K -e 1M -f 16 "
+                         "--nccl-channels 2,8 --export nccl-tuner --export-file {} -o {} --force",
+                         conf, table));
+  ASSERT_EQ(tune.exitCode, 0) << tune.err;
+  const nlohmann::json winners = nlohmann::json::parse(testing::slurp(table)).at("sections").at(0).at("entries");
+  nlohmann::json tuned;
+  {
+    const ScopedEnv plugin("NCCL_TUNER_PLUGIN", "libnccl-tuner-example.so");
+    const ScopedEnv file("NCCL_TUNER_CONFIG_FILE", conf.c_str());
+    const CliResult r = runCli(
+        fmt::format("perf --backend sim --topology dgx-h100-8x1 -g 8 --algo nccl -b 1K -e 1M -f 16 -J {}", rows));
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    tuned = nlohmann::json::parse(testing::slurp(rows)).at("results");
+  }
+  ASSERT_EQ(tuned.size(), winners.size());
+  for (std::size_t i = 0; i < tuned.size(); ++i) {
+    const nlohmann::json& best = winners[i].at("candidates").at(0);
+    const NcclAlgorithm a = parseNcclAlgorithm(best.at("algorithm").get<std::string>());
+    const NcclProtocol p = parseNcclProtocol(best.at("protocol").get<std::string>());
+    EXPECT_EQ(tuned[i].at("algorithm_reason"), fmt::format("NCCL 2.28 under the NCCL example tuner: {}/{}, {} channels",
+                                                           toString(a), toString(p), best.at("channels").get<int>()));
+  }
+  const ScopedEnv plugin("NCCL_TUNER_PLUGIN", "libnccl-tuner-example.so");
+  const ScopedEnv missing("NCCL_TUNER_CONFIG_FILE", "/nonexistent/tuner.conf");
+  const CliResult r = runCli("perf --backend sim --topology dgx-h100-8x1 -g 8 --algo nccl -b 1M -e 1M");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("NCCL_TUNER_CONFIG_FILE=/nonexistent/tuner.conf: cannot read it"), std::string::npos) << r.err;
+  for (const std::string& f : {conf, table, rows}) std::filesystem::remove(f);
+}
+
 TEST(NcclSimCli, HeaderNamesTheChoicePerSize) {
   if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
   const CliResult r = runCli("perf --backend sim --topology dgx-h100-8x1 -g 8 --algo nccl -b 8 -e 1G -f 1024");

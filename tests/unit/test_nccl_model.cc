@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -379,6 +380,35 @@ std::vector<std::size_t> sweepSizes() {
   return out;
 }
 
+// enqueue.cc: "NVLS should not need more than 16 channels to get peak BW". NCCL's 16 NVLS channels reach the peak
+// (more add nothing); 8, as NCCL_MAX_CTAS or a tuner's rule may give, carry half of it.
+TEST(NcclPredict, NvlsChannelsEachCarryASixteenthOfThePeak) {
+  const NcclSystem s = dgxH100();
+  constexpr std::size_t kBytes = std::size_t{8} << 30;
+  const auto busbw = [&](int channels) {
+    const double us =
+        ncclPredictUs(s, Collective::AllReduce, kBytes, 8, NcclAlgorithm::Nvls, NcclProtocol::Simple, channels);
+    return static_cast<double>(kBytes) * 2 * 7 / 8 / us / 1e3;
+  };
+  const double peak = busbw(16);
+  EXPECT_GT(peak, 400);
+  EXPECT_NEAR(busbw(32), peak, 1e-9);
+  EXPECT_NEAR(busbw(8) / peak, 0.5, 0.01);
+  EXPECT_NEAR(busbw(2) / peak, 0.125, 0.01);
+  // NCCL's own choice uses the 16, and NCCL_MAX_CTAS=8 (transport/nvls.cc: NVLS channels within the CTA bounds)
+  // halves what NVLS reaches.
+  const NcclChoice own = ncclChoose(s, Collective::AllReduce, kBytes, 8);
+  ASSERT_EQ(own.algorithm, NcclAlgorithm::Nvls);
+  EXPECT_EQ(own.channels, 16);
+  const NcclChoice eight = ncclChoose(s, Collective::AllReduce, kBytes, 8, parseNcclEnv({{"NCCL_MAX_CTAS", "8"}}));
+  if (eight.algorithm == NcclAlgorithm::Nvls) {
+    EXPECT_EQ(eight.channels, 8);
+    EXPECT_NEAR(own.predictedUs / eight.predictedUs, 0.5, 0.01);
+  } else {
+    EXPECT_LT(eight.predictedUs, 2 * own.predictedUs);  // NCCL's estimate moved to a ring that does better
+  }
+}
+
 TEST(NcclPredict, FixedChoiceTimeGrowsWithSize) {
   // For every (algorithm, protocol, channels) the predicted time never falls as the size grows.
   for (const NcclSystem& base : {dgxH100(2), awsP5(8), awsP4de(32)}) {
@@ -585,7 +615,7 @@ TEST(NcclChoose, AwsOfiTunerPicksByItsP5Regions) {
     EXPECT_NE(c.reason.find("aws-ofi-nccl's p5 region tuner picks it at " + std::to_string(e.nranks) + " ranks"),
               std::string::npos)
         << c.reason;
-    EXPECT_EQ(ncclChoiceSummary(c).rfind("NCCL 2.28 under aws-ofi-nccl's tuner: ", 0), 0u) << ncclChoiceSummary(c);
+    EXPECT_EQ(ncclChoiceSummary(c).rfind("NCCL 2.28 under the aws-ofi-nccl tuner: ", 0), 0u) << ncclChoiceSummary(c);
   }
   // Where the tuner leaves NCCL's own estimate: 2 nodes, NCCL_TUNER_PLUGIN=none, another network, a polygon whose pair
   // the environment turns off with no later polygon holding the point.
@@ -611,6 +641,70 @@ TEST(NcclChoose, AwsOfiTunerPicksByItsP5Regions) {
   EXPECT_TRUE(ncclChoose(p5, Collective::AllReduce, 2 * kGiB, 64, noLL128).tuner.empty());
   // Other collectives have no p5 polygons at 8 ranks per node.
   EXPECT_TRUE(ncclChoose(p5, Collective::AllGather, 64 * kMiB, 32).tuner.empty());
+}
+
+// NCCL's example tuner (ext-tuner/example/plugin.c) applies the first rule of NCCL_TUNER_CONFIG_FILE that matches and
+// whose pair NCCL offers; it sets 1 channel before matching, so a rule's -1 or no rule leaves the call on 1 channel.
+TEST(NcclChoose, NcclsExampleTunerAppliesItsFirstMatchingRule) {
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "collbench_example_tuner.conf";
+  {
+    std::ofstream out(file);
+    out << "# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff\n"
+           "allreduce,0,65536,ring,ll,4,1,8\n"
+           "allreduce,65537,4194304,nvls,simple,8,-1,-1,-1,-1\n"  // no NVLS on A100: passed over there
+           "allreduce,65537,4194304,ring,ll128,-1,-1,-1\n"
+           "allreduce,4194305,1073741824,ring,simple,64,1,8,1,0\n"
+           "allreduce,0,1073741824,tree,simple,2,1,8,2,-1\n";  // two operations per group: not nccl-tests'
+  }
+  const NcclEnv env =
+      parseNcclEnv({{"NCCL_TUNER_PLUGIN", "libnccl-tuner-example.so"}, {"NCCL_TUNER_CONFIG_FILE", file.string()}});
+  ASSERT_EQ(env.tunerRules.size(), 5u);
+  const NcclSystem h100 = dgxH100(), a100 = dgxA100();
+  struct Expect {
+    const NcclSystem* sys;
+    std::size_t bytes;
+    NcclAlgorithm algorithm;
+    NcclProtocol protocol;
+    int channels;
+  };
+  for (const Expect& e : {Expect{&h100, 1024, NcclAlgorithm::Ring, NcclProtocol::LL, 4},
+                          Expect{&h100, 1 << 20, NcclAlgorithm::Nvls, NcclProtocol::Simple, 8},
+                          Expect{&a100, 1 << 20, NcclAlgorithm::Ring, NcclProtocol::LL128, 1},
+                          Expect{&h100, 64 << 20, NcclAlgorithm::Ring, NcclProtocol::Simple, 24}}) {
+    const NcclChoice c = ncclChoose(*e.sys, Collective::AllReduce, e.bytes, 8, env);
+    EXPECT_EQ(c.tuner, "NCCL example") << e.bytes << ": " << c.reason;
+    EXPECT_EQ(c.algorithm, e.algorithm) << e.bytes << ": " << c.reason;
+    EXPECT_EQ(c.protocol, e.protocol) << e.bytes << ": " << c.reason;
+    EXPECT_EQ(c.channels, e.channels) << e.bytes << ": " << c.reason;  // 64: capped at the communicator's 24
+    EXPECT_DOUBLE_EQ(c.predictedUs,
+                     ncclPredictUs(*e.sys, Collective::AllReduce, e.bytes, 8, e.algorithm, e.protocol, e.channels));
+    EXPECT_NE(c.reason.find("the NCCL example tuner's rule for "), std::string::npos) << c.reason;
+  }
+  // No rule for 16 ranks: NCCL's own pair, on the 1 channel the plugin set.
+  const NcclChoice none = ncclChoose(dgxH100(2), Collective::AllReduce, 64 << 20, 16, env);
+  EXPECT_EQ(none.tuner, "NCCL example");
+  EXPECT_EQ(none.channels, 1);
+  EXPECT_NE(none.reason.find("no rule of the NCCL example tuner matches"), std::string::npos) << none.reason;
+  // A named file that cannot be read, and a bad line, are errors that name them.
+  try {
+    parseNcclEnv({{"NCCL_TUNER_PLUGIN", "libnccl-tuner-example.so"}, {"NCCL_TUNER_CONFIG_FILE", "/nonexistent.conf"}});
+    FAIL() << "a missing tuner file was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidArgument);
+    EXPECT_STREQ(e.what(), "NCCL_TUNER_CONFIG_FILE=/nonexistent.conf: cannot read it");
+  }
+  {
+    std::ofstream out(file);
+    out << "allreduce,0,100,ring,ll256,1,1,8\n";
+  }
+  try {
+    parseNcclEnv({{"NCCL_TUNER_PLUGIN", "libnccl-tuner-example.so"}, {"NCCL_TUNER_CONFIG_FILE", file.string()}});
+    FAIL() << "a bad tuner line was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(":1: protocol: unknown protocol"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(file);
 }
 
 TEST(NcclChoose, PluginLatencyEntersNcclsEstimateNotThePrediction) {
