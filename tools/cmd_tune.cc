@@ -119,8 +119,9 @@ class NcclSweeper {
         mo_(a_.measure) {}
 
   /// NCCL's algorithms x protocols x channels where NCCL offers them on the system: on the nccl backend (NCCL_ALGO /
-  /// NCCL_PROTO / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS), on the simulator (its emulated NCCL under the same
-  /// variables, backend option nccl_env), or with NCCL's model alone (backend "model": ncclPredictUs).
+  /// NCCL_PROTO / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS / NCCL_MAX_CTAS), on the simulator (its
+  /// emulated NCCL under the same variables, backend option nccl_env), or with NCCL's model alone (backend "model":
+  /// ncclPredictUs).
   TuningSection sweepNccl() {
     TuningSection sec = newSection(kLibraryNccl);
     // Hardware: a backend that runs NCCL's own collective; the model is not a registered backend.
@@ -173,9 +174,12 @@ class NcclSweeper {
       for (NcclAlgorithm algo : kNcclAlgorithms) {
         for (NcclProtocol proto : kNcclProtocols) {
           for (int ch : ncclChannels_) {
-            const std::string vars =
-                fmt::format("NCCL_ALGO={} NCCL_PROTO={} NCCL_MIN_NCHANNELS={} NCCL_MAX_NCHANNELS={}", toString(algo),
-                            toString(proto), ch, ch);
+            // The channel bounds and the CTA bounds: NCCL sizes NVLS channels by the latter alone (transport/nvls.cc),
+            // and a tuner rule's channel count, which the export writes, caps NVLS channels as any other.
+            const std::string vars = fmt::format(
+                "NCCL_ALGO={} NCCL_PROTO={} NCCL_MIN_NCHANNELS={} NCCL_MAX_NCHANNELS={} NCCL_MIN_CTAS={} "
+                "NCCL_MAX_CTAS={}",
+                toString(algo), toString(proto), ch, ch, ch, ch);
             std::unique_ptr<OwnedRunner> timer;
             std::optional<ScopedEnv> env;
             if (sim) {
@@ -189,8 +193,9 @@ class NcclSweeper {
               env.emplace();
               env->set("NCCL_ALGO", std::string(toString(algo)));
               env->set("NCCL_PROTO", std::string(toString(proto)));
-              env->set("NCCL_MIN_NCHANNELS", std::to_string(ch));
-              env->set("NCCL_MAX_NCHANNELS", std::to_string(ch));
+              for (const char* bound : {"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS"}) {
+                env->set(bound, std::to_string(ch));
+              }
               timer = timerFor(n);
             }
             for (const Point& p : points) {

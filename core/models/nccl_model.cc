@@ -388,18 +388,28 @@ void applyNcclVars(NcclEnv& env, const std::map<std::string, std::string>& vars)
     parseList("NCCL_ALGO", *v, kAlgoNames, env.algoEnabled);
     env.algo = *v;
   }
-  // connect.cc ncclMinNchannels / ncclMaxNchannels, init.cc minCTAs / maxCTAs: the tighter of each pair applies.
+  // connect.cc ncclMinNchannels / ncclMaxNchannels, init.cc minCTAs / maxCTAs: the tighter of each pair applies to
+  // the communicator's channels; transport/nvls.cc bounds NVLS channels by the CTA pair alone.
   for (const char* name : {"NCCL_MIN_NCHANNELS", "NCCL_MIN_CTAS"}) {
     if (const std::string* v = get(name)) {
-      env.minChannels = std::max(env.minChannels, static_cast<int>(parseInteger(name, *v, 1, kMaxChannels)));
+      const int n = static_cast<int>(parseInteger(name, *v, 1, kMaxChannels));
+      env.minChannels = std::max(env.minChannels, n);
+      if (std::string_view(name) == "NCCL_MIN_CTAS") env.minCtas = n;
     }
   }
   for (const char* name : {"NCCL_MAX_NCHANNELS", "NCCL_MAX_CTAS"}) {
     if (const std::string* v = get(name)) {
-      env.maxChannels = std::min(env.maxChannels, static_cast<int>(parseInteger(name, *v, 1, kMaxChannels)));
+      const int n = static_cast<int>(parseInteger(name, *v, 1, kMaxChannels));
+      env.maxChannels = std::min(env.maxChannels, n);
+      if (std::string_view(name) == "NCCL_MAX_CTAS") env.maxCtas = n;
     }
   }
-  if (env.minChannels > env.maxChannels) env.minChannels = env.maxChannels;  // init.cc: min > max sets both to max
+  // init.cc: min > max sets both to max.
+  if (env.minChannels > env.maxChannels) env.minChannels = env.maxChannels;
+  if (env.minCtas > env.maxCtas) env.minCtas = env.maxCtas;
+  if (const std::string* v = get("NCCL_NVLS_NCHANNELS")) {
+    env.nvlsChannels = static_cast<int>(parseInteger("NCCL_NVLS_NCHANNELS", *v, 1, kMaxChannels));
+  }
   if (const std::string* v = get("NCCL_NVLS_ENABLE")) {
     env.nvlsEnable = static_cast<int>(parseInteger("NCCL_NVLS_ENABLE", *v, 0, 2));
   }
@@ -471,8 +481,8 @@ std::map<std::string, std::string> processNcclVars() {
   std::map<std::string, std::string> vars;
   for (const char* name :
        {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
-        "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_NVLS_CHUNKSIZE",
-        "NCCL_NVLSTREE_MAX_CHUNKSIZE", "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"}) {
+        "NCCL_NVLS_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
+        "NCCL_NVLS_CHUNKSIZE", "NCCL_NVLSTREE_MAX_CHUNKSIZE", "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return vars;
@@ -727,7 +737,8 @@ NcclComm buildComm(const NcclSystem& sysIn, int nranks, const NcclEnv& env) {
     g.typeIntra = NcclPath::Nvl;
     g.typeInter = ring.typeInter;
     c.graphs[kNvls] = c.graphs[kNvlsTree] = g;
-    c.nvlsChannels = std::max(env.minChannels, std::min(env.maxChannels, nvlsDefaultChannels(s)));
+    c.nvlsChannels =
+        std::max(env.minCtas, std::min(env.maxCtas, env.nvlsChannels > 0 ? env.nvlsChannels : nvlsDefaultChannels(s)));
   }
   // CollNet (init.cc: NCCL_COLLNET_ENABLE=1, a network that reduces, more than one node).
   c.collnet = s.collnet && env.collnetEnable == 1 && inter;
@@ -1117,7 +1128,8 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   const double busBytes = static_cast<double>(bytes) * busBandwidthFactor(coll, nranks);
   double bw = bottleneckBusBw(s, f, a, p, nranks);
   if (a != kNvls && a != kNvlsTree) bw = std::min(bw, nc * perChannelBusBw(c, a, p));
-  // Fewer NVLS channels than NCCL's default (NCCL_MAX_NCHANNELS, a tuner's count) carry that share of the peak.
+  // Fewer NVLS channels than NCCL's default (NCCL_MAX_CTAS, NCCL_NVLS_NCHANNELS, a tuner's count) carry that share of
+  // the peak.
   if (a == kNvls || a == kNvlsTree) bw *= std::min(1.0, static_cast<double>(nc) / nvlsDefaultChannels(s));
   bw *= s.model.protocolRate[static_cast<std::size_t>(archIndex(s.arch))][static_cast<std::size_t>(p)];
   // tuning.cc: trees run below their model at medium sizes; NCCL's own correction factor applies to the hardware too.

@@ -217,6 +217,9 @@ struct NcclEnv {
   std::array<std::array<int, 3>, kFunctions> protoEnabled{};
   int minChannels = 0;    ///< NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS (0: unset)
   int maxChannels = 64;   ///< NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS (MAXCHANNELS when unset)
+  int minCtas = 0;        ///< NCCL_MIN_CTAS alone, which with maxCtas bounds the NVLS channels (transport/nvls.cc)
+  int maxCtas = 64;       ///< NCCL_MAX_CTAS alone
+  int nvlsChannels = 0;   ///< NCCL_NVLS_NCHANNELS (0: unset, NCCL's 16 on sm90, 24 or 32 on sm100)
   int nvlsEnable = 2;     ///< NCCL_NVLS_ENABLE: 0 off, 1 forced on, 2 where the hardware supports it
   int collnetEnable = 0;  ///< NCCL_COLLNET_ENABLE (NCCL's default is off)
   std::size_t buffSize = std::size_t{1} << 22;  ///< NCCL_BUFFSIZE: Simple protocol buffer per channel and peer

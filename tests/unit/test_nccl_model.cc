@@ -407,6 +407,12 @@ TEST(NcclPredict, NvlsChannelsEachCarryASixteenthOfThePeak) {
   } else {
     EXPECT_LT(eight.predictedUs, 2 * own.predictedUs);  // NCCL's estimate moved to a ring that does better
   }
+  // The communicator's channel bounds leave NVLS's alone; NCCL_NVLS_NCHANNELS sets them.
+  EXPECT_EQ(ncclComm(s, 8, parseNcclEnv({{"NCCL_MAX_NCHANNELS", "8"}})).nvlsChannels, 16);
+  EXPECT_EQ(ncclComm(s, 8, parseNcclEnv({{"NCCL_MAX_NCHANNELS", "8"}})).nChannels, 8);
+  EXPECT_EQ(ncclComm(s, 8, parseNcclEnv({{"NCCL_MAX_CTAS", "8"}})).nvlsChannels, 8);
+  EXPECT_EQ(ncclComm(s, 8, parseNcclEnv({{"NCCL_NVLS_NCHANNELS", "4"}})).nvlsChannels, 4);
+  EXPECT_EQ(ncclComm(s, 8, parseNcclEnv({{"NCCL_NVLS_NCHANNELS", "4"}, {"NCCL_MIN_CTAS", "12"}})).nvlsChannels, 12);
 }
 
 TEST(NcclPredict, FixedChoiceTimeGrowsWithSize) {
