@@ -346,10 +346,20 @@ long long parseInteger(const std::string& var, const std::string& value, long lo
 
 namespace {
 
-/// Whether a NCCL_TUNER_PLUGIN value names a tuner library by a word of its file name, any case.
-bool namesTuner(std::string lib, std::string_view word) {
-  std::transform(lib.begin(), lib.end(), lib.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  return lib.find(word) != std::string::npos;
+/// Whether a NCCL_TUNER_PLUGIN value (a library name or path) has `word` among the words of its name, any case:
+/// "ofi" in libnccl-ofi-tuner.so, "example" in libnccl-tuner-example.so.
+bool namesTuner(std::string_view lib, std::string_view word) {
+  std::string token;
+  for (std::size_t i = 0; i <= lib.size(); ++i) {
+    const auto ch = i < lib.size() ? static_cast<unsigned char>(lib[i]) : '\0';
+    if (std::isalnum(ch) != 0) {
+      token += static_cast<char>(std::tolower(ch));
+    } else {
+      if (token == word) return true;
+      token.clear();
+    }
+  }
+  return false;
 }
 
 /// NCCL's example tuner's rules (ext-tuner/example/plugin.c): NCCL_TUNER_CONFIG_FILE, else nccl_tuner.conf in the
@@ -694,7 +704,6 @@ double speedAtMost(const std::vector<double>& sp, double limit) {
 
 namespace {
 
-/// ncclComm under an environment the system's variables are already applied to.
 /// transport/nvls.cc: the NVLS channels NCCL gives a communicator (16 on sm90; sm100 24 in one NVLink domain, 32
 /// across nodes). enqueue.cc: "NVLS should not need more than 16 channels to get peak BW", so the time model takes
 /// this count as the one that reaches NVLS's peak, each channel carrying its share.
@@ -703,6 +712,7 @@ int nvlsDefaultChannels(const NcclSystem& s) {
   return s.nodes > 1 ? kNvlsChannelsSm100Multi : kNvlsChannelsSm100Single;
 }
 
+/// ncclComm under an environment the system's variables are already applied to.
 NcclComm buildComm(const NcclSystem& sysIn, int nranks, const NcclEnv& env) {
   if (nranks < 1) throw Error(Errc::InvalidArgument, fmt::format("nranks must be at least 1, got {}", nranks));
   NcclComm c;
@@ -1362,11 +1372,13 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
                               : fmt::format(" (NCCL's estimate {:.1f} us; its own pick {}/{} at {:.1f} us)", best,
                                             kAlgoNames[ownA], kProtoNames[ownP], candidateAt(out, ownA, ownP).ncclUs);
   const std::string why =
-      !out.tuner.empty() ? pick.why + own
-                         : fmt::format("NCCL's estimate {:.1f} us is the lowest{}", best,
-                                       runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
-                                                              toString(runnerUp->protocol), runnerUp->ncclUs)
-                                                : std::string(" (the only candidate)"));
+      !out.tuner.empty()
+          ? pick.why +
+                (pick.pair ? own : fmt::format("; the algorithm and protocol are NCCL's estimate's ({:.1f} us)", best))
+          : fmt::format("NCCL's estimate {:.1f} us is the lowest{}", best,
+                        runnerUp ? fmt::format(" (next {}/{} {:.1f} us)", toString(runnerUp->algorithm),
+                                               toString(runnerUp->protocol), runnerUp->ncclUs)
+                                 : std::string(" (the only candidate)"));
   out.reason = fmt::format("{}/{} on {} channel{}: {}{}{}", kAlgoNames[bestA], kProtoNames[bestP], out.channels,
                            out.channels == 1 ? "" : "s", why,
                            userEnv.algo.empty() ? "" : fmt::format("; NCCL_ALGO={}", userEnv.algo),

@@ -631,6 +631,10 @@ TEST(NcclChoose, AwsOfiTunerPicksByItsP5Regions) {
   EXPECT_TRUE(own.tuner.empty());
   EXPECT_NE(own.reason.find("NCCL's estimate"), std::string::npos) << own.reason;
   EXPECT_FALSE(own.algorithm == NcclAlgorithm::Ring && own.protocol == NcclProtocol::LL128) << own.reason;
+  // A library whose name only contains the letters (a profiler) is not aws-ofi-nccl's.
+  EXPECT_TRUE(
+      ncclChoose(p5, Collective::AllReduce, 64 * kMiB, 32, parseNcclEnv({{"NCCL_TUNER_PLUGIN", "libprofiler.so"}}))
+          .tuner.empty());
   EXPECT_TRUE(ncclChoose(ncclSystemOf(loadTopology("dgx-h100-ib400"), 32), Collective::AllReduce, 64 * kMiB, 32,
                          parseNcclEnv({{"NCCL_TUNER_PLUGIN", "libnccl-ofi-tuner.so"}}))
                   .tuner.empty());
@@ -690,7 +694,10 @@ TEST(NcclChoose, NcclsExampleTunerAppliesItsFirstMatchingRule) {
   const NcclChoice none = ncclChoose(dgxH100(2), Collective::AllReduce, 64 << 20, 16, env);
   EXPECT_EQ(none.tuner, "NCCL example");
   EXPECT_EQ(none.channels, 1);
-  EXPECT_NE(none.reason.find("no rule of the NCCL example tuner matches"), std::string::npos) << none.reason;
+  EXPECT_NE(none.reason.find("no rule of the NCCL example tuner matches, and it sets 1 channel all the same; the "
+                             "algorithm and protocol are NCCL's estimate's"),
+            std::string::npos)
+      << none.reason;
   // A named file that cannot be read, and a bad line, are errors that name them.
   try {
     parseNcclEnv({{"NCCL_TUNER_PLUGIN", "libnccl-tuner-example.so"}, {"NCCL_TUNER_CONFIG_FILE", "/nonexistent.conf"}});
