@@ -174,6 +174,27 @@ TEST(NcclCalibrate, TwoNodeCalibrationPredictsOneNodeTableAndBack) {
   EXPECT_LE(two.all.median, kCrossSizeMedianBound);
 }
 
+// p5 (aws-p5): calibrated on the shared 2-node table (NCCL's own choice; aws-ofi-nccl's tuner leaves 2 nodes to it),
+// the model predicts p5 at 4, 8 and 16 nodes from another source, where the tuner picks (NCCL 2.27.7, aws-ofi-nccl
+// 1.16.3, 32 MiB-8 GiB).
+TEST(NcclCalibrate, TwoNodeP5CalibrationPredictsP5AtFourToSixteenNodes) {
+  const Topology t = loadTopology(kSource + "/topologies/aws-p5.json");
+  NcclCalibrationOptions opt;
+  opt.topology = "aws-p5";
+  opt.holdOutEvery = 2;
+  const NcclCalibration cal =
+      calibrateNccl(t, {realLog(kSource + "/tests/data/realdata/h100x16-2node-efa-p5-awsome.csv")}, opt);
+  for (const char* file :
+       {"p5_4node_32gpu_crazyguitar_nccl2277_ofi1163.csv", "p5_8node_64gpu_crazyguitar_nccl2277_ofi1163.csv",
+        "p5_16node_128gpu_crazyguitar_nccl2277_ofi1163.csv"}) {
+    const FidelityLog other =
+        predictNcclLog(t, ncclModelParams(cal), realLog(kSource + "/tests/data/publicdata/" + file), opt);
+    std::printf("2-node p5 calibration -> %s: median %.1f%%, p90 %.1f%%\n", file, 100 * other.all.median,
+                100 * other.all.p90);
+    EXPECT_LE(other.all.median, kCrossSizeMedianBound) << file;
+  }
+}
+
 // The calibration, not the prior, carries: from a prior far off (NVLS at 45% of NVLink, a 25-stage pipeline, 6 us
 // per network hop), the 1-node table is mispredicted; calibrated on the 2-node table, it is predicted within bound.
 TEST(NcclCalibrate, CalibrationFromAWrongPriorCarriesToAnotherSize) {
