@@ -104,6 +104,35 @@ class ScopedEnv {
 };
 // NOLINTEND(concurrency-mt-unsafe)
 
+/// A configuration file of NCCL's example tuner with one rule per collective of the sweep, each giving the candidate's
+/// pair and channel count at every size, for the scope of one candidate.
+class OneRuleTunerFile {
+ public:
+  OneRuleTunerFile(const std::vector<Collective>& colls, NcclAlgorithm algo, NcclProtocol proto, int channels)
+      : path_((std::filesystem::temp_directory_path() / fmt::format("collbench_tune_{}_{}_{}_{}.conf", ::getpid(),
+                                                                    ncclTunerAlgorithmName(algo),
+                                                                    ncclTunerProtocolName(proto), channels))
+                  .string()) {
+    std::string text;
+    for (Collective c : colls) {
+      if (c == Collective::Barrier) continue;  // NCCL's tuner has no barrier
+      text += fmt::format("{},0,{},{},{},{},-1,-1,-1,-1\n", ncclTunerCollectiveName(c), SIZE_MAX,
+                          ncclTunerAlgorithmName(algo), ncclTunerProtocolName(proto), channels);
+    }
+    writeTextFile(path_, text, "the tune sweep's tuner rule");
+  }
+  OneRuleTunerFile(const OneRuleTunerFile&) = delete;
+  OneRuleTunerFile& operator=(const OneRuleTunerFile&) = delete;
+  ~OneRuleTunerFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 /// The NCCL sweep over a Tuner's grid (its members carry the names the sweep reads).
 class NcclSweeper {
  public:
@@ -119,7 +148,8 @@ class NcclSweeper {
         mo_(a_.measure) {}
 
   /// NCCL's algorithms x protocols x channels where NCCL offers them on the system: on the nccl backend (NCCL_ALGO /
-  /// NCCL_PROTO / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS / NCCL_MAX_CTAS), on the simulator (its
+  /// NCCL_PROTO / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS / NCCL_MAX_CTAS), on the simulator (the pair
+  /// forced and the channels by a one-rule configuration of NCCL's example tuner, as the export runs) (its
   /// emulated NCCL under the same variables, backend option nccl_env), or with NCCL's model alone (backend "model":
   /// ncclPredictUs).
   TuningSection sweepNccl() {
@@ -174,22 +204,24 @@ class NcclSweeper {
       for (NcclAlgorithm algo : kNcclAlgorithms) {
         for (NcclProtocol proto : kNcclProtocols) {
           for (int ch : ncclChannels_) {
-            // The channel bounds and the CTA bounds: NCCL sizes NVLS channels by the latter alone (transport/nvls.cc),
-            // and a tuner rule's channel count, which the export writes, caps NVLS channels as any other.
-            const std::string vars = fmt::format(
-                "NCCL_ALGO={} NCCL_PROTO={} NCCL_MIN_NCHANNELS={} NCCL_MAX_NCHANNELS={} NCCL_MIN_CTAS={} "
-                "NCCL_MAX_CTAS={}",
-                toString(algo), toString(proto), ch, ch, ch, ch);
             std::unique_ptr<OwnedRunner> timer;
             std::optional<ScopedEnv> env;
+            std::optional<OneRuleTunerFile> rule;
             if (sim) {
+              // The simulator runs the candidate as its exported rule will run: the pair forced, and the channel count
+              // set by NCCL's example tuner, which replaces NCCL's per-size count (enqueue.cc).
+              rule.emplace(colls_, algo, proto, ch);
               BackendOptions o = a_.world;
               o["topology"] = a_.topologyPath;
-              o["nccl_env"] = vars;
+              o["nccl_env"] = fmt::format(
+                  "NCCL_ALGO={} NCCL_PROTO={} NCCL_TUNER_PLUGIN=libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE={}",
+                  toString(algo), toString(proto), rule->path());
               RunnerOptions ro;
               ro.timeoutSeconds = mo_.timeoutSeconds;
               timer = std::make_unique<OwnedRunner>(a_.backend, n, o, ro);
             } else if (hw) {
+              // On hardware the channel and CTA bounds (NCCL sizes NVLS channels by the latter alone,
+              // transport/nvls.cc); NCCL still cuts the count at small sizes, where a tuner rule would not.
               env.emplace();
               env->set("NCCL_ALGO", std::string(toString(algo)));
               env->set("NCCL_PROTO", std::string(toString(proto)));

@@ -114,7 +114,8 @@ TEST(NcclSimCli, EnvironmentForcesTheChoice) {
 }
 
 // A configuration `tune --export nccl-tuner` wrote, loaded the way NCCL loads it (NCCL's example tuner plugin and
-// NCCL_TUNER_CONFIG_FILE), makes perf run each size with its rule's algorithm, protocol and channels.
+// NCCL_TUNER_CONFIG_FILE), makes perf run each size with its rule's algorithm, protocol and channels, in the time the
+// table measured for it (the simulator measured each candidate under such a rule).
 TEST(NcclSimCli, AnExportedTunerConfigurationRunsUnderNcclsExampleTuner) {
   if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
   const std::string conf = tempPath("exported.conf"), table = tempPath("exported.json"), rows = tempPath("tuned.json");
@@ -140,6 +141,8 @@ TEST(NcclSimCli, AnExportedTunerConfigurationRunsUnderNcclsExampleTuner) {
     const NcclProtocol p = parseNcclProtocol(best.at("protocol").get<std::string>());
     EXPECT_EQ(tuned[i].at("algorithm_reason"), fmt::format("NCCL 2.28 under the NCCL example tuner: {}/{}, {} channels",
                                                            toString(a), toString(p), best.at("channels").get<int>()));
+    const double measured = best.at("time_us").get<double>();
+    EXPECT_NEAR(tuned[i].at("out_of_place").at("time_us").get<double>(), measured, 1e-9 * measured);
   }
   const ScopedEnv plugin("NCCL_TUNER_PLUGIN", "libnccl-tuner-example.so");
   const ScopedEnv missing("NCCL_TUNER_CONFIG_FILE", "/nonexistent/tuner.conf");
