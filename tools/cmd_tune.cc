@@ -148,10 +148,9 @@ class NcclSweeper {
         mo_(a_.measure) {}
 
   /// NCCL's algorithms x protocols x channels where NCCL offers them on the system: on the nccl backend (NCCL_ALGO /
-  /// NCCL_PROTO / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS / NCCL_MAX_CTAS), on the simulator (the pair
-  /// forced and the channels by a one-rule configuration of NCCL's example tuner, as the export runs) (its
-  /// emulated NCCL under the same variables, backend option nccl_env), or with NCCL's model alone (backend "model":
-  /// ncclPredictUs).
+  /// NCCL_PROTO / NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS / NCCL_MAX_CTAS), on the simulator (its
+  /// emulated NCCL, backend option nccl_env: the pair forced, the channels set by a one-rule configuration of NCCL's
+  /// example tuner, as the export runs), or with NCCL's model alone (backend "model": ncclPredictUs).
   TuningSection sweepNccl() {
     TuningSection sec = newSection(kLibraryNccl);
     // Hardware: a backend that runs NCCL's own collective; the model is not a registered backend.

@@ -3,8 +3,6 @@
 // geometry (a log2 plane, edges inside, corners extended to the plane's far bounds) is its documented behaviour.
 #include "aws_ofi_tuner.h"
 
-#include <algorithm>
-#include <array>
 #include <cmath>
 #include <vector>
 
@@ -23,8 +21,9 @@ Point corner(double bytes, double ranks) {
   return {std::log2(bytes > 0 ? bytes : kZero), std::log2(ranks > 0 ? ranks : kZero)};
 }
 
-/// The plane's far corner: TUNER_MAX_SIZE 100 GiB, TUNER_MAX_RANKS 1 Mi (nccl_ofi_tuner_region.h).
-const Point kFar = corner(100.0 * (1ULL << 30), 1 << 20);
+/// The plane's far bounds, TUNER_MAX_SIZE 100 GiB and TUNER_MAX_RANKS 1 Mi (nccl_ofi_tuner_region.h), and its corner.
+constexpr double kMaxSizeBytes = 100.0 * (1ULL << 30), kMaxRanks = 1 << 20;
+const Point kFar = corner(kMaxSizeBytes, kMaxRanks);
 
 /// The plugin's extend_region: the line through a and b, followed to where it first meets x = far.x or y = far.y
 /// (vertical and horizontal lines keep their coordinate).
@@ -72,7 +71,6 @@ bool holds(const Region& r, Point p) {
 std::vector<Region> p5AllReduceRegions() {
   using A = NcclAlgorithm;
   using P = NcclProtocol;
-  const double maxSize = 100.0 * (1ULL << 30);
   const Point treeTop = extend(corner(402653184, 2048), corner(402653184, 4096));
   const Point nvlsTreeFar = extend(corner(8053063680, 160), corner(9663676416, 192));
   return {
@@ -82,7 +80,7 @@ std::vector<Region> p5AllReduceRegions() {
         corner(301989888, 256), corner(335544320, 512), corner(536870912, 1024), corner(402653184, 2048),
         corner(402653184, 4096), treeTop, Point{corner(0, 1).x, treeTop.y}}},
       // Two nodes above 30 MiB: a line (the tuner is off on 2 nodes, so it never applies; kept for its order).
-      {A::NvlsTree, P::Simple, {corner(31457281, 16), corner(maxSize, 16), corner(31457281, 16)}},
+      {A::NvlsTree, P::Simple, {corner(31457281, 16), corner(kMaxSizeBytes, 16), corner(31457281, 16)}},
       {A::Ring,
        P::LL128,
        {corner(31457280, 17), corner(1073741824, 17), corner(2147483648, 64), corner(2147483648, 128),

@@ -229,9 +229,9 @@ struct NcclEnv {
   /// NCCL_NVLSTREE_MAX_CHUNKSIZE: NVLSTree's chunk cap (enqueue.cc; 0: NCCL's rule, 64 KiB from 4 nodes).
   std::size_t nvlsTreeMaxChunkSize = 0;
   /// NCCL_TUNER_PLUGIN: the tuner library NCCL loads ("" unset: the network plugin's own, if it has one). A name with
-  /// "ofi" in it is aws-ofi-nccl's, which chooses on p5 (EFA on Hopper) from 3 nodes up; one with "example" in it is
-  /// NCCL's example tuner, which applies the rules of tunerConfigFile; "none" turns tuners off; the model knows no
-  /// other tuner, and leaves NCCL's own choice under one.
+  /// the word "ofi" (libnccl-ofi-tuner.so) is aws-ofi-nccl's, which chooses on p5 (EFA on Hopper) from 3 nodes up; one
+  /// with the word "example" is NCCL's example tuner, which applies the rules of tunerConfigFile; "none" turns tuners
+  /// off; the model knows no other tuner, and leaves NCCL's own choice under one.
   std::string tunerPlugin;
   /// NCCL's example tuner (a NCCL_TUNER_PLUGIN name with "example" in it, as its libnccl-tuner-example.so) reads its
   /// rules from NCCL_TUNER_CONFIG_FILE (default nccl_tuner.conf in the working directory; none there: no rules). The
@@ -326,8 +326,8 @@ std::string ncclChoiceSummary(const NcclChoice& choice);
 
 /// Time (us) of one call with a given algorithm, protocol and channel count (at most the communicator's channels of
 /// the algorithm's kind, as NCCL runs it; NVLS channels below NCCL's default carry their share of its peak): NCCL's
-/// latency model (base latency +
-/// per-step protocol latency x steps) plus each network hop's measured extra and the arch's launch floor; bytes
+/// latency model (base latency + per-step protocol latency x steps) plus each network hop's measured extra and the
+/// arch's launch floor; bytes
 /// (nccl-tests busbw convention) over the lower of channels x NCCL's per-channel bandwidth and the hardware's
 /// (datasheet line rates x protocol payload efficiency x the achievable fraction of each link class), or, where it is
 /// longer, the pace of a network connection's NCCL_STEPS slots (every message after the first waits 1 / NCCL_STEPS of a
