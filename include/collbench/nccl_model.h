@@ -134,7 +134,7 @@ struct NcclModelParams {
   /// - Ampere 0.82: 8xA100 80 GB `-g 1` ring LL128 at 8-16 MiB (-12/-15% at 1, -1% at 0.82) and 2x8 A100 40 GB OCI
   ///   RoCE tree LL128 at 4-256 MiB (-12..-19% at 1, -8..+4% at 0.82) (Volta assumed alike).
   /// - Hopper 0.92: p5's ring LL128 at 64 MiB-2 GiB on 4-16 nodes under aws-ofi-nccl's tuner (NCCL 2.27.7, 280 GB/s
-  ///   busbw at 1 GiB on 4 nodes: +7..+15% at 0.82, -3..+6% at 0.92), and one H100 node's ring LL128 with NVLS off at
+  ///   busbw at 1 GiB on 4 nodes: +3..+15% at 0.82, -5..+8% at 0.92), and one H100 node's ring LL128 with NVLS off at
   ///   4-32 MiB (`-g 8`, NCCL 2.26.2: +17..+27% at 0.82, +8..+22% at 0.92; `-g 4`, 2.29.2: +6%) (Blackwell assumed
   ///   alike).
   std::array<std::array<double, 3>, 4> protocolRate = {
