@@ -1103,6 +1103,10 @@ double perChannelBusBw(const NcclComm& c, int a, int p) {
     if (p == kLL128) {
       bw = std::min(bw * (s.nodes == 1 ? kTreeLL128FactorN1 : kTreeLL128FactorNet), kPerChTreeLL128[arch][idx2]);
     }
+    // From 3 nodes a tree channel runs at the network's rate per search channel (bwInter), capped per search channel
+    // (tuning.cc sums the caps over graph->nChannels); the communicator's duplicated channels share it, as rings share
+    // theirs. On 2 nodes NCCL rates trees by the NVLink side (bwIntra), which the fits of the 2-node tables hold.
+    if (s.nodes > 2) bw *= static_cast<double>(g.nChannels) / c.defaultChannels;
     return bw;
   }
   if (p == kLL) bw *= kRingLLFactor;

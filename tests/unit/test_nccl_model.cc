@@ -349,12 +349,17 @@ TEST(NcclPredict, LLPaysTheProxyQueueOncePerCall) {
 }
 
 TEST(NcclPredict, TreeChannelRunsAtTheTreesRefinedRate) {
-  // One tree channel runs at tune()'s tree refinements per channel: Simple at 0.92 of the graph's speed under
+  // A tree search channel runs at tune()'s tree refinements per channel: Simple at 0.92 of the graph's speed under
   // perChMaxTreeBw (36 GB/s on Hopper past two nodes), LL at 1/3.8 of that, LL128 at 120/128 of it under
-  // perChMaxTreeLL128Bw (29 GB/s there). Ring's factors (LL 1/2, LL128 0.92 under 36.7 GB/s) read LL 1.8 times and
-  // LL128 1.2 times too fast. The rate is the bus bytes of 1 GiB more over the time they add (no correction factor
-  // and the same chunks at these sizes).
+  // perChMaxTreeLL128Bw (29 GB/s there); past two nodes the communicator's channels, duplicated from the search's,
+  // share it. Ring's factors (LL 1/2, LL128 0.92 under 36.7 GB/s) read LL 1.8 times and LL128 1.2 times too fast. The
+  // rate is the bus bytes of 1 GiB more over the time they add (no correction factor and the same chunks at these
+  // sizes).
   const NcclSystem s = dgxH100(4);
+  const NcclComm comm = ncclComm(s, 32);
+  const double share =
+      static_cast<double>(comm.graphs[static_cast<std::size_t>(NcclAlgorithm::Tree)].nChannels) / comm.defaultChannels;
+  EXPECT_DOUBLE_EQ(share, 0.5);  // connect.cc doubles sm90's multi-node channels
   const std::size_t gib = std::size_t{1} << 30;
   const double busBytes = static_cast<double>(gib) * 2 * 31 / 32;
   const auto rateGBps = [&](NcclProtocol p) {
@@ -364,13 +369,14 @@ TEST(NcclPredict, TreeChannelRunsAtTheTreesRefinedRate) {
   };
   const double simple = rateGBps(NcclProtocol::Simple);
   EXPECT_GT(simple, 10);
-  EXPECT_LE(simple, 36.0 + 1e-9);
+  EXPECT_LE(simple, 36.0 * share + 1e-9);
   // Then each protocol's hardware rate (NcclModelParams::protocolRate) scales what it reaches.
   const auto rate = [&](NcclProtocol p) {
     return s.model.protocolRate[static_cast<std::size_t>(s.arch)][static_cast<std::size_t>(p)];
   };
   EXPECT_NEAR(rateGBps(NcclProtocol::LL), simple / 3.8 * rate(NcclProtocol::LL), 1e-9);
-  EXPECT_NEAR(rateGBps(NcclProtocol::LL128), std::min(simple * 120 / 128, 29.0) * rate(NcclProtocol::LL128), 1e-9);
+  EXPECT_NEAR(rateGBps(NcclProtocol::LL128),
+              std::min(simple / share * 120 / 128, 29.0) * share * rate(NcclProtocol::LL128), 1e-9);
 }
 
 /// Sizes of an nccl-tests sweep -b 8 -e 8G -f 4.
@@ -963,8 +969,8 @@ INSTANTIATE_TEST_SUITE_P(
             "H100x16P5OfiTuner", "publicdata/p5_2node_16gpu_keitaw_nccl2203_ofituner.csv", "aws-p5", {}, 0.10, 0.23},
         // p5 at 2-32 nodes (NCCL 2.27.7, aws-ofi-nccl 1.16.3; 32 MiB-8 GiB, times from the source's algbw): from 3
         // nodes its tuner picks (ring LL128 at 64 MiB-2 GiB where NCCL would take trees and NVLSTree; with the -g 8
-        // ring below, Hopper's LL128 rate). Tree LL128 at 128-256 MiB on 16-32 nodes and NVLSTree at 512 MiB-1 GiB on
-        // 32 run 28-47% slower than the model.
+        // ring below, Hopper's LL128 rate). Tree LL128 at 128-256 MiB on 16-32 nodes runs 20-29% slower than the
+        // model, NVLSTree at 512 MiB-1 GiB on 32 nodes 32-47%.
         RealTable{
             "H100x16P5Ofi1163", "publicdata/p5_2node_16gpu_crazyguitar_nccl2277_ofi1163.csv", "aws-p5", {}, 0.05, 0.10},
         RealTable{
@@ -976,13 +982,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "aws-p5",
                   {},
                   0.07,
-                  0.34},
+                  0.24},
         RealTable{"H100x256P5Ofi1163",
                   "publicdata/p5_32node_256gpu_crazyguitar_nccl2277_ofi1163.csv",
                   "aws-p5",
                   {},
                   0.15,
-                  0.47},
+                  0.37},
         // 2 x p4d (A100 40 GB, the same EFA as p4de; NCCL 2.23.4) and 2 x p4de with NCCL_PROTO=simple.
         RealTable{
             "A100x16P4d", "publicdata/p4d_2node_16gpu_dlami2025_nccl2234_ofi1132.csv", "aws-p4de", {}, 0.11, 0.28},
