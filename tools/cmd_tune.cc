@@ -113,13 +113,18 @@ class OneRuleTunerFile {
                                                                     ncclTunerAlgorithmName(algo),
                                                                     ncclTunerProtocolName(proto), channels))
                   .string()) {
-    std::string text;
+    std::vector<NcclTunerRule> rules;
     for (Collective c : colls) {
       if (c == Collective::Barrier) continue;  // NCCL's tuner has no barrier
-      text += fmt::format("{},0,{},{},{},{},-1,-1,-1,-1\n", ncclTunerCollectiveName(c), SIZE_MAX,
-                          ncclTunerAlgorithmName(algo), ncclTunerProtocolName(proto), channels);
+      NcclTunerRule r;
+      r.collective = c;
+      r.maxBytes = SIZE_MAX;
+      r.algorithm = std::string(ncclTunerAlgorithmName(algo));
+      r.protocol = std::string(ncclTunerProtocolName(proto));
+      r.channels = channels;
+      rules.push_back(std::move(r));
     }
-    writeTextFile(path_, text, "the tune sweep's tuner rule");
+    writeTextFile(path_, ncclTunerCsv(rules, TuningProvenance{}), "the tune sweep's tuner rule");
   }
   OneRuleTunerFile(const OneRuleTunerFile&) = delete;
   OneRuleTunerFile& operator=(const OneRuleTunerFile&) = delete;

@@ -1220,6 +1220,13 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
 
 }  // namespace
 
+namespace {
+
+/// enqueue.cc: a call runs on at most the communicator's channels of its kind (NVLS and NVLSTree: its NVLS channels).
+int channelsOfKind(const NcclComm& c, int a) { return a == kNvls || a == kNvlsTree ? c.nvlsChannels : c.nChannels; }
+
+}  // namespace
+
 double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t bytes, int nranks,
                      NcclAlgorithm algorithm, NcclProtocol protocol, int channels) {
   const int f = funcIndex(collective);
@@ -1227,8 +1234,7 @@ double ncclPredictUs(const NcclSystem& sys, Collective collective, std::size_t b
   const NcclComm c = buildComm(sys, nranks, env);
   const int a = ai(algorithm), p = pi(protocol);
   if (nranks > 1 && !offered(c, f, a, p, nranks)) return -1;
-  // enqueue.cc: a call runs on at most the communicator's channels of its kind (NVLS and NVLSTree: its NVLS channels).
-  const int cap = a == kNvls || a == kNvlsTree ? c.nvlsChannels : c.nChannels;
+  const int cap = channelsOfKind(c, a);
   const int nc = std::max(1, cap > 0 ? std::min(channels, cap) : channels);
   std::size_t chunk = 0, slice = 0;
   chunking(c, env, f, a, p, bytes, nc, chunk, slice);
@@ -1261,12 +1267,10 @@ struct TunerPick {
 /// - NCCL's example (ext-tuner/example/plugin.c): the first rule of its file that matches; it sets the call's channels
 ///   to 1 before matching and to the rule's where the rule gives them, so a rule's -1, or no rule at all, leaves 1
 ///   channel (NCCL takes any nonzero count from a tuner: enqueue.cc).
-TunerPick tunerPick(const NcclComm& c, const NcclEnv& env, Collective collective, std::size_t bytes, int nranks) {
-  const int f = funcIndex(collective);
-  const auto available = [&](NcclAlgorithm a, NcclProtocol p) {
-    return offered(c, f, ai(a), pi(p), nranks) && enabled(c, env, f, ai(a), pi(p)) &&
-           algoTime(c, f, ai(a), pi(p), bytes, nranks) >= 0;
-  };
+TunerPick tunerPick(const NcclComm& c, const NcclEnv& env, const NcclChoice& choice, Collective collective,
+                    std::size_t bytes, int nranks) {
+  // NCCL's cost table: a candidate it offers under the environment has an estimate.
+  const auto available = [&](NcclAlgorithm a, NcclProtocol p) { return candidateAt(choice, ai(a), pi(p)).ncclUs >= 0; };
   TunerPick out;
   if (namesTuner(env.tunerPlugin, "ofi") && c.sys.nicKind == NicKind::Efa2 && c.sys.arch == GpuArch::Hopper) {
     out.pair = awsOfiP5TunerChoice(collective, bytes, nranks, c.sys.nodes, available);
@@ -1344,7 +1348,7 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
                             env.proto.empty() ? "" : fmt::format(" (NCCL_PROTO={})", printable(env.proto))));
   }
   const int ownA = bestA, ownP = bestP;
-  const TunerPick pick = tunerPick(c, env, collective, bytes, nranks);
+  const TunerPick pick = tunerPick(c, env, out, collective, bytes, nranks);
   if (pick.pair) {
     bestA = ai(pick.pair->first);
     bestP = pi(pick.pair->second);
@@ -1354,11 +1358,8 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
   out.algorithm = static_cast<NcclAlgorithm>(bestA);
   out.protocol = static_cast<NcclProtocol>(bestP);
   channelsAndThreads(c, env, bestA, bestP, bytes, nranks, out.channels, out.threads);
-  // A tuner's channel count replaces NCCL's, within the communicator's channels of the kind (enqueue.cc: NVLS and
-  // NVLSTree draw on its NVLS channels).
-  if (pick.channels > 0) {
-    out.channels = std::min(pick.channels, bestA == kNvls || bestA == kNvlsTree ? c.nvlsChannels : c.nChannels);
-  }
+  // A tuner's channel count replaces NCCL's, within the communicator's channels of the kind.
+  if (pick.channels > 0) out.channels = std::min(pick.channels, channelsOfKind(c, bestA));
   chunking(c, env, f, bestA, bestP, bytes, out.channels, out.chunkBytes, out.sliceBytes);
   out.ncclUs = best;
   out.predictedUs = predict(c, f, bestA, bestP, bytes, nranks, out.channels, out.chunkBytes);
