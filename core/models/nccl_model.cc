@@ -1160,6 +1160,14 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
     const double headChunk = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc / heads);
     fillUs = s.model.nvlsPipelineDepth * headChunk / (kBytesPerUsPerGBps * perChannelAlgBw);
   }
+  // A ring Simple step over P2P read (NVLink between Ampere GPUs: paths.cc) fills its pipeline with slices that each
+  // cross a hop at the channel's share of the NVLink rate (a call below one loop slices its per-rank share in two).
+  if (a == kRing && p == kSimple && chunk > 0 && s.nvlink && s.gpusPerNode > 1) {
+    const double piece = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc / nranks);
+    const double slice = piece * kSliceSteps / kChunkSteps;
+    const double channelGBps = s.nvlinkGBps * s.model.nvlinkFraction[arch] / nc;
+    fillUs += s.model.p2pReadFillSlices[arch] * slice / (kBytesPerUsPerGBps * channelGBps);
+  }
   // The network side: what one connection carries, and in how many messages.
   // - Each network connection of a channel holds NCCL_STEPS messages (device.h; transport/net.cc posts a receive per
   //   free slot), and a slot comes back one round trip after its message left: two network steps, NCCL's and the

@@ -127,6 +127,14 @@ struct NcclModelParams {
   /// drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at 17
   /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
   double nvlsPipelineDepth = 13;
+  /// Per arch: the pipeline fill, in slices, of a ring Simple call whose NVLink hops use P2P read. NCCL reads over
+  /// NVLink only between Ampere GPUs (paths.cc ncclTopoCheckP2p; transport/p2p.cc keeps the Simple buffer on the
+  /// sender, and the receiver pulls each slice once the sender has posted all of it). The 8xA100 `-g 1` tables run
+  /// ring Simple 50-170 us above the model's bytes/peak from 64 MiB to 4 GiB, growing with the slice (up to 1 MiB) as
+  /// 1.5 slice times at a channel's share of the NVLink rate (an HGX A100 host's notes, NCCL from pip; Azure ND A100
+  /// v4: >16 MiB medians 5.3 -> 1.0% and 2.4 -> 0.5%). Hopper and Blackwell write (their ring tables fit without it);
+  /// Volta writes.
+  std::array<double, 4> p2pReadFillSlices = {0.0, 1.5, 0.0, 0.0};
   /// Per arch and protocol (indexed by GpuArch, then NcclProtocol): scale of the bandwidth a call reaches, for what the
   /// model's protocol terms (payload, NCCL's per-channel LL/LL128 rates) leave to the hardware. Simple stays 1 (its
   /// rate is the link fractions above); LL 1, the model as sourced. LL128, where the tables run it into its bandwidth
