@@ -16,7 +16,8 @@ namespace {
 
 constexpr const char* kParamNames[kNcclParamCount] = {
     "ll128_rate",          "ll_rate",      "nvlink_fraction",  "nvls_fraction",   "nvls_tree_fraction",
-    "nvls_pipeline_depth", "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us"};
+    "nvls_pipeline_depth", "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us",
+    "p2p_read_fill_slices"};
 
 /// Central-difference step of the Jacobian, in units of a parameter's bound range: wide enough to see through the
 /// kinks of min() bottlenecks at one size, small against the range.
@@ -281,7 +282,8 @@ NcclParam parseNcclParam(std::string_view s) {
       Errc::InvalidArgument,
       fmt::format(
           "unknown NCCL model parameter '{}' (available: ll128_rate, ll_rate, nvlink_fraction, nvls_fraction, "
-          "nvls_tree_fraction, nvls_pipeline_depth, net_fraction, net_hop_extra_us, launch_extra_us, net_channel_us)",
+          "nvls_tree_fraction, nvls_pipeline_depth, net_fraction, net_hop_extra_us, launch_extra_us, net_channel_us, "
+          "p2p_read_fill_slices)",
           printable(s)));
 }
 
@@ -308,6 +310,8 @@ double& ncclParamRef(NcclModelParams& m, NcclParam p, GpuArch arch, NicKind nic)
       return m.netHopExtraUs[n];
     case NcclParam::NetChannelUs:
       return m.netChannelUs[n];
+    case NcclParam::P2pReadFillSlices:
+      return m.p2pReadFillSlices[a];
   }
   throw Error(Errc::InvalidArgument, "unknown NCCL model parameter");
 }
@@ -320,7 +324,9 @@ double ncclParamOf(const NcclModelParams& m, NcclParam p, GpuArch arch, NicKind 
 NcclParamBounds ncclParamBounds(NcclParam p, double prior) {
   if (isEfficiency(p)) return {kNcclMinEfficiency, 1.0};
   if (prior > 0) return {kNcclPriorLow * prior, kNcclPriorHigh * prior};
-  const double ref = p == NcclParam::LaunchExtraUs ? kNcclLaunchRefUs : kNcclHopRefUs;
+  const double ref = p == NcclParam::LaunchExtraUs       ? kNcclLaunchRefUs
+                     : p == NcclParam::P2pReadFillSlices ? kNcclFillRefSlices
+                                                         : kNcclHopRefUs;
   return {0.0, kNcclPriorHigh * ref};
 }
 

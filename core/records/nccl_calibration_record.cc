@@ -37,8 +37,11 @@ NcclCalibration parseNcclCalibration(std::string_view text, std::string_view sou
   c.gpusPerNode = static_cast<int>(sys.integer("gpus_per_node", 1, INT32_MAX));
   const JsonFields params = top.object("params");
   for (NcclParam p : kNcclParams) {
-    // Records written before the LL proxy queue was fitted lack it; the model's default stands for them.
-    if (p == NcclParam::NetChannelUs && !params.has(std::string(toString(p)).c_str())) continue;
+    // Records written before the LL proxy queue or P2P read's fill was fitted lack it; the model's default stands.
+    if ((p == NcclParam::NetChannelUs || p == NcclParam::P2pReadFillSlices) &&
+        !params.has(std::string(toString(p)).c_str())) {
+      continue;
+    }
     const JsonFields f = params.object(std::string(toString(p)).c_str());
     NcclParamFit pf;
     pf.param = p;

@@ -62,18 +62,19 @@ enum class NcclParam {
   NetFraction,
   NetHopExtraUs,
   LaunchExtraUs,
-  NetChannelUs
+  NetChannelUs,
+  P2pReadFillSlices
 };
-inline constexpr int kNcclParamCount = 10;
-inline constexpr NcclParam kNcclParams[kNcclParamCount] = {NcclParam::Ll128Rate,        NcclParam::LlRate,
-                                                           NcclParam::NvlinkFraction,   NcclParam::NvlsFraction,
-                                                           NcclParam::NvlsTreeFraction, NcclParam::NvlsPipelineDepth,
-                                                           NcclParam::NetFraction,      NcclParam::NetHopExtraUs,
-                                                           NcclParam::LaunchExtraUs,    NcclParam::NetChannelUs};
+inline constexpr int kNcclParamCount = 11;
+inline constexpr NcclParam kNcclParams[kNcclParamCount] = {
+    NcclParam::Ll128Rate,    NcclParam::LlRate,           NcclParam::NvlinkFraction,
+    NcclParam::NvlsFraction, NcclParam::NvlsTreeFraction, NcclParam::NvlsPipelineDepth,
+    NcclParam::NetFraction,  NcclParam::NetHopExtraUs,    NcclParam::LaunchExtraUs,
+    NcclParam::NetChannelUs, NcclParam::P2pReadFillSlices};
 
 /// JSON keys: "ll128_rate", "ll_rate", "nvlink_fraction", "nvls_fraction", "nvls_tree_fraction", "nvls_pipeline_depth",
-/// "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us". Parsing throws Error{InvalidArgument}
-/// naming the value.
+/// "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us", "p2p_read_fill_slices". Parsing throws
+/// Error{InvalidArgument} naming the value.
 std::string_view toString(NcclParam p);
 NcclParam parseNcclParam(std::string_view s);
 
@@ -88,8 +89,9 @@ inline constexpr double kNcclMinEfficiency = 0.3;
 inline constexpr double kNcclPriorLow = 0.5, kNcclPriorHigh = 3.0;
 /// Reference of a latency whose prior is 0: NCCL's NET hwLatency of one LL ring step (tuning.cc, 2.7 us) for the hop
 /// and for the proxy's cost per LL channel (at most one network step's latency per channel: 0 .. 8.1 us),
-/// NCCL's ring LL base latency (tuning.cc baseLat, 6.6 us) for the launch floor.
-inline constexpr double kNcclHopRefUs = 2.7, kNcclLaunchRefUs = 6.6;
+/// NCCL's ring LL base latency (tuning.cc baseLat, 6.6 us) for the launch floor; one slice for P2P read's fill on GPUs
+/// whose model has none (0 .. 3 slices).
+inline constexpr double kNcclHopRefUs = 2.7, kNcclLaunchRefUs = 6.6, kNcclFillRefSlices = 1.0;
 /// Identifiability thresholds on Jacobian columns (d residual / d parameter over its whole bound range): flat below
 /// an RMS of 0.5% of log-time; not separable when the earlier columns explain all but 5% of its norm (|cos| > 0.9987).
 inline constexpr double kNcclFlatRms = 0.005, kNcclSeparableTol = 0.05;

@@ -83,6 +83,23 @@ TEST(NcclCalibrate, RecoversKnownParametersOfOneNode) {
   }
 }
 
+// One A100 node: the ring Simple rows from 32 MiB up carry P2P read's fill, which the fit recovers; a Hopper node,
+// whose GPUs write, has no row that depends on it.
+TEST(NcclCalibrate, RecoversP2pReadsFillOnAnAmpereNode) {
+  const Topology a100 = loadTopology(kSource + "/topologies/dgx-a100-8x1.json");
+  NcclModelParams truth;
+  truth.p2pReadFillSlices[static_cast<std::size_t>(GpuArch::Ampere)] = 3;
+  const NcclCalibration c = calibrateNccl(a100, {syntheticLog(a100, 8, truth)});
+  EXPECT_EQ(c.arch, GpuArch::Ampere);
+  const NcclParamFit& fill = param(c, NcclParam::P2pReadFillSlices);
+  EXPECT_TRUE(fill.identified) << fill.note;
+  EXPECT_NEAR(fill.value, 3, 0.1);
+  EXPECT_EQ(fill.prior, NcclModelParams{}.p2pReadFillSlices[static_cast<std::size_t>(GpuArch::Ampere)]);
+  const NcclCalibration h100 = calibrateNccl(h100ib(), {syntheticLog(h100ib(), 8, NcclModelParams{})});
+  EXPECT_FALSE(param(h100, NcclParam::P2pReadFillSlices).identified);
+  EXPECT_EQ(param(h100, NcclParam::P2pReadFillSlices).value, 0);
+}
+
 TEST(NcclCalibrate, AParameterTooFewRowsDependOnKeepsItsPrior) {
   // The 2-node IB table runs LL128 at two sizes only (tree LL128 at 256 and 512 KiB), one of them in the fitted half:
   // LL128's rate would absorb that row's noise (it went to its bound, 0.41, before the support rule).
@@ -250,12 +267,15 @@ TEST(NcclCalibrate, RecordRoundTripsAndApplies) {
   EXPECT_EQ(four.model.launchExtraUs[static_cast<std::size_t>(GpuArch::Hopper)],
             param(c, NcclParam::LaunchExtraUs).value);
 
-  // A record written before net_channel_us was fitted still reads; the model's default stands for it.
+  // A record written before net_channel_us or p2p_read_fill_slices was fitted still reads; the model's defaults stand
+  // for them.
   nlohmann::json old = toJson(c);
   old["params"].erase("net_channel_us");
+  old["params"].erase("p2p_read_fill_slices");
   const NcclCalibration older = parseNcclCalibration(old.dump(2), "old.json");
-  EXPECT_EQ(older.params.size(), c.params.size() - 1);
+  EXPECT_EQ(older.params.size(), c.params.size() - 2);
   EXPECT_EQ(ncclModelParams(older).netChannelUs, NcclModelParams{}.netChannelUs);
+  EXPECT_EQ(ncclModelParams(older).p2pReadFillSlices, NcclModelParams{}.p2pReadFillSlices);
   EXPECT_EQ(ncclModelParams(older).nvlsFraction, param(c, NcclParam::NvlsFraction).value);
 
   NcclSystem a100 = four;
