@@ -1109,7 +1109,7 @@ double perChannelBusBw(const NcclComm& c, int a, int p) {
     if (s.nodes > 2) bw *= static_cast<double>(g.nChannels) / c.defaultChannels;
     return bw;
   }
-  if (p == kLL) bw *= kRingLLFactor;
+  if (p == kLL) bw *= kRingLLFactor * s.model.ringLLChannelRate[static_cast<std::size_t>(arch)];
   if (p == kLL128) bw = std::min(bw * kRingLL128Factor, kPerChRingLL128[arch][idx2]);
   return bw;
 }

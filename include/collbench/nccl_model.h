@@ -135,6 +135,14 @@ struct NcclModelParams {
   /// v4: >16 MiB medians 5.3 -> 1.0% and 2.4 -> 0.5%). Hopper and Blackwell write (their ring tables fit without it);
   /// Volta writes.
   std::array<double, 4> p2pReadFillSlices = {0.0, 1.5, 0.0, 0.0};
+  /// Per arch: scale of one ring LL channel's rate over NCCL's figure for it (its search channel's speed x LL's 0.5,
+  /// shared by the communicator's duplicated channels). Below a few MiB NCCL runs fewer channels than the
+  /// communicator has (enqueue.cc: channels follow the bytes per thread), and their LL stores do not fill the links;
+  /// the call's total stays within the links' LL payload and NCCL's LL cap. The single-node tables' ring LL rows at
+  /// 32 KiB-1 MiB, 1-16 channels, read best at 1.5 on both generations: 8xH100 DGX (64 KiB-16 MiB median 9.6 -> 2.9%),
+  /// p5 one node (7.0 -> 3.8%), 8xA100 `-g 1` (8.6 -> 8.3%) and Oracle's `-g 8` (24.9 -> 24.6%, p90 30.0 -> 26.6%);
+  /// 1.25 and 1.75 read worse on the H100 or the A100 tables (Volta and Blackwell assumed alike).
+  std::array<double, 4> ringLLChannelRate = {1.5, 1.5, 1.5, 1.5};
   /// Per arch and protocol (indexed by GpuArch, then NcclProtocol): scale of the bandwidth a call reaches, for what the
   /// model's protocol terms (payload, NCCL's per-channel LL/LL128 rates) leave to the hardware. Simple stays 1 (its
   /// rate is the link fractions above); LL 1, the model as sourced. LL128, where the tables run it into its bandwidth
