@@ -866,6 +866,24 @@ TEST(NcclPredict, RingSimpleOverP2pReadFillsItsPipelineWithSlices) {
   EXPECT_DOUBLE_EQ(fill(dgxH100(), std::size_t{1} << 30), 0);
 }
 
+// A ring LL channel runs ringLLChannelRate x NCCL's figure for it; the call's total stays within the links' LL payload
+// and NCCL's LL cap, which the communicator's 24 channels reach at large sizes.
+TEST(NcclPredict, RingLLChannelsRunAtTheirRateWithinTheLinksCap) {
+  const auto slope = [](NcclSystem s, double rate, int channels) {
+    s.model.ringLLChannelRate.fill(rate);
+    const auto us = [&](std::size_t bytes) {
+      return ncclPredictUs(s, Collective::AllReduce, bytes, 8, NcclAlgorithm::Ring, NcclProtocol::LL, channels);
+    };
+    return us(std::size_t{2} << 20) - us(std::size_t{1} << 20);  // the bandwidth term of 1 MiB
+  };
+  for (const NcclSystem& s : {dgxH100(), dgxA100()}) {
+    const double rate = s.model.ringLLChannelRate[static_cast<std::size_t>(s.arch)];
+    EXPECT_NEAR(slope(s, 1.0, 1) / slope(s, rate, 1), rate, 1e-9);
+    EXPECT_NEAR(slope(s, 1.0, 4) / slope(s, rate, 4), rate, 1e-9);
+    EXPECT_DOUBLE_EQ(slope(s, 1.0, 24), slope(s, rate, 24));  // 24 channels reach the links' cap either way
+  }
+}
+
 // ---- Real tables ----
 
 double quantile(std::vector<double> v, double q) {
