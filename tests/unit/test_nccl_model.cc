@@ -938,8 +938,8 @@ INSTANTIATE_TEST_SUITE_P(
         // 8 x H100, NVLS from 2 MiB.
         RealTable{"H100x8Nvls", "realdata/h100x8-nvls-dgxcbench.csv", "dgx-h100-8x1", {}, 0.10, 0.25},
         // 512 KiB .. 8 MiB run 25-34% slower than the model (A100, -g 8: the same system with one process
-        // per GPU runs them within 0-16%, publicdata; the median meets the target).
-        RealTable{"A100x8", "realdata/a100x8-ring-ocitutorials-ja.csv", "dgx-a100-8x1", {}, 0.10, 0.28},
+        // per GPU runs them up to 17% faster than the model, publicdata; the median meets the target).
+        RealTable{"A100x8", "realdata/a100x8-ring-ocitutorials-ja.csv", "dgx-a100-8x1", {}, 0.10, 0.27},
         RealTable{"H100x16Ib400NvlsTree",
                   "realdata/h100x16-2node-ib400-nvlstree-ncclTests309-A.csv",
                   "dgx-h100-ib400",
