@@ -24,7 +24,7 @@ namespace {
 
 struct FidelityArgs {
   std::vector<std::string> logs;
-  std::string topology, algo = "auto", json, collective, ncclEnv, ncclCalibration;
+  std::string topology, algo = "auto", json, collective, ncclEnv, ncclCalibration, ncclVersion;
   int ranks = 0;
   bool force = false;
 };
@@ -48,6 +48,10 @@ int run(const FidelityArgs& a) {
   if (a.ranks < 0) throw Error(Errc::InvalidArgument, fmt::format("-g/--ranks must be >= 1, got {}", a.ranks));
   checkOutputFile(a.json, a.force, "-J/--output_file");
   ncclEnvWith(a.ncclEnv, "--nccl-env");  // a bad variable is refused before anything is read or simulated
+  if (!a.ncclVersion.empty() && ncclVersionCode(a.ncclVersion) == 0) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--nccl-version: expected MAJOR.MINOR.PATCH, got '{}'", printable(a.ncclVersion)));
+  }
   FidelityOptions options;
   options.ranks = a.ranks;
   options.algorithm = a.algo;
@@ -62,6 +66,14 @@ int run(const FidelityArgs& a) {
   std::vector<NcclTestsLog> logs;
   for (const std::string& path : a.logs) {
     logs.push_back(readNcclTestsLog(path));
+    // --nccl-version names the release of a log that prints none; a log that prints another is refused.
+    std::string& version = logs.back().ncclVersion;
+    if (!a.ncclVersion.empty() && ncclVersionCode(version) > 0 &&
+        ncclVersionCode(version) != ncclVersionCode(a.ncclVersion)) {
+      throw Error(Errc::InvalidArgument, fmt::format("--nccl-version {}: {} states NCCL {}", printable(a.ncclVersion),
+                                                     printable(path), printable(version)));
+    }
+    if (!a.ncclVersion.empty()) version = a.ncclVersion;
     const int n = fidelityRanks(logs.back(), path, a.ranks);
     if (n > static_cast<int>(topo.ranks.size())) {
       throw Error(Errc::InvalidArgument, fmt::format("{}: {} ranks, but topology '{}' has {} (pick a larger one)",
@@ -107,6 +119,9 @@ void addFidelityCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--nccl-calibration", a->ncclCalibration,
                   "for --algo nccl: the NCCL model's parameters from `collbench calibrate --model nccl -o FILE` "
                   "(any node count of the calibrated system)");
+  cmd->add_option("--nccl-version", a->ncclVersion,
+                  "for --algo nccl: the NCCL release (MAJOR.MINOR.PATCH) of logs that print none, whose choice is "
+                  "emulated (default: the log's, else 2.28)");
   cmd->add_option("-g,--ranks", a->ranks, "rank count of logs that state none (CSV without gpu_count)");
   cmd->add_option("--collective", a->collective, "collective of logs that do not name it")->default_str("all_reduce");
   cmd->add_option("-J,--output_file", a->json, "write the comparison as JSON (docs/fidelity.schema.json)");

@@ -103,6 +103,9 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--nccl-calibration", cfg->ncclCalibration,
                   "sim backend, --algo nccl: the NCCL model's parameters from `collbench calibrate --model nccl -o "
                   "FILE` (any node count of the calibrated system)");
+  cmd->add_option("--nccl-version", cfg->ncclVersion,
+                  "sim backend, --algo nccl: the NCCL release (MAJOR.MINOR.PATCH) whose choice is emulated "
+                  "(default 2.28)");
   cmd->add_option("--channels", cfg->channels, "parallel channels")->default_val(1);
   cmd->add_option("--tuning", cfg->tuningFile, "tuning table for --algo auto (default $COLLBENCH_TUNING_FILE)");
   cmd->add_option("--chunk-bytes", *chunk, "pipeline chunk size (0 = algorithm default)")->default_str("0");

@@ -12,6 +12,7 @@
 
 #include "collbench/backend_info.h"
 #include "collbench/error.h"
+#include "collbench/nccl_model.h"
 #include "collbench/records.h"
 #include "collbench/reference.h"
 #include "collbench/run.h"
@@ -206,6 +207,18 @@ PerfWorld resolveWorld(const PerfConfig& c) {
                               printable(c.ncclCalibration), w.backend));
     }
     w.options["nccl_calibration"] = c.ncclCalibration;
+  }
+  if (!c.ncclVersion.empty()) {
+    if (backendCapabilities(w.backend).device != DeviceKind::Simulated) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--nccl-version {}: the emulated NCCL release is for --backend sim, not '{}'",
+                              printable(c.ncclVersion), w.backend));
+    }
+    if (ncclVersionCode(c.ncclVersion) == 0) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("--nccl-version: expected MAJOR.MINOR.PATCH, got '{}'", printable(c.ncclVersion)));
+    }
+    w.options["nccl_version"] = c.ncclVersion;
   }
   w.nranks = c.ranks;
   // Process backends (gloo) run one rank per process: the world comes from the cluster resolver, each process

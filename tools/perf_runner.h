@@ -37,6 +37,7 @@ struct PerfConfig {
   std::string algo = "auto";
   std::string topology;
   std::string ncclCalibration;  ///< sim backend: the NCCL model's calibration file for --algo nccl
+  std::string ncclVersion;      ///< sim backend: the NCCL release whose choice --algo nccl emulates ("" 2.28)
   int channels = 1;
   std::size_t chunkBytes = 0;
   std::optional<Protocol> protocol;  ///< --proto (timing only: the simulator's wire protocol)

@@ -83,6 +83,83 @@ constexpr double kCollNetSm90Factor = .85, kCollNetArityUs = 0.4, kCollNetInterF
 /// below 2.28's.
 constexpr double kNvlsRatioBefore228 = 5.0 / 6.0, kNvlsTreeNetLatBefore228Us = 14.0;
 constexpr int kNcclVersionNvlsEfficiency = 22800;
+/// NCCL's estimate for trees and rings by release (tuning.cc at each tag), for logs of an older NCCL: its choice
+/// follows its own constants. The time model keeps 2.28's (kBaseLatUs, kHwLatUs), which its fits were made with.
+struct ReleaseTuning {
+  int since;                     ///< NCCL_VERSION_CODE of the first release with these values
+  double baseLat[2][3];          ///< [tree, ring][proto], us
+  double hwLat[3][2][3];         ///< [NVLINK, PCI, NET][tree, ring][proto], us
+  double ringLLFactor;           ///< ring LL all-reduce bus bandwidth factor
+  bool ampereBusBwCap;           ///< sm80 bus bandwidth capped at kAmpereBusBwCap
+  double llNetIntraLatFactor;    ///< LL's intra-node step latency factor on more than one node
+  bool netOverhead;              ///< getNetOverhead's per-step floor on multi-node rings
+  bool hopperLlMaxBw;            ///< one Hopper node's own llMaxBws row, else Ampere's
+  bool ringNetStepsPerHop;       ///< ring all-reduce network steps 2 (nodes - 1), else 2 nodes
+  bool oneGpuPerNodeTreeNetLat;  ///< one GPU per node: every algorithm's network step is the tree's
+};
+/// Oldest first; 2.9.9 .. 2.17.1 share the first (NCCL older than 2.9 is taken as 2.9). Ring LL runs at 1/4 before
+/// 2.21; tree Simple's step is 28 us on NVLink in 2.19 .. 2.22 (4 in 2.18 and from 2.23).
+constexpr double kAmpereBusBwCap = 235.0, kRingLLFactorBefore221 = .25, kLLNetIntraLatFactorBefore218 = 1.8;
+constexpr ReleaseTuning kReleaseTunings[] = {
+    {0,
+     {{4.4, 4.4, 0}, {3.6, 10.0, 8.4}},
+     {{{.52, 1.25, 28}, {.47, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 28}, {2.7, 4.0, 9.6}}},
+     kRingLLFactorBefore221,
+     true,
+     kLLNetIntraLatFactorBefore218,
+     false,
+     false,
+     false,
+     false},
+    {21800,
+     {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}},
+     {{{.6, 1.25, 4}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 6}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}}},
+     kRingLLFactorBefore221,
+     false,
+     1.0,
+     true,
+     false,
+     false,
+     false},
+    {21900,
+     {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}},
+     {{{.6, 1.25, 28}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}}},
+     kRingLLFactorBefore221,
+     false,
+     1.0,
+     true,
+     false,
+     false,
+     false},
+    {22100,
+     {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}},
+     {{{.6, 1.25, 28}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}}},
+     kRingLLFactor,
+     false,
+     1.0,
+     true,
+     false,
+     false,
+     false},
+    // 2.23 on: the values of kBaseLatUs and kHwLatUs.
+    {22300,
+     {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}},
+     {{{.6, 1.25, 4.0}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}}},
+     kRingLLFactor,
+     false,
+     1.0,
+     true,
+     true,
+     true,
+     true},
+};
+const ReleaseTuning& releaseTuning(int version) {
+  const ReleaseTuning* found = &kReleaseTunings[0];
+  for (const ReleaseTuning& r : kReleaseTunings) {
+    if (version >= r.since) found = &r;
+  }
+  return *found;
+}
 /// PAT latency: log2(nodes) x interLat / 3.5 + 2.8 us per rank (tuning.cc).
 constexpr double kPatLogDivisor = 3.5, kPatPerRankUs = 2.8;
 
@@ -856,11 +933,18 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate
     const double interBw = g.bwInter * ((nodes <= 2 && a == kNvlsTree) ? 2 : 1);
     bw = std::min({intra, interBw, a == kNvlsTree ? kPerChNvlsTree[arch][idx2] : std::numeric_limits<double>::max()});
   }
+  // The estimate takes the constants of the log's release for trees and rings; the time model 2.28's.
+  const ReleaseTuning& release = releaseTuning(ncclEstimate ? c.version : kNcclVersionEmulated);
+  const bool treeOrRing = a == kTree || a == kRing;
   double busBw = g.nChannels * bw;
-  if (a == kRing && p == kLL) busBw = std::min(llMaxBw(s), busBw * kRingLLFactor);
+  if (release.ampereBusBwCap && s.arch == GpuArch::Ampere) busBw = std::min(busBw, kAmpereBusBwCap);
+  const double llMax = s.nodes == 1 && s.arch == GpuArch::Hopper && !release.hopperLlMaxBw
+                           ? kLlMaxBw[archIndex(GpuArch::Ampere)][0]
+                           : llMaxBw(s);
+  if (a == kRing && p == kLL) busBw = std::min(llMax, busBw * release.ringLLFactor);
   if (a == kRing && p == kLL128) busBw = std::min(busBw * kRingLL128Factor, g.nChannels * kPerChRingLL128[arch][idx2]);
   if (a == kTree && f == kFuncAllReduce) busBw = std::min(busBw * kTreeFactor, g.nChannels * kPerChTree[arch][idx2]);
-  if (a == kTree && p == kLL) busBw = std::min(busBw * kTreeLLFactor, llMaxBw(s));
+  if (a == kTree && p == kLL) busBw = std::min(busBw * kTreeLLFactor, llMax);
   if (a == kTree && p == kLL128) {
     busBw = std::min(busBw * (nodes == 1 ? kTreeLL128FactorN1 : kTreeLL128FactorNet),
                      g.nChannels * kPerChTreeLL128[arch][idx2]);
@@ -885,27 +969,35 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate
   }
   Tuned t;
   t.bw = busBw;
-  t.lat = kBaseLatUs[a][p];
+  const auto hwLat = [&](int hw, int algo) {
+    return algo == kTree || algo == kRing ? release.hwLat[hw][algo][p] : kHwLatUs[hw][algo][p];
+  };
+  t.lat = treeOrRing ? release.baseLat[a][p] : kBaseLatUs[a][p];
   const int intraHw = g.typeIntra == NcclPath::Nvl ? kHwNvlink : kHwPci;
-  double intraLat = kHwLatUs[intraHw][a][p];
-  double interLat = netStepLatUs(c, a, p, nranks);
+  double intraLat = hwLat(intraHw, a);
+  if (treeOrRing && nodes > 1 && p == kLL) intraLat *= release.llNetIntraLatFactor;
+  double interLat = treeOrRing ? hwLat(kHwNet, nranks == nodes && release.oneGpuPerNodeTreeNetLat ? kTree : a)
+                               : netStepLatUs(c, a, p, nranks);
   if (ncclEstimate) interLat += (p == kSimple ? 2 : 1) * s.netPluginLatencyUs;  // Simple adds the flush's too
   const int ranksPerNode = nranks / nodes;
   if (a == kRing) {
     const int hw = nodes == 1 ? intraHw : kHwNet;
-    double lat = kHwLatUs[hw][a][p];
+    double lat = hwLat(hw, a);
     if (f == kFuncReduce || f == kFuncBroadcast) {
       // Rings of different channels differ (sameChannels 0 on NVSwitch); Simple adds the tree's chunk latency.
-      if (p == kSimple) lat = kHwLatUs[hw][kTree][p];
+      if (p == kSimple) lat = hwLat(hw, kTree);
       t.lat += nsteps * lat;
     } else {
       double netOverhead = 0;
-      if (nodes > 1) {
+      if (nodes > 1 && release.netOverhead) {
         netOverhead = s.cpuVendor == CpuVendor::Amd ? kNetOverheadAmdUs : kNetOverheadIntelUs;
         if (p == kSimple) netOverhead *= kNetOverheadSimpleFactor;
       }
       intraLat = std::max(intraLat, netOverhead);
-      const int interSteps = nodes == 1 ? 0 : f == kFuncAllReduce ? 2 * (nodes - 1) : nodes - 1;
+      const int interSteps = nodes == 1                   ? 0
+                             : f != kFuncAllReduce        ? nodes - 1
+                             : release.ringNetStepsPerHop ? 2 * (nodes - 1)
+                                                          : 2 * nodes;
       t.lat += (nsteps - interSteps) * intraLat + interSteps * interLat;
     }
   } else if (a == kTree) {
@@ -1319,6 +1411,7 @@ NcclChoice ncclChoose(const NcclSystem& sys, Collective collective, std::size_t 
   const int f = funcIndex(collective);
   const NcclComm c = buildComm(sys, nranks, env);
   NcclChoice out;
+  out.version = c.version;
   if (nranks == 1) {  // enqueue.cc: one rank is a copy (ring Simple, time 0)
     out.channels = 1;
     out.threads = kSimpleMaxThreads;
@@ -1421,11 +1514,12 @@ std::string ncclChoiceSummary(const NcclChoice& choice) {
           ? std::string(choice.candidates.empty() ? "" : " (the only candidate)")
           : fmt::format(" (runner-up {}/{} +{:.0f}%)", toString(runnerUp->algorithm), toString(runnerUp->protocol),
                         (runnerUp->ncclUs / choice.ncclUs - 1) * 100);
+  const std::string nccl = fmt::format("NCCL {}.{}", choice.version / 10000, choice.version / 100 % 100);
   if (!choice.tuner.empty()) {
-    return fmt::format("NCCL 2.28 under the {} tuner: {}/{}, {} channel{}", choice.tuner, toString(choice.algorithm),
+    return fmt::format("{} under the {} tuner: {}/{}, {} channel{}", nccl, choice.tuner, toString(choice.algorithm),
                        toString(choice.protocol), choice.channels, choice.channels == 1 ? "" : "s");
   }
-  return fmt::format("NCCL 2.28: {}/{}, {} channel{}{}", toString(choice.algorithm), toString(choice.protocol),
+  return fmt::format("{}: {}/{}, {} channel{}{}", nccl, toString(choice.algorithm), toString(choice.protocol),
                      choice.channels, choice.channels == 1 ? "" : "s", next);
 }
 

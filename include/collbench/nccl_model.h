@@ -257,9 +257,10 @@ struct NcclEnv {
   std::vector<NcclTunerRule> tunerRules;
   std::string algo, proto;                  ///< the raw NCCL_ALGO / NCCL_PROTO text ("" when unset)
   std::map<std::string, std::string> vars;  ///< the NCCL variables this environment was parsed from
-  /// The NCCL whose choice is emulated, as NCCL_VERSION_CODE (22809 = 2.28.9; ncclVersionCode). Before 2.28 NCCL
-  /// tuned NVLS and NVLSTree by an older formula and latency (tuning.cc 2.19 .. 2.27), which the choice, and the
-  /// time model's NVLSTree network step, then follow.
+  /// The NCCL whose choice is emulated, as NCCL_VERSION_CODE (22809 = 2.28.9; ncclVersionCode). Older releases
+  /// estimated trees and rings with their own constants (tuning.cc: 2.9 .. 2.17, 2.18, 2.19 .. 2.20, 2.21 .. 2.22,
+  /// from 2.23) and, before 2.28, NVLS and NVLSTree by an older formula and latency; the choice follows the
+  /// release's, and so does the time model's NVLSTree network step (the rest of the time model is 2.28's).
   int version = kNcclVersionEmulated;
 
   NcclEnv();
@@ -317,6 +318,7 @@ struct NcclChoice {
   /// The tuner plugin that made the choice or set its channels ("aws-ofi-nccl", "NCCL example"); "" where NCCL's
   /// estimate chose alone.
   std::string tuner;
+  int version = kNcclVersionEmulated;     ///< the NCCL release whose choice this is (NcclEnv::version)
   double predictedUs = 0;                 ///< what the call is expected to take (ncclPredictUs)
   std::string reason;                     ///< one line: why this choice
   std::vector<NcclCandidate> candidates;  ///< every (algorithm, protocol), NCCL's order

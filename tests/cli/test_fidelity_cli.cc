@@ -21,6 +21,7 @@ using testing::runCli;
 
 const std::filesystem::path kSource(COLLBENCH_SOURCE_DIR);
 const std::string kRealdata = (kSource / "tests/data/realdata").string();
+const std::string kPublicdata = (kSource / "tests/data/publicdata").string();
 
 // Issue 23's targets for `collbench fidelity --algo nccl` on a table's shipped topology: median |error| <= 10%, p90
 // <= 25%, and each size class's median <= 15%.
@@ -149,6 +150,30 @@ TEST_F(FidelityCli, ReadsPrefixedLogs) {
   EXPECT_EQ(testing::tableRows(mpi.out).size(), 3u);
 }
 
+TEST_F(FidelityCli, NcclVersionNamesTheReleaseOfALogThatPrintsNone) {
+  if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
+  // The 8 x A100 table prints no NCCL version. At 2 MiB NCCL 2.28 estimates ring LL faster; 2.19, whose ring LL runs
+  // at a quarter of the ring's bandwidth (tuning.cc), takes LL128.
+  const std::string table = kRealdata + "/a100x8-ring-ocitutorials-ja.csv";
+  const auto rowAt2MiB = [](const std::string& out) {  // the algorithm column's words, joined
+    for (const std::vector<std::string>& row : testing::tableRows(out)) {
+      if (row.empty() || row[0] != "2097152") continue;
+      std::string algorithm;
+      for (std::size_t i = 6; i < row.size(); ++i) algorithm += (i > 6 ? " " : "") + row[i];
+      return algorithm;
+    }
+    return std::string();
+  };
+  const CliResult now = runCli(fmt::format("fidelity {} --topology dgx-a100-8x1 --algo nccl", table));
+  ASSERT_EQ(now.exitCode, 0) << now.err;
+  EXPECT_EQ(rowAt2MiB(now.out), "nccl Ring/LL, 24 channels") << now.out;
+  const CliResult v219 =
+      runCli(fmt::format("fidelity {} --topology dgx-a100-8x1 --algo nccl --nccl-version 2.19.3", table));
+  ASSERT_EQ(v219.exitCode, 0) << v219.err;
+  EXPECT_NE(v219.out.find("(1 node, -g 8, NCCL 2.19.3)"), std::string::npos) << v219.out;
+  EXPECT_EQ(rowAt2MiB(v219.out), "nccl Ring/LL128, 24 channels") << v219.out;
+}
+
 TEST_F(FidelityCli, CalibrateReadsPrefixedLogs) {
   if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
   const std::string out = path("calibrated.json");
@@ -208,6 +233,11 @@ TEST_F(FidelityCli, BadInputIsOneLineAndExit2) {
                  "--nccl-env: 'ALGO=Ring' is not NCCL_<NAME>=VALUE");
   expectBadInput(fmt::format("fidelity {} --topology dgx-h100-ib400 --algo nccl --nccl-env NCCL_ALGO=bogus", h100x16),
                  "NCCL_ALGO=bogus: unknown element 'bogus'");
+  expectBadInput(fmt::format("fidelity {} --topology dgx-h100-ib400 --algo nccl --nccl-version 2.26", h100x16),
+                 "--nccl-version: expected MAJOR.MINOR.PATCH, got '2.26'");
+  expectBadInput(fmt::format("fidelity {}/{} --topology dgx-a100-8x1 --algo nccl --nccl-version 2.9.9", kPublicdata,
+                             "a100sxm80_dkh_g8_nccl2193.csv"),
+                 "a100sxm80_dkh_g8_nccl2193.csv states NCCL 2.19.3");
   const std::string existing = path("existing.json");
   { std::ofstream(existing) << "{}"; }
   expectBadInput(fmt::format("fidelity {} --topology h100-4x8-rail -J {}", h100x16, existing),

@@ -107,6 +107,15 @@ TEST(NcclSimCli, EnvironmentForcesTheChoice) {
   EXPECT_GT(ring.back().at("out_of_place").at("time_us").get<double>(),
             dflt.back().at("out_of_place").at("time_us").get<double>());
   for (const auto& row : ring) EXPECT_EQ(row.at("algorithm_reason").get<std::string>().find("NVLS"), std::string::npos);
+  // An older NCCL's choice, named by its release: 2.19 estimates ring LL at a quarter of the ring's bandwidth
+  // (tuning.cc), so at 2 MiB on 8 x A100 it takes LL128 where 2.28 takes LL.
+  const CliResult v219 =
+      runCli("perf --backend sim --topology dgx-a100-8x1 -g 8 --algo nccl -b 2M -e 2M --nccl-version 2.19.3 -c 0");
+  ASSERT_EQ(v219.exitCode, 0) << v219.err;
+  EXPECT_NE(v219.out.find("algorithm nccl (Ring/LL128, 24 channels)"), std::string::npos) << v219.out;
+  const CliResult v228 = runCli("perf --backend sim --topology dgx-a100-8x1 -g 8 --algo nccl -b 2M -e 2M -c 0");
+  ASSERT_EQ(v228.exitCode, 0) << v228.err;
+  EXPECT_NE(v228.out.find("algorithm nccl (Ring/LL, 24 channels)"), std::string::npos) << v228.out;
   const ScopedEnv bad("NCCL_PROTO", "bogus");
   const CliResult r = runCli("perf --backend sim --topology dgx-h100-8x1 -g 8 --algo nccl -b 1M -e 1M");
   EXPECT_EQ(r.exitCode, 2);

@@ -204,6 +204,11 @@ TEST(PerfCli, BadFlagsExitTwoWithOneLine) {
            BadFlag{"perf -r 5 broadcast -g 2 -b 8 -e 8", "-r/--root 5 is not a rank of 2 (0..1)"},
            BadFlag{"perf -r -1 reduce -g 2 -b 8 -e 8", "-r/--root -1 is not a rank of 2 (0..1)"},
            BadFlag{"perf -n abc", "--iters = abc"},
+           BadFlag{"perf --nccl-version 2.19.3 -b 8 -e 8",
+                   "--nccl-version 2.19.3: the emulated NCCL release is for "
+                   "--backend sim, not 'host'"},
+           BadFlag{"perf --backend sim --nccl-version 2.19 -b 8 -e 8",
+                   "--nccl-version: expected MAJOR.MINOR.PATCH, got '2.19'"},
        }) {
     const CliResult r = runCli(b.args);
     EXPECT_EQ(r.exitCode, 2) << b.args;

@@ -763,6 +763,38 @@ TEST(NcclChoose, TheLogsNcclVersionTunesNvlsTreeAsThatVersionDid) {
   EXPECT_NEAR(now - ncclChoose(s, Collective::AllReduce, 4 << 20, 32, nvlsTree).predictedUs, 4 * (20.9 - 14.0), 1e-9);
 }
 
+TEST(NcclChoose, AnOlderNcclEstimatesTreesAndRingsWithItsReleasesConstants) {
+  // 8 x A100 at 2 MiB. NCCL's ring graph there is 12 channels of 20 GB/s: 240 GB/s of bus bandwidth, 8/14 of it
+  // algorithm bandwidth. 2.28 takes ring LL at half of it (capped by llMaxBw 87.7) and chooses it.
+  const NcclSystem s = dgxA100();
+  const std::size_t bytes = std::size_t{2} << 20;
+  const double toAlg = 8.0 / 14.0;
+  NcclEnv env;
+  EXPECT_EQ(ncclChoose(s, Collective::AllReduce, bytes, 8, env).protocol, NcclProtocol::LL);
+  // 2.19 - 2.20 (tuning.cc): ring LL at a quarter, base 6.6 + 14 steps of 0.6 us; LL128 at x0.92 (per-channel cap 20),
+  // base 14 + 14 steps of 1.9 us. LL128 is then faster and NCCL takes it.
+  env.version = ncclVersionCode("2.19.3");
+  const NcclChoice v219 = ncclChoose(s, Collective::AllReduce, bytes, 8, env);
+  EXPECT_EQ(v219.algorithm, NcclAlgorithm::Ring);
+  EXPECT_EQ(v219.protocol, NcclProtocol::LL128);
+  const auto estimate = [&](const NcclChoice& c, NcclProtocol p) {
+    for (const NcclCandidate& k : c.candidates)
+      if (k.algorithm == NcclAlgorithm::Ring && k.protocol == p) return k.ncclUs;
+    return -1.0;
+  };
+  EXPECT_NEAR(estimate(v219, NcclProtocol::LL), 6.6 + 14 * 0.6 + bytes / (1e3 * 240 / 4 * toAlg), 1e-3);
+  EXPECT_NEAR(v219.ncclUs, 14 + 14 * 1.9 + bytes / (1e3 * 240 * 0.92 * toAlg), 1e-3);
+  // 2.17 and older: Ampere's bus bandwidth capped at 235 GB/s, ring LL base 3.6 + 14 steps of 0.47 us.
+  env.version = ncclVersionCode("2.9.9");
+  EXPECT_NEAR(estimate(ncclChoose(s, Collective::AllReduce, bytes, 8, env), NcclProtocol::LL),
+              3.6 + 14 * 0.47 + bytes / (1e3 * 235 / 4 * toAlg), 1e-3);
+  // The time model does not depend on the release: the same Ring/LL128 call predicts the same under either.
+  NcclEnv ll128 = parseNcclEnv({{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", "LL128"}});
+  const double now = ncclChoose(s, Collective::AllReduce, bytes, 8, ll128).predictedUs;
+  ll128.version = ncclVersionCode("2.19.3");
+  EXPECT_DOUBLE_EQ(ncclChoose(s, Collective::AllReduce, bytes, 8, ll128).predictedUs, now);
+}
+
 TEST(NcclPredict, ANetworkConnectionsSlotsPaceSmallMessages) {
   // A tree LL128 call on 2 nodes whose network hop is made slow enough that its 8 slots per connection, not the links,
   // set the pace: each of a channel's m messages after the first waits 1/8 of a round trip of two network steps
