@@ -223,6 +223,12 @@ constexpr double kProtoPayload[kProtos] = {0.5, 120.0 / 128.0, 1.0};
 
 constexpr double kBytesPerUsPerGBps = 1e3;  // 1 GB/s = 1e3 bytes/us
 
+/// The largest message EFA sends without waiting for the receiver: aws-ofi-nccl's RDMA protocol sends up to
+/// OFI_NCCL_EAGER_MAX_SIZE (8192, nccl_ofi_param.h) eagerly, before the receiver's control message; under its SENDRECV
+/// protocol libfabric's EFA provider sends a message of GPU memory that fits one packet (the MTU, about 8 KiB: fi_efa)
+/// eagerly and reads longer ones once the receiver has matched them. IB's isend waits for the receiver's posted
+/// buffer whatever the size (NCCL transport/net_ib.cc).
+constexpr double kEfaEagerBytes = 8192;
 /// aws-ofi-nccl src/platform-aws: the latency its EFA platforms report to NCCL (p4d, p4de, p5, p5e 75 us).
 constexpr double kAwsOfiNcclLatencyUs = 75.0;
 
@@ -1265,7 +1271,8 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   //   free slot), and a slot comes back one round trip after its message left: two network steps, NCCL's and the
   //   hop's extra. In the chain of such hops a call's data crosses, every message after the first leaves 1 / NCCL_STEPS
   //   of a round trip after the one before. This binds where messages are small against a connection's bytes on a
-  //   slow network: tree LL128's 18-72 KB chunks on EFA.
+  //   slow network: tree LL128's 18-72 KB chunks on EFA. EFA sends messages of up to kEfaEagerBytes without waiting
+  //   for the receiver, so a ring's tiny steps there are not paced.
   // - One proxy thread per GPU posts and completes every message of the GPU's network connections, one after another
   //   (proxy.cc progressOps, transport/net.cc), netMessageUs each, and tests each one on every pass while it is on the
   //   wire (netMessageWireShare of its time on the GPU's NICs). This binds where a GPU has many messages: a ring's
@@ -1285,7 +1292,8 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
     const auto kind = static_cast<std::size_t>(s.nicKind);
     const double roundTripUs = 2 * (netStepLatUs(c, a, p, nranks) + s.model.netHopExtraUs[kind]);
     if (message > 0) {
-      windowUs = std::max(0.0, carried / message - 1) * roundTripUs / kSteps;
+      if (!(s.nicKind == NicKind::Efa || s.nicKind == NicKind::Efa2) || message > kEfaEagerBytes)
+        windowUs = std::max(0.0, carried / message - 1) * roundTripUs / kSteps;
       // A GPU's connections, sending and receiving: a ring's or tree's channels cross the network at one GPU of a
       // node each (so a GPU serves channels / ppn of them); NVLSTree's at every GPU, each a head of every channel. A
       // tree node links to its parent and children: in NCCL's two binary trees over 3 or more nodes the busiest node is

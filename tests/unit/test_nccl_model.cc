@@ -819,6 +819,29 @@ TEST(NcclPredict, ANetworkConnectionsSlotsPaceSmallMessages) {
   EXPECT_LT(choose(0).predictedUs, paced / 4);
 }
 
+TEST(NcclPredict, EfaSendsSmallMessagesWithoutWaitingForTheReceiver) {
+  // A 2-node ring all-reduce of 8 B: each of its 2 x 15 steps sends a message of under a byte per channel over the
+  // network hop. On IB every message waits for the receiver's posted buffer, so after the first, each waits 1/8 of a
+  // round trip of two network steps: between two hop extras h1 < h2 the call grows by its 2 network hops and that
+  // pacing, (2 + 29 / 4) x (h2 - h1). On EFA a message of up to 8 KiB leaves at once, and only the 2 hops remain.
+  const NcclEnv ring = parseNcclEnv({{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", "Simple"}});
+  const auto growth = [&](NcclSystem s, std::size_t bytes) {
+    const auto kind = static_cast<std::size_t>(s.nicKind);
+    s.model.netHopExtraUs[kind] = 100;
+    const double slow = ncclChoose(s, Collective::AllReduce, bytes, 16, ring).predictedUs;
+    s.model.netHopExtraUs[kind] = 200;
+    return ncclChoose(s, Collective::AllReduce, bytes, 16, ring).predictedUs - slow;
+  };
+  EXPECT_NEAR(growth(dgxH100(2), 8), (2 + 29.0 / 4) * 100, 1e-6);
+  EXPECT_NEAR(growth(awsP4de(2), 8), 2 * 100, 1e-6);
+  EXPECT_NEAR(growth(awsP5(2), 8), 2 * 100, 1e-6);
+  // 8 MiB on EFA: 8 channels of 1 MiB in 64 KiB steps, above the eager size, wait for the receiver as on IB.
+  const NcclChoice big = ncclChoose(awsP4de(2), Collective::AllReduce, 8 << 20, 16, ring);
+  const double messages = 30;  // 2 x 15 steps, one message of 64 KiB each
+  ASSERT_EQ(big.channels, 8);
+  EXPECT_NEAR(growth(awsP4de(2), 8 << 20), (2 + (messages - 1) / 4) * 100, 1e-6);
+}
+
 TEST(NcclPredict, AGpusNetworkProxyPostsItsMessagesOneAfterAnother) {
   // NVLSTree over 4 nodes: every GPU heads each of the 16 channels, with a parent and children in NCCL's two trees (2
   // links per channel on the busiest node), each link sending and receiving its 1/8 of the channel in 64 KiB chunks.
