@@ -97,7 +97,19 @@ struct ReleaseTuning {
   bool ringNetStepsPerHop;       ///< ring all-reduce network steps 2 (nodes - 1), else 2 nodes
   bool oneGpuPerNodeTreeNetLat;  ///< one GPU per node: every algorithm's network step is the tree's
 };
-/// Oldest first; 2.9.9 .. 2.17.1 share the first (NCCL older than 2.9 is taken as 2.9). Ring LL runs at 1/4 before
+/// 2.23 on: kBaseLatUs and kHwLatUs with every later rule.
+constexpr ReleaseTuning currentReleaseTuning() {
+  ReleaseTuning r{22300, {}, {}, kRingLLFactor, false, 1.0, true, true, true, true};
+  for (const int a : {kTree, kRing}) {
+    for (int p = 0; p < kProtos; ++p) {
+      r.baseLat[a][p] = kBaseLatUs[a][p];
+      for (int hw = 0; hw < 3; ++hw) r.hwLat[hw][a][p] = kHwLatUs[hw][a][p];
+    }
+  }
+  return r;
+}
+/// Oldest first; 2.9.9 .. 2.17.1 share the first (NCCL older than 2.9 is taken as 2.9; 2.9's LL128 cap per
+/// collective, 16.9 GB/s per channel for all-reduce, as 2.10's 20). Ring LL runs at 1/4 before
 /// 2.21; tree Simple's step is 28 us on NVLink in 2.19 .. 2.22 (4 in 2.18 and from 2.23).
 constexpr double kAmpereBusBwCap = 235.0, kRingLLFactorBefore221 = .25, kLLNetIntraLatFactorBefore218 = 1.8;
 constexpr ReleaseTuning kReleaseTunings[] = {
@@ -141,17 +153,7 @@ constexpr ReleaseTuning kReleaseTunings[] = {
      false,
      false,
      false},
-    // 2.23 on: the values of kBaseLatUs and kHwLatUs.
-    {22300,
-     {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}},
-     {{{.6, 1.25, 4.0}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}}},
-     kRingLLFactor,
-     false,
-     1.0,
-     true,
-     true,
-     true,
-     true},
+    currentReleaseTuning(),
 };
 const ReleaseTuning& releaseTuning(int version) {
   const ReleaseTuning* found = &kReleaseTunings[0];
