@@ -893,7 +893,8 @@ bool offered(const NcclComm& c, int f, int a, int p, int nranks) {
   if ((a == kNvls || a == kNvlsTree) && p != kSimple) return false;
   if ((a == kCollNetDirect || a == kCollNetChain) && p != kSimple) return false;
   if (a == kPat && (p != kSimple || s.nodes != nranks)) return false;  // PAT: Simple, one GPU per node
-  if ((a == kNvls || a == kNvlsTree) && (c.nvlsChannels == 0 || c.graphs[a].nChannels < 2)) return false;
+  if ((a == kNvls || a == kNvlsTree) && (c.nvlsChannels == 0 || c.graphs[static_cast<std::size_t>(a)].nChannels < 2))
+    return false;
   if ((a == kNvls || a == kNvlsTree) && f != kFuncAllReduce && ppn > kMaxNvlsArity) return false;
   if (a == kNvlsTree && s.nodes == 1) return false;
   if (a == kNvls && s.nodes > 1 && !c.collnet) return false;
@@ -907,7 +908,7 @@ bool offered(const NcclComm& c, int f, int a, int p, int nranks) {
 
 /// LL128's default enablement (tuning.cc): on sm90+ up to PXN paths, else up to PXB; NVLink-class intra paths.
 bool ll128Default(const NcclComm& c, int a) {
-  const NcclGraph& g = c.graphs[a];
+  const NcclGraph& g = c.graphs[static_cast<std::size_t>(a)];
   const bool interOk = c.sys.arch >= GpuArch::Hopper ? g.typeInter <= NcclPath::Pxn : g.typeInter <= NcclPath::Pxb;
   return interOk && g.typeIntra <= NcclPath::Nvb;
 }
@@ -924,7 +925,7 @@ double netStepLatUs(const NcclComm& c, int a, int p, int nranks) {
 /// model (predict) starts from, without the plugin's latency (the model has its own per-hop term).
 Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate) {
   const NcclSystem& s = c.sys;
-  const NcclGraph& g = c.graphs[a];
+  const NcclGraph& g = c.graphs[static_cast<std::size_t>(a)];
   const int nodes = s.nodes, arch = archIndex(s.arch), idx2 = nodeIndex(nodes);
   const double ppn = static_cast<double>(nranks) / nodes;
   const int nsteps = nstepsOf(f, nranks);
@@ -1192,7 +1193,7 @@ double bottleneckBusBw(const NcclSystem& s, int f, int a, int p, int nranks) {
 /// refinements tune() applies to the algorithm and protocol, per channel (the search's speed is what one channel's
 /// SMs sustain), comm channels sharing search ones.
 double perChannelBusBw(const NcclComm& c, int a, int p) {
-  const NcclGraph& g = c.graphs[a];
+  const NcclGraph& g = c.graphs[static_cast<std::size_t>(a)];
   const NcclSystem& s = c.sys;
   const int arch = archIndex(s.arch), idx2 = nodeIndex(s.nodes);
   double bw = s.nodes <= 2 ? g.bwIntra : g.bwInter;
