@@ -1089,6 +1089,14 @@ INSTANTIATE_TEST_SUITE_P(
         // 2 x p4d (A100 40 GB, the same EFA as p4de; NCCL 2.23.4) and 2 x p4de with NCCL_PROTO=simple.
         RealTable{
             "A100x16P4d", "publicdata/p4d_2node_16gpu_dlami2025_nccl2234_ofi1132.csv", "aws-p4de", {}, 0.11, 0.28},
+        // 2 x p4d in 2021 (NCCL 2.9.9, the ring forced): EFA's eager sends keep its tiny ring steps unpaced; its
+        // 8-128 MiB run 28-50% slower than the model.
+        RealTable{"A100x16P4dNccl299Ring",
+                  "publicdata/p4d_2node_16gpu_awsefaeks_nccl299_ring.csv",
+                  "aws-p4de",
+                  {{"NCCL_ALGO", "RING"}},
+                  0.20,
+                  0.47},
         RealTable{"A100x16P4dePcluster",
                   "publicdata/p4de_2node_16gpu_pclusterworkshop_protosimple.csv",
                   "aws-p4de",
