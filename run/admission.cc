@@ -32,21 +32,24 @@ double availableMemoryBytes() {
   return static_cast<double>(::sysconf(_SC_AVPHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
-void admitBuffers(const CollectiveSpec& spec, int localRank, std::string_view request) {
+void admitBuffers(const CollectiveSpec& spec, int localRank, std::string_view request, double scratchBytes) {
   const double ranksHere = localRank < 0 ? spec.nranks : 1;
   // Out of place: an input and an output per rank (the larger of the two in place, which perf also runs).
-  const double need = ranksHere * (static_cast<double>(spec.inputBytes()) + static_cast<double>(spec.outputBytes()));
+  const double need =
+      ranksHere * (static_cast<double>(spec.inputBytes()) + static_cast<double>(spec.outputBytes())) + scratchBytes;
   const double available = availableMemoryBytes();
   if (need <= available) return;
   throw Error(
       Errc::InvalidArgument,
       fmt::format("{}: {} {} on {} rank{} needs {} of buffers in this process ({} input + {} output per "
-                  "rank{}), more than the {} of memory available; use smaller sizes or --backend sim",
+                  "rank{}{}), more than the {} of memory available; use smaller sizes or --backend sim",
                   request, toString(spec.kind),
                   bytesText(static_cast<double>(std::max(spec.inputBytes(), spec.outputBytes()))), spec.nranks,
                   spec.nranks == 1 ? "" : "s", bytesText(need), bytesText(static_cast<double>(spec.inputBytes())),
                   bytesText(static_cast<double>(spec.outputBytes())),
-                  localRank < 0 ? fmt::format(" x {} ranks", spec.nranks) : "", bytesText(available)));
+                  localRank < 0 ? fmt::format(" x {} ranks", spec.nranks) : "",
+                  scratchBytes > 0 ? fmt::format(", + {} of the schedule's scratch", bytesText(scratchBytes)) : "",
+                  bytesText(available)));
 }
 
 void admitSchedule(const CollectiveSpec& spec, const AlgorithmInfo& algo, const AlgoParams& params,

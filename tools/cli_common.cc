@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 
+#include "collbench/algorithms.h"
 #include "collbench/error.h"
 #include "collbench/units.h"
 
@@ -70,6 +71,23 @@ std::vector<int> parseIntList(std::string_view flag, std::string_view text, int 
   std::vector<int> out;
   for (const std::string& item : splitList(text)) out.push_back(parseIntItem(flag, item, min));
   if (out.empty()) emptyList(flag);
+  return out;
+}
+
+int checkChannels(std::string_view flag, int channels) {
+  if (channels < 1) {
+    throw Error(Errc::InvalidArgument, fmt::format("{}: '{}' is not an integer >= 1", flag, channels));
+  }
+  if (channels > kMaxChannels) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: {} channels: at most {} (NCCL's MAXCHANNELS)", flag, channels, kMaxChannels));
+  }
+  return channels;
+}
+
+std::vector<int> parseChannelList(std::string_view flag, std::string_view text) {
+  std::vector<int> out = parseIntList(flag, text, 1);
+  for (const int c : out) checkChannels(flag, c);
   return out;
 }
 

@@ -31,6 +31,11 @@ std::vector<std::string> splitList(std::string_view text);
 int parseIntItem(std::string_view flag, std::string_view item, int min, std::string_view alternatives = "");
 /// Every item of `text` as parseIntItem reads it; Error{InvalidArgument} "<flag>: empty list" when there is none.
 std::vector<int> parseIntList(std::string_view flag, std::string_view text, int min);
+/// A channel count of flag `flag` (`--channels`, a list's item): 1..kMaxChannels; Error{InvalidArgument} "<flag>:
+/// <value> channels: at most <kMaxChannels> (NCCL's MAXCHANNELS)" above, parseIntItem's below 1.
+int checkChannels(std::string_view flag, int channels);
+/// parseIntList of channel counts, each checked by checkChannels.
+std::vector<int> parseChannelList(std::string_view flag, std::string_view text);
 /// Every item of `text` as a byte size (parseBytes: "128K", "2M", "4096"), its error naming `flag` and the item;
 /// Error{InvalidArgument} "<flag>: empty list" when there is none.
 std::vector<std::size_t> parseBytesList(std::string_view flag, std::string_view text);

@@ -2,6 +2,7 @@
 #include <fmt/ranges.h>
 
 #include <array>
+#include <cmath>
 #include <memory>
 
 #include "cli_common.h"
@@ -131,13 +132,15 @@ void addPerfCommand(CLI::App& app, int& exitCode) {
     c.stepBytes = parseBytes((*sizes)[2], "-i/--stepbytes");
     c.chunkBytes = parseBytes(*chunk, "--chunk-bytes");
     c.protocol = parseProtoFlag(*proto);
+    checkChannels("--channels", c.channels);
     if (!sched->path.empty()) applyScheduleFile(*sched, c);
     // nccl-tests: -f 1 (the default) is "off", sizes then step by -i; a factor below 1 would never reach -e.
-    if (!(*factor >= 1)) {
+    if (!(*factor >= 1) || !std::isfinite(*factor)) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("-f/--stepfactor must be at least 1 (1 = off: sizes step by -i), got {}", *factor));
     }
     c.stepFactor = *factor;
+    checkFactorGrows(c.minBytes, c.maxBytes, c.stepFactor);
     if (c.minBytes > c.maxBytes) {
       throw Error(Errc::InvalidArgument,
                   fmt::format("-b/--minbytes {} is larger than -e/--maxbytes {}", c.minBytes, c.maxBytes));

@@ -121,7 +121,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
       return;
     }
     spec.count = spec.kind == Collective::Barrier ? 0 : parseBytes(a->bytes, "--bytes") / spec.elementSize();
-    AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), a->channels, {}, protocol};
+    AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), checkChannels("--channels", a->channels), {}, protocol};
     std::optional<Topology> topo;
     if (!a->topology.empty()) topo = loadTopology(a->topology);
     if (topo) params.rankHost = rankHosts(*topo, a->ranks);

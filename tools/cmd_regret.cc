@@ -1,5 +1,6 @@
 // `collbench regret`: flags, the table and the file. The held-out grid and each point's oracle are the regret library
 // (include/collbench/regret.h): chosen / best measured time on sizes and rank counts that are not table points.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -55,17 +56,17 @@ RegretRequest requestFrom(const RegretArgs& a) {
   r.table = std::move(*found.table);
   if (!a.ranks.empty()) r.ranks = parseIntList("-g/--ranks", a.ranks, 1);
   if (!a.minBytes.empty() || !a.maxBytes.empty() || a.factor != 0) {
-    PerfConfig pc;
-    pc.minBytes = parseBytes(a.minBytes.empty() ? "1K" : a.minBytes, "-b");
-    pc.maxBytes = parseBytes(a.maxBytes.empty() ? a.minBytes.empty() ? "1K" : a.minBytes : a.maxBytes, "-e");
-    pc.stepFactor = a.factor > 1 ? a.factor : 2;
-    r.sizes = sizeSequence(pc);
+    // -f alone keeps -b and -e at 1 KiB; -b alone is one size; no -f steps by 2.
+    r.sizes = factorSizes(
+        parseBytes(a.minBytes.empty() ? "1K" : a.minBytes, "-b/--minbytes"),
+        parseBytes(a.maxBytes.empty() ? a.minBytes.empty() ? "1K" : a.minBytes : a.maxBytes, "-e/--maxbytes"),
+        a.factor == 0 ? 2 : a.factor);
   }
   // The oracle's configuration space: every algorithm at every (chunk, channels) it reads, as `tune` sweeps them,
   // plus whatever configuration the selector picks.
   r.chunks = parseBytesList("--chunks", a.chunks);
-  r.channels = parseIntList("--channels", a.channels, 1);
-  r.measure = MeasureOptions{a.iters, a.warmup, a.repeats, kDefaultTimeoutSeconds};
+  r.channels = parseChannelList("--channels", a.channels);
+  r.measure = measureOptions(a.iters, a.warmup, a.repeats, kDefaultTimeoutSeconds);
   return r;
 }
 
@@ -139,6 +140,13 @@ void addRegretCommand(CLI::App& app, int& exitCode) {
     if (!a->shard.empty()) {
       control.shard = parseShard(a->shard);
       a->json = shardPath(a->json, control.shard);
+    }
+    // 0 turns a bound off; a bound must otherwise be a finite ratio (regret is >= 1).
+    for (const auto& [flag, bound] :
+         {std::pair{"--max-worst", a->maxWorst}, std::pair{"--max-geomean", a->maxGeomean}}) {
+      if (!(bound >= 0) || !std::isfinite(bound)) {
+        throw Error(Errc::InvalidArgument, fmt::format("{} must be 0 (off) or a finite ratio, got {}", flag, bound));
+      }
     }
     control.jobs = resolveJobs(jobs->count() > 0 ? std::optional<int>(a->jobs) : std::nullopt, a->backend);
     checkOutputFile(a->json, a->force, kOutputFlag);

@@ -110,7 +110,7 @@ void addSimCommand(CLI::App& app, int& exitCode) {
     spec.count = fileSize ? file->schedule.spec.count : countForBytes(spec.kind, n, bytes, spec.dtype);
     AlgoParams params;
     params.chunkBytes = parseBytes(a->chunk, "--chunk-bytes");
-    params.channels = a->channels;
+    params.channels = checkChannels("--channels", a->channels);
     params.rankHost = rankHosts(simulator.topology(), n);
     params.protocol = protocol;
     checkSpec(spec, params);

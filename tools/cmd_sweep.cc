@@ -2,6 +2,8 @@
 // override sets x rank counts x sizes x algorithms. A table on stdout, optionally CSV and JSON files.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
 
@@ -39,12 +41,15 @@ std::vector<std::size_t> sizesFrom(const std::vector<std::string>& list, const s
   const std::size_t lo = parseBytes(minB, "-b/--minbytes"), hi = parseBytes(maxB, "-e/--maxbytes");
   if (lo > hi)
     throw Error(Errc::InvalidArgument, fmt::format("-b/--minbytes {} is larger than -e/--maxbytes {}", lo, hi));
-  if (!(factor > 1)) throw Error(Errc::InvalidArgument, fmt::format("-f/--stepfactor must be > 1, got {}", factor));
+  if (!(factor > 1) || !std::isfinite(factor)) {
+    throw Error(Errc::InvalidArgument, fmt::format("-f/--stepfactor must be a finite number > 1, got {}", factor));
+  }
+  checkFactorGrows(lo, hi, factor);
   for (std::size_t s = lo; s <= hi;) {
     out.push_back(s);
-    const auto next = static_cast<std::size_t>(static_cast<double>(s) * factor);
-    if (next <= s) break;
-    s = next;
+    const double grown = static_cast<double>(s) * factor;
+    if (!(grown < static_cast<double>(hi) + 1) || static_cast<std::size_t>(grown) <= s) break;
+    s = static_cast<std::size_t>(grown);
   }
   return out;
 }
@@ -110,9 +115,7 @@ void addSweepCommand(CLI::App& app, int& exitCode) {
       a->json = shardPath(a->json, control.shard);
     }
     control.jobs = resolveJobs(jobs->count() > 0 ? std::optional<int>(a->jobs) : std::nullopt, "sim");
-    if (!a->csv.empty() && a->csv == a->json) {
-      throw Error(Errc::InvalidArgument, fmt::format("--csv and --json name the same file '{}'", a->csv));
-    }
+    checkDistinctOutputs({{"--csv", a->csv}, {"--json", a->json}});
     checkOutputFile(a->csv, a->force, "--csv");
     checkOutputFile(a->json, a->force, "--json");
     sim::SweepRequest q;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -323,19 +324,10 @@ TuneRequest requestFrom(const TuneArgs& a) {
   r.dtype = parseDType(a.dtype);
   r.collectives.clear();
   for (const std::string& c : splitList(a.collectives)) r.collectives.push_back(parseCollective(c));
-  PerfConfig pc;
-  pc.minBytes = parseBytes(a.minBytes, "-b/--minbytes");
-  pc.maxBytes = parseBytes(a.maxBytes, "-e/--maxbytes");
-  if (!(a.factor > 1)) throw Error(Errc::InvalidArgument, fmt::format("-f/--stepfactor must be > 1, got {}", a.factor));
-  if (pc.minBytes > pc.maxBytes || pc.minBytes == 0) {
-    throw Error(Errc::InvalidArgument,
-                fmt::format("sizes must satisfy 0 < -b ({}) <= -e ({})", pc.minBytes, pc.maxBytes));
-  }
+  r.sizes = factorSizes(parseBytes(a.minBytes, "-b/--minbytes"), parseBytes(a.maxBytes, "-e/--maxbytes"), a.factor);
   if (a.passes < 1) throw Error(Errc::InvalidArgument, fmt::format("--passes must be >= 1, got {}", a.passes));
-  pc.stepFactor = a.factor;
-  r.sizes = sizeSequence(pc);
   r.chunks = parseBytesList("--chunks", a.chunks);
-  r.channels = parseIntList("--channels", a.channels, 1);
+  r.channels = parseChannelList("--channels", a.channels);
   if (!a.ranks.empty()) r.ranks = parseIntList("-g/--ranks", a.ranks, 1);
   if (!a.algos.empty()) r.algorithms = splitList(a.algos);
   if (oneRankPerProcess(a.backend)) {
@@ -349,7 +341,11 @@ TuneRequest requestFrom(const TuneArgs& a) {
     }
     r.localRank = std::stoi(r.world.at("rank"));
   }
-  r.measure = MeasureOptions{a.iters, a.warmup, a.repeats, a.timeoutSeconds};
+  r.measure = measureOptions(a.iters, a.warmup, a.repeats, a.timeoutSeconds);
+  // 0 measures every configuration; a bound below 1 would skip the best one too.
+  if (!(a.prune == 0 || a.prune >= 1) || !std::isfinite(a.prune)) {
+    throw Error(Errc::InvalidArgument, fmt::format("--prune must be 0 (off) or a finite ratio >= 1, got {}", a.prune));
+  }
   r.prune = a.prune;
   r.commandLine = commandLine();
   r.host = hostName();
@@ -444,6 +440,7 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
       a->output = shardPath(a->output, control.shard);
     }
     control.jobs = resolveJobs(jobs->count() > 0 ? std::optional<int>(a->jobs) : std::nullopt, a->backend);
+    checkDistinctOutputs({{"-o/--output", a->output}, {"--export-file", a->exportFile}});
     checkOutputFile(a->output, a->force, "-o/--output");
     checkOutputFile(a->exportFile, a->force, "--export-file");
     TuningTable table;
@@ -451,7 +448,7 @@ void addTuneCommand(CLI::App& app, int& exitCode) {
       table = loadTuningTable(a->from);
     } else {
       Tuner tuner(requestFrom(*a));
-      const std::vector<int> ncclChannels = parseIntList("--nccl-channels", a->ncclChannels, 1);
+      const std::vector<int> ncclChannels = parseChannelList("--nccl-channels", a->ncclChannels);
       const auto start = std::chrono::steady_clock::now();
       table.provenance = tuner.provenance();
       if (!control.shard.whole()) table.provenance.shard = control.shard.toString();

@@ -152,12 +152,51 @@ std::vector<std::size_t> sizeSequence(const PerfConfig& c) {
   std::vector<std::size_t> sizes;
   for (std::size_t s = c.minBytes; s <= c.maxBytes;) {
     sizes.push_back(s);
-    const std::size_t next =
-        c.stepFactor > 1 ? static_cast<std::size_t>(static_cast<double>(s) * c.stepFactor) : s + c.stepBytes;
-    if (next <= s) break;  // a 0-byte start with a factor, or overflow
-    s = next;
+    if (c.stepFactor > 1) {
+      const double grown = static_cast<double>(s) * c.stepFactor;
+      if (!(grown < static_cast<double>(c.maxBytes) + 1) || static_cast<std::size_t>(grown) <= s) break;
+      s = static_cast<std::size_t>(grown);
+    } else {
+      if (c.stepBytes == 0 || c.stepBytes > c.maxBytes - s) break;
+      s += c.stepBytes;
+    }
   }
   return sizes;
+}
+
+void checkFactorGrows(std::size_t minBytes, std::size_t maxBytes, double factor) {
+  if (factor > 1 && minBytes < maxBytes && static_cast<double>(minBytes) * factor < static_cast<double>(minBytes) + 1) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("-f/--stepfactor {} does not grow -b/--minbytes {} (it rounds back to {} B); use a larger "
+                            "factor or -b",
+                            factor, minBytes, minBytes));
+  }
+}
+
+std::vector<std::size_t> factorSizes(std::size_t minBytes, std::size_t maxBytes, double factor) {
+  if (minBytes == 0 || minBytes > maxBytes) {
+    throw Error(Errc::InvalidArgument, fmt::format("sizes must satisfy 0 < -b ({}) <= -e ({})", minBytes, maxBytes));
+  }
+  if (!(factor > 1) || !std::isfinite(factor)) {
+    throw Error(Errc::InvalidArgument, fmt::format("-f/--stepfactor must be a finite number > 1, got {}", factor));
+  }
+  checkFactorGrows(minBytes, maxBytes, factor);
+  PerfConfig c;
+  c.minBytes = minBytes;
+  c.maxBytes = maxBytes;
+  c.stepFactor = factor;
+  return sizeSequence(c);
+}
+
+MeasureOptions measureOptions(int iters, int warmup, int repeats, double timeoutSeconds) {
+  if (iters < 1) throw Error(Errc::InvalidArgument, fmt::format("-n/--iters must be at least 1, got {}", iters));
+  if (warmup < 0) throw Error(Errc::InvalidArgument, fmt::format("-w/--warmup_iters must be >= 0, got {}", warmup));
+  if (repeats < 1) throw Error(Errc::InvalidArgument, fmt::format("--repeats must be at least 1, got {}", repeats));
+  if (!(timeoutSeconds > 0) || !std::isfinite(timeoutSeconds)) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("-T/--timeout must be a finite number of seconds > 0, got {}", timeoutSeconds));
+  }
+  return MeasureOptions{iters, warmup, repeats, timeoutSeconds};
 }
 
 void writePerfJson(const PerfConfig& c, PerfRun r) {
@@ -369,8 +408,20 @@ int runPerf(const PerfConfig& c, std::FILE* out) {
     specs.push_back(CollectiveSpec{c.collective, n, countForBytes(c.collective, n, bytes, dtype), dtype, op, c.root});
   }
   // Admission: the buffers this process would hold at the largest size, before any backend starts.
+  if (!specs.empty()) checkSpec(specs.back(), AlgoParams{c.chunkBytes, c.channels, {}});
   if (!specs.empty() && backendCapabilities(world.backend).movesData) {
-    admitBuffers(specs.back(), world.localRank, fmt::format("-e/--maxbytes {}", formatBytes(c.maxBytes)));
+    // A schedule file's scratch (in chunks: of the largest size's chunks) is held as well.
+    double scratch = 0;
+    if (c.scheduleFile) {
+      const ScheduleFile& f = *c.scheduleFile;
+      const double unit =
+          f.chunks == 0 ? 1 : static_cast<double>(specs.back().inputBytes()) / static_cast<double>(f.chunks);
+      for (std::size_t r = 0; r < f.schedule.ranks.size(); ++r) {
+        if (world.localRank < 0 || static_cast<int>(r) == world.localRank)
+          scratch += static_cast<double>(f.schedule.ranks[r].scratchBytes) * unit;
+      }
+    }
+    admitBuffers(specs.back(), world.localRank, fmt::format("-e/--maxbytes {}", formatBytes(c.maxBytes)), scratch);
   }
   // --algo auto: the selector, with the table of --tuning, COLLBENCH_TUNING_FILE or the topology's shipped one.
   const FoundTuningTable found =

@@ -10,6 +10,7 @@
 #include "collbench/backend.h"
 #include "collbench/records.h"
 #include "collbench/schedule_file.h"
+#include "collbench/tuning.h"
 
 namespace collbench::cli {
 
@@ -49,6 +50,15 @@ struct PerfConfig {
 
 /// Sizes as nccl-tests walks them: multiply by stepFactor when > 1, else add stepBytes.
 std::vector<std::size_t> sizeSequence(const PerfConfig& c);
+/// Error{InvalidArgument} "-f/--stepfactor <f> does not grow -b/--minbytes <lo> ..." when a factor above 1 leaves
+/// the first of sizes -b .. -e where it is (8 x 1.1 rounds back to 8): the sweep would stop at its first size.
+void checkFactorGrows(std::size_t minBytes, std::size_t maxBytes, double factor);
+/// tune's and regret's sizes: -b (`minBytes`) up to -e (`maxBytes`) by -f (`factor`); Error{InvalidArgument} naming the
+/// flag unless 0 < -b <= -e and -f is a finite number above 1.
+std::vector<std::size_t> factorSizes(std::size_t minBytes, std::size_t maxBytes, double factor);
+/// tune's and regret's measurement flags: -n/--iters and --repeats at least 1, -w/--warmup_iters at least 0,
+/// -T/--timeout a finite number of seconds above 0; Error{InvalidArgument} naming the flag otherwise.
+MeasureOptions measureOptions(int iters, int warmup, int repeats, double timeoutSeconds);
 
 /// Runs the sweep, prints the table to `out`; returns the process exit code (1 if any #wrong > 0). Everything a user
 /// can get wrong (flags, -J path, an algorithm the backend cannot run, the world of a process backend) throws

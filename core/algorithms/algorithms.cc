@@ -110,8 +110,15 @@ void checkSpec(const CollectiveSpec& spec, const AlgoParams& params) {
     throw Error(Errc::InvalidArgument,
                 fmt::format("root {} is not a rank of {} (valid: 0..{})", spec.root, spec.nranks, spec.nranks - 1));
   }
-  if (params.channels < 1) {
-    throw Error(Errc::InvalidArgument, fmt::format("channels must be at least 1, got {}", params.channels));
+  const std::size_t bytes = spec.count * spec.elementSize();
+  if (params.chunkBytes > 0 && bytes / std::max(params.chunkBytes, spec.elementSize()) > kMaxPipelineChunks) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("chunks of {} B cut the call's {} B into more than {} pipeline chunks; use larger chunks",
+                            params.chunkBytes, bytes, kMaxPipelineChunks));
+  }
+  if (params.channels < 1 || params.channels > kMaxChannels) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("channels must be 1..{} (NCCL's MAXCHANNELS), got {}", kMaxChannels, params.channels));
   }
 }
 

@@ -41,6 +41,25 @@ void checkOutputFile(const std::string& path, bool force, std::string_view flag)
   }
 }
 
+void checkDistinctOutputs(const std::vector<std::pair<std::string_view, std::string>>& outputs) {
+  namespace fs = std::filesystem;
+  const auto resolved = [](const std::string& path) {
+    std::error_code ec;
+    const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+    return ec ? fs::path(path).lexically_normal() : p;
+  };
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      const auto& [flagA, a] = outputs[i];
+      const auto& [flagB, b] = outputs[j];
+      if (!a.empty() && !b.empty() && resolved(a) == resolved(b)) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("{} and {} name the same file '{}'", flagA, flagB, printable(b)));
+      }
+    }
+  }
+}
+
 void writeTextFile(const std::string& path, const std::string& text, std::string_view flag) {
   std::ofstream f(path);
   const bool endsLine = !text.empty() && text.back() == '\n';

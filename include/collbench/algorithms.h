@@ -13,13 +13,20 @@ namespace collbench {
 struct AlgoParams {
   /// Pipelining granularity; 0 = the algorithm's default (see kDefaultTreeChunkBytes and friends).
   std::size_t chunkBytes = 0;
-  /// Independent parallel lanes (NCCL channels); the data is split evenly across them.
+  /// Independent parallel lanes (NCCL channels); the data is split evenly across them. At most kMaxChannels.
   int channels = 1;
   /// Host (node) of each rank, for hierarchical algorithms; filled from the topology's "host" fields.
   std::vector<int> rankHost;
   /// Wire protocol of the schedule (Schedule::protocol, timing only); nullopt: the backend's default.
   std::optional<Protocol> protocol = std::nullopt;
 };
+
+/// The most channels a schedule has: NCCL's MAXCHANNELS (src/include/device.h, 64), the most NCCL builds.
+inline constexpr int kMaxChannels = 64;
+
+/// The most pipeline chunks a call is cut into (its bytes / chunk_bytes): 16 Mi. The simulator steps a ring's rounds
+/// one by one (2 M rounds of 8 ranks in about a second); a schedule holds every chunk's ops.
+inline constexpr std::size_t kMaxPipelineChunks = std::size_t{1} << 24;
 
 /// Broadcast/reduce chains and trees pipeline in chunks of this size unless told otherwise. 512 KiB: NCCL's
 /// default chunk for the Simple protocol is of this order (NCCL_BUFFSIZE 4 MiB / 8 steps).

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace collbench {
@@ -31,6 +32,9 @@ namespace collbench {
 /// Commands call it before any work, so a mistyped path costs no run. It creates nothing (the processes of a process
 /// backend may all check the same path). No-op for "".
 void checkOutputFile(const std::string& path, bool force, std::string_view flag);
+/// One command's output files, as (flag, path) pairs ("" paths skipped): Error{InvalidArgument} "<flag> and <flag>
+/// name the same file '<path>'" when two of them resolve to one file (one would overwrite the other).
+void checkDistinctOutputs(const std::vector<std::pair<std::string_view, std::string>>& outputs);
 /// Writes `text` to `path`, ending it with a newline if it lacks one; Error{InvalidArgument} "cannot write <flag>
 /// '<path>'" on failure.
 void writeTextFile(const std::string& path, const std::string& text, std::string_view flag);

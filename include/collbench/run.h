@@ -100,13 +100,15 @@ std::string describedConfiguration(const Choice& choice);
 
 /// Admission, before anything is allocated or started: throws Error{InvalidArgument} naming `request` (the flag and
 /// value that asked for it), what the call needs and the limit, when the buffers this process would hold for `spec`
-/// (every rank's, or only `localRank`'s) do not fit in the memory available now.
-void admitBuffers(const CollectiveSpec& spec, int localRank, std::string_view request);
+/// (every rank's, or only `localRank`'s), with `scratchBytes` of the ranks' scratch (a schedule file's), do not fit in
+/// the memory available now.
+void admitBuffers(const CollectiveSpec& spec, int localRank, std::string_view request, double scratchBytes = 0);
 /// Bytes of memory available to this process now (MemAvailable).
 double availableMemoryBytes();
 /// Peak memory of a built schedule per transfer (its ops, their dependencies and the validator's state), measured
-/// with `collbench plan`: ring on 2048 ranks, 8.4 M transfers, 3.15 GB; tree on 1024 ranks, 2.1 M transfers, 0.81 GB.
-inline constexpr double kScheduleBytesPerTransfer = 400;
+/// with `collbench plan`: ring on 2048 ranks, 8.4 M transfers, 3.15 GB; tree on 1024 ranks, 2.1 M transfers, 0.81 GB;
+/// direct on 1000 ranks, 2.0 M transfers, 1.06 GB (the most per transfer).
+inline constexpr double kScheduleBytesPerTransfer = 530;
 /// Admission of a schedule before it is built: throws Error{InvalidArgument} naming the call, its transfers
 /// (estimateTransfers), the memory they need at `bytesPerTransfer` and the memory available, when they do not fit.
 /// `hint` ends the line (what to do instead).

@@ -65,6 +65,56 @@ TEST(CliLists, TuneRejectsABadChannelListInOneLine) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+TEST(CliLists, SweepsRefuseWhatTheyCannotRunBeforeStarting) {
+  // Each of these once crashed, ran away or was quietly replaced: now one line naming the flag, exit 2, no output.
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path();
+  const std::string out = (tmp / "collbench_cli_common_refused.json").string();
+  const std::string same = (tmp / "collbench_cli_common_same.conf").string();
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"plan --channels 1000000000 --algo ring",
+            "--channels: 1000000000 channels: at most 64 (NCCL's MAXCHANNELS)"},
+           {"sim --channels 65 --algo ring --bytes 8", "--channels: 65 channels: at most 64"},
+           {"perf --backend sim --channels 65 -b 8 -e 8", "--channels: 65 channels: at most 64"},
+           {"tune -g 2 -b 8 -e 8 --channels 1,128 -o " + out, "--channels: 128 channels: at most 64"},
+           {"tune -g 2 -b 8 -e 8 --nccl-channels 99 -o " + out, "--nccl-channels: 99 channels: at most 64"},
+           {"sim --algo ring --chunk-bytes 1 --bytes 1T",
+            "chunks of 1 B cut the call's 1099511627776 B into more than 16777216 pipeline chunks"},
+           {"perf --backend sim --algo ring --chunk-bytes 1 -b 1G -e 1G",
+            "chunks of 1 B cut the call's 1073741824 B into more than 16777216 pipeline chunks"},
+           {"perf -f inf -b 8 -e 8", "-f/--stepfactor must be at least 1 (1 = off: sizes step by -i), got inf"},
+           {"sweep -b 8 -e 64 -f inf", "-f/--stepfactor must be a finite number > 1, got inf"},
+           {"sweep -b 8 -e 64 -f 1.1", "-f/--stepfactor 1.1 does not grow -b/--minbytes 8 (it rounds back to 8 B)"},
+           {"perf -b 8 -e 64 -f 1.1", "-f/--stepfactor 1.1 does not grow -b/--minbytes 8 (it rounds back to 8 B)"},
+           {"tune -g 2 -b 8 -e 8 -f inf -o " + out, "-f/--stepfactor must be a finite number > 1, got inf"},
+           {"tune -g 2 -b 8 -e 8 --backend host -T -5 -o " + out,
+            "-T/--timeout must be a finite number of seconds > 0, got -5"},
+           {"tune -g 2 -b 8 -e 8 -n -1 -o " + out, "-n/--iters must be at least 1, got -1"},
+           {"tune -g 2 -b 8 -e 8 -w -1 -o " + out, "-w/--warmup_iters must be >= 0, got -1"},
+           {"tune -g 2 -b 8 -e 8 --repeats 0 -o " + out, "--repeats must be at least 1, got 0"},
+           {"tune -g 2 -b 8 -e 8 --prune nan -o " + out, "--prune must be 0 (off) or a finite ratio >= 1, got nan"},
+           {"tune --backend sim --topology dgx-h100-8x1 -g 8 -b 8 -e 8 -o " + same + " --export nccl-tuner " + same,
+            "-o/--output and --export-file name the same file"},
+           {"regret --topology dgx-h100-8x1 -g 3 -b 8 -e 4 -f 2", "sizes must satisfy 0 < -b (8) <= -e (4)"},
+           {"regret --topology dgx-h100-8x1 -g 3 -f nan", "-f/--stepfactor must be a finite number > 1, got nan"},
+           {"regret --topology dgx-h100-8x1 --max-worst -1", "--max-worst must be 0 (off) or a finite ratio, got -1"},
+           {"regret --topology dgx-h100-8x1 --max-geomean nan",
+            "--max-geomean must be 0 (off) or a finite ratio, got nan"},
+       }) {
+    std::filesystem::remove(out);
+    std::filesystem::remove(same);
+    const testing::CliResult r = testing::runCli(c.args);
+    EXPECT_EQ(r.exitCode, 2) << c.args << ": " << r.err;
+    EXPECT_EQ(testing::countLines(r.err), 1) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << c.args;
+    EXPECT_FALSE(std::filesystem::exists(out)) << c.args;
+    EXPECT_FALSE(std::filesystem::exists(same)) << c.args;
+  }
+}
+
 /// An environment with only `vars` set.
 strategy::EnvLookup envOf(std::map<std::string, std::string> vars) {
   return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
