@@ -6,7 +6,9 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 #include "collbench/error.h"
 #include "dataset_node.h"
@@ -345,27 +347,38 @@ Dataset Dataset::fromFiles(std::vector<std::string> files, FileReader reader, El
   return Dataset(std::move(n));
 }
 
+void forEachTextRow(const std::string& path,
+                    const std::function<void(std::size_t line, const std::vector<double>& values)>& row) {
+  // An ifstream opens a directory and then reads nothing: say what it is rather than report an empty file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(fmt::format("file '{}' is a directory", path));
+  std::ifstream in(path);
+  if (!in) fail(fmt::format("cannot open file '{}'", path));
+  std::string line;
+  std::vector<double> values;
+  for (std::size_t lineNo = 1; std::getline(in, line); ++lineNo) {
+    std::replace(line.begin(), line.end(), ',', ' ');
+    std::replace(line.begin(), line.end(), '\t', ' ');
+    const std::size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos || line[first] == '#') continue;
+    values.clear();
+    std::size_t pos = first;
+    while (pos < line.size()) {
+      const std::size_t end = std::min(line.find(' ', pos), line.size());
+      values.push_back(parseNumber(line.substr(pos, end - pos), path, lineNo));
+      pos = line.find_first_not_of(' ', end);
+      if (pos == std::string::npos) break;
+    }
+    row(lineNo, values);
+  }
+}
+
 Dataset Dataset::fromTextFiles(std::vector<std::string> files, DType dtype) {
   FileReader reader = [dtype](const std::string& path) {
-    std::ifstream in(path);
-    if (!in) fail(fmt::format("cannot open file '{}'", path));
     std::vector<Element> out;
-    std::string line;
-    for (std::size_t lineNo = 1; std::getline(in, line); ++lineNo) {
-      std::replace(line.begin(), line.end(), ',', ' ');
-      std::replace(line.begin(), line.end(), '\t', ' ');
-      const std::size_t first = line.find_first_not_of(' ');
-      if (first == std::string::npos || line[first] == '#') continue;
-      std::vector<double> values;
-      std::size_t pos = first;
-      while (pos < line.size()) {
-        const std::size_t end = std::min(line.find(' ', pos), line.size());
-        values.push_back(parseNumber(line.substr(pos, end - pos), path, lineNo));
-        pos = line.find_first_not_of(' ', end);
-        if (pos == std::string::npos) break;
-      }
+    forEachTextRow(path, [&](std::size_t, const std::vector<double>& values) {
       out.push_back({Tensor::fromDoubles(dtype, values, Shape{static_cast<std::int64_t>(values.size())})});
-    }
+    });
     return out;
   };
   return fromFiles(std::move(files), std::move(reader), ElementSpec{{dtype, Shape{kUnknownDim}}});

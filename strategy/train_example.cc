@@ -109,6 +109,42 @@ void TrainConfig::validate() const {
   }
 }
 
+void checkDataFiles(const TrainConfig& config) {
+  const std::int64_t width = config.features + 1;
+  for (const std::string& path : config.dataFiles) {
+    std::size_t rows = 0;
+    forEachTextRow(path, [&](std::size_t line, const std::vector<double>& values) {
+      ++rows;
+      if (static_cast<std::int64_t>(values.size()) != width) {
+        throw Error(Errc::InvalidArgument,
+                    fmt::format("file '{}' line {}: {} number{}, but {} features and a label need {}", path, line,
+                                values.size(), values.size() == 1 ? "" : "s", config.features, width));
+      }
+      const double label = values.back();
+      if (!(label >= 0 && label < static_cast<double>(config.classes)) || label != std::floor(label)) {
+        throw Error(Errc::InvalidArgument, fmt::format("file '{}' line {}: label {} is not a class in 0..{}", path,
+                                                       line, label, config.classes - 1));
+      }
+    });
+    if (rows == 0) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("file '{}' holds no examples (only blank lines and '#' comments)", path));
+    }
+  }
+}
+
+TrainMemory trainMemory(const TrainConfig& config, int replicas) {
+  constexpr double kFloatBytes = 4;
+  const auto f = static_cast<double>(config.features), c = static_cast<double>(config.classes),
+             h = static_cast<double>(config.hidden);
+  const double parameters = h > 0 ? f * h + h + h * c + c : f * c + c;
+  TrainMemory m;
+  if (config.dataFiles.empty()) m.data = kTrainDataCopies * kFloatBytes * static_cast<double>(config.examples) * f;
+  m.model = kTrainModelCopies * kFloatBytes * replicas * parameters;
+  m.activations = kTrainActivationCopies * kFloatBytes * static_cast<double>(config.globalBatch) * (f + h + c);
+  return m;
+}
+
 SyntheticData makeSyntheticData(const TrainConfig& config) {
   config.validate();
   SyntheticData d;

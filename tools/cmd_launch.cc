@@ -15,19 +15,23 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "cli_common.h"
@@ -48,6 +52,12 @@ constexpr double kDefaultGraceSeconds = 3.0;
 constexpr auto kDrainAfterExit = std::chrono::milliseconds(500);
 constexpr int kPollMs = 100;
 constexpr std::size_t kTokenBytes = 16;
+
+/// Descriptors the launcher holds besides its children's pipes: stdin, stdout, stderr, the signal pipe, and a few
+/// for getaddrinfo, /dev/urandom and what the caller left open.
+constexpr long kReservedFds = 16;
+/// Linux's default net.ipv4.ip_local_port_range (ip-sysctl.rst), where /proc does not say: the ports bind(:0) picks.
+constexpr long kDefaultLocalPorts = 60999 - 32768 + 1;
 
 int gSignalPipe[2] = {-1, -1};
 
@@ -83,7 +93,7 @@ struct PortHold {
   int port = 0;
 };
 
-PortHold holdFreePort(const std::string& host) {
+PortHold holdFreePort(const std::string& host, int rank) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -92,9 +102,13 @@ PortHold holdFreePort(const std::string& host) {
     throw Error(Errc::InvalidArgument, fmt::format("--hosts: cannot resolve '{}'", host));
   }
   PortHold h;
+  int lastErrno = 0;
   for (addrinfo* ai = res; ai && h.fd < 0; ai = ai->ai_next) {
     const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      lastErrno = errno;
+      continue;
+    }
     if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
@@ -103,10 +117,16 @@ PortHold holdFreePort(const std::string& host) {
                                               : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
       h.fd = fd;
     } else {
+      lastErrno = errno;
       ::close(fd);
     }
   }
   ::freeaddrinfo(res);
+  // Out of descriptors or ports (other programs took them after admitProcesses counted): the count, not the host.
+  if (h.fd < 0 && (lastErrno == EMFILE || lastErrno == ENFILE || lastErrno == EADDRINUSE)) {
+    throw Error(Errc::InvalidArgument, fmt::format("-n/--nprocs: cannot take a port on '{}' for rank {}: {}", host,
+                                                   rank, errnoText(lastErrno)));
+  }
   if (h.fd < 0) {
     throw Error(Errc::Unsupported,
                 fmt::format("--hosts: '{}' is not an address of this machine; collbench launch starts local processes "
@@ -114,6 +134,46 @@ PortHold holdFreePort(const std::string& host) {
                             host));
   }
   return h;
+}
+
+/// The ports bind(host:0) can pick from (net.ipv4.ip_local_port_range), and that range as text.
+std::pair<long, std::string> localPorts() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  long lo = 0, hi = 0;
+  if (in >> lo >> hi && hi >= lo) return {hi - lo + 1, fmt::format("{}-{}", lo, hi)};
+  return {kDefaultLocalPorts, "32768-60999"};
+}
+
+/// Refuses more processes than this machine lets one launcher start, before any port is taken or process started:
+/// each holds a port of its host until the children start, and two pipes of the launcher's open files until it ends.
+void admitProcesses(int nprocs, std::size_t hosts) {
+  long most = std::numeric_limits<long>::max();
+  std::string why;
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    const long byFiles = std::max(0L, (static_cast<long>(files.rlim_cur) - kReservedFds) / 2);
+    if (byFiles < most) {
+      most = byFiles;
+      why = fmt::format("it keeps 2 pipes open per process and may open {} files: ulimit -n", files.rlim_cur);
+    }
+  }
+  const auto [ports, range] = localPorts();
+  if (const long byPorts = ports * static_cast<long>(hosts); byPorts < most) {
+    most = byPorts;
+    why = fmt::format("each takes a port of its host from net.ipv4.ip_local_port_range {}: {} per host, {} host{}",
+                      range, ports, hosts, hosts == 1 ? "" : "s");
+  }
+  rlimit procs{};
+  // RLIMIT_NPROC counts every process of the user and does not bind root.
+  if (::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &procs) == 0 && procs.rlim_cur != RLIM_INFINITY &&
+      static_cast<long>(procs.rlim_cur) < most) {
+    most = static_cast<long>(procs.rlim_cur);
+    why = fmt::format("this user may run {} processes: ulimit -u", procs.rlim_cur);
+  }
+  if (nprocs <= most) return;
+  throw Error(Errc::InvalidArgument,
+              fmt::format("-n/--nprocs {} is more than the {} processes collbench launch can start here ({})", nprocs,
+                          most, why));
 }
 
 std::string randomToken() {
@@ -181,6 +241,7 @@ int launch(const Args& a) {
   if (!(a.grace >= 0)) throw Error(Errc::InvalidArgument, fmt::format("--grace must be >= 0, got {}", a.grace));
   const std::vector<std::string> hosts = splitList(a.hosts);
   if (hosts.empty()) throw Error(Errc::InvalidArgument, "--hosts lists no host");
+  admitProcesses(a.nprocs, hosts.size());
 
   // Addresses: rank i on hosts[i % H], each on a port free right now (held until the children start, so that no
   // two ranks get the same one). Rank 0's serves the rendezvous store.
@@ -189,7 +250,7 @@ int launch(const Args& a) {
   std::vector<std::string>& addresses = cluster.jobs[std::string(strategy::ClusterSpec::kWorker)];
   for (int r = 0; r < a.nprocs; ++r) {
     const std::string& host = hosts[static_cast<std::size_t>(r) % hosts.size()];
-    holds.push_back(holdFreePort(host));
+    holds.push_back(holdFreePort(host, r));
     addresses.push_back(joinHostPort(host, holds.back().port));
   }
   const char* existingToken = std::getenv(host::kClusterTokenEnv);

@@ -17,8 +17,10 @@
 #include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/records.h"
+#include "collbench/run.h"
 #include "collbench/strategy/multi_worker_mirrored_strategy.h"
 #include "collbench/strategy/train_example.h"
+#include "collbench/units.h"
 #include "commands.h"
 #include "world_options.h"
 #ifdef COLLBENCH_HAVE_NCCL
@@ -33,6 +35,10 @@ using namespace collbench::strategy;
 
 /// Synthetic cluster addresses of threads-mode workers (never contacted: every worker is a thread group here).
 constexpr int kThreadsModeBasePort = 23456;
+/// The most replicas one process runs: each is a thread of this process every step (Strategy::runReplicas; -n 100000
+/// failed to start its threads with EAGAIN), and 4096 is the host backend's bound on ranks (kMaxThreadRanks in
+/// backend/host/threads_backend.cc). It also keeps threads mode's synthetic ports below 65536.
+constexpr std::int64_t kMaxReplicasPerProcess = 4096;
 
 struct TrainArgs {
   TrainConfig config;
@@ -127,6 +133,44 @@ void checkGpus(const TrainArgs& a, ExecutionMode mode) {
 #endif
 }
 
+/// "12 GiB"; sizes beyond size_t (a refused request can ask for more) in scientific notation.
+std::string bytesText(double bytes) {
+  return bytes >= 1.8e19 ? fmt::format("{:.3g} B", bytes) : formatBytes(static_cast<std::size_t>(bytes));
+}
+
+/// The replicas this process hosts (threads mode: every worker's), refused above kMaxReplicasPerProcess before any
+/// thread starts. Returns their number.
+std::int64_t admitReplicas(const TrainArgs& a, ExecutionMode mode) {
+  const std::int64_t local = a.gpus > 0 ? a.gpus : a.localReplicas.value_or(1);
+  const bool threads = mode == ExecutionMode::Threads;
+  const std::int64_t replicas = threads ? a.workers * local : local;
+  if (replicas <= kMaxReplicasPerProcess) return replicas;
+  const std::string localFlag =
+      a.gpus > 0 ? fmt::format("--gpus {}", a.gpus) : fmt::format("-n/--local-replicas {}", local);
+  const std::string request = !threads || a.workers == 1 ? localFlag
+                              : local == 1               ? fmt::format("--workers {}", a.workers)
+                                                         : fmt::format("--workers {} x {}", a.workers, localFlag);
+  throw Error(Errc::InvalidArgument,
+              fmt::format("{}: {} replicas in this process, more than the {} it runs (a thread each; the host "
+                          "backend's bound on ranks)",
+                          request, replicas, kMaxReplicasPerProcess));
+}
+
+/// Refuses a model and data larger than the memory available now (trainMemory's estimate), before allocating.
+void admitMemory(const TrainConfig& c, std::int64_t replicas) {
+  const TrainMemory need = trainMemory(c, static_cast<int>(replicas));
+  const double available = availableMemoryBytes();
+  if (need.total() <= available) return;
+  throw Error(
+      Errc::InvalidArgument,
+      fmt::format("--features {} --hidden {} --classes {}{} -b/--global-batch {} on {} replica{}: training "
+                  "needs about {} of memory ({} of examples, {} of weights and gradients, {} of "
+                  "activations), more than the {} available",
+                  c.features, c.hidden, c.classes, c.dataFiles.empty() ? fmt::format(" --examples {}", c.examples) : "",
+                  c.globalBatch, replicas, replicas == 1 ? "" : "s", bytesText(need.total()), bytesText(need.data),
+                  bytesText(need.model), bytesText(need.activations), bytesText(available)));
+}
+
 /// Simulated (or measured) seconds with enough digits for microsecond collectives: "0.000123 s".
 std::string formatSeconds(double seconds) { return fmt::format("{:.6g} s", seconds); }
 
@@ -152,6 +196,14 @@ void runTrain(const TrainArgs& a) {
   StrategyOptions opts;
   opts.mode = parseExecutionMode(a.mode);
   checkGpus(a, opts.mode);
+  // Requests larger than the machine, and bad data files, before any thread starts or anything is allocated.
+  const std::int64_t replicasHere = admitReplicas(a, opts.mode);
+  admitMemory(config, replicasHere);
+  try {
+    checkDataFiles(config);
+  } catch (const Error& e) {
+    throw Error(Errc::InvalidArgument, fmt::format("--data-files: {}", e.what()));
+  }
   opts.localReplicas = a.gpus > 0 ? a.gpus : a.localReplicas.value_or(1);
   opts.gpuReplicas = a.gpus > 0;
   opts.backend = a.backend;

@@ -3,10 +3,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli_common.h"
 #include "collbench/error.h"
 #include "collbench/records.h"
+#include "collbench/run.h"
 #include "collbench/units.h"
 #include "collbench/workload.h"
 #include "commands.h"
@@ -32,6 +35,15 @@ struct WorkloadArgs {
   std::string output;
   bool force = false;
 };
+
+/// Peak memory of `collbench workload` per event written: the trace, its JSON tree and its text (GNU time: llama-7b
+/// --bytes-per-pack 1K, 58200 events 0.19 GB, 582000 events 1.46 GB, about 2.5 KB an event; the file takes 387 B).
+constexpr double kBytesPerEvent = 2600;
+
+/// "12 GiB"; sizes beyond size_t (a refused request can ask for more) in scientific notation.
+std::string bytesText(double bytes) {
+  return bytes >= 1.8e19 ? fmt::format("{:.3g} B", bytes) : formatBytes(static_cast<std::size_t>(bytes));
+}
 
 /// TF's grouping (strategy::packValues: reversed list, a new pack once the current one exceeds bytes_per_pack).
 PackFunction packing(std::int64_t bytesPerPack, DType dtype) {
@@ -70,7 +82,21 @@ void run(const WorkloadArgs& a) {
   o.tool = std::string("collbench ") + COLLBENCH_VERSION;
   o.command = commandLine();
   checkOutputFile(a.output, a.force, "-o/--output");
-  const Trace t = workloadTrace(m, o, packing(o.bytesPerPack, o.dtype));
+  const PackFunction pack = packing(o.bytesPerPack, o.dtype);
+  // The trace holds a collective per pack and step: refuse one larger than the memory available before building it.
+  std::vector<std::size_t> bytes;
+  for (const ModelTensor* t : m.tensors()) bytes.push_back(t->elements() * dtypeSize(o.dtype));
+  const std::size_t packsPerStep = pack(bytes).size();
+  const double events = static_cast<double>(a.steps) * static_cast<double>(packsPerStep);
+  if (const double available = availableMemoryBytes(); events * kBytesPerEvent > available) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--steps {} x {} packs a step (--bytes-per-pack {}) = {:.0f} collectives: the trace "
+                            "needs about {} of memory, more than the {} available; record fewer steps or larger "
+                            "packs",
+                            a.steps, packsPerStep, printable(a.bytesPerPack), events,
+                            bytesText(events * kBytesPerEvent), bytesText(available)));
+  }
+  const Trace t = workloadTrace(m, o, pack);
   if (a.output.empty()) {
     std::fputs((toJson(t) + "\n").c_str(), stdout);
     return;

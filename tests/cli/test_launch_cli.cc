@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -148,6 +149,28 @@ TEST(LaunchCli, BadInvocationsAreRefused) {
   r = runCollbench({"launch", "-n", "1", "--", "/nonexistent/program"});
   EXPECT_EQ(r.exitCode, 127);
   EXPECT_TRUE(contains(r.err, "[rank 0] collbench launch: cannot run '/nonexistent/program'")) << r.err;
+}
+
+TEST(LaunchCli, MoreProcessesThanTheMachineGivesAreRefusedUpFront) {
+  // Refused in one line naming -n before any port is taken or process started (not after 8 s of binding ports,
+  // naming --hosts). No machine gives one launcher a million: ports alone stop at 64 K per host.
+  Launched r = runCollbench({"launch", "-n", "1000000", "--", "true"});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_EQ(testing::countLines(r.err), 1) << r.err;
+  EXPECT_TRUE(r.err.rfind("collbench: error: -n/--nprocs 1000000 is more than the ", 0) == 0) << r.err;
+  EXPECT_LT(r.seconds, 5) << r.err;
+  // The bound names its reason: with 100 open files the launcher has pipes for (100 - 16) / 2 = 42 processes.
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 100;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  r = runCollbench({"launch", "-n", "60", "--", "true"});
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_EQ(r.err,
+            "collbench: error: -n/--nprocs 60 is more than the 42 processes collbench launch can start here (it keeps "
+            "2 pipes open per process and may open 100 files: ulimit -n)\n");
 }
 
 #ifdef COLLBENCH_HAVE_GLOO

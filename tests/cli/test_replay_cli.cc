@@ -154,6 +154,25 @@ TEST(WorkloadCli, ParameterCountsAndTraceBytes) {
   }
 }
 
+TEST(WorkloadCli, TraceLargerThanMemoryIsRefusedUpFront) {
+  // 2e9 steps x 291 packs of LLaMA-7B's gradients at 2600 bytes an event: 1376 TiB, more than any machine. Refused
+  // in one line before the trace is built, and no file is written.
+  const auto path = temp("huge_workload.json");
+  std::filesystem::remove(path);
+  const CliResult r =
+      runCli(fmt::format("workload --model llama-7b --steps 2000000000 --bytes-per-pack 1K -o {}", path.string()));
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(testing::countLines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("collbench: error: --steps 2000000000 x 291 packs a step (--bytes-per-pack 1K) = "
+                        "582000000000 collectives: the trace needs about 1376.25 TiB of memory, more than the ",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_NE(r.err.find(" available; record fewer steps or larger packs\n"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 TEST(ReplayCli, HostRunsEveryKindAndGroupWithChecks) {
   const json trace = handTrace();
   const auto in = writeTemp("hand.json", trace), out = temp("hand_replay.json");

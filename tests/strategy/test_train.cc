@@ -482,13 +482,15 @@ TEST(TrainCli, DataFilesShardByFile) {
     ASSERT_GE(losses.size(), 2u) << r.out;
     EXPECT_LT(losses.back(), 0.9 * losses.front()) << r.out;
   }
-  // Rows of the wrong width are an input error naming the widths.
+  // Rows of the wrong width are an input error naming the file, the line and the widths, before any worker starts.
   { std::ofstream(files[0]) << "1,2,3\n4,5,6\n"; }
   const collbench::testing::CliResult bad = collbench::testing::runCli(
       fmt::format("train --workers 2 --steps 2 --global-batch 2 --shard-policy file --data-files{}", list));
   EXPECT_EQ(bad.exitCode, 2) << bad.err;
-  EXPECT_NE(bad.err.find("data file rows hold 3 numbers, but 16 features and a label need 17"), std::string::npos)
-      << bad.err;
+  EXPECT_EQ(bad.err, fmt::format("collbench: error: --data-files: file '{}' line 1: 3 numbers, but 16 features and a "
+                                 "label need 17\n",
+                                 files[0]));
+  EXPECT_EQ(bad.out, "");
   std::filesystem::remove_all(dir);
 }
 

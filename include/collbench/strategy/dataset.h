@@ -57,6 +57,14 @@ class DatasetIterator {
   virtual std::optional<Element> next() = 0;
 };
 
+/// Calls `row` with the line number (from 1) and the numbers of every example line of text file `path`, as
+/// Dataset::fromTextFiles reads it: numbers separated by commas, spaces or tabs; blank lines and '#' comments
+/// skipped. Nothing is kept, so a caller can check a large file before iterating it. Throws Error{InvalidArgument}
+/// "file '<path>' is a directory", "cannot open file '<path>'" or "file '<path>' line <n>: \"<token>\" is not a
+/// number".
+void forEachTextRow(const std::string& path,
+                    const std::function<void(std::size_t line, const std::vector<double>& values)>& row);
+
 /// Reads one file into elements (for Dataset::fromFiles). Throw Error{InvalidArgument} naming the file on errors.
 using FileReader = std::function<std::vector<Element>(const std::string& path)>;
 

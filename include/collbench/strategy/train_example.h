@@ -42,6 +42,28 @@ struct TrainConfig {
   void validate() const;
 };
 
+/// Checks TrainConfig::dataFiles before training starts (the workers read them lazily, each its own shard, so a bad
+/// file would otherwise stop them mid-run): every file is readable, holds at least one example, and every example
+/// line holds `features` numbers and then a label that is a class in 0..classes-1. Reads each file once and keeps
+/// nothing. Throws Error{InvalidArgument} naming the file, and the line for a bad example.
+void checkDataFiles(const TrainConfig& config);
+
+/// The memory trainExample needs in one process that hosts `replicas` replicas, in bytes (floats of 4 bytes):
+struct TrainMemory {
+  double data = 0;         ///< the synthetic examples (0 with dataFiles)
+  double model = 0;        ///< every hosted replica's weights and their gradients
+  double activations = 0;  ///< a step's inputs, hidden units and logits of the global batch
+  double total() const { return data + model + activations; }
+};
+/// Copies counted by trainMemory, from the peak RSS of `collbench train --steps 2` (GNU time; 40 MB at the
+/// defaults): the examples 3 times (--features 100000: 410 MB of examples, 1.24 GB peak), the weights 3 times a
+/// replica (the variable, its gradient and the all-reduced sum; --hidden 1000000, 84 MB of weights: 0.95 GB on 1
+/// replica, 1.66 GB on 4), the activations 3 times (--hidden 100000 -b 1024, 410 MB of hidden units: 1.26 GB).
+inline constexpr double kTrainDataCopies = 3;
+inline constexpr double kTrainModelCopies = 3;
+inline constexpr double kTrainActivationCopies = 3;
+TrainMemory trainMemory(const TrainConfig& config, int replicas);
+
 /// Deterministic synthetic data: features uniform in [-1, 1) (SplitMix64 from `seed`, so identical on every
 /// platform), labels the argmax of a fixed random linear teacher. features F32 [examples, features], labels I32
 /// [examples].
