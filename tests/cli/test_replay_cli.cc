@@ -422,6 +422,43 @@ TEST(ReplayCli, InputChecksExitTwoNamingTheProblem) {
   for (const auto& p : {good, emptyPath, noStepsPath, backwardsPath, stepBackPath, huge}) std::filesystem::remove(p);
 }
 
+// Worlds beyond the backend's bound, and traces too big for this machine at the world asked for, are refused before
+// any backend, schedule or buffer is made (an audit saw --world-size 100000 run for minutes).
+TEST(ReplayCli, HugeWorldsAreRefusedBeforeAnythingIsBuilt) {
+  const auto good = writeTemp("huge_good.json", handTrace());
+  const auto expectLine = [](const std::string& args, const std::string& prefix, const std::string& suffix) {
+    const CliResult r = runCli(args);
+    EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("collbench: error: " + prefix, 0), 0u) << args << "\n" << r.err;
+    EXPECT_TRUE(r.err.size() >= suffix.size() &&
+                r.err.compare(r.err.size() - suffix.size(), suffix.size(), suffix) == 0)
+        << args << "\n"
+        << r.err;
+    EXPECT_EQ(testing::countLines(r.err), 1) << args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  };
+  const std::string bound = "; use --backend sim for larger worlds\n";
+  expectLine(fmt::format("replay {} --backend host --world-size 100000", good.string()),
+             "--world-size 100000: backend 'host' runs at most 4096 ranks (", bound);
+  expectLine(fmt::format("replay {} --backend host --world-size 4097", good.string()),
+             "--world-size 4097: backend 'host' runs at most 4096 ranks (", bound);
+  json wide = stepsTrace(2, 0, 1024, 0.001);
+  wide["world_size"] = 5000;
+  wide["topology"]["local_replicas"] = 5000;
+  for (json& e : wide["events"]) e["nranks"] = 5000;
+  const auto widePath = writeTemp("huge_wide.json", wide);
+  expectLine(fmt::format("replay {} --backend host", widePath.string()),
+             fmt::format("{}: world_size 5000: backend 'host' runs at most 4096 ranks (", widePath.string()), bound);
+  // Within the bound, the buffers of the whole trace at that world are checked before the first is made.
+  const auto big = writeTemp("huge_big.json", stepsTrace(3, 1, std::size_t{1} << 30, 1.0));
+  expectLine(fmt::format("replay {} --backend host --world-size 4096", big.string()),
+             fmt::format("{}: events[1]: a 1 GiB all_reduce on 4096 ranks needs 8 TiB of host buffers (besides 512 "
+                         "MiB for earlier collectives), more than the ",
+                         big.string()),
+             " available here; replay it on --backend sim\n");
+  for (const auto& p : {good, widePath, big}) std::filesystem::remove(p);
+}
+
 // docs/trace.schema.json describes what the reader accepts: traces the tools write validate against it, and a
 // broken one does not. Uses Python's jsonschema where it is installed (Debian: python3-jsonschema).
 TEST(TraceSchema, ToolOutputValidates) {
