@@ -459,6 +459,44 @@ TEST(ReplayCli, HugeWorldsAreRefusedBeforeAnythingIsBuilt) {
   for (const auto& p : {good, widePath, big}) std::filesystem::remove(p);
 }
 
+/// Runs `args`, expecting exit 2 and exactly `message` as the one error line.
+void expectExactly(const std::string& args, const std::string& message) {
+  const CliResult r = runCli(args);
+  EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.out << r.err;
+  EXPECT_EQ(r.err, "collbench: error: " + message + "\n") << args;
+  EXPECT_EQ(r.out, "") << args;
+}
+
+// Times beyond any recording are refused by the trace reader naming the field and value (a compute gap of 1e300 s
+// slept for ever under --gaps wait), and so are rank counts beyond the records' bound.
+TEST(ReplayCli, TraceTimesAndRanksAreBounded) {
+  json gap = handTrace();
+  gap["events"][2]["compute_gap_s"] = 1e300;
+  const auto gapPath = writeTemp("huge_gap.json", gap);
+  expectExactly(fmt::format("replay {} --backend host", gapPath.string()),
+                fmt::format("{}: events[2].compute_gap_s: 1e+300 s is more than 604800 s (7 days), the most a trace "
+                            "may span",
+                            gapPath.string()));
+  json late = handTrace();
+  late["events"][15]["end_s"] = 1e7;
+  const auto latePath = writeTemp("huge_late.json", late);
+  expectExactly(fmt::format("replay {} --backend host", latePath.string()),
+                fmt::format("{}: events[15].end_s: 10000000.0 s is more than 604800 s (7 days), the most a trace may "
+                            "span",
+                            latePath.string()));
+  json many = handTrace();
+  many["world_size"] = 100000000000LL;
+  const auto manyPath = writeTemp("huge_many.json", many);
+  expectExactly(fmt::format("replay {} --backend host", manyPath.string()),
+                fmt::format("{}: world_size: must be in [1, 16777216], got 100000000000", manyPath.string()));
+  json root = handTrace();
+  root["events"][0]["root"] = 4294967297LL;  // 2^32 + 1: was read as int 1
+  const auto rootPath = writeTemp("huge_root.json", root);
+  expectExactly(fmt::format("replay {} --backend host", rootPath.string()),
+                fmt::format("{}: events[0].root: must be in [0, 16777216], got 4294967297", rootPath.string()));
+  for (const auto& p : {gapPath, latePath, manyPath, rootPath}) std::filesystem::remove(p);
+}
+
 // docs/trace.schema.json describes what the reader accepts: traces the tools write validate against it, and a
 // broken one does not. Uses Python's jsonschema where it is installed (Debian: python3-jsonschema).
 TEST(TraceSchema, ToolOutputValidates) {
