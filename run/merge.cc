@@ -15,6 +15,13 @@ namespace collbench {
 
 namespace {
 
+/// The most shards one merge joins: it names every shard's file on one command line, which Linux caps at 2 MiB of
+/// arguments (ARG_MAX), so no merge names more than 2^20 files (a one-byte name and its NUL each). A larger N in a
+/// shard field is a broken file, and checking it first keeps a merge from walking billions of shard numbers.
+constexpr int kMaxMergeShards = 1 << 20;
+/// Missing shards a message lists by number before it gives only their count (one short line for any N).
+constexpr std::size_t kMissingListed = 5;
+
 /// The shard of each part (parsed from its `shard` field), sorted by K; throws unless the parts are exactly 1..N of
 /// one N.
 template <class Doc, class ShardOf>
@@ -35,6 +42,12 @@ std::vector<ShardPart<Doc>> inShardOrder(std::vector<ShardPart<Doc>> parts, Shar
       throw Error(Errc::InvalidArgument,
                   fmt::format("merge: {}: shard '{}' is not K/N", printable(parts[i].source), printable(s)));
     }
+    if (k.count > kMaxMergeShards) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("merge: {}: shard '{}': N is more than {}, the most shard files one command line can "
+                              "name",
+                              printable(parts[i].source), printable(s), kMaxMergeShards));
+    }
     order.push_back({k, i});
   }
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first.index < b.first.index; });
@@ -53,16 +66,19 @@ std::vector<ShardPart<Doc>> inShardOrder(std::vector<ShardPart<Doc>> parts, Shar
     }
   }
   if (static_cast<int>(order.size()) != n) {
+    // The K are distinct and in 1..n: the first few gaps, found in at most order.size() + kMissingListed steps.
+    const std::size_t missingCount = static_cast<std::size_t>(n) - order.size();
     std::vector<int> missing;
     std::size_t j = 0;
-    for (int k = 1; k <= n; ++k) {
+    for (int k = 1; k <= n && missing.size() < kMissingListed; ++k) {
       if (j < order.size() && order[j].first.index == k)
         ++j;
       else
         missing.push_back(k);
     }
     throw Error(Errc::InvalidArgument,
-                fmt::format("merge: {} of {} shards given; missing {}", order.size(), n, fmt::join(missing, ", ")));
+                fmt::format("merge: {} of {} shards given; missing {}{}", order.size(), n, fmt::join(missing, ", "),
+                            missingCount > missing.size() ? fmt::format(", ... ({} in all)", missingCount) : ""));
   }
   std::vector<ShardPart<Doc>> out;
   for (const auto& [k, at] : order) out.push_back(std::move(parts[at]));

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
 
@@ -54,12 +56,79 @@ void checkHoldOut(int k) {
   }
 }
 
+/// The most ranks or hosts --hosts and -g/--ngpus may give: the bound every collbench record puts on ranks
+/// (perf, replay, tuning: 2^24), far above any machine, so that a typo is refused rather than modelled.
+constexpr int kMaxFlagRanks = 1 << 24;
+
+NodeKind parseRankKind(const std::string& text) {
+  NodeKind kind = NodeKind::Cpu;
+  try {
+    kind = parseNodeKind(text);
+  } catch (const Error&) {
+    kind = NodeKind::Switch;  // not a rank kind either: refused below with the flag's own message
+  }
+  if (kind != NodeKind::Cpu && kind != NodeKind::Gpu) {
+    throw Error(Errc::InvalidArgument, fmt::format("--rank-kind: '{}' is not cpu or gpu", printable(text)));
+  }
+  return kind;
+}
+
+/// --memory-tiers: 0 for auto, else the count.
+int parseMemoryTiers(const std::string& text) {
+  if (text == "auto") return 0;
+  int k = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
+  if (ec != std::errc() || end != text.data() + text.size() || k < 1) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("--memory-tiers: '{}' is not auto or a number >= 1", printable(text)));
+  }
+  return k;
+}
+
+/// Every flag's value, checked the same way whichever model runs and before any file is read or written.
+void checkFlags(const CalibrateArgs& a) {
+  if (a.model != "nccl" && a.model != "alpha-beta") {
+    throw Error(Errc::InvalidArgument, fmt::format("--model: '{}' is not alpha-beta or nccl", printable(a.model)));
+  }
+  checkHoldOut(a.holdOutEvery);
+  parseLoss(a.loss);
+  if (!a.collective.empty()) {
+    try {
+      parseCollective(a.collective);
+    } catch (const Error& e) {
+      throw Error(Errc::InvalidArgument, fmt::format("--collective: {}", e.what()));
+    }
+  }
+  const std::size_t minBytes = parseBytes(a.minBytes, "--min-bytes"), maxBytes = parseBytes(a.maxBytes, "--max-bytes");
+  if (maxBytes > 0 && minBytes > maxBytes) {
+    throw Error(Errc::InvalidArgument, fmt::format("--min-bytes {} is more than --max-bytes {}: no size is left to fit",
+                                                   printable(a.minBytes), printable(a.maxBytes)));
+  }
+  parseMemoryTiers(a.memoryTiers);
+  parseRankKind(a.rankKind);
+  if (a.hosts < 1 || a.hosts > kMaxFlagRanks) {
+    throw Error(Errc::InvalidArgument, fmt::format("--hosts must be in [1, {}], got {}", kMaxFlagRanks, a.hosts));
+  }
+  if (a.ranks < 0 || a.ranks > kMaxFlagRanks) {
+    throw Error(
+        Errc::InvalidArgument,
+        fmt::format("-g/--ngpus must be in [1, {}] (or 0: the count the logs state), got {}", kMaxFlagRanks, a.ranks));
+  }
+}
+
+/// Whether two output paths name one file: the same absolute, symlink-resolved path, or (when both exist) the same
+/// inode, as a hard link would.
+bool sameFile(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  if (fs::exists(a, ea) && fs::exists(b, eb) && fs::equivalent(a, b, ea) && !ea) return true;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a), ea), cb = fs::weakly_canonical(fs::absolute(b), eb);
+  return !ea && !eb ? ca == cb : fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
+}
+
 /// `--model alpha-beta`: the cost model's link classes, written as a topology.
 void runAlphaBeta(const CalibrateArgs& a) {
-  const NodeKind kind = parseNodeKind(a.rankKind);
-  if (kind != NodeKind::Cpu && kind != NodeKind::Gpu) {
-    throw Error(Errc::InvalidArgument, "--rank-kind must be cpu or gpu");
-  }
+  const NodeKind kind = parseRankKind(a.rankKind);
   CalibrationInput in;
   in.files = a.inputs;
   in.hosts = a.hosts;
@@ -71,15 +140,7 @@ void runAlphaBeta(const CalibrateArgs& a) {
   CalibrationOptions opt;
   opt.loss = parseLoss(a.loss);
   opt.holdOutEvery = a.holdOutEvery;
-  if (a.memoryTiers != "auto") {
-    int k = 0;
-    const auto [end, ec] = std::from_chars(a.memoryTiers.data(), a.memoryTiers.data() + a.memoryTiers.size(), k);
-    if (ec != std::errc() || end != a.memoryTiers.data() + a.memoryTiers.size() || k < 1) {
-      throw Error(Errc::InvalidArgument,
-                  fmt::format("--memory-tiers: '{}' is not auto or a number >= 1", printable(a.memoryTiers)));
-    }
-    opt.memoryTiers = k;
-  }
+  if (const int k = parseMemoryTiers(a.memoryTiers); k > 0) opt.memoryTiers = k;
   opt.topologyName = a.name;
   opt.rankKind = kind;
   const std::vector<CalibrationSample> samples = readCalibrationSamples(in);
@@ -271,19 +332,42 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
                 "fit every repeated measurement of a point (default: keep the fastest of the runs given)");
   cmd->add_option("-J,--output_file", a->json,
                   "write the fit and every sample as JSON (--model nccl: the --predict logs' fidelity tables)");
-  cmd->callback([a, &exitCode] {
-    checkOutputFile(a->output, a->force, "-o/--output");
-    checkOutputFile(a->json, a->force, "-J/--output_file");
-    checkHoldOut(a->holdOutEvery);
+  cmd->callback([a, cmd, &exitCode] {
+    checkFlags(*a);
+    // Flags of the other model are refused by name rather than silently ignored.
+    const auto given = [cmd](std::initializer_list<const char*> names) {
+      std::vector<std::string> out;
+      for (const char* n : names) {
+        if (cmd->count(n) > 0) out.emplace_back(n);
+      }
+      return out;
+    };
     if (a->model == "nccl") {
-      runNccl(*a);
-    } else if (a->model == "alpha-beta") {
+      const std::vector<std::string> other = given({"--min-bytes", "--max-bytes", "--memory-tiers", "--rank-kind",
+                                                    "--hosts", "--assume-algorithm", "--name", "--keep-all"});
+      if (!other.empty()) {
+        throw Error(
+            Errc::InvalidArgument,
+            fmt::format("{} appl{} to --model alpha-beta only; remove {} with --model nccl", fmt::join(other, ", "),
+                        other.size() == 1 ? "ies" : "y", other.size() == 1 ? "it" : "them"));
+      }
+    } else {
       if (!a->predict.empty() || !a->topology.empty() || !a->ncclEnv.empty()) {
         throw Error(Errc::InvalidArgument, "--topology, --nccl-env and --predict need --model nccl");
       }
-      runAlphaBeta(*a);
+      if (cmd->count("-g") > 0) throw Error(Errc::InvalidArgument, "-g/--ngpus needs --model nccl");
+    }
+    if (!a->json.empty() && sameFile(a->output, a->json)) {
+      throw Error(
+          Errc::InvalidArgument,
+          fmt::format("-o/--output and -J/--output_file are the same file '{}': give two paths", printable(a->json)));
+    }
+    checkOutputFile(a->output, a->force, "-o/--output");
+    checkOutputFile(a->json, a->force, "-J/--output_file");
+    if (a->model == "nccl") {
+      runNccl(*a);
     } else {
-      throw Error(Errc::InvalidArgument, fmt::format("--model: '{}' is not alpha-beta or nccl", printable(a->model)));
+      runAlphaBeta(*a);
     }
     exitCode = 0;
   });

@@ -33,6 +33,19 @@ std::vector<std::string> splitWords(const std::string& s) {
   return out;
 }
 
+/// The exit code of a collbench command refusing its input (main.cc's kExitBadInput).
+constexpr int kChildBadInput = 2;
+
+/// The first line a rerun wrote to stderr (its one error line), without the "collbench: error: " prefix, printable.
+std::string firstErrorLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  constexpr std::string_view kPrefix = "collbench: error: ";
+  if (line.rfind(kPrefix, 0) == 0) line.erase(0, kPrefix.size());
+  return printable(line);
+}
+
 /// Reruns the perf command recorded in `run` with its JSON going to `path`; its table goes to /dev/null.
 void rerun(const PerfRun& run, const std::string& path) {
   std::vector<std::string> words = splitWords(run.commandLine);
@@ -61,23 +74,35 @@ void rerun(const PerfRun& run, const std::string& path) {
   argv.push_back(self);
   for (std::size_t i = 1; i < words.size(); ++i) argv.push_back(words[i].data());
   argv.push_back(nullptr);
+  // The rerun's stderr goes to a file: its error becomes part of the gate's one line rather than a second one.
+  const std::string errPath = path + ".err";
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(Errc::BackendError, "fork failed while repeating a perf run");
   if (pid == 0) {
     const int devnull = ::open("/dev/null", O_WRONLY);
     if (devnull >= 0) ::dup2(devnull, STDOUT_FILENO);
+    const int err = ::open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (err >= 0) ::dup2(err, STDERR_FILENO);
     ::execv("/proc/self/exe", argv.data());
     std::_Exit(127);
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const std::string why = firstErrorLine(errPath);
+  std::filesystem::remove(errPath);
   // Exit 1 is a run that finished with wrong results: its JSON still counts (the gate flags the rows).
-  if (code != 0 && code != 1) {
-    throw Error(Errc::BackendError,
-                fmt::format("repeating '{}' failed with exit code {}", printable(run.commandLine), code));
+  if (code == 0 || code == 1) return;
+  // Exit 2 is the recorded command's own bad input (a flag this collbench does not know, a size it refuses): the
+  // current file is what is wrong, so it is the gate's bad input too.
+  if (code == kChildBadInput) {
+    throw Error(Errc::InvalidArgument,
+                fmt::format("{}: command_line '{}' cannot be rerun by --repeat: {}", printable(run.source),
+                            printable(run.commandLine), why.empty() ? "it exited with code 2" : why));
   }
+  throw Error(Errc::BackendError, fmt::format("repeating '{}' failed with exit code {}{}", printable(run.commandLine),
+                                              code, why.empty() ? "" : ": " + why));
 }
 
 int run(const GateArgs& a) {
@@ -89,8 +114,17 @@ int run(const GateArgs& a) {
   }
   if (a.repeat < 0) throw Error(Errc::InvalidArgument, fmt::format("--repeat must be >= 0, got {}", a.repeat));
   std::vector<PerfRun> base, cur;
-  for (const std::string& p : a.baseline) base.push_back(readPerfRun(p));
-  for (const std::string& p : a.current) cur.push_back(readPerfRun(p));
+  // A run without rows compares nothing: against an empty baseline every current run would pass.
+  const auto read = [](const std::string& path, const char* flag) {
+    PerfRun r = readPerfRun(path);
+    if (r.rows.empty()) {
+      throw Error(Errc::InvalidArgument,
+                  fmt::format("{} {}: results: the run has no rows, nothing to compare", flag, printable(path)));
+    }
+    return r;
+  };
+  for (const std::string& p : a.baseline) base.push_back(read(p, "--baseline"));
+  for (const std::string& p : a.current) cur.push_back(read(p, "--current"));
   if (a.repeat > 0) {
     const bool tty = ::isatty(STDERR_FILENO);
     const std::vector<PerfRun> originals = cur;

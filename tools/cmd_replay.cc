@@ -220,6 +220,9 @@ class Replayer {
     }
     if (a_.worldSize < 0)
       throw Error(Errc::InvalidArgument, fmt::format("--world-size must be >= 1, got {}", a_.worldSize));
+    // The backend's own bound on ranks (host: kMaxThreadRanks), before anything is planned or built: a world far
+    // beyond it would spend minutes and gigabytes building schedules only to be refused for memory.
+    if (caps) admitRanks(a_.backend, world_, a_.worldSize > 0 ? "--world-size" : a_.trace + ": world_size");
     local_ = trace_.topology.localReplicas;
     if (world_ % local_ != 0) {
       // The local groups keep their size (a worker's GPUs); a world that is not a whole number of workers is flat.
@@ -247,12 +250,13 @@ class Replayer {
   }
 
   void run() {
+    checkMemory();
     const bool tty = ::isatty(STDERR_FILENO);
     events_.reserve(trace_.events.size());
     for (const TraceEvent& e : trace_.events) events_.push_back(plan(e));
     // Backends and schedules first, so that setup does not land inside the timed replay.
-    for (std::size_t i = 0; i < events_.size(); ++i) {
-      if (!events_[i].algorithm.empty()) prepare(events_[i], i);
+    for (const ReplayEvent& e : events_) {
+      if (!e.algorithm.empty()) prepare(e);
     }
     const auto t0 = Clock::now();
     double compute = 0, commEnd = 0;
@@ -452,6 +456,13 @@ class Replayer {
   }
 
   ReplayEvent plan(const TraceEvent& e) {
+    ReplayEvent r = shape(e);
+    if (r.spec.nranks > 1) r.algorithm = chooseFor(e, r.spec);
+    return r;
+  }
+
+  /// Event `e` at the replay's world size and scaling: its group, bytes, spec and gap (no backend involved).
+  ReplayEvent shape(const TraceEvent& e) const {
     ReplayEvent r;
     r.recorded = &e;
     r.group = e.group;
@@ -469,8 +480,39 @@ class Replayer {
         CollectiveSpec{e.kind,  n,    e.kind == Collective::Barrier ? 0 : countForBytes(e.kind, n, size, e.dtype, 1),
                        e.dtype, e.op, rooted(e.kind) ? std::min(e.root, n - 1) : 0};
     r.gap = e.computeGapSeconds * computeScale_;
-    if (n > 1) r.algorithm = chooseFor(e, r.spec);
     return r;
+  }
+
+  /// Each distinct collective keeps its buffers for the whole replay: every rank's input and output here, or this
+  /// process's rank's alone. Checked for the whole trace before any backend, schedule or buffer is made, so that a
+  /// trace too big for this machine is bad input naming the event rather than minutes of set-up and an allocation
+  /// failure.
+  void checkMemory() const {
+    const std::optional<BackendCapabilities> caps = findBackendCapabilities(a_.backend);
+    if (!caps || !caps->movesData) return;
+    const double available = availableMemoryBytes();
+    std::set<std::pair<std::string, int>> held;
+    double heldBytes = 0;
+    for (std::size_t i = 0; i < trace_.events.size(); ++i) {
+      const ReplayEvent e = shape(trace_.events[i]);
+      if (e.spec.nranks <= 1) continue;  // nothing to communicate: no buffers
+      if (!held.insert(std::make_pair(describe(e.spec), e.spec.nranks)).second) continue;
+      const double ranksHere = localRank_ < 0 ? e.spec.nranks : 1;
+      const double need =
+          ranksHere * (static_cast<double>(e.spec.inputBytes()) + static_cast<double>(e.spec.outputBytes()));
+      if (heldBytes + need > available) {
+        throw Error(
+            Errc::InvalidArgument,
+            fmt::format(
+                "{}: events[{}]: a {} {} on {} rank{} needs {} of host buffers{}, more than the {} "
+                "available here; replay it on --backend sim",
+                a_.trace, i, formatBytes(e.bytes), toString(e.spec.kind), e.spec.nranks, e.spec.nranks == 1 ? "" : "s",
+                formatBytesD(need),
+                heldBytes > 0 ? fmt::format(" (besides {} for earlier collectives)", formatBytesD(heldBytes)) : "",
+                formatBytesD(available)));
+      }
+      heldBytes += need;
+    }
   }
 
   std::string chooseFor(const TraceEvent& e, const CollectiveSpec& spec) {
@@ -524,30 +566,12 @@ class Replayer {
     return p;
   }
 
-  void prepare(const ReplayEvent& e, std::size_t index) {
+  void prepare(const ReplayEvent& e) {
     Runner& runner = runnerFor(e.spec.nranks);
     if (!runner.backend().movesData()) return;
     runner.schedule(e.spec, e.algorithm, paramsFor(e.spec.nranks));
+    // Buffers are made once per distinct collective (checkMemory admitted them all).
     if (!prepared_.insert(std::make_pair(describe(e.spec), e.spec.nranks)).second) return;
-    // Each distinct collective keeps its buffers for the whole replay: every rank's input and output here, or this
-    // process's rank's alone. Checked before allocating, so that a trace too big for this machine is bad input
-    // naming the event rather than an allocation failure.
-    const double ranksHere = localRank_ < 0 ? e.spec.nranks : 1;
-    const double need =
-        ranksHere * (static_cast<double>(e.spec.inputBytes()) + static_cast<double>(e.spec.outputBytes()));
-    const double available = availableMemoryBytes();
-    if (bufferBytes_ + need > available) {
-      throw Error(
-          Errc::InvalidArgument,
-          fmt::format(
-              "{}: events[{}]: a {} {} on {} rank{} needs {} of host buffers{}, more than the {} "
-              "available here; replay it on --backend sim",
-              a_.trace, index, formatBytes(e.bytes), toString(e.spec.kind), e.spec.nranks,
-              e.spec.nranks == 1 ? "" : "s", formatBytesD(need),
-              bufferBytes_ > 0 ? fmt::format(" (besides {} for earlier collectives)", formatBytesD(bufferBytes_)) : "",
-              formatBytesD(available)));
-    }
-    bufferBytes_ += need;
     runner.buffers(e.spec);
   }
 
@@ -600,7 +624,6 @@ class Replayer {
   std::map<int, std::unique_ptr<OwnedRunner>> runners_;  ///< one per group size
   std::set<std::pair<std::string, int>> prepared_;       ///< collectives whose buffers are held
   std::set<const Schedule*> seen_;                       ///< schedules run once (warm-up before the first run)
-  double bufferBytes_ = 0;                               ///< host buffers held
   std::size_t wrong_ = 0;
 };
 

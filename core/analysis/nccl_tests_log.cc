@@ -86,6 +86,47 @@ NcclTestsHalf parseHalf(const std::vector<std::string>& t, std::size_t at, const
   return h;
 }
 
+/// The most ranks (or nodes) a log may state: the bound every collbench record puts on ranks, far above any machine.
+constexpr long long kMaxRanks = 1 << 24;
+
+/// Whether `s` reads as a number (strtod, the whole token).
+bool isNumber(const std::string& s) {
+  double d = 0;
+  return parseDouble(s, d);
+}
+
+/// Whether a line inside a result table (`t`, its tokens) is an attempt at a result row, to be parsed and its errors
+/// reported, rather than output of something running beside nccl-tests, which is skipped: NCCL's INFO and WARN lines
+/// ("host:pid:tid [dev] NCCL INFO ..."), MPI and shell warnings ("WARNING: ...", "[node:pid] ..."), banners ("-----").
+/// A row starts with a number (a negative or garbled size included: "-16", "1e3"), or is colon-free text of at
+/// least a row's preamble width that is half numbers ("garbage 1 2 3"): none of those others is.
+bool looksLikeRow(const std::string& line, const std::vector<std::string>& t) {
+  if (t.empty()) return false;
+  const std::string& f = t[0];
+  const auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  if (digit(f[0])) return true;
+  if ((f[0] == '-' || f[0] == '+' || f[0] == '.') && f.size() > 1 &&
+      (digit(f[1]) || (f[1] == '.' && f.size() > 2 && digit(f[2]))))
+    return true;
+  if (line.find(':') != std::string::npos || line.find("NCCL") != std::string::npos) return false;
+  if (t.size() < kPreambleColumns) return false;
+  const auto numbers = static_cast<std::size_t>(std::count_if(t.begin(), t.end(), isNumber));
+  return 2 * numbers >= t.size();
+}
+
+/// A CSV header's count comment ("# gpu_count: 16 (8 per node)"): its leading integer, which must be in
+/// [1, kMaxRanks]; an error naming the comment and its value otherwise.
+int statedCount(const std::vector<std::string>& toks, const std::string& source, int line) {
+  const std::string value = toks.size() > 1 ? toks[1] : "";
+  long long v = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr == value.data() || v < 1 || v > kMaxRanks) {
+    const std::string name = toks[0].substr(0, toks[0].size() - 1);  // without its ':'
+    failAt(source, line, "# " + name, fmt::format("must start with a count in [1, {}]", kMaxRanks), value);
+  }
+  return static_cast<int>(v);
+}
+
 /// The leading integer of a CSV comment value: "16 (8 per node, 1 GPU per MPI rank)" -> 16; 0 when there is none.
 int leadingInt(const std::vector<std::string>& toks, std::size_t at) {
   if (at >= toks.size()) return 0;
@@ -277,10 +318,10 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
           if (log.ncclVersion.empty()) log.ncclVersion = ncclVersionOfCode(tok);
         }
       } else if (t[0] == "gpu_count:") {  // CSV form
-        log.nranks = leadingInt(t, 1);
+        log.nranks = statedCount(t, source, lineNo);
         gpusPerThreadOfCommand(t, csvGpusPerThread);
       } else if (t[0] == "node_count:") {
-        log.nodes = leadingInt(t, 1);
+        log.nodes = statedCount(t, source, lineNo);
       } else if (t[0] == "nccl_version:") {  // CSV form, when the header gives the bare version
         if (log.ncclVersion.empty()) log.ncclVersion = leadingNcclVersion(t);
       } else if (t[0] == "command:") {  // CSV form: the command quoted
@@ -343,8 +384,8 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
       continue;
     }
     if (!inTable) continue;  // launcher and NCCL INFO output before the table
-    if (!std::isdigit(static_cast<unsigned char>(line[first]))) continue;  // NCCL INFO/WARN lines inside it
     const std::vector<std::string> t = split(line);
+    if (!looksLikeRow(line, t)) continue;  // NCCL INFO/WARN lines inside it
     NcclTestsRow row;
     row.line = lineNo;
     // Rows: 5 preamble columns, then one half (trace replay: in-place only) or two, optionally a timestamp.
@@ -385,7 +426,6 @@ NcclTestsLog parseNcclTestsLog(const std::string& text, const std::string& sourc
   if (log.nGpus == 0 && log.csv) log.nGpus = commandGpusPerThread > 0 ? commandGpusPerThread : csvGpusPerThread;
   if (log.nranks == 0 && !log.csv) {  // no rank lines (trimmed log): one process's threads x GPUs, when plausible
     const long long n = static_cast<long long>(log.nThread) * log.nGpus;
-    constexpr long long kMaxRanks = 1 << 24;
     log.nranks = n >= 1 && n <= kMaxRanks ? static_cast<int>(n) : 0;
   }
   return log;

@@ -1,6 +1,7 @@
 #include "collbench/trace.h"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -14,6 +15,14 @@ namespace collbench {
 namespace {
 
 using nlohmann::json;
+
+/// The largest time a trace may hold (start_s, end_s, compute_gap_s, issue_s): 7 days. `collbench replay --gaps wait`
+/// sits idle for the compute gaps in wall time, so a value beyond any recording (1e300) would hang it for ever; the
+/// longest training runs collbench records or generates span minutes to hours of one trace.
+constexpr double kMaxTraceSeconds = 7 * 24 * 3600.0;
+/// The most ranks a trace's world, workers, replicas or group may have: the bound of the other records (perf, replay,
+/// tuning), far above any machine, and small enough that products of two of them stay within int64.
+constexpr std::int64_t kMaxTraceRanks = std::int64_t{1} << 24;
 
 /// The trace's rules on top of the shared field reader: unknown fields, and fields a later version added in a document
 /// of an earlier one, are errors; a field set to null is present (and then has the wrong type).
@@ -36,7 +45,12 @@ class Reader : public JsonFields {
   double seconds(const char* field) const {
     const json& v = need(field);
     if (!v.is_number()) fail(field, fmt::format("expected a number of seconds, got {} {}", v.type_name(), echoJson(v)));
-    return number(field, 0);
+    const double x = number(field, 0);
+    if (x > kMaxTraceSeconds) {
+      fail(field,
+           fmt::format("{} s is more than {} s (7 days), the most a trace may span", echoJson(v), kMaxTraceSeconds));
+    }
+    return x;
   }
 };
 
@@ -129,11 +143,11 @@ Trace parseTrace(std::string_view text, std::string_view source) {
     top.fail("format", fmt::format("expected \"{}\", got \"{}\"", Trace::kFormat, format));
   }
   top.integer("version", 1);  // present and an integer (its value was checked above)
-  t.worldSize = static_cast<int>(top.integer("world_size", 1));
+  t.worldSize = static_cast<int>(top.integer("world_size", 1, kMaxTraceRanks));
   const Reader topo(source, "topology", top.need("topology"), {"name", "workers", "local_replicas"});
   t.topology.name = topo.string("name");
-  t.topology.workers = static_cast<int>(topo.integer("workers", 1));
-  t.topology.localReplicas = static_cast<int>(topo.integer("local_replicas", 1));
+  t.topology.workers = static_cast<int>(topo.integer("workers", 1, kMaxTraceRanks));
+  t.topology.localReplicas = static_cast<int>(topo.integer("local_replicas", 1, kMaxTraceRanks));
   if (static_cast<std::int64_t>(t.topology.workers) * t.topology.localReplicas != t.worldSize) {
     top.fail("world_size", fmt::format("{} is not topology.workers {} x topology.local_replicas {}", t.worldSize,
                                        t.topology.workers, t.topology.localReplicas));
@@ -158,7 +172,7 @@ Trace parseTrace(std::string_view text, std::string_view source) {
               fmt::format("{} is not a multiple of the {} size {}", e.bytes, toString(e.dtype), dtypeSize(e.dtype)));
     }
     e.group = ev.string("group");
-    e.nranks = static_cast<int>(ev.integer("nranks", 1));
+    e.nranks = static_cast<int>(ev.integer("nranks", 1, kMaxTraceRanks));
     int groupSize = 0;
     if (e.group == kTraceGroupReplicas) {
       groupSize = t.worldSize;
@@ -182,7 +196,7 @@ Trace parseTrace(std::string_view text, std::string_view source) {
     }
     if (ev.has("root")) {
       if (!rooted(e.kind)) ev.fail("root", fmt::format("{} has no root; remove root", toString(e.kind)));
-      e.root = static_cast<int>(ev.integer("root", 0));
+      e.root = static_cast<int>(ev.integer("root", 0, kMaxTraceRanks));
       if (e.root >= e.nranks) ev.fail("root", fmt::format("{} is out of range for {} ranks", e.root, e.nranks));
     }
     if (ev.has("algorithm")) e.algorithm = ev.string("algorithm");
@@ -193,7 +207,7 @@ Trace parseTrace(std::string_view text, std::string_view source) {
     }
     e.computeGapSeconds = ev.seconds("compute_gap_s");
     if (ev.has("step")) e.step = ev.integer("step", -1);
-    if (ev.has("pack")) e.pack = static_cast<int>(ev.integer("pack", 0));
+    if (ev.has("pack")) e.pack = static_cast<int>(ev.integer("pack", 0, INT32_MAX));
     if (ev.has("after")) e.after = ev.parsed("after", parseAfter);
     if (ev.has("issue_s")) {
       e.issueSeconds = ev.seconds("issue_s");

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli_runner.h"
 #include "collbench/nccl_calibration.h"
@@ -164,6 +165,56 @@ TEST_F(NcclCalibrateCli, RefusalsAreOneLineAndExit2) {
       << ab.err;
   EXPECT_NE(ab.err.find("use --model nccl --topology <system>"), std::string::npos) << ab.err;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// Every flag is checked the same way whichever model runs, and the other model's flags are refused by name rather
+// than ignored (an audit saw --min-bytes 12Q, --hosts -1 and -g -1 accepted with --model nccl, exit 0).
+TEST_F(NcclCalibrateCli, FlagsAreCheckedUnderBothModels) {
+  const std::string log = kData + "h100x16-2node-ib400-nvlstree-ncclTests309-A.csv";
+  const std::string out = path("flags.json");
+  const std::string nccl = fmt::format("calibrate {} --model nccl --topology dgx-h100-ib400 -o {}", log, out);
+  const std::string ab = fmt::format("calibrate {} -o {}", log, out);  // flags are checked before any log is read
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases;
+  for (const std::string& base : {nccl, ab}) {
+    for (const Case& c : {
+             Case{"--min-bytes 12Q", "invalid --min-bytes '12Q': unknown suffix 'Q' (expected e.g. 8, 64K, 32M, 1.5G)"},
+             Case{"--min-bytes 1G --max-bytes 1K",
+                  "--min-bytes 1G is more than --max-bytes 1K: no size is left to fit"},
+             Case{"--memory-tiers abc", "--memory-tiers: 'abc' is not auto or a number >= 1"},
+             Case{"--rank-kind bogus", "--rank-kind: 'bogus' is not cpu or gpu"},
+             Case{"--rank-kind switch", "--rank-kind: 'switch' is not cpu or gpu"},
+             Case{"--hosts -1", "--hosts must be in [1, 16777216], got -1"},
+             Case{"--hosts 0", "--hosts must be in [1, 16777216], got 0"},
+             Case{"-g -1", "-g/--ngpus must be in [1, 16777216] (or 0: the count the logs state), got -1"},
+             Case{"--collective bogus",
+                  "--collective: unknown collective 'bogus' (accepted: all_reduce, reduce_scatter, all_gather, "
+                  "broadcast, reduce, barrier)"},
+         }) {
+      cases.push_back({base + " " + c.args, c.message});
+    }
+  }
+  cases.push_back({nccl + " --hosts 2", "--hosts applies to --model alpha-beta only; remove it with --model nccl"});
+  cases.push_back({nccl + " --rank-kind gpu --keep-all --min-bytes 1K",
+                   "--min-bytes, --rank-kind, --keep-all apply to --model alpha-beta only; remove them with --model "
+                   "nccl"});
+  cases.push_back({ab + " -g 8", "-g/--ngpus needs --model nccl"});
+  // Two outputs of one command must be two files, however the paths are spelled.
+  cases.push_back({nccl + " -J " + out, fmt::format("-o/--output and -J/--output_file are the same file '{}': give "
+                                                    "two paths",
+                                                    out)});
+  const std::string spelled = (dir_ / "." / "flags.json").string();
+  cases.push_back({ab + " -J " + spelled, fmt::format("-o/--output and -J/--output_file are the same file '{}': give "
+                                                      "two paths",
+                                                      spelled)});
+  for (const Case& c : cases) {
+    const CliResult r = runCli(c.args);
+    EXPECT_EQ(r.exitCode, 2) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.err, "collbench: error: " + c.message + "\n") << c.args;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
 }
 
 }  // namespace

@@ -131,6 +131,55 @@ TEST(GateCli, BadInputExitsTwoWithOneLine) {
   for (const auto& p : {malformed, missing, shorter}) std::filesystem::remove(p);
 }
 
+// An empty run compares nothing (a baseline without rows would pass anything); a current run whose recorded command
+// is not one this collbench runs is bad input naming the file, in one line, not a regression (exit 1).
+TEST(GateCli, EmptyRunsAndUnrunnableCommandsAreBadInput) {
+  json empty = json::parse(testing::slurp(kRing));
+  empty["results"] = json::array();
+  const auto emptyPath = writeJson("empty.json", empty);
+  const auto base = temp("unrunnable_base.json");
+  std::filesystem::remove(base);
+  const CliResult perf = runCli("perf all_reduce --backend host -g 2 -b 1K -e 1K -n 1 -w 0 -J " + base.string());
+  ASSERT_EQ(perf.exitCode, 0) << perf.err;
+  json bad = json::parse(testing::slurp(base));
+  const std::string badCommand = "collbench perf all_reduce --backend host -g 2 -b 1K -e 1K --no-such-flag";
+  bad["command_line"] = badCommand;
+  const auto badPath = writeJson("unrunnable.json", bad);
+  json huge = bad;
+  huge["command_line"] = "collbench perf all_reduce --backend host -g 100000 -b 1K -e 1K";
+  const auto hugePath = writeJson("unrunnable_huge.json", huge);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {fmt::format("gate --baseline {} --current {}", emptyPath.string(), kRing.string()),
+       fmt::format("collbench: error: --baseline {}: results: the run has no rows, nothing to compare\n",
+                   emptyPath.string())},
+      {fmt::format("gate --baseline {} --current {}", kRing.string(), emptyPath.string()),
+       fmt::format("collbench: error: --current {}: results: the run has no rows, nothing to compare\n",
+                   emptyPath.string())},
+      {fmt::format("gate --baseline {} --current {} --repeat 1", base.string(), badPath.string()),
+       fmt::format("collbench: error: {}: command_line '{}' cannot be rerun by --repeat: The following argument was "
+                   "not expected: --no-such-flag\n",
+                   badPath.string(), badCommand)},
+  };
+  for (const auto& [args, want] : cases) {
+    const CliResult r = runCli(args);
+    EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err, want) << args;
+    EXPECT_EQ(r.out, "") << args;
+  }
+  const CliResult r =
+      runCli(fmt::format("gate --baseline {} --current {} --repeat 1", base.string(), hugePath.string()));
+  EXPECT_EQ(r.exitCode, 2) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind(fmt::format("collbench: error: {}: command_line 'collbench perf all_reduce --backend host -g "
+                                    "100000 -b 1K -e 1K' cannot be rerun by --repeat: -g/--ngpus 100000: backend "
+                                    "'host' runs at most 4096 ranks",
+                                    hugePath.string()),
+                        0),
+            0u)
+      << r.err;
+  EXPECT_EQ(testing::countLines(r.err), 1) << r.err;
+  for (const auto& p : {emptyPath, base, badPath, hugePath}) std::filesystem::remove(p);
+}
+
 TEST(GateCli, MeasuredRunsRepeat) {
   const auto base = temp("host_base.json");
   std::filesystem::remove(base);

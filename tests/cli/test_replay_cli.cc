@@ -441,6 +441,81 @@ TEST(ReplayCli, InputChecksExitTwoNamingTheProblem) {
   for (const auto& p : {good, emptyPath, noStepsPath, backwardsPath, stepBackPath, huge}) std::filesystem::remove(p);
 }
 
+// Worlds beyond the backend's bound, and traces too big for this machine at the world asked for, are refused before
+// any backend, schedule or buffer is made (an audit saw --world-size 100000 run for minutes).
+TEST(ReplayCli, HugeWorldsAreRefusedBeforeAnythingIsBuilt) {
+  const auto good = writeTemp("huge_good.json", handTrace());
+  const auto expectLine = [](const std::string& args, const std::string& prefix, const std::string& suffix) {
+    const CliResult r = runCli(args);
+    EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("collbench: error: " + prefix, 0), 0u) << args << "\n" << r.err;
+    EXPECT_TRUE(r.err.size() >= suffix.size() &&
+                r.err.compare(r.err.size() - suffix.size(), suffix.size(), suffix) == 0)
+        << args << "\n"
+        << r.err;
+    EXPECT_EQ(testing::countLines(r.err), 1) << args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  };
+  const std::string bound = "; use --backend sim for larger worlds\n";
+  expectLine(fmt::format("replay {} --backend host --world-size 100000", good.string()),
+             "--world-size 100000: backend 'host' runs at most 4096 ranks (", bound);
+  expectLine(fmt::format("replay {} --backend host --world-size 4097", good.string()),
+             "--world-size 4097: backend 'host' runs at most 4096 ranks (", bound);
+  json wide = stepsTrace(2, 0, 1024, 0.001);
+  wide["world_size"] = 5000;
+  wide["topology"]["local_replicas"] = 5000;
+  for (json& e : wide["events"]) e["nranks"] = 5000;
+  const auto widePath = writeTemp("huge_wide.json", wide);
+  expectLine(fmt::format("replay {} --backend host", widePath.string()),
+             fmt::format("{}: world_size 5000: backend 'host' runs at most 4096 ranks (", widePath.string()), bound);
+  // Within the bound, the buffers of the whole trace at that world are checked before the first is made.
+  const auto big = writeTemp("huge_big.json", stepsTrace(3, 1, std::size_t{1} << 30, 1.0));
+  expectLine(fmt::format("replay {} --backend host --world-size 4096", big.string()),
+             fmt::format("{}: events[1]: a 1 GiB all_reduce on 4096 ranks needs 8 TiB of host buffers (besides 512 "
+                         "MiB for earlier collectives), more than the ",
+                         big.string()),
+             " available here; replay it on --backend sim\n");
+  for (const auto& p : {good, widePath, big}) std::filesystem::remove(p);
+}
+
+/// Runs `args`, expecting exit 2 and exactly `message` as the one error line.
+void expectExactly(const std::string& args, const std::string& message) {
+  const CliResult r = runCli(args);
+  EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.out << r.err;
+  EXPECT_EQ(r.err, "collbench: error: " + message + "\n") << args;
+  EXPECT_EQ(r.out, "") << args;
+}
+
+// Times beyond any recording are refused by the trace reader naming the field and value (a compute gap of 1e300 s
+// slept for ever under --gaps wait), and so are rank counts beyond the records' bound.
+TEST(ReplayCli, TraceTimesAndRanksAreBounded) {
+  json gap = handTrace();
+  gap["events"][2]["compute_gap_s"] = 1e300;
+  const auto gapPath = writeTemp("huge_gap.json", gap);
+  expectExactly(fmt::format("replay {} --backend host", gapPath.string()),
+                fmt::format("{}: events[2].compute_gap_s: 1e+300 s is more than 604800 s (7 days), the most a trace "
+                            "may span",
+                            gapPath.string()));
+  json late = handTrace();
+  late["events"][15]["end_s"] = 1e7;
+  const auto latePath = writeTemp("huge_late.json", late);
+  expectExactly(fmt::format("replay {} --backend host", latePath.string()),
+                fmt::format("{}: events[15].end_s: 10000000.0 s is more than 604800 s (7 days), the most a trace may "
+                            "span",
+                            latePath.string()));
+  json many = handTrace();
+  many["world_size"] = 100000000000LL;
+  const auto manyPath = writeTemp("huge_many.json", many);
+  expectExactly(fmt::format("replay {} --backend host", manyPath.string()),
+                fmt::format("{}: world_size: must be in [1, 16777216], got 100000000000", manyPath.string()));
+  json root = handTrace();
+  root["events"][0]["root"] = 4294967297LL;  // 2^32 + 1: was read as int 1
+  const auto rootPath = writeTemp("huge_root.json", root);
+  expectExactly(fmt::format("replay {} --backend host", rootPath.string()),
+                fmt::format("{}: events[0].root: must be in [0, 16777216], got 4294967297", rootPath.string()));
+  for (const auto& p : {gapPath, latePath, manyPath, rootPath}) std::filesystem::remove(p);
+}
+
 // docs/trace.schema.json describes what the reader accepts: traces the tools write validate against it, and a
 // broken one does not. Uses Python's jsonschema where it is installed (Debian: python3-jsonschema).
 TEST(TraceSchema, ToolOutputValidates) {

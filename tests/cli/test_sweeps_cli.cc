@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -115,6 +116,37 @@ TEST_F(SweepsCli, BadShardsAndJobsAreOneLineAndExit2) {
     EXPECT_EQ(r.exitCode, 2) << args;
     EXPECT_EQ(r.err, "collbench: error: " + message + "\n") << args;
     EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  }
+}
+
+TEST_F(SweepsCli, MergeRefusesHugeShardCountsInOneShortLine) {
+  run(fmt::format("tune --backend model -g 2 -b 1K -e 1K --shard 1/2 -o {}", path("p.1.json")));
+  const std::string text = slurp(path("p.1.json"));
+  const auto at = text.find("\"shard\":\"1/2\"");
+  ASSERT_NE(at, std::string::npos);
+  const auto withShard = [&](const std::string& shard) {
+    std::string t = text;
+    t.replace(at, std::string("\"shard\":\"1/2\"").size(), "\"shard\":\"" + shard + "\"");
+    const std::string p = path("p." + std::to_string(t.size()) + ".json");
+    std::ofstream(p) << t;
+    return p;
+  };
+  const std::string huge = withShard("1/2000000000"), many = withShard("1/100000000");
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {fmt::format("merge {} -o {}", huge, path("m.json")),
+            fmt::format("merge: {}: shard '1/2000000000': N is more than 1048576, the most shard files one command "
+                        "line can name",
+                        huge)},
+           {fmt::format("merge {} -o {}", many, path("m.json")),
+            fmt::format("merge: {}: shard '1/100000000': N is more than 1048576, the most shard files one command "
+                        "line can name",
+                        many)},
+           {fmt::format("merge {} -o {}", path("p.1.json"), path("m.json")),
+            "merge: 1 of 2 shards given; missing 2"}}) {
+    const CliResult r = runCli(args);
+    EXPECT_EQ(r.exitCode, 2) << args;
+    EXPECT_EQ(r.err, "collbench: error: " + message + "\n") << args;
+    EXPECT_FALSE(std::filesystem::exists(path("m.json"))) << args;
   }
 }
 

@@ -273,6 +273,62 @@ TEST(NcclTestsLog, RejectsBadCsv) {
   expectRejected(header, {"no result rows"});
 }
 
+// A CSV header's stated counts must be counts: a bad one is named with its value, not read as "no rank count".
+TEST(NcclTestsLog, CsvCountsThatAreNotCountsAreNamed) {
+  const std::string rows = "bytes,count,type,time_us_oop,algbw_oop,busbw_oop\n1024,256,float,10.5,0.10,0.18\n";
+  const auto message = [&](const std::string& head) {
+    try {
+      parseNcclTestsLog("# a table\n" + head + "\n" + rows, "c.csv");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::InvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message("# gpu_count: abc (8 MPI ranks)"),
+            "c.csv:2: # gpu_count: must start with a count in [1, 16777216] (got 'abc')");
+  EXPECT_EQ(message("# gpu_count: -8"), "c.csv:2: # gpu_count: must start with a count in [1, 16777216] (got '-8')");
+  EXPECT_EQ(message("# gpu_count: 0"), "c.csv:2: # gpu_count: must start with a count in [1, 16777216] (got '0')");
+  EXPECT_EQ(message("# gpu_count: 99999999999"),
+            "c.csv:2: # gpu_count: must start with a count in [1, 16777216] (got '99999999999')");
+  EXPECT_EQ(message("# gpu_count:"), "c.csv:2: # gpu_count: must start with a count in [1, 16777216] (got '')");
+  EXPECT_EQ(message("# node_count: two"),
+            "c.csv:2: # node_count: must start with a count in [1, 16777216] (got 'two')");
+  // What real headers say still reads.
+  EXPECT_EQ(parseNcclTestsLog("# gpu_count: 16 (8 per node)\n# node_count: 2 (hosts a, b)\n" + rows, "ok.csv").nranks,
+            16);
+}
+
+// Inside a result table, a line that is an attempt at a row (it starts with a number, or is colon-free text half
+// numbers) is parsed and its error named; NCCL's INFO/WARN lines and other tools' messages are skipped.
+TEST(NcclTestsLog, GarbledRowsInsideATableAreErrors) {
+  const std::string header =
+      "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw "
+      " #wrong\n";
+  const std::string good =
+      "        1024           256     float     sum      -1    15.00    0.07    0.12       0    15.0    0.07    0.12  "
+      "     0\n";
+  expectRejected(header + good + "   garbage row here 1 2 3\n" + good,
+                 {"bad.log:3", "row", "expected 9 or 13 columns, found 6", "garbage row here 1 2 3"});
+  expectRejected(header + good + "-16  4  float  sum  -1  13.00  0.00  0.00  0  13.07  0.00  0.00  0\n",
+                 {"bad.log:3", "size (B)", "must be a non-negative integer", "'-16'"});
+  expectRejected(header + "[1,0]<stdout>:-16  4  float  sum  -1  13.00  0.00  0.00  0  13.07  0.00  0.00  0\n",
+                 {"bad.log:2", "size (B)", "'-16'"});
+  expectRejected(header + ".5  4  float  sum  -1  13.00  0.00  0.00  0  13.07  0.00  0.00  0\n",
+                 {"bad.log:2", "size (B)", "'.5'"});
+  // Not rows: NCCL's debug lines, MPI's and the shell's messages, banners.
+  const NcclTestsLog log =
+      parseNcclTestsLog(header + good +
+                            "node-a:7713:7790 [3] NCCL WARN Cuda failure 'out of memory' (ignored)\n"
+                            "--------------------------------------------------------------\n"
+                            "WARNING: There was an error initializing an OpenFabrics device.\n"
+                            "[node1:01234] 1 more process has sent help message help-mpi.txt\n"
+                            "mpirun noticed that process rank 0 with PID 0 on node x exited\n" +
+                            good,
+                        "ok.log");
+  EXPECT_EQ(log.rows.size(), 2u);
+}
+
 TEST(NcclTestsLog, ReadFileErrorsNameThePath) {
   try {
     readNcclTestsLog("/nonexistent/dir/run.log");

@@ -209,5 +209,33 @@ TEST(Merge, RefusesIncompleteRepeatedOrForeignParts) {
             "merge: b: model 'LV08' differs from a's '' (shards of different grids)");
 }
 
+TEST(Merge, HugeShardCountsAreRefusedInOneShortLine) {
+  SweepRecord p;
+  p.collective = "all_reduce";
+  auto part = [&](std::string shard) {
+    SweepRecord r = p;
+    r.shard = std::move(shard);
+    return r;
+  };
+  // N beyond what one command line can name: refused before any shard number is walked.
+  EXPECT_EQ(errorOf([&] {
+              mergeSweepRecords({{"a", part("1/2000000000")}});
+            }),
+            "merge: a: shard '1/2000000000': N is more than 1048576, the most shard files one command line can name");
+  // Many missing shards: the first few and the count, not every number.
+  EXPECT_EQ(errorOf([&] {
+              mergeSweepRecords({{"a", part("1/1048576")}, {"c", part("3/1048576")}});
+            }),
+            "merge: 2 of 1048576 shards given; missing 2, 4, 5, 6, 7, ... (1048574 in all)");
+  EXPECT_EQ(errorOf([&] {
+              mergeSweepRecords({{"a", part("2/7")}});
+            }),
+            "merge: 1 of 7 shards given; missing 1, 3, 4, 5, 6, ... (6 in all)");
+  EXPECT_EQ(errorOf([&] {
+              mergeSweepRecords({{"a", part("2/6")}});
+            }),
+            "merge: 1 of 6 shards given; missing 1, 3, 4, 5, 6");
+}
+
 }  // namespace
 }  // namespace collbench
