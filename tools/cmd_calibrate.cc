@@ -116,16 +116,6 @@ void checkFlags(const CalibrateArgs& a) {
   }
 }
 
-/// Whether two output paths name one file: the same absolute, symlink-resolved path, or (when both exist) the same
-/// inode, as a hard link would.
-bool sameFile(const std::string& a, const std::string& b) {
-  namespace fs = std::filesystem;
-  std::error_code ea, eb;
-  if (fs::exists(a, ea) && fs::exists(b, eb) && fs::equivalent(a, b, ea) && !ea) return true;
-  const fs::path ca = fs::weakly_canonical(fs::absolute(a), ea), cb = fs::weakly_canonical(fs::absolute(b), eb);
-  return !ea && !eb ? ca == cb : fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
-}
-
 /// `--model alpha-beta`: the cost model's link classes, written as a topology.
 void runAlphaBeta(const CalibrateArgs& a) {
   const NodeKind kind = parseRankKind(a.rankKind);
@@ -357,11 +347,7 @@ void addCalibrateCommand(CLI::App& app, int& exitCode) {
       }
       if (cmd->count("-g") > 0) throw Error(Errc::InvalidArgument, "-g/--ngpus needs --model nccl");
     }
-    if (!a->json.empty() && sameFile(a->output, a->json)) {
-      throw Error(
-          Errc::InvalidArgument,
-          fmt::format("-o/--output and -J/--output_file are the same file '{}': give two paths", printable(a->json)));
-    }
+    checkDistinctOutputs({{"-o/--output", a->output}, {"-J/--output_file", a->json}});
     checkOutputFile(a->output, a->force, "-o/--output");
     checkOutputFile(a->json, a->force, "-J/--output_file");
     if (a->model == "nccl") {

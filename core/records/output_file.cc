@@ -43,16 +43,20 @@ void checkOutputFile(const std::string& path, bool force, std::string_view flag)
 
 void checkDistinctOutputs(const std::vector<std::pair<std::string_view, std::string>>& outputs) {
   namespace fs = std::filesystem;
-  const auto resolved = [](const std::string& path) {
+  // However the paths are spelled: links to one existing file, or one path once resolved.
+  const auto same = [](const std::string& a, const std::string& b) {
     std::error_code ec;
-    const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-    return ec ? fs::path(path).lexically_normal() : p;
+    if (fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec) && !ec) return true;
+    std::error_code ea, eb;
+    const fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea),
+                   cb = fs::weakly_canonical(fs::absolute(b, eb), eb);
+    return !ea && !eb ? ca == cb : fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
   };
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       const auto& [flagA, a] = outputs[i];
       const auto& [flagB, b] = outputs[j];
-      if (!a.empty() && !b.empty() && resolved(a) == resolved(b)) {
+      if (!a.empty() && !b.empty() && same(a, b)) {
         throw Error(Errc::InvalidArgument,
                     fmt::format("{} and {} name the same file '{}'", flagA, flagB, printable(b)));
       }

@@ -202,13 +202,10 @@ TEST_F(NcclCalibrateCli, FlagsAreCheckedUnderBothModels) {
                    "nccl"});
   cases.push_back({ab + " -g 8", "-g/--ngpus needs --model nccl"});
   // Two outputs of one command must be two files, however the paths are spelled.
-  cases.push_back({nccl + " -J " + out, fmt::format("-o/--output and -J/--output_file are the same file '{}': give "
-                                                    "two paths",
-                                                    out)});
+  cases.push_back({nccl + " -J " + out, fmt::format("-o/--output and -J/--output_file name the same file '{}'", out)});
   const std::string spelled = (dir_ / "." / "flags.json").string();
-  cases.push_back({ab + " -J " + spelled, fmt::format("-o/--output and -J/--output_file are the same file '{}': give "
-                                                      "two paths",
-                                                      spelled)});
+  cases.push_back(
+      {ab + " -J " + spelled, fmt::format("-o/--output and -J/--output_file name the same file '{}'", spelled)});
   for (const Case& c : cases) {
     const CliResult r = runCli(c.args);
     EXPECT_EQ(r.exitCode, 2) << c.args << "\n" << r.out;
