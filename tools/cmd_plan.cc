@@ -105,6 +105,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   const CLI::Option* bytesOpt = cmd->get_option("--bytes");
   cmd->callback([a, flags, bytesOpt, &exitCode] {
     checkScheduleOut(a->scheduleOut, a->force);
+    if (!a->backend.empty()) backendCapabilities(a->backend);  // an unknown name is refused, naming the known ones
     const std::optional<Protocol> protocol = parseProtoFlag(a->proto);
     CollectiveSpec spec;
     spec.kind = parseCollective(a->collective);

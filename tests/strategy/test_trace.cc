@@ -106,7 +106,7 @@ TEST(Trace, TopLevelErrors) {
   expectBad([](json& j) { j["world_size"] = 3; }, {"world_size:", "3 is not topology.workers 2 x"});
   expectBad([](json& j) { j["world_size"] = "4"; }, {"world_size:", "expected an integer"});
   expectBad([](json& j) { j["topology"]["gpus"] = 8; }, {"topology.gpus:", "unknown field"});
-  expectBad([](json& j) { j["topology"]["workers"] = 0; }, {"topology.workers:", "must be >= 1"});
+  expectBad([](json& j) { j["topology"]["workers"] = 0; }, {"topology.workers:", "must be in [1, 16777216], got 0"});
   expectBad([](json& j) { j["extra"] = 1; }, {"extra:", "unknown field"});
   expectBad([](json& j) { j["events"] = json::object(); }, {"events:", "expected an array"});
   expectBad([](json& j) { j["simulated"] = "no"; }, {"simulated:", "true or false"});
