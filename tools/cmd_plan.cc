@@ -105,6 +105,11 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   const CLI::Option* bytesOpt = cmd->get_option("--bytes");
   cmd->callback([a, flags, bytesOpt, &exitCode] {
     checkScheduleOut(a->scheduleOut, a->force);
+    if (a->topology.empty() && a->ranks > kMaxFlatRanks) {
+      throw Error(Errc::InvalidArgument, fmt::format("-g/--ranks {}: at most {} ranks without --topology (the flat "
+                                                     "topology plan models them on)",
+                                                     a->ranks, kMaxFlatRanks));
+    }
     if (!a->backend.empty()) backendCapabilities(a->backend);  // an unknown name is refused, naming the known ones
     const std::optional<Protocol> protocol = parseProtoFlag(a->proto);
     CollectiveSpec spec;

@@ -580,7 +580,8 @@ Topology ring(Params& p) {
 }
 
 Topology flat(Params& p) {
-  const long long n = p.integer("n", 8, 1, kMaxGeneratedNodes - 1);
+  static_assert(kMaxFlatRanks == kMaxGeneratedNodes - 1, "flat: n GPUs and one switch");
+  const long long n = p.integer("n", 8, 1, kMaxFlatRanks);
   const double bw = p.bandwidth("bandwidth_GBps", kGenericLinkGBps);
   const double lat = p.latency("latency_us", kFlatLatencyUs);
   const long long perHost = p.integer("gpus_per_host", 1, 1, kMaxCount);

@@ -120,6 +120,8 @@ std::string generatorParamsJson(const std::vector<std::pair<std::string, std::st
 /// flat(n, bw, lat): n gpus, each with one link of (bw, lat) to a non-blocking switch; the closed-form test bed.
 /// Node ids "n<i>.gpu0" (host "n<i>") and "sw0"; link class "fabric"; reduce_GBps 0 (infinite).
 Topology flatTopology(int n, double bandwidthGBps, double latencyUs);
+/// flat's largest n: the generators' 2^20 nodes, less the switch.
+inline constexpr int kMaxFlatRanks = (1 << 20) - 1;
 
 /// Checks the invariants parseTopology enforces (unique ids, links between existing distinct nodes, positive finite
 /// bandwidth, non-negative latency, ranks on gpu/cpu nodes, every rank reachable from rank 0, routes along links).

@@ -99,6 +99,7 @@ TEST(CliLists, SweepsRefuseWhatTheyCannotRunBeforeStarting) {
             "-o/--output and --export-file name the same file"},
            {"regret --topology dgx-h100-8x1 -g 3 -b 8 -e 4 -f 2", "sizes must satisfy 0 < -b (8) <= -e (4)"},
            {"plan --backend bogus", "unknown backend 'bogus'"},
+           {"plan -g 100000000", "-g/--ranks 100000000: at most 1048575 ranks without --topology"},
            {"regret --topology dgx-h100-8x1 -g 3 -f nan", "-f/--stepfactor must be a finite number > 1, got nan"},
            {"regret --topology dgx-h100-8x1 --max-worst -1", "--max-worst must be 0 (off) or a finite ratio, got -1"},
            {"regret --topology dgx-h100-8x1 --max-geomean nan",
