@@ -85,21 +85,21 @@ constexpr double kNvlsRatioBefore228 = 5.0 / 6.0, kNvlsTreeNetLatBefore228Us = 1
 constexpr int kNcclVersionNvlsEfficiency = 22800;
 /// NCCL's estimate for trees and rings by release (tuning.cc at each tag), for logs of an older NCCL: its choice
 /// follows its own constants. The time model keeps 2.28's (kBaseLatUs, kHwLatUs), which its fits were made with.
-struct ReleaseTuning {
-  int since;                     ///< NCCL_VERSION_CODE of the first release with these values
-  double baseLat[2][3];          ///< [tree, ring][proto], us
-  double hwLat[3][2][3];         ///< [NVLINK, PCI, NET][tree, ring][proto], us
-  double ringLLFactor;           ///< ring LL all-reduce bus bandwidth factor
-  bool ampereBusBwCap;           ///< sm80 bus bandwidth capped at kAmpereBusBwCap
-  double llNetIntraLatFactor;    ///< LL's intra-node step latency factor on more than one node
-  bool netOverhead;              ///< getNetOverhead's per-step floor on multi-node rings
-  bool hopperLlMaxBw;            ///< one Hopper node's own llMaxBws row, else Ampere's
-  bool ringNetStepsPerHop;       ///< ring all-reduce network steps 2 (nodes - 1), else 2 nodes
-  bool oneGpuPerNodeTreeNetLat;  ///< one GPU per node: every algorithm's network step is the tree's
+/// Releases where a rule of the estimate changed: 2.18 (per-step network overhead on rings; before it, sm80's bus
+/// bandwidth capped at 235 GB/s and LL's intra-node step x1.8 on several nodes), 2.21 (ring LL at half the ring's
+/// bandwidth, a quarter before), 2.23 (ring all-reduce over 2 (nodes - 1) network steps, 2 nodes before; one Hopper
+/// node's own llMaxBw, Ampere's before; with one GPU per node every network step the tree's).
+constexpr int kNccl218 = 21800, kNccl221 = 22100, kNccl223 = 22300;
+constexpr double kAmpereBusBwCapBefore218 = 235.0, kLLNetIntraLatFactorBefore218 = 1.8, kRingLLFactorBefore221 = .25;
+/// The latencies of trees and rings from one release on.
+struct ReleaseLatencies {
+  int since;              ///< NCCL_VERSION_CODE of the first release with these values
+  double baseLat[2][3];   ///< [tree, ring][proto], us
+  double hwLat[3][2][3];  ///< [NVLINK, PCI, NET][tree, ring][proto], us
 };
-/// 2.23 on: kBaseLatUs and kHwLatUs with every later rule.
-constexpr ReleaseTuning currentReleaseTuning() {
-  ReleaseTuning r{22300, {}, {}, kRingLLFactor, false, 1.0, true, true, true, true};
+/// 2.23 on: kBaseLatUs and kHwLatUs.
+constexpr ReleaseLatencies currentReleaseLatencies() {
+  ReleaseLatencies r{kNccl223, {}, {}};
   for (const int a : {kTree, kRing}) {
     for (int p = 0; p < kProtos; ++p) {
       r.baseLat[a][p] = kBaseLatUs[a][p];
@@ -109,55 +109,23 @@ constexpr ReleaseTuning currentReleaseTuning() {
   return r;
 }
 /// Oldest first; 2.9.9 .. 2.17.1 share the first (NCCL older than 2.9 is taken as 2.9; 2.9's LL128 cap per
-/// collective, 16.9 GB/s per channel for all-reduce, as 2.10's 20). Ring LL runs at 1/4 before
-/// 2.21; tree Simple's step is 28 us on NVLink in 2.19 .. 2.22 (4 in 2.18 and from 2.23).
-constexpr double kAmpereBusBwCap = 235.0, kRingLLFactorBefore221 = .25, kLLNetIntraLatFactorBefore218 = 1.8;
-constexpr ReleaseTuning kReleaseTunings[] = {
+/// collective, 16.9 GB/s per channel for all-reduce, as 2.10's 20). Tree Simple's step is 28 us on NVLink in
+/// 2.19 .. 2.22 (4 in 2.18 and from 2.23).
+constexpr ReleaseLatencies kReleaseLatencies[] = {
     {0,
      {{4.4, 4.4, 0}, {3.6, 10.0, 8.4}},
-     {{{.52, 1.25, 28}, {.47, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 28}, {2.7, 4.0, 9.6}}},
-     kRingLLFactorBefore221,
-     true,
-     kLLNetIntraLatFactorBefore218,
-     false,
-     false,
-     false,
-     false},
-    {21800,
+     {{{.52, 1.25, 28}, {.47, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 28}, {2.7, 4.0, 9.6}}}},
+    {kNccl218,
      {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}},
-     {{{.6, 1.25, 4}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 6}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}}},
-     kRingLLFactorBefore221,
-     false,
-     1.0,
-     true,
-     false,
-     false,
-     false},
+     {{{.6, 1.25, 4}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 6}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}}}},
     {21900,
      {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}},
-     {{{.6, 1.25, 28}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}}},
-     kRingLLFactorBefore221,
-     false,
-     1.0,
-     true,
-     false,
-     false,
-     false},
-    {22100,
-     {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}},
-     {{{.6, 1.25, 28}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}}},
-     kRingLLFactor,
-     false,
-     1.0,
-     true,
-     false,
-     false,
-     false},
-    currentReleaseTuning(),
+     {{{.6, 1.25, 28}, {.6, 1.9, 3.4}}, {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}}, {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}}}},
+    currentReleaseLatencies(),
 };
-const ReleaseTuning& releaseTuning(int version) {
-  const ReleaseTuning* found = &kReleaseTunings[0];
-  for (const ReleaseTuning& r : kReleaseTunings) {
+const ReleaseLatencies& releaseLatencies(int version) {
+  const ReleaseLatencies* found = &kReleaseLatencies[0];
+  for (const ReleaseLatencies& r : kReleaseLatencies) {
     if (version >= r.since) found = &r;
   }
   return *found;
@@ -943,14 +911,16 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate
     bw = std::min({intra, interBw, a == kNvlsTree ? kPerChNvlsTree[arch][idx2] : std::numeric_limits<double>::max()});
   }
   // The estimate takes the constants of the log's release for trees and rings; the time model 2.28's.
-  const ReleaseTuning& release = releaseTuning(ncclEstimate ? c.version : kNcclVersionEmulated);
+  const int release = ncclEstimate ? c.version : kNcclVersionEmulated;
+  const ReleaseLatencies& latencies = releaseLatencies(release);
   const bool treeOrRing = a == kTree || a == kRing;
   double busBw = g.nChannels * bw;
-  if (release.ampereBusBwCap && s.arch == GpuArch::Ampere) busBw = std::min(busBw, kAmpereBusBwCap);
-  const double llMax = s.nodes == 1 && s.arch == GpuArch::Hopper && !release.hopperLlMaxBw
+  if (release < kNccl218 && s.arch == GpuArch::Ampere) busBw = std::min(busBw, kAmpereBusBwCapBefore218);
+  const double llMax = s.nodes == 1 && s.arch == GpuArch::Hopper && release < kNccl223
                            ? kLlMaxBw[archIndex(GpuArch::Ampere)][0]
                            : llMaxBw(s);
-  if (a == kRing && p == kLL) busBw = std::min(llMax, busBw * release.ringLLFactor);
+  if (a == kRing && p == kLL)
+    busBw = std::min(llMax, busBw * (release < kNccl221 ? kRingLLFactorBefore221 : kRingLLFactor));
   if (a == kRing && p == kLL128) busBw = std::min(busBw * kRingLL128Factor, g.nChannels * kPerChRingLL128[arch][idx2]);
   if (a == kTree && f == kFuncAllReduce) busBw = std::min(busBw * kTreeFactor, g.nChannels * kPerChTree[arch][idx2]);
   if (a == kTree && p == kLL) busBw = std::min(busBw * kTreeLLFactor, llMax);
@@ -979,14 +949,14 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate
   Tuned t;
   t.bw = busBw;
   const auto hwLat = [&](int hw, int algo) {
-    return algo == kTree || algo == kRing ? release.hwLat[hw][algo][p] : kHwLatUs[hw][algo][p];
+    return algo == kTree || algo == kRing ? latencies.hwLat[hw][algo][p] : kHwLatUs[hw][algo][p];
   };
-  t.lat = treeOrRing ? release.baseLat[a][p] : kBaseLatUs[a][p];
+  t.lat = treeOrRing ? latencies.baseLat[a][p] : kBaseLatUs[a][p];
   const int intraHw = g.typeIntra == NcclPath::Nvl ? kHwNvlink : kHwPci;
   double intraLat = hwLat(intraHw, a);
-  if (treeOrRing && nodes > 1 && p == kLL) intraLat *= release.llNetIntraLatFactor;
-  double interLat = treeOrRing ? hwLat(kHwNet, nranks == nodes && release.oneGpuPerNodeTreeNetLat ? kTree : a)
-                               : netStepLatUs(c, a, p, nranks);
+  if (treeOrRing && nodes > 1 && p == kLL && release < kNccl218) intraLat *= kLLNetIntraLatFactorBefore218;
+  double interLat =
+      treeOrRing ? hwLat(kHwNet, nranks == nodes && release >= kNccl223 ? kTree : a) : netStepLatUs(c, a, p, nranks);
   if (ncclEstimate) interLat += (p == kSimple ? 2 : 1) * s.netPluginLatencyUs;  // Simple adds the flush's too
   const int ranksPerNode = nranks / nodes;
   if (a == kRing) {
@@ -998,15 +968,15 @@ Tuned tune(const NcclComm& c, int f, int a, int p, int nranks, bool ncclEstimate
       t.lat += nsteps * lat;
     } else {
       double netOverhead = 0;
-      if (nodes > 1 && release.netOverhead) {
+      if (nodes > 1 && release >= kNccl218) {
         netOverhead = s.cpuVendor == CpuVendor::Amd ? kNetOverheadAmdUs : kNetOverheadIntelUs;
         if (p == kSimple) netOverhead *= kNetOverheadSimpleFactor;
       }
       intraLat = std::max(intraLat, netOverhead);
-      const int interSteps = nodes == 1                   ? 0
-                             : f != kFuncAllReduce        ? nodes - 1
-                             : release.ringNetStepsPerHop ? 2 * (nodes - 1)
-                                                          : 2 * nodes;
+      const int interSteps = nodes == 1            ? 0
+                             : f != kFuncAllReduce ? nodes - 1
+                             : release >= kNccl223 ? 2 * (nodes - 1)
+                                                   : 2 * nodes;
       t.lat += (nsteps - interSteps) * intraLat + interSteps * interLat;
     }
   } else if (a == kTree) {
