@@ -177,14 +177,15 @@ TEST(Merge, RegretRowsJoinInShardOrderWithTheSummaryRecomputed) {
   EXPECT_TRUE(m.shard.empty());
 }
 
+/// An all-reduce sweep record that says it is shard `shard` ("K/N"; "" for none).
+SweepRecord part(std::string shard) {
+  SweepRecord r;
+  r.collective = "all_reduce";
+  r.shard = std::move(shard);
+  return r;
+}
+
 TEST(Merge, RefusesIncompleteRepeatedOrForeignParts) {
-  SweepRecord p;
-  p.collective = "all_reduce";
-  auto part = [&](std::string shard) {
-    SweepRecord r = p;
-    r.shard = std::move(shard);
-    return r;
-  };
   EXPECT_EQ(errorOf([&] {
               mergeSweepRecords({{"a", part("1/3")}, {"c", part("3/3")}});
             }),
@@ -210,13 +211,6 @@ TEST(Merge, RefusesIncompleteRepeatedOrForeignParts) {
 }
 
 TEST(Merge, HugeShardCountsAreRefusedInOneShortLine) {
-  SweepRecord p;
-  p.collective = "all_reduce";
-  auto part = [&](std::string shard) {
-    SweepRecord r = p;
-    r.shard = std::move(shard);
-    return r;
-  };
   // N beyond what one command line can name: refused before any shard number is walked.
   EXPECT_EQ(errorOf([&] {
               mergeSweepRecords({{"a", part("1/2000000000")}});
