@@ -113,9 +113,6 @@ inline constexpr std::size_t kDefaultExactTransferLimit = 100000;
 /// The fallback also needs transfers x ranks <= this: SimGrid scans its list of in-flight actor-less comms at each
 /// completion, so op by op costs grow with concurrency (Rabenseifner on 4096 ranks of a fat tree: ~0.5 ms/transfer).
 inline constexpr double kExactFallbackBudget = 2e7;
-/// Schedules are built (rather than modelled without one) up to this many transfers: a ring all-reduce schedule
-/// holds two ops per transfer at about 150 bytes each, so this is about 1.2 GB.
-inline constexpr std::size_t kMaterializeTransferLimit = 4000000;
 /// Transfers the tree model evaluates for one call (0.2-0.6 us each here): the whole pipeline when it fits (the fluid
 /// method's result), else the longest window that does, extrapolated. A round's increment varies by +-15 % on NCCL's
 /// host tree over rails (flows meeting on a host's NIC drift against each other), so a window's period is an

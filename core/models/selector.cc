@@ -71,6 +71,15 @@ bool gpuSystem(const Topology& t) {
   return false;
 }
 
+/// Whether backend `name` can run a call of `algorithm` whose schedule is too large to build
+/// (kMaterializeTransferLimit): the simulator times some algorithms without one; "" (plan without --backend) counts as
+/// the simulator, and a name that is no backend (tune's "model") runs nothing.
+bool runsUnbuilt(const std::string& name, const AlgorithmInfo& algorithm) {
+  const std::optional<BackendCapabilities> caps = findBackendCapabilities(name);
+  if (!name.empty() && !caps) return true;
+  return (name.empty() || caps->device == DeviceKind::Simulated) && algorithm.traits.timedWithoutSchedule();
+}
+
 /// Backend `name` runs NCCL's own collective (the sim backend emulates it); "" (plan without --backend) counts as
 /// the simulator, the default backend of a topology.
 bool runsNccl(const std::string& name) {
@@ -304,15 +313,24 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
 
 namespace {
 
-/// The model's best configuration of `algorithm` over kModelChunkCandidates x kModelChannelCandidates.
-Selector::Priced priceOne(const CostModel& m, const CollectiveSpec& spec, const std::string& algorithm) {
+/// The model's best configuration of `algorithm` over kModelChunkCandidates x kModelChannelCandidates, among those the
+/// backend can run (schedules too large to build only where `unbuilt`: runsUnbuilt).
+Selector::Priced priceOne(const CostModel& m, const CollectiveSpec& spec, const std::string& algorithm, bool unbuilt) {
   const ParamSpace ps = paramSpace(spec.kind, algorithm);
+  const AlgorithmInfo& info = findAlgorithm(spec.kind, algorithm);
   Selector::Priced out{{algorithm, 0, 1, -1}, ""};
   for (std::size_t chunk : kModelChunkCandidates) {
     if (chunk != 0 && !ps.chunk) continue;
     for (int ch : kModelChannelCandidates) {
       if (ch != 1 && !ps.channels) continue;
-      const Estimate e = m.estimate(spec, algorithm, AlgoParams{chunk, ch, m.rankHost()});
+      const AlgoParams params{chunk, ch, m.rankHost()};
+      if (const std::size_t transfers = estimateTransfers(info, spec, params);
+          !unbuilt && transfers > kMaterializeTransferLimit) {
+        out.unsupported = fmt::format("'{}' on {} channel{} would need about {} transfers: too large to build",
+                                      algorithm, ch, ch == 1 ? "" : "s", transfers);
+        continue;
+      }
+      const Estimate e = m.estimate(spec, algorithm, params);
       if (!e.supported) {
         out.unsupported = e.note;
         continue;
@@ -328,6 +346,10 @@ Selector::Priced priceOne(const CostModel& m, const CollectiveSpec& spec, const 
 std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
                                               const std::vector<std::string>& algorithms) const {
   std::vector<Priced> out(algorithms.size());
+  std::vector<char> unbuilt(algorithms.size());
+  for (std::size_t i = 0; i < algorithms.size(); ++i) {
+    unbuilt[i] = runsUnbuilt(opt_.backend, findAlgorithm(spec.kind, algorithms[i])) ? 1 : 0;
+  }
   std::size_t wanted = 1;
   if (opt_.pricingThreads > 0) {
     wanted = static_cast<std::size_t>(opt_.pricingThreads);
@@ -336,7 +358,8 @@ std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
   }
   const int workers = opt_.topology == nullptr ? 1 : static_cast<int>(std::min(algorithms.size(), wanted));
   if (workers <= 1) {
-    for (std::size_t i = 0; i < algorithms.size(); ++i) out[i] = priceOne(model(spec.nranks), spec, algorithms[i]);
+    for (std::size_t i = 0; i < algorithms.size(); ++i)
+      out[i] = priceOne(model(spec.nranks), spec, algorithms[i], unbuilt[i] != 0);
     return out;
   }
   // Each worker prices whole algorithms on its own cost model (a Router serves one thread). Results and errors land
@@ -347,7 +370,7 @@ std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
   auto work = [&](const CostModel& m) {
     for (std::size_t i = next++; i < algorithms.size(); i = next++) {
       try {
-        out[i] = priceOne(m, spec, algorithms[i]);
+        out[i] = priceOne(m, spec, algorithms[i], unbuilt[i] != 0);
       } catch (...) {
         failed[i] = std::current_exception();
         next = algorithms.size();  // the algorithms before it are taken; no more after it

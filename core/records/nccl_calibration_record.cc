@@ -2,6 +2,8 @@
 // docs/calibration-nccl.schema.json).
 #include <fmt/format.h>
 
+#include <set>
+
 #include "collbench/error.h"
 #include "collbench/nccl_calibration.h"
 #include "record_io.h"
@@ -26,16 +28,23 @@ NicKind parseNicKind(const std::string& s) {
 NcclCalibration parseNcclCalibration(std::string_view text, std::string_view source) {
   const json doc = parseJsonDocument(text, source);
   const JsonFields top = records_detail::header(doc, source, NcclCalibration::kFormat, NcclCalibration::kVersion);
+  // An overlay may be edited by hand: a misspelt key is refused rather than leaving the model's default in its place.
+  top.allowOnly({"format", "version", "tool", "command_line", "system", "params", "prior_fit", "fit", "held_out",
+                 "iterations", "notes", "rows"});
   NcclCalibration c;
   c.tool = top.stringOr("tool", "");
   c.commandLine = top.stringOr("command_line", "");
   const JsonFields sys = top.object("system");
+  sys.allowOnly({"topology", "topology_fingerprint", "arch", "nic_kind", "gpus_per_node"});
   c.topology = sys.stringOr("topology", "");
   c.topologyFingerprint = sys.stringOr("topology_fingerprint", "");
   c.arch = sys.parsed("arch", [](const std::string& s) { return parseGpuArch(s); });
   c.nicKind = sys.parsed("nic_kind", parseNicKind);
   c.gpusPerNode = static_cast<int>(sys.integer("gpus_per_node", 1, INT32_MAX));
   const JsonFields params = top.object("params");
+  std::set<std::string> paramNames;
+  for (NcclParam p : kNcclParams) paramNames.insert(std::string(toString(p)));
+  params.allowOnly(paramNames);
   for (NcclParam p : kNcclParams) {
     // Records written before the LL proxy queue or P2P read's fill was fitted lack it; the model's default stands.
     if ((p == NcclParam::NetChannelUs || p == NcclParam::P2pReadFillSlices) &&
@@ -43,6 +52,7 @@ NcclCalibration parseNcclCalibration(std::string_view text, std::string_view sou
       continue;
     }
     const JsonFields f = params.object(std::string(toString(p)).c_str());
+    f.allowOnly({"value", "prior", "lower", "upper", "identified", "note"});
     NcclParamFit pf;
     pf.param = p;
     pf.value = f.number("value", 0);
@@ -72,6 +82,8 @@ NcclCalibration parseNcclCalibration(std::string_view text, std::string_view sou
   if (top.has("rows")) {
     for (std::size_t i = 0; i < top.array("rows").size(); ++i) {
       const JsonFields r = top.element("rows", i);
+      r.allowOnly(
+          {"log", "line", "ranks", "nodes", "bytes", "measured_us", "prior_us", "fitted_us", "choice", "held_out"});
       NcclCalibrationRow row;
       row.log = r.string("log");
       row.line = static_cast<int>(r.integer("line", 0, INT32_MAX));

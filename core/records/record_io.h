@@ -30,6 +30,7 @@ inline JsonFields header(const nlohmann::json& doc, std::string_view source, std
 
 /// CalibrationErrors as {"median", "worst", "count"} (median and worst null for an empty set), and back.
 inline CalibrationErrors readErrors(const JsonFields& f) {
+  f.allowOnly({"median", "worst", "count"});
   return {f.optionalNumber("median", 0), f.optionalNumber("worst", 0), static_cast<std::size_t>(f.integer("count", 0))};
 }
 inline nlohmann::json errorsJson(const CalibrationErrors& e) {

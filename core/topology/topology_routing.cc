@@ -108,7 +108,7 @@ void walkBack(const Graph& g, int srcNode, int dstNode, HopsOf hopsOf, LatencyOf
 // cleared between searches. Per thread: a Router is used by one thread at a time, and stamps are unique per search
 // whichever router runs it.
 struct DagEdge {
-  int from, to;
+  int from, to, link;
   double latency;
 };
 struct PairSearch {
@@ -133,12 +133,18 @@ struct Side {
   std::vector<int>& hops;
   int origin;
   bool done = false;  // its last layer found nothing new: it holds every node it can reach
+  // Links the next expansion reads: the degrees of the last layer's nodes that paths may leave. The search expands
+  // the side with less of it, so a switch with thousands of ports is crossed from its few-linked ends' side.
+  std::size_t frontierLinks = 0;
   int depth() const { return static_cast<int>(layer.size()) - 2; }
-  std::size_t frontier() const { return layer.back() - layer[layer.size() - 2]; }
 };
 
+std::size_t degree(const Graph& g, int v) {
+  return static_cast<std::size_t>(g.start[static_cast<std::size_t>(v) + 1] - g.start[static_cast<std::size_t>(v)]);
+}
+
 // Hop count of the shortest src -> dst path (transit rules as tree()), -1 if none, by a breadth-first search from both
-// ends that expands the smaller frontier: any path no longer than the two depths together meets in a node both
+// ends that expands the frontier with fewer links: any path no longer than the two depths together meets in a node both
 // reached, so the search stops once the best meeting is that short. pairScratch keeps both sides for pairRoute().
 int meetHops(const Graph& g, int srcNode, int dstNode) {
   PairSearch& ps = pairScratch;
@@ -160,6 +166,7 @@ int meetHops(const Graph& g, int srcNode, int dstNode) {
     side->layer.assign({0, 1});
     side->stamp[at(side->origin)] = st;
     side->hops[at(side->origin)] = 0;
+    side->frontierLinks = degree(g, side->origin);
   }
   if (srcNode == dstNode) return 0;
   constexpr int kNone = std::numeric_limits<int>::max();
@@ -167,6 +174,7 @@ int meetHops(const Graph& g, int srcNode, int dstNode) {
   auto expand = [&](Side& side, const Side& other) {
     const std::size_t from = side.layer[side.layer.size() - 2], to = side.layer.back();
     const int h = side.depth() + 1;
+    side.frontierLinks = 0;
     for (std::size_t i = from; i < to; ++i) {
       const int u = side.order[i];
       if (!g.transit[at(u)] && u != side.origin) continue;
@@ -176,6 +184,7 @@ int meetHops(const Graph& g, int srcNode, int dstNode) {
         side.stamp[at(v)] = st;
         side.hops[at(v)] = h;
         side.order.push_back(v);
+        if (g.transit[at(v)]) side.frontierLinks += degree(g, v);
         if (other.stamp[at(v)] == st && usable(v)) best = std::min(best, h + other.hops[at(v)]);
       }
     }
@@ -184,7 +193,7 @@ int meetHops(const Graph& g, int srcNode, int dstNode) {
   };
   while (best == kNone || (best > fwd.depth() + bwd.depth() && !fwd.done && !bwd.done)) {
     if (fwd.done || bwd.done) return -1;  // one side holds all it reaches and met nothing
-    if (fwd.frontier() <= bwd.frontier()) {
+    if (fwd.frontierLinks <= bwd.frontierLinks) {
       expand(fwd, bwd);
     } else {
       expand(bwd, fwd);
@@ -223,18 +232,42 @@ int pairDag(const Graph& g, int srcNode, int dstNode) {
     ps.latency[at(v)] = std::numeric_limits<double>::infinity();
     dag[at(p)].push_back(v);
   };
-  // Reads v's links once: routers one hop closer to the source (preds) and nodes one hop closer to the destination
-  // (succs) join the paths, and every link between two hop counts is recorded with its latency.
-  auto scan = [&](int v, int p, bool preds, bool succs) {
-    for (int e = g.start[at(v)]; e < g.start[at(v) + 1]; ++e) {
-      const auto [x, l] = g.adj[static_cast<std::size_t>(e)];
-      if (preds && ps.stampFwd[at(x)] == st && ps.hopsFwd[at(x)] == p - 1 && (g.transit[at(x)] || x == srcNode)) {
-        if (ps.stampDag[at(x)] != st) addDag(x, p - 1);
-        into[at(p)].push_back({x, v, g.topo.links[static_cast<std::size_t>(l)].latencyUs});
-      } else if (succs && ps.stampBwd[at(x)] == st && ps.hopsBwd[at(x)] == D - p - 1 &&
-                 (g.transit[at(x)] || x == dstNode)) {
-        if (ps.stampDag[at(x)] != st) addDag(x, p + 1);
-        into[at(p) + 1].push_back({v, x, g.topo.links[static_cast<std::size_t>(l)].latencyUs});
+  // The links between dag[p] and the layer one hop closer to the source (toSource) or to the destination: the routers
+  // (or the pair's end) there that link to dag[p] join the paths, and each such link is recorded with its latency. They
+  // are read from whichever side has fewer links: a switch with thousands of ports in dag[p] is reached from the few
+  // nodes beside it.
+  auto linkLayer = [&](int p, bool toSource) {
+    const int q = toSource ? p - 1 : p + 1;        // the joining nodes' hop count
+    const Side& near = toSource ? fwd : bwd;       // the side whose search reached them
+    const int nearHops = toSource ? q : D - q;     // their hop count in that search
+    const int end = toSource ? srcNode : dstNode;  // the one non-router they may be
+    auto& links = into[at(std::max(p, q))];
+    const auto record = [&](int x, int v, int l) {  // x joins at q, v is in dag[p]
+      if (ps.stampDag[at(x)] != st) addDag(x, q);
+      const double latency = g.topo.links[static_cast<std::size_t>(l)].latencyUs;
+      links.push_back(toSource ? DagEdge{x, v, l, latency} : DagEdge{v, x, l, latency});
+    };
+    const std::size_t first = near.layer[at(nearHops)], last = near.layer[at(nearHops) + 1];
+    std::size_t dagLinks = 0, layerLinks = 0;
+    for (int v : dag[at(p)]) dagLinks += degree(g, v);
+    for (std::size_t i = first; i < last; ++i) layerLinks += degree(g, near.order[i]);
+    if (dagLinks <= layerLinks) {
+      for (std::size_t i = 0; i < dag[at(p)].size(); ++i) {
+        const int v = dag[at(p)][i];
+        for (int e = g.start[at(v)]; e < g.start[at(v) + 1]; ++e) {
+          const auto [x, l] = g.adj[static_cast<std::size_t>(e)];
+          if (near.stamp[at(x)] == st && near.hops[at(x)] == nearHops && (g.transit[at(x)] || x == end))
+            record(x, v, l);
+        }
+      }
+      return;
+    }
+    for (std::size_t i = first; i < last; ++i) {
+      const int x = near.order[i];
+      if (!g.transit[at(x)] && x != end) continue;
+      for (int e = g.start[at(x)]; e < g.start[at(x) + 1]; ++e) {
+        const auto [v, l] = g.adj[static_cast<std::size_t>(e)];
+        if (ps.stampDag[at(v)] == st && ps.hopsFwd[at(v)] == p) record(x, v, l);
       }
     }
   };
@@ -242,13 +275,8 @@ int pairDag(const Graph& g, int srcNode, int dstNode) {
     const int v = fwd.order[i];
     if (ps.stampBwd[at(v)] == st && ps.hopsBwd[at(v)] == D - split && usable(v)) addDag(v, split);
   }
-  for (int v : dag[at(split)]) scan(v, split, split > 0, split < D);
-  for (int p = split - 1; p > 0; --p) {
-    for (std::size_t i = 0; i < dag[at(p)].size(); ++i) scan(dag[at(p)][i], p, true, false);
-  }
-  for (int p = split + 1; p < D; ++p) {
-    for (std::size_t i = 0; i < dag[at(p)].size(); ++i) scan(dag[at(p)][i], p, false, true);
-  }
+  for (int p = split; p > 0; --p) linkLayer(p, true);
+  for (int p = split; p < D; ++p) linkLayer(p, false);
   // Latencies as tree() computes them: the minimum over the predecessors one hop closer.
   ps.latency[at(srcNode)] = 0;
   for (int p = 1; p <= D; ++p) {
@@ -259,13 +287,38 @@ int pairDag(const Graph& g, int srcNode, int dstNode) {
   return D;
 }
 
-bool pairRoute(const Graph& g, int srcNode, int dstNode, std::vector<Hop>& out) {
-  if (pairDag(g, srcNode, dstNode) < 0) return false;
+// What predecessors() gives for node v of the paths pairDag() left in pairScratch (from srcNode): read from the DAG's
+// links into v's hop count where those are fewer than v's own links (a many-port switch), in v's link order all the
+// same (a node's links are listed in the file's order, so by link index).
+void dagPredecessors(const Graph& g, int srcNode, int v, std::vector<std::pair<int, int>>& out) {
   const PairSearch& ps = pairScratch;
   const std::uint32_t st = ps.stamp;
-  walkBack(
-      g, srcNode, dstNode, [&ps, st](std::size_t v) { return ps.stampDag[v] == st ? ps.hopsFwd[v] : -2; },
-      [&ps](std::size_t v) { return ps.latency[v]; }, out, pairSeed(srcNode, dstNode));
+  const auto hopsOf = [&ps, st](std::size_t x) { return ps.stampDag[x] == st ? ps.hopsFwd[x] : -2; };
+  const auto latencyOf = [&ps](std::size_t x) { return ps.latency[x]; };
+  const int p = hopsOf(at(v));
+  if (p <= 0 || ps.into[at(p)].size() >= degree(g, v)) {
+    predecessors(g, srcNode, v, hopsOf, latencyOf, out);
+    return;
+  }
+  out.clear();
+  for (const DagEdge& edge : ps.into[at(p)]) {
+    if (edge.to == v && sameLatency(latencyOf(at(edge.from)) + edge.latency, latencyOf(at(v)))) {
+      out.emplace_back(edge.from, edge.link);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+}
+
+bool pairRoute(const Graph& g, int srcNode, int dstNode, std::vector<Hop>& out) {
+  if (pairDag(g, srcNode, dstNode) < 0) return false;
+  std::vector<std::pair<int, int>> candidates;
+  walkChoosing(
+      g, srcNode, dstNode,
+      [&](int v) {
+        dagPredecessors(g, srcNode, v, candidates);
+        return std::pair{candidates.data(), candidates.size()};
+      },
+      out, pairSeed(srcNode, dstNode));
   return true;
 }
 
@@ -426,7 +479,12 @@ void Router::walk(int srcNode, int dstNode, const Tree& tr, std::vector<Hop>& ou
 int Router::gateway(int srcNode, int dstNode, std::vector<Hop>& chain) const {
   chain.clear();
   if (transit_[static_cast<std::size_t>(srcNode)]) return srcNode;  // a router: its paths may leave every way
+  // Whether x and y share a link, read from the end with fewer (each link is listed at both ends).
   const auto nextTo = [this](int x, int y) {
+    const auto links = [this](int v) {
+      return adjStart_[static_cast<std::size_t>(v) + 1] - adjStart_[static_cast<std::size_t>(v)];
+    };
+    if (links(y) < links(x)) std::swap(x, y);
     for (int e = adjStart_[static_cast<std::size_t>(x)]; e < adjStart_[static_cast<std::size_t>(x) + 1]; ++e) {
       if (adj_[static_cast<std::size_t>(e)].first == y) return true;
     }
@@ -519,9 +577,6 @@ int Router::gatewayRoute(int srcNode, int dstNode, std::vector<Hop>& out) const 
     if (D < 0) return -1;
     // Each node's predecessors as the pair search's walk would gather them, once for every pair behind a and b.
     const PairSearch& ps = pairScratch;
-    const std::uint32_t st = ps.stamp;
-    const auto hopsOf = [&ps, st](std::size_t v) { return ps.stampDag[v] == st ? ps.hopsFwd[v] : -2; };
-    const auto latencyOf = [&ps](std::size_t v) { return ps.latency[v]; };
     GatewayPaths paths;
     for (int p = 1; p <= D; ++p) {
       for (int v : ps.dag[at(p)]) paths.nodes.push_back(v);
@@ -530,7 +585,7 @@ int Router::gatewayRoute(int srcNode, int dstNode, std::vector<Hop>& out) const 
     std::vector<std::pair<int, int>> preds;
     paths.first.push_back(0);
     for (int v : paths.nodes) {
-      predecessors(g, a, v, hopsOf, latencyOf, preds);
+      dagPredecessors(g, a, v, preds);
       paths.preds.insert(paths.preds.end(), preds.begin(), preds.end());
       paths.first.push_back(paths.preds.size());
     }

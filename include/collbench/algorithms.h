@@ -83,7 +83,14 @@ struct AlgorithmTraits {
 
   /// Whether the generator accepts `nranks` ranks (minRanks, maxRanks, powerOfTwo).
   bool admits(int nranks) const;
+  /// Whether the simulator may time a call without building its schedule (its ring model, pipeline extrapolation or
+  /// hierarchical model), which calls above kMaterializeTransferLimit transfers need.
+  bool timedWithoutSchedule() const { return simRingModel || pipelineSlices > 0 || simHierarchicalModel; }
 };
+
+/// Schedules are built (rather than timed without one by the simulator) up to this many transfers: a ring all-reduce
+/// schedule holds two ops per transfer at about 150 bytes each, so this is about 1.2 GB.
+inline constexpr std::size_t kMaterializeTransferLimit = 4000000;
 
 struct AlgorithmInfo {
   std::string name;       ///< e.g. "ring"

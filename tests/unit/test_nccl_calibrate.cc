@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "collbench/error.h"
@@ -298,6 +299,25 @@ TEST(NcclCalibrate, RecordRoundTripsAndApplies) {
               std::string::npos)
         << e.what();
   }
+  // A hand-edited overlay's misspelt key is refused, not left to the model's default, at every level.
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& message) {
+    nlohmann::json bad = toJson(c);
+    edit(bad);
+    try {
+      parseNcclCalibration(bad.dump(), "cal.json");
+      ADD_FAILURE() << "read: " << message;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::InvalidArgument);
+      EXPECT_EQ(std::string(e.what()).rfind("cal.json: " + message, 0), 0U) << e.what();
+    }
+  };
+  refused([](nlohmann::json& d) { d["params"]["nvls_fractoin"] = d["params"]["nvls_fraction"]; },
+          "params.nvls_fractoin: unknown field (known: ");
+  refused([](nlohmann::json& d) { d["params"]["net_fraction"]["valeu"] = 0.9; },
+          "params.net_fraction.valeu: unknown field (known: identified, lower, note, prior, upper, value)");
+  refused([](nlohmann::json& d) { d["system"]["nics_per_node"] = 8; }, "system.nics_per_node: unknown field");
+  refused([](nlohmann::json& d) { d["fit"]["mean"] = 0.1; }, "fit.mean: unknown field (known: count, median, worst)");
+  refused([](nlohmann::json& d) { d["parmas"] = nlohmann::json::object(); }, "parmas: unknown field");
   EXPECT_EQ(parseNcclParam("net_hop_extra_us"), NcclParam::NetHopExtraUs);
   EXPECT_THROW(parseNcclParam("nvlink_speed"), Error);
 }

@@ -1,13 +1,16 @@
 // Selector: the table's choice on table points, sane choices between them (model-shaped interpolation), the cost
 // model fallback, and forced choices (--algo, COLLBENCH_ALGO).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "collbench/algorithms.h"
+#include "collbench/backend_info.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
 #include "collbench/selector.h"
@@ -274,6 +277,52 @@ TEST(Selector, GpuSystemsPayTheWireRule) {
   EXPECT_NEAR(predicted("direct"), floorUs + 2 * stepUs, slackUs) << c.reason;
   EXPECT_LT(predicted("direct"), predicted("ring")) << c.reason;
   EXPECT_GE(c.predictedUs, floorUs + 2 * stepUs) << c.reason;
+}
+
+// Auto chooses only what the backend can run: a call whose schedule holds more than kMaterializeTransferLimit transfers
+// runs only where the simulator times it without the schedule (ring, pipelines, hierarchical). On a 2048-rank star the
+// model prices direct all-reduce fastest at 1 MiB, but its 8.4 M transfers cannot be built.
+TEST(Selector, ChoosesNoScheduleTooLargeToBuild) {
+  const Topology star = flatTopology(2048, 50, 1);
+  const CollectiveSpec spec{Collective::AllReduce, 2048, (1u << 20) / 4, DType::F32};
+  const auto transfers = [&](const char* name) {
+    return estimateTransfers(findAlgorithm(Collective::AllReduce, name), spec, AlgoParams{});
+  };
+  ASSERT_GT(transfers("direct"), kMaterializeTransferLimit);
+  ASSERT_GT(transfers("ring"), kMaterializeTransferLimit);
+  const auto predicted = [](const Choice& c, const std::string& name) {
+    for (const Alternative& a : c.ranking) {
+      if (a.algorithm == name) return a.predictedUs;
+    }
+    return -1.0;
+  };
+  // The model alone (tune's "model", no backend) prices every algorithm.
+  const Choice model = chooseAlgorithm(spec, SelectorOptions{&star, nullptr, "model", "auto", ""});
+  EXPECT_EQ(model.algorithm, "direct") << model.reason;
+  // The simulator ("" is its default) times the ring without its schedule, not direct.
+  const Choice sim = chooseAlgorithm(spec, SelectorOptions{&star, nullptr, "", "auto", ""});
+  EXPECT_NE(sim.algorithm, "direct") << sim.reason;
+  EXPECT_LT(predicted(sim, "direct"), 0) << sim.reason;
+  EXPECT_GT(predicted(sim, "ring"), 0) << sim.reason;
+  // A backend that runs schedules builds them all: neither.
+  registerBackend(
+      "selector_test_cpu", "test", [](int, const BackendOptions&) -> std::unique_ptr<Backend> { return nullptr; },
+      BackendCapabilities{});
+  const Choice cpu = chooseAlgorithm(spec, SelectorOptions{&star, nullptr, "selector_test_cpu", "auto", ""});
+  EXPECT_LT(predicted(cpu, "direct"), 0) << cpu.reason;
+  EXPECT_LT(predicted(cpu, "ring"), 0) << cpu.reason;
+  EXPECT_LE(transfers(cpu.algorithm.c_str()), kMaterializeTransferLimit) << cpu.reason;
+  // Forced, the one candidate cannot run: the error says why.
+  try {
+    chooseAlgorithm(spec, SelectorOptions{&star, nullptr, "selector_test_cpu", "direct", ""});
+    ADD_FAILURE() << "forced direct was chosen";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::Unsupported);
+    EXPECT_NE(std::string(e.what()).find(fmt::format(
+                  "'direct' on 1 channel would need about {} transfers: too large to build", transfers("direct"))),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Selector, ForcedChoices) {

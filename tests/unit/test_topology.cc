@@ -918,8 +918,22 @@ TEST(TopologyRouting, RoutesDoNotDependOnQueryOrder) {
 // gateway's BFS tree; it must be the route the source's own tree gives. Sources asked in turn take the gateways' trees
 // (from each gateway's second source on); a source asked for every destination in a row takes its own tree (from the
 // second destination on).
+// Two 24-port switches joined by three links (one slower), where some GPUs have a second, slower link to theirs:
+// routes cross many-port switches that the pair search reaches from the few-linked side, over parallel links of
+// which only the fastest carry them.
+Topology twoStars() {
+  Topology t = flatTopology(48, 50, 1);
+  t.nodes.push_back(TopoNode{"sw1", NodeKind::Switch, "", 0, 0});
+  for (std::size_t i = 24; i < 48; ++i) t.links[i].b = "sw1";
+  for (double latency : {1.0, 2.0, 1.0}) t.links.push_back(TopoLink{"sw0", "sw1", 100, latency, "fabric"});
+  for (std::size_t i = 0; i < 48; i += 5) t.links.push_back(TopoLink{t.links[i].a, t.links[i].b, 50, 3, "fabric"});
+  return t;
+}
+
 TEST(TopologyRouting, GatewayTreesGiveTheSourcesOwnRoutes) {
   const std::vector<Topology> topologies = {
+      flatTopology(40, 50, 1),
+      twoStars(),
       gen("multi_node", {{"nodes", 12}, {"nics_per_node", 2}, {"radix", 6}}),  // three levels, 4 GPUs on a NIC
       gen("multi_node", {{"nodes", 8}, {"rail_optimized", false}, {"radix", 8}}),
       gen("multi_node", {{"nodes", 6}, {"gpus_per_node", 1}, {"nics_per_node", 1}}),
