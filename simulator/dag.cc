@@ -20,7 +20,7 @@ std::uint64_t connKey(int src, int dst, int channel) {
 }  // namespace
 
 void Dag::Timing::switchFlow(Dag&, int, double) {
-  COLLBENCH_CHECK(false, "this simulation method does not time switch ops (the exact method does)");
+  COLLBENCH_CHECK(false, "this simulation method does not time switch ops (the exact and fluid methods do)");
 }
 
 Dag::Dag(const Schedule& s, const Matching& m, World& w, std::vector<int> groupSwitch)

@@ -28,8 +28,10 @@ SimResult simulateExact(World& w, const Schedule& s, const Matching& m, bool tim
 SimResult simulateAggregated(World& w, const Schedule& s, const Matching& m, bool timeline);
 /// The dependency graph timed by an event-driven fluid model instead of SimGrid (fluid.cc): CM02's latency phase and
 /// penalties, each flow at its smallest weighted share of its links (no max-min redistribution). Needs CM02 without
-/// cross-traffic; the result is never marked exact.
-SimResult simulateFluid(World& w, const Schedule& s, const Matching& m, bool timeline);
+/// cross-traffic; the result is never marked exact. Switch ops' legs are flows like transfers (`groupSwitch` as for
+/// simulateExact).
+SimResult simulateFluid(World& w, const Schedule& s, const Matching& m, bool timeline,
+                        const std::vector<int>& groupSwitch = {});
 /// Ring all-reduce evaluated step by step without a schedule (the aggregated method, streamed).
 SimResult simulateRingModel(World& w, const CollectiveSpec& spec, const AlgoParams& params);
 /// Hierarchical all-reduce evaluated without a schedule as three gated ring phases (hierarchical_model.cc), one ring

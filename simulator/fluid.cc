@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <unordered_map>
 #include <vector>
 
 #include "collbench/error.h"
@@ -25,18 +26,41 @@ constexpr std::size_t kFilledShares = 64;
 /// The Dag's work on a FluidNetwork.
 class FluidTiming : public Dag::Timing {
  public:
-  explicit FluidTiming(World& w) : net_(w) {}
+  explicit FluidTiming(World& w) : w_(w), net_(w) {}
   void transfer(Dag& d, int m, double t) override {
     const Dag::Xfer& x = d.transfer(m);
     net_.transfer(x.src, x.dst, x.wireBytes, t, Dag::tag(Dag::kTransfer, static_cast<std::uint64_t>(m)));
   }
   void exec(Dag&, std::uint64_t tag, int rank, double t, double bytes) override { net_.exec(rank, bytes, t, tag); }
+  // A switch op's leg crosses the links between the rank's node and the switch, and a reduced one the switch's
+  // reduction port too (as World::startSwitchComm routes it on SimGrid).
+  void switchFlow(Dag& d, int f, double t) override {
+    const Dag::SwitchFlow& x = d.switchFlow(f);
+    const std::uint64_t key = (static_cast<std::uint64_t>(x.rank) << 34) | (static_cast<std::uint64_t>(x.sw) << 2) |
+                              static_cast<std::uint64_t>(x.leg);
+    auto [it, fresh] = switchRoutes_.try_emplace(key);
+    SwitchRoute& r = it->second;
+    if (fresh) {
+      r.resources = w_.switchRoute(x.rank, x.sw, x.leg);
+      r.latency = net_.latency(r.resources);
+      if (x.leg == World::SwitchLeg::ReducedDown)
+        r.resources.insert(r.resources.begin(), net_.reducePort(r.resources.front()));
+    }
+    net_.transfer(r.resources, r.latency, x.bytes, t, Dag::tag(Dag::kSwitch, static_cast<std::uint64_t>(f)));
+  }
   void run(Dag& d) {
     while (const auto done = net_.next()) d.complete(done->tag, done->t);
   }
 
  private:
+  struct SwitchRoute {
+    std::vector<int> resources;
+    double latency = 0;
+  };
+  World& w_;
   FluidNetwork net_;
+  // By (rank, switch, leg); the network's flows point into these lists, which a node-based map keeps in place.
+  std::unordered_map<std::uint64_t, SwitchRoute> switchRoutes_;
 };
 
 }  // namespace
@@ -55,6 +79,12 @@ FluidNetwork::FluidNetwork(World& w) : w_(w), firstHost_(static_cast<int>(2 * w.
   }
   hostResource_.resize(hostRate_.size());
   for (std::size_t h = 0; h < hostRate_.size(); ++h) hostResource_[h] = {firstHost_ + static_cast<int>(h)};
+  std::vector<std::pair<DirLink, double>> ports(w.reducePortRates().begin(), w.reducePortRates().end());
+  std::sort(ports.begin(), ports.end());
+  for (const auto& [l, rate] : ports) {
+    reducePortResource_[l] = static_cast<int>(load_.size());
+    load_.emplace_back().capacity = rate;
+  }
 }
 
 void FluidNetwork::transfer(int src, int dst, std::uint64_t wireBytes, double t, std::uint64_t tag) {
@@ -339,8 +369,9 @@ void FluidNetwork::setRate(int id, double rate, double t) {
   }
 }
 
-SimResult simulateFluid(World& w, const Schedule& s, const Matching& m, bool timeline) {
-  Dag d(s, m, w);
+SimResult simulateFluid(World& w, const Schedule& s, const Matching& m, bool timeline,
+                        const std::vector<int>& groupSwitch) {
+  Dag d(s, m, w, groupSwitch);
   FluidTiming timing(w);
   d.begin(timing);
   timing.run(d);

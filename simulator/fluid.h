@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "world.h"
@@ -48,6 +49,9 @@ class FluidNetwork {
   /// `bytes` of reduction (or copy) work on the rank's node from time t on, at the node's rate (> 0), shared with
   /// the node's other work.
   void exec(int rank, double bytes, double t, std::uint64_t tag);
+  /// The resource of a reducing switch's port (World::reducePortRates) on directed link l leaving the switch: a route
+  /// for transfer() may name it besides links, for reduced bytes delivered there.
+  int reducePort(DirLink l) const { return reducePortResource_.at(l); }
   /// Scales a resource's capacity by `factor`, before any work starts: directed link l, or host h's reduction (World::
   /// hostIndex).
   void scaleLink(DirLink l, double factor) { load_[static_cast<std::size_t>(l)].capacity *= factor; }
@@ -123,7 +127,8 @@ class FluidNetwork {
   void setRate(int id, double rate, double t);
 
   World& w_;
-  int firstHost_;  // resources: directed links, then each host's reduction
+  int firstHost_;  // resources: directed links, then each host's reduction, then reducing switches' ports
+  std::unordered_map<DirLink, int> reducePortResource_;
   std::vector<double> hostRate_;
   std::vector<std::vector<int>> hostResource_;
   std::vector<Load> load_;

@@ -118,6 +118,7 @@ World::World(const Topology& topology, int nranks, const SimConfig& config, Wire
       sg4::Link* port = zone_->create_link(fmt::format("r{}.{}", i, e), it->second * kBytesPerGB);
       port->seal();
       reducePort_[static_cast<int>(i) * 2 + e] = port;  // the DirLink leaving that end
+      reducePortRate_[static_cast<int>(i) * 2 + e] = it->second * kBytesPerGB;
     }
   }
   zone_->seal();
@@ -193,6 +194,18 @@ std::size_t World::takeSlot(std::uint64_t tag) {
   return slot;
 }
 
+std::vector<DirLink> World::switchRoute(int rank, int sw, SwitchLeg leg) const {
+  const int rn = router_.rankNode(rank);
+  const bool up = leg == SwitchLeg::Up;
+  std::vector<Hop> hops;
+  COLLBENCH_CHECK(router_.nodeRoute(up ? rn : sw, up ? sw : rn, hops) > 0, "no route between rank {} and switch {}",
+                  rank, sw);
+  std::vector<DirLink> route;
+  route.reserve(hops.size());
+  for (const Hop& h : hops) route.push_back(dirLink(h));
+  return route;
+}
+
 void World::startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag) {
   const int rn = router_.rankNode(rank);
   const auto hostIt = (leg == SwitchLeg::ReducedDown ? switchReduceHost_ : switchHost_).find(sw);
@@ -203,14 +216,12 @@ void World::startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes
   const bool up = leg == SwitchLeg::Up;
   const std::uint64_t key = (pairKey(rn, sw) << 2) | static_cast<std::uint64_t>(leg);
   if (switchRoutes_.try_emplace(key, true).second) {
-    std::vector<Hop> hops;
-    COLLBENCH_CHECK(router_.nodeRoute(up ? rn : sw, up ? sw : rn, hops) > 0, "no route between rank {} and switch {}",
-                    rank, sw);
+    const std::vector<DirLink> route = switchRoute(rank, sw, leg);
     std::vector<sg4::LinkInRoute> links;
-    if (leg == SwitchLeg::ReducedDown) links.emplace_back(reducePort_.at(dirLink(hops.front())));
-    for (const Hop& h : hops) {
-      links.emplace_back(links_[static_cast<std::size_t>(h.link)],
-                         h.forward ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
+    if (leg == SwitchLeg::ReducedDown) links.emplace_back(reducePort_.at(route.front()));
+    for (const DirLink l : route) {
+      links.emplace_back(links_[static_cast<std::size_t>(l / 2)],
+                         l % 2 == 0 ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
     }
     zone_->add_bypass_route(up ? rankHost->get_netpoint() : swHost->get_netpoint(),
                             up ? swHost->get_netpoint() : rankHost->get_netpoint(), nullptr, nullptr, links);

@@ -82,6 +82,11 @@ class World {
   /// Starts a transfer between the rank's node and switch node `sw` (one that reduces or multicasts) along Router's
   /// path; ReducedDown also crosses the switch's reduction port toward the rank (reduce_GBps).
   void startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag);
+  /// The directed links of that leg: Router's path from the rank's node up to the switch, or from the switch down.
+  std::vector<DirLink> switchRoute(int rank, int sw, SwitchLeg leg) const;
+  /// Reducing switches' ports: the directed link leaving the switch -> the rate (bytes/s) at which the switch delivers
+  /// reduced bytes on it (reduce_GBps), which ReducedDown legs cross besides the link.
+  const std::unordered_map<DirLink, double>& reducePortRates() const { return reducePortRate_; }
   /// Starts `bytes` of reduction work on the rank's node (shared with the node's other executions).
   void startExec(int rank, double bytes, std::uint64_t tag);
   /// Runs the engine until no activity is left, calling `onDone(tag)` at each completion (activities may be started
@@ -123,6 +128,7 @@ class World {
   // output (where it reduces); DirLink leaving a reducing switch -> that port's reduction resource.
   std::unordered_map<int, int> switchHost_, switchReduceHost_;
   std::unordered_map<int, simgrid::s4u::Link*> reducePort_;
+  std::unordered_map<DirLink, double> reducePortRate_;
   std::unordered_map<std::uint64_t, bool> switchRoutes_;            // (rank node << 32 | switch node) << 2 | leg
   std::vector<double> linkBandwidth_, linkLatency_;                 // bytes/s and s, after switch caps
   std::unordered_map<std::uint64_t, std::vector<DirLink>> routes_;  // src rank << 32 | dst rank

@@ -10,7 +10,9 @@
 ///      fastest candidate; between points predictFromTable() (model-shaped interpolation in log bytes and nranks).
 ///   3. the cost model on the topology (or, without one, CostModel::defaultFlat over the algorithms
 ///      whose AlgorithmTraits::defaultModel is set),
-///      minimised over each algorithm's kModelChunkCandidates x kModelChannelCandidates.
+///      minimised over each algorithm's kModelChunkCandidates x kModelChannelCandidates, among the configurations the
+///      backend can run: one whose schedule holds more than kMaterializeTransferLimit transfers only on the simulator,
+///      for algorithms it times without the schedule (AlgorithmTraits::timedWithoutSchedule).
 ///   On a GPU system (the topology's GPUs have an `arch`) and a backend that runs "nccl" (the simulator emulates it),
 ///   NCCL's own collective competes in 2 and 3 with the time NCCL 2.28's model predicts for its choice (nccl_model.h;
 ///   NCCL_* variables of the process apply), and is chosen where it is faster.

@@ -354,6 +354,13 @@ INSTANTIATE_TEST_SUITE_P(
                          56 * 1000 + 5, true, 0, 1e-12}),
     [](const auto& paramInfo) { return paramInfo.param.name; });
 
+/// dgx-h100-ib400's servers (NVLS in each, SHARP on the fabric), `nodes` of them.
+Topology dgxH100Ib(int nodes) {
+  return generateTopology("multi_node", fmt::format(R"({{"nodes": {}, "arch": "hopper", "nvlink_GBps": 450,
+      "nvls_GBps": 450, "pcie_GBps": 63, "nic_GBps": 50, "reduce_GBps": 1100, "sharp_GBps": 50}})",
+                                                    nodes));
+}
+
 // ---- The fluid model against op by op. Where no link is ever shared it is SimGrid's alpha-beta exactly; where links
 // are shared (a pipelined tree: a host's NIC carries its parent's and its children's flows) each event re-solves
 // max-min locally (fluid.h). Measured: NCCL's host tree over multi_node fabrics of 8-16 servers +0.2 %, -0.3 %, 0.0 %;
@@ -361,7 +368,9 @@ INSTANTIATE_TEST_SUITE_P(
 // dragonfly-small +1.1 %. flat(9) reads -4.7 %: its op-by-op time is ill-conditioned (a latency 1e-9 us or 1e-5 us
 // longer moves it by +0.02 / -2.0 %, the fluid model's by -0.8 / -0.6 %). Each flow taking its weighted share of
 // every link, without max-min's redistribution, these were +0.8 %, -0.9 %, +2.0 %, -2.4 %, +5.4 %, +15.1 %, +10.1 %
-// and -0.5 %.
+// and -0.5 %. Switch ops (NVLS, NVLSTree, CollNet) are flows between a GPU's node and the switch like transfers:
+// NVLS, NVLSTree and CollNet Chain read as op by op (to 2e-8 up to 256 MiB); CollNet Direct, whose heads fold their
+// GPUs' pieces in turn while the switch streams, +2.0 % at 16 MiB, -1.3 % at 64 MiB and -7.9 % at 256 MiB on 2 servers.
 
 constexpr double kFluidTreeRel = 0.025;
 constexpr double kFluidIllConditionedRel = 0.06;
@@ -447,6 +456,17 @@ INSTANTIATE_TEST_SUITE_P(
                   [] { return loadTopology("dragonfly-small"); },
                   "tree",
                   std::size_t{8} << 20,
+                  {},
+                  kFluidTreeRel},
+        FluidCase{
+            "nvls_dgx_h100", [] { return loadTopology("dgx-h100-8x1"); }, "nvls", std::size_t{64} << 20, {}, kSameRel},
+        FluidCase{"nvls_tree_4x8", [] { return dgxH100Ib(4); }, "nvls_tree", std::size_t{16} << 20, {}, kSameRel},
+        FluidCase{
+            "collnet_chain_4x8", [] { return dgxH100Ib(4); }, "collnet_chain", std::size_t{4} << 20, {}, kSameRel},
+        FluidCase{"collnet_direct_2x8",
+                  [] { return dgxH100Ib(2); },
+                  "collnet_direct",
+                  std::size_t{16} << 20,
                   {},
                   kFluidTreeRel}),
     [](const auto& paramInfo) { return paramInfo.param.name; });
@@ -590,6 +610,24 @@ TEST(Fluid, AutoTakesBurstsTooLargeForOpByOp) {
   const sim::SimResult r =
       sim::Simulator(rail, 32, mode(sim::SimMode::Auto)).runAlgorithm(tree, "tree", {131072, 2, rankHosts(rail, 32)});
   EXPECT_NE(r.method, "fluid") << r.note;
+}
+
+// Schedules with switch ops leave op by op where SimGrid's cost, about transfers x ranks, is over kExactFallbackBudget:
+// CollNet Direct over 32 servers of dgx-h100-ib400 at 64 MiB (229376 transfers on 256 ranks; 4 min op by op at 512
+// ranks and 256 MiB) takes the fluid network, 2 servers stay op by op.
+TEST(Fluid, AutoTakesSwitchSchedulesTooLargeForOpByOp) {
+  for (const auto& [nodes, method] : {std::pair{32, "fluid"}, std::pair{2, "exact"}}) {
+    const Topology t = dgxH100Ib(nodes);
+    const int n = 8 * nodes;
+    const CollectiveSpec spec{Collective::AllReduce, n, (std::size_t{64} << 20) / 4, DType::F32};
+    const sim::SimResult r =
+        sim::Simulator(t, n, mode(sim::SimMode::Auto)).runAlgorithm(spec, "collnet_direct", {0, 1, rankHosts(t, n)});
+    EXPECT_EQ(r.method, method) << nodes << " servers: " << r.note;
+    if (nodes == 32) {
+      EXPECT_NE(r.note.find("chosen over op by op for a schedule with switch ops this large"), std::string::npos)
+          << r.note;
+    }
+  }
 }
 
 TEST(Fluid, RefusesWhatItDoesNotModel) {
