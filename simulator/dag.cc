@@ -100,12 +100,21 @@ Dag::Dag(const Schedule& s, const Matching& m, World& w, std::vector<int> groupS
   }
   connNext_.assign(connCount.size(), 0);
   connFree_.assign(connCount.size(), 0);
+  agg_.reserve(s.switchGroups.size());
+  for (std::size_t g = 0; g < s.switchGroups.size(); ++g) agg_.push_back(aggregation(g));
   sstate_.resize(m.switchMatches.size());
   for (std::size_t k = 0; k < m.switchMatches.size(); ++k) {
     const std::size_t members = m.switchMatches[k].ops.size();
-    sstate_[k].ready.assign(members, -1);
-    sstate_[k].downDone.assign(members, 0);
-    sstate_[k].upsLeft = static_cast<int>(members);
+    const Aggregation& a = agg_[static_cast<std::size_t>(m.switchMatches[k].group)];
+    SwitchState& st = sstate_[k];
+    st.ready.assign(members, -1);
+    st.downDone.assign(members, 0);
+    st.pointWaiting.assign(a.points.size(), 0);
+    for (int q : a.memberPoint) {
+      if (q >= 0) ++st.pointWaiting[static_cast<std::size_t>(q)];
+    }
+    st.pointDown.assign(a.points.size(), 0);
+    st.upsLeft = static_cast<int>(members + a.points.size());
   }
 }
 
@@ -221,7 +230,9 @@ void Dag::tryStart(int m) {
 
 // Switch ops (sim_backend.h): the switch streams them (cut-through, as NVLS's multimem instructions): a
 // SwitchReduce's reduced bytes go down to the root while the members' contributions go up, a Multicast's copies go
-// down to the members while the root's bytes go up; an op completes on a member when its data has arrived.
+// down to the members while the root's bytes go up; an op completes on a member when its data has arrived. Members
+// behind an aggregation switch (Aggregation) send up to it, and it sends on to the group's switch once all of them
+// have started; a multicast's copy goes down to it once and from it to each of its members.
 void Dag::switchReady(int g, int rank, double t) {
   const int i = g - rankOffset_[static_cast<std::size_t>(rank)];
   const int k = m_.opMatch[static_cast<std::size_t>(rank)][static_cast<std::size_t>(i)];
@@ -244,33 +255,52 @@ void Dag::switchReady(int g, int rank, double t) {
     return;
   }
   if (root) {
-    startSwitchFlow(k, x, World::SwitchLeg::Up, t);
+    startSwitchFlow(k, x, -1, World::SwitchLeg::Up, t);
+    const std::size_t points = agg_[static_cast<std::size_t>(sm.group)].points.size();
+    for (std::size_t q = 0; q < points; ++q) startSwitchFlow(k, -1, static_cast<int>(q), World::SwitchLeg::Down, t);
     for (std::size_t y = 0; y < members.size(); ++y) {
-      if (st.ready[y] >= 0) startSwitchFlow(k, static_cast<int>(y), World::SwitchLeg::Down, t);
+      if (st.ready[y] >= 0) startSwitchFlow(k, static_cast<int>(y), -1, World::SwitchLeg::Down, t);
     }
   } else if (st.rootReady >= 0) {
-    startSwitchFlow(k, x, World::SwitchLeg::Down, t);
+    startSwitchFlow(k, x, -1, World::SwitchLeg::Down, t);
   }
 }
 
 void Dag::startReductionUp(int k, int member, double t) {
   SwitchState& st = sstate_[static_cast<std::size_t>(k)];
-  startSwitchFlow(k, member, World::SwitchLeg::Up, t);
-  if (++st.upsStarted < static_cast<int>(st.ready.size())) return;
   const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(k)];
+  startSwitchFlow(k, member, -1, World::SwitchLeg::Up, t);
+  const int q = agg_[static_cast<std::size_t>(sm.group)].memberPoint[static_cast<std::size_t>(member)];
+  if (q >= 0 && --st.pointWaiting[static_cast<std::size_t>(q)] == 0) startSwitchFlow(k, -1, q, World::SwitchLeg::Up, t);
+  if (++st.upsStarted < static_cast<int>(st.ready.size())) return;
   const auto& members = s_.switchGroups[static_cast<std::size_t>(sm.group)];
   const int root =
       op(globalOp(members[static_cast<std::size_t>(member)], sm.ops[static_cast<std::size_t>(member)])).peer;
   const auto rootMember = std::lower_bound(members.begin(), members.end(), root) - members.begin();
-  startSwitchFlow(k, static_cast<int>(rootMember), World::SwitchLeg::ReducedDown, t);
+  startSwitchFlow(k, static_cast<int>(rootMember), -1, World::SwitchLeg::ReducedDown, t);
 }
 
-void Dag::startSwitchFlow(int k, int member, World::SwitchLeg leg, double t) {
+void Dag::startSwitchFlow(int k, int member, int point, World::SwitchLeg leg, double t) {
   const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(k)];
-  const int rank = s_.switchGroups[static_cast<std::size_t>(sm.group)][static_cast<std::size_t>(member)];
-  const Op& o = op(globalOp(rank, sm.ops[static_cast<std::size_t>(member)]));
+  const auto& members = s_.switchGroups[static_cast<std::size_t>(sm.group)];
+  const Aggregation& a = agg_[static_cast<std::size_t>(sm.group)];
+  const int sw = groupSwitch_[static_cast<std::size_t>(sm.group)];
+  const Op& o = op(globalOp(members.front(), sm.ops.front()));
+  // A member's contribution and its copy travel between it and its aggregation switch; the reduced bytes come down to
+  // the root, and a multicast's bytes go up from it, all the way. An aggregation switch's leg joins it to the group's
+  // switch.
+  int lower = 0, upper = sw;
+  if (member >= 0) {
+    lower = world_.rankNode(members[static_cast<std::size_t>(member)]);
+    const int q = a.memberPoint[static_cast<std::size_t>(member)];
+    const bool viaPoint =
+        leg == World::SwitchLeg::Down || (leg == World::SwitchLeg::Up && o.kind == OpKind::SwitchReduce);
+    if (q >= 0 && viaPoint) upper = a.points[static_cast<std::size_t>(q)];
+  } else {
+    lower = a.points[static_cast<std::size_t>(point)];
+  }
   const int f = static_cast<int>(sflow_.size());
-  sflow_.push_back({k, member, rank, groupSwitch_[static_cast<std::size_t>(sm.group)], leg, o.bytes});
+  sflow_.push_back({k, member, point, lower, upper, leg, o.bytes});
   timing_->switchFlow(*this, f, t);
 }
 
@@ -278,9 +308,10 @@ void Dag::switchFlowDone(int f, double t) {
   const SwitchFlow fl = sflow_[static_cast<std::size_t>(f)];
   const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(fl.match)];
   const auto& members = s_.switchGroups[static_cast<std::size_t>(sm.group)];
+  const Aggregation& a = agg_[static_cast<std::size_t>(sm.group)];
   SwitchState& st = sstate_[static_cast<std::size_t>(fl.match)];
   auto memberOp = [&](std::size_t y) { return globalOp(members[y], sm.ops[y]); };
-  const Op& o = op(memberOp(static_cast<std::size_t>(fl.member)));
+  const Op& o = op(memberOp(0));
   const auto rootMember =
       static_cast<std::size_t>(std::lower_bound(members.begin(), members.end(), o.peer) - members.begin());
   if (o.kind == OpKind::SwitchReduce) {
@@ -297,20 +328,57 @@ void Dag::switchFlowDone(int f, double t) {
     }
     return;
   }
+  // A copy is complete once it has arrived, the copy to its aggregation switch too, and the root's bytes have all left
+  // the root.
+  const auto finish = [&](std::size_t y) {
+    const int q = a.memberPoint[y];
+    if (st.downDone[y] != kCopyArrived || st.upsDone < 0 || (q >= 0 && !st.pointDown[static_cast<std::size_t>(q)]))
+      return;
+    st.downDone[y] = kCopyDone;
+    opDone(memberOp(y), t);
+  };
   if (fl.leg == World::SwitchLeg::Up) {
-    // The root's bytes have all left it: every member whose copy already arrived is done.
     st.upsDone = t;
+    for (std::size_t y = 0; y < members.size(); ++y) finish(y);
+  } else if (fl.member < 0) {
+    st.pointDown[static_cast<std::size_t>(fl.point)] = 1;
     for (std::size_t y = 0; y < members.size(); ++y) {
-      if (st.downDone[y]) opDone(memberOp(y), t);
+      if (a.memberPoint[y] == fl.point) finish(y);
     }
-    return;
-  }
-  // A copy cannot be complete before the bytes it copies have left the root.
-  if (st.upsDone >= 0) {
-    opDone(memberOp(static_cast<std::size_t>(fl.member)), t);
   } else {
-    st.downDone[static_cast<std::size_t>(fl.member)] = 1;
+    st.downDone[static_cast<std::size_t>(fl.member)] = kCopyArrived;
+    finish(static_cast<std::size_t>(fl.member));
   }
+}
+
+Dag::Aggregation Dag::aggregation(std::size_t group) const {
+  const auto& members = s_.switchGroups[group];
+  const int sw = groupSwitch_[group];
+  const Topology& t = world_.topology();
+  // Each member's first switch on its way up that reduces and multicasts, before the group's switch.
+  std::vector<int> first(members.size(), -1);
+  std::unordered_map<int, int> behind;
+  for (std::size_t y = 0; y < members.size(); ++y) {
+    const std::vector<int> path = world_.pathNodes(world_.rankNode(members[y]), sw);
+    for (std::size_t i = 1; i + 1 < path.size(); ++i) {
+      const TopoNode& node = t.nodes[static_cast<std::size_t>(path[i])];
+      if (node.reducesInNetwork() && node.multicasts()) {
+        first[y] = path[i];
+        ++behind[path[i]];
+        break;
+      }
+    }
+  }
+  Aggregation a;
+  a.memberPoint.assign(members.size(), -1);
+  std::unordered_map<int, int> index;
+  for (std::size_t y = 0; y < members.size(); ++y) {
+    if (first[y] < 0 || behind[first[y]] < 2) continue;  // alone behind it: nothing to aggregate
+    const auto [it, fresh] = index.try_emplace(first[y], static_cast<int>(a.points.size()));
+    if (fresh) a.points.push_back(first[y]);
+    a.memberPoint[y] = it->second;
+  }
+  return a;
 }
 
 void Dag::opDone(int g, double t) {

@@ -29,11 +29,13 @@ class Dag {
     double sendReady = -1, recvReady = -1, start = -1, end = -1;
   };
 
-  /// One leg of a switch op's data between a member and the group's switch (sim_backend.h has the semantics).
+  /// One leg of a switch op's data between a member, or an aggregation switch, and a switch above it (sim_backend.h
+  /// has the semantics).
   struct SwitchFlow {
-    int match = 0;   // index into Matching::switchMatches
-    int member = 0;  // index into the group's ranks
-    int rank = 0, sw = 0;
+    int match = 0;          // index into Matching::switchMatches
+    int member = 0;         // index into the group's ranks; -1 for an aggregation switch's leg
+    int point = -1;         // that aggregation switch (index into Aggregation::points)
+    int lower = 0, sw = 0;  // node indices: the member's node or the aggregation switch, and the switch above
     World::SwitchLeg leg = World::SwitchLeg::Up;
     std::uint64_t bytes = 0;
   };
@@ -84,9 +86,19 @@ class Dag {
   void opDone(int g, double t);
   void tryStart(int m);
   void switchReady(int g, int rank, double t);
-  void startSwitchFlow(int k, int member, World::SwitchLeg leg, double t);
+  /// Starts the leg of `member` (point -1) or of aggregation switch `point` (member -1) of switch match k.
+  void startSwitchFlow(int k, int member, int point, World::SwitchLeg leg, double t);
   void startReductionUp(int k, int member, double t);
   void switchFlowDone(int f, double t);
+
+  /// In-network aggregation, as SHARP's aggregation trees do over a leaf/spine fabric: members of a switch group whose
+  /// way up to the group's switch crosses a switch that reduces and multicasts, shared with another member, meet
+  /// there (their legs end at it), and one leg per such switch joins it to the group's switch.
+  struct Aggregation {
+    std::vector<int> points;       // node indices of the aggregation switches
+    std::vector<int> memberPoint;  // per member: its aggregation switch (index into points), -1: none
+  };
+  Aggregation aggregation(std::size_t group) const;
 
   const Schedule& s_;
   const Matching& m_;
@@ -103,15 +115,19 @@ class Dag {
   // ups start when the member and the root are ready, its reduced down once every up has started; a Multicast's up
   // when the root is ready, each down when the root and that member are. A member's op completes when its own legs
   // and the legs it waits for (every up of a reduction, the up of a multicast) are done (sim_backend.h).
+  static constexpr char kCopyArrived = 1, kCopyDone = 2;
   struct SwitchState {
     std::vector<double> ready;
-    std::vector<char> downDone;  // multicast: the member's down finished, waiting for the up
+    std::vector<char> downDone;     // multicast: kCopyArrived when the member's copy has arrived, kCopyDone when done
+    std::vector<int> pointWaiting;  // reduction: per aggregation switch, its members whose ups have not started
+    std::vector<char> pointDown;    // multicast: per aggregation switch, whether its copy has arrived
     double rootReady = -1;
     int upsStarted = 0, upsLeft = 0;
     bool downLeft = true;  // reduction: the reduced bytes have not reached the root yet
     double upsDone = -1;   // multicast: when the root's bytes had all gone up
   };
   std::vector<int> groupSwitch_;
+  std::vector<Aggregation> agg_;  // per switch group
   std::vector<SwitchState> sstate_;
   std::vector<SwitchFlow> sflow_;
   struct Work {

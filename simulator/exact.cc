@@ -17,7 +17,7 @@ class SimGridTiming : public Dag::Timing {
   void exec(Dag&, std::uint64_t tag, int rank, double, double bytes) override { w_.startExec(rank, bytes, tag); }
   void switchFlow(Dag& d, int f, double) override {
     const Dag::SwitchFlow& x = d.switchFlow(f);
-    w_.startSwitchComm(x.rank, x.sw, x.leg, x.bytes, Dag::tag(Dag::kSwitch, static_cast<std::uint64_t>(f)));
+    w_.startSwitchComm(x.lower, x.sw, x.leg, x.bytes, Dag::tag(Dag::kSwitch, static_cast<std::uint64_t>(f)));
   }
 
  private:

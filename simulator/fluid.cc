@@ -36,12 +36,12 @@ class FluidTiming : public Dag::Timing {
   // reduction port too (as World::startSwitchComm routes it on SimGrid).
   void switchFlow(Dag& d, int f, double t) override {
     const Dag::SwitchFlow& x = d.switchFlow(f);
-    const std::uint64_t key = (static_cast<std::uint64_t>(x.rank) << 34) | (static_cast<std::uint64_t>(x.sw) << 2) |
+    const std::uint64_t key = (static_cast<std::uint64_t>(x.lower) << 34) | (static_cast<std::uint64_t>(x.sw) << 2) |
                               static_cast<std::uint64_t>(x.leg);
     auto [it, fresh] = switchRoutes_.try_emplace(key);
     SwitchRoute& r = it->second;
     if (fresh) {
-      r.resources = w_.switchRoute(x.rank, x.sw, x.leg);
+      r.resources = w_.switchRoute(x.lower, x.sw, x.leg);
       r.latency = net_.latency(r.resources);
       if (x.leg == World::SwitchLeg::ReducedDown)
         r.resources.insert(r.resources.begin(), net_.reducePort(r.resources.front()));
@@ -59,7 +59,7 @@ class FluidTiming : public Dag::Timing {
   };
   World& w_;
   FluidNetwork net_;
-  // By (rank, switch, leg); the network's flows point into these lists, which a node-based map keeps in place.
+  // By (lower node, switch, leg); the network's flows point into these lists, which a node-based map keeps in place.
   std::unordered_map<std::uint64_t, SwitchRoute> switchRoutes_;
 };
 

@@ -17,17 +17,19 @@
 ///   no link between them: their transfers are memory copies at that rate too.
 /// - Switch ops (schedule.h) are performed by the switch of their group (validateOnTopology: the switch nearest to
 ///   every member; one that cannot reduce or multicast is an Error{InvalidSchedule} naming the rank, the op and the
-///   switch). Each leg is a flow between a member's node and the switch along Router's path, and the legs of one op
-///   stream together (cut-through, as NVLS's multimem instructions): a SwitchReduce sends every member's bytes up
-///   once the member and the root are ready, and the reduced bytes down to the root once every contribution has
-///   started, through the switch's reduction port toward the root (reduce_GBps, shared by the reductions delivered
-///   there); non-roots complete when every contribution is in, the root when the reduced bytes have arrived too. A
-///   Multicast sends the root's bytes up once it is ready and a copy down to each member once the root and that
-///   member are ready (at link rate: replication is not reduction); a member completes when its copy has arrived and
-///   the root's bytes have all gone up. One NVLS all-reduce loop of B bytes on n ranks (link L, latency a, reduction
-///   S) is 2a + max(B / L, B / (n min(L, S))) + B / L (tests/sim/test_sim_switch.cc). The exact and fluid methods
-///   time switch ops: schedules with them are simulated op by op, or on the fluid network in fluid mode and in auto
-///   mode past kExactFallbackBudget (README.md). On the timeline a SwitchReduce is a reduce span and a Multicast a
+///   switch). Each leg is a flow between a member's node and the switch along Router's path; where members reach
+///   the switch through another switch that reduces and multicasts, shared with another member (a rail over several
+///   leaves under a spine: SHARP's aggregation tree), their legs end there and one leg joins it to the group's switch.
+///   The legs of one op stream together (cut-through, as NVLS's multimem instructions): a SwitchReduce sends every
+///   member's bytes up once the member and the root are ready, and the reduced bytes down to the root once every
+///   contribution has started, through the switch's reduction port toward the root (reduce_GBps, shared by the
+///   reductions delivered there); non-roots complete when every contribution is in, the root when the reduced bytes
+///   have arrived too. A Multicast sends the root's bytes up once it is ready and a copy down to each member once the
+///   root and that member are ready (at link rate: replication is not reduction); a member completes when its copy has
+///   arrived and the root's bytes have all gone up. One NVLS all-reduce loop of B bytes on n ranks (link L, latency a,
+///   reduction S) is 2a + max(B / L, B / (n min(L, S))) + B / L (tests/sim/test_sim_switch.cc). The exact and fluid
+///   methods time switch ops: schedules with them are simulated op by op, or on the fluid network in fluid mode and in
+///   auto mode past kExactFallbackBudget (README.md). On the timeline a SwitchReduce is a reduce span and a Multicast a
 ///   receive from its root.
 /// - Protocols (Schedule::protocol, AlgoParams::protocol; NCCL 2.28's, the rule in collbench/wire_rule.h, shared with
 ///   the cost model): each network transfer takes the protocol's per-step latency on its route's path class (NVLink

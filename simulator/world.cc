@@ -7,6 +7,8 @@
 #include <limits>
 #include <numeric>
 #include <simgrid/kernel/Timer.hpp>
+#include <string_view>
+#include <unordered_map>
 
 #include "collbench/error.h"
 
@@ -60,6 +62,10 @@ World::World(const Topology& topology, int nranks, const SimConfig& config, Wire
   zone_ = sg4::create_empty_zone("collbench");
 
   const int nodes = static_cast<int>(topo_.nodes.size());
+  std::unordered_map<std::string_view, int> index;
+  for (int v = 0; v < nodes; ++v) index.emplace(topo_.nodes[static_cast<std::size_t>(v)].id, v);
+  linkNodes_.reserve(topo_.links.size());
+  for (const TopoLink& l : topo_.links) linkNodes_.emplace_back(index.at(l.a), index.at(l.b));
   nodeHost_.assign(static_cast<std::size_t>(nodes), -1);
   rankHost_.resize(static_cast<std::size_t>(nranks));
   for (int r = 0; r < nranks; ++r) {
@@ -194,29 +200,41 @@ std::size_t World::takeSlot(std::uint64_t tag) {
   return slot;
 }
 
-std::vector<DirLink> World::switchRoute(int rank, int sw, SwitchLeg leg) const {
-  const int rn = router_.rankNode(rank);
+std::vector<DirLink> World::switchRoute(int lower, int sw, SwitchLeg leg) const {
   const bool up = leg == SwitchLeg::Up;
   std::vector<Hop> hops;
-  COLLBENCH_CHECK(router_.nodeRoute(up ? rn : sw, up ? sw : rn, hops) > 0, "no route between rank {} and switch {}",
-                  rank, sw);
+  COLLBENCH_CHECK(router_.nodeRoute(up ? lower : sw, up ? sw : lower, hops) > 0, "no route between nodes {} and {}",
+                  lower, sw);
   std::vector<DirLink> route;
   route.reserve(hops.size());
   for (const Hop& h : hops) route.push_back(dirLink(h));
   return route;
 }
 
-void World::startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag) {
-  const int rn = router_.rankNode(rank);
+std::vector<int> World::pathNodes(int from, int to) const {
+  std::vector<Hop> hops;
+  COLLBENCH_CHECK(router_.nodeRoute(from, to, hops) >= 0, "no route between nodes {} and {}", from, to);
+  std::vector<int> nodes{from};
+  for (const Hop& h : hops) {
+    const auto& [a, b] = linkNodes_[static_cast<std::size_t>(h.link)];
+    nodes.push_back(h.forward ? b : a);
+  }
+  return nodes;
+}
+
+void World::startSwitchComm(int lower, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag) {
   const auto hostIt = (leg == SwitchLeg::ReducedDown ? switchReduceHost_ : switchHost_).find(sw);
   COLLBENCH_CHECK(hostIt != (leg == SwitchLeg::ReducedDown ? switchReduceHost_ : switchHost_).end(),
                   "switch node {} cannot perform this switch op", sw);
-  sg4::Host* rankHost = hosts_[static_cast<std::size_t>(hostIndex(rank))];
+  // The lower end: a rank's node, or an aggregating switch (one that reduces or multicasts).
+  const int lowerHost = nodeHost_[static_cast<std::size_t>(lower)] >= 0 ? nodeHost_[static_cast<std::size_t>(lower)]
+                                                                        : switchHost_.at(lower);
+  sg4::Host* rankHost = hosts_[static_cast<std::size_t>(lowerHost)];
   sg4::Host* swHost = hosts_[static_cast<std::size_t>(hostIt->second)];
   const bool up = leg == SwitchLeg::Up;
-  const std::uint64_t key = (pairKey(rn, sw) << 2) | static_cast<std::uint64_t>(leg);
+  const std::uint64_t key = (pairKey(lower, sw) << 2) | static_cast<std::uint64_t>(leg);
   if (switchRoutes_.try_emplace(key, true).second) {
-    const std::vector<DirLink> route = switchRoute(rank, sw, leg);
+    const std::vector<DirLink> route = switchRoute(lower, sw, leg);
     std::vector<sg4::LinkInRoute> links;
     if (leg == SwitchLeg::ReducedDown) links.emplace_back(reducePort_.at(route.front()));
     for (const DirLink l : route) {

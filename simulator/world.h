@@ -79,11 +79,15 @@ class World {
   /// Starts a transfer between the nodes of two ranks (not the same node) after `delay` seconds; `tag` comes back in
   /// the completion handler.
   void startComm(int src, int dst, std::uint64_t bytes, std::uint64_t tag, double delay = 0);
-  /// Starts a transfer between the rank's node and switch node `sw` (one that reduces or multicasts) along Router's
-  /// path; ReducedDown also crosses the switch's reduction port toward the rank (reduce_GBps).
-  void startSwitchComm(int rank, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag);
-  /// The directed links of that leg: Router's path from the rank's node up to the switch, or from the switch down.
-  std::vector<DirLink> switchRoute(int rank, int sw, SwitchLeg leg) const;
+  /// Starts a transfer between node `lower` (a rank's node, or a switch that reduces or multicasts) and switch node
+  /// `sw` (one that reduces or multicasts) along Router's path; ReducedDown also crosses the switch's reduction port
+  /// toward `lower` (reduce_GBps).
+  void startSwitchComm(int lower, int sw, SwitchLeg leg, std::uint64_t bytes, std::uint64_t tag);
+  /// The directed links of that leg: Router's path from `lower` up to the switch, or from the switch down.
+  std::vector<DirLink> switchRoute(int lower, int sw, SwitchLeg leg) const;
+  /// The nodes of Router's path from node `from` to node `to`, both included.
+  std::vector<int> pathNodes(int from, int to) const;
+  int rankNode(int rank) const { return router_.rankNode(rank); }
   /// Reducing switches' ports: the directed link leaving the switch -> the rate (bytes/s) at which the switch delivers
   /// reduced bytes on it (reduce_GBps), which ReducedDown legs cross besides the link.
   const std::unordered_map<DirLink, double>& reducePortRates() const { return reducePortRate_; }
@@ -120,16 +124,17 @@ class World {
   std::vector<simgrid::s4u::Host*> hosts_;  // by host index
   simgrid::s4u::Host* sleeper_ = nullptr;   // keeps the engine running until delayed flows start
   simgrid::s4u::ExecPtr sleeping_;
-  std::vector<int> rankHost_;           // rank -> host index
-  std::vector<int> nodeHost_;           // topology node -> host index, -1 without ranks
-  std::vector<double> hostReduceRate_;  // bytes/s, 0 = infinite
+  std::vector<int> rankHost_;                   // rank -> host index
+  std::vector<int> nodeHost_;                   // topology node -> host index, -1 without ranks
+  std::vector<std::pair<int, int>> linkNodes_;  // topology link -> node indices of its ends a and b
+  std::vector<double> hostReduceRate_;          // bytes/s, 0 = infinite
   std::vector<simgrid::s4u::SplitDuplexLink*> links_;
   // Switches that reduce or multicast: node -> host index of the switch as a transfer end, and of its reduction
   // output (where it reduces); DirLink leaving a reducing switch -> that port's reduction resource.
   std::unordered_map<int, int> switchHost_, switchReduceHost_;
   std::unordered_map<int, simgrid::s4u::Link*> reducePort_;
   std::unordered_map<DirLink, double> reducePortRate_;
-  std::unordered_map<std::uint64_t, bool> switchRoutes_;            // (rank node << 32 | switch node) << 2 | leg
+  std::unordered_map<std::uint64_t, bool> switchRoutes_;            // (lower node << 32 | switch node) << 2 | leg
   std::vector<double> linkBandwidth_, linkLatency_;                 // bytes/s and s, after switch caps
   std::unordered_map<std::uint64_t, std::vector<DirLink>> routes_;  // src rank << 32 | dst rank
   std::unordered_map<std::uint64_t, bool> installed_;               // src node << 32 | dst node

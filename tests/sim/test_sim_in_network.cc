@@ -128,6 +128,32 @@ TEST(SimInNetwork, CollnetChainOneLoopOnTwoHosts) {
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
 }
 
+TEST(SimInNetwork, CollnetChainAggregatesAtEachLeafOfItsRail) {
+  // 4 hosts, 2 per leaf: each rail spans two leaves under a spine. SHARP's aggregation tree reduces at each leaf and
+  // at the spine above (sim_backend.h), so a leaf's uplink carries one stream, not one per host: the loop costs the
+  // one-leaf closed form with a fabric hop more each way in both stages,
+  //   SHARP(B) = 2 (a_rail + a_fabric) + B / min(rail, fabric, R_sharp) + B / min(rail, fabric).
+  const Topology t = generateTopology("multi_node", R"({"nodes": 4, "levels": 2, "leaves": 16, "arch": "hopper",
+      "nvlink_GBps": 450, "nvls_GBps": 450, "pcie_GBps": 63, "nic_GBps": 50, "reduce_GBps": 1100, "sharp_GBps": 50})");
+  const Figures f(t);
+  const TopoLink& uplink = linkBetween(t, "leaf0", "spine0");
+  const double fabricLat = uplink.latencyUs * kSecondsPerUs, fabric = uplink.bandwidthGBps * kBytesPerGB;
+  const double sharp = 2 * (f.railLat() + fabricLat) + kBytes / std::min({f.rail(), fabric, f.sharp}) +
+                       kBytes / std::min(f.rail(), fabric);
+  const double want = (kLocal - 1) * (f.nvlinkHop(kBytes) + kBytes / f.gpuReduce) + sharp +
+                      (kLocal - 1) * f.nvlinkHop(kBytes) + launchFloor() +
+                      2 * (kLocal - 1) * stepExtra(NcclPath::Nvl, 2 * f.nvlinkLat);
+  const int n = 4 * kLocal;
+  const AlgoParams p{kCount * 4, 1, rankHosts(t, n)};
+  for (const sim::SimMode mode : {sim::SimMode::Exact, sim::SimMode::Fluid}) {
+    sim::SimConfig cfg;
+    cfg.mode = mode;
+    const sim::SimResult r =
+        sim::Simulator(t, n, cfg).runAlgorithm({Collective::AllReduce, n, kCount, DType::F32}, "collnet_chain", p);
+    EXPECT_NEAR(r.seconds, want, want * kRelTolerance) << toString(mode);
+  }
+}
+
 TEST(SimInNetwork, CostTermsFollowTheSimulatedPipeline) {
   // 64 MiB with NCCL's chunks on 2 hosts x 8: many loops. The cost terms' fill + period per loop against the
   // simulator, and the simulator against the inter-host floor (each NIC carries at least its rail's share B/8 each
