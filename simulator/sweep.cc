@@ -9,15 +9,27 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/error.h"
+#include "collbench/run.h"
 #include "collbench/selector.h"
+#include "collbench/tuning.h"
 #include "collbench/units.h"
 
 namespace collbench::sim {
 
 struct SweepGrid::Current {
+  Current(std::size_t v, int n, const Topology& t, const SimConfig& config)
+      : variant(v),
+        nranks(n),
+        simulator(t, n, config),
+        found(findTuningTable("", &t, "sim")),
+        selector(SelectorOptions{&t, found.table ? &*found.table : nullptr, "sim", "auto", found.path}) {}
   std::size_t variant;
   int nranks;
   Simulator simulator;
+  /// `--algo auto` chooses on the variant's topology as `sim --algo auto` does: its shipped tuning table where one
+  /// holds its fingerprint (an override variant's has none), else its cost model.
+  FoundTuningTable found;
+  Selector selector;
 };
 
 namespace {
@@ -77,11 +89,13 @@ SweepRow SweepGrid::run(std::size_t index) {
   const SweepVariant& v = variants_[p.variant];
   if (!current_ || current_->variant != p.variant || current_->nranks != p.nranks) {
     current_.reset();
-    current_ = std::make_unique<Current>(Current{p.variant, p.nranks, Simulator(v.topology, p.nranks, r_.config)});
+    current_ = std::make_unique<Current>(p.variant, p.nranks, v.topology, r_.config);
   }
   const CollectiveSpec spec = specOf(r_, p.nranks, p.bytes);
-  const std::string chosen = p.algorithm == "auto" ? chooseAlgorithm(spec).algorithm : p.algorithm;
-  const SimResult r = current_->simulator.runAlgorithm(spec, chosen, paramsOf(r_, v.topology, p.nranks));
+  const Plan plan = planCall(current_->selector, spec, CallConfig{p.algorithm, r_.chunkBytes, r_.channels},
+                             rankHosts(v.topology, p.nranks));
+  const std::string& chosen = plan.choice.algorithm;
+  const SimResult r = current_->simulator.runAlgorithm(spec, chosen, plan.params);
   SweepRow row;
   row.topology = v.name;
   row.fingerprint = v.fingerprint;

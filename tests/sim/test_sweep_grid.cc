@@ -7,6 +7,9 @@
 
 #include "collbench/error.h"
 #include "collbench/records.h"
+#include "collbench/run.h"
+#include "collbench/selector.h"
+#include "collbench/tuning.h"
 #include "error_of.h"
 #include "sweep.h"
 
@@ -52,6 +55,33 @@ TEST(SweepGrid, ChecksRanksBeforeAnySimulation) {
   r = smallRequest();
   r.collective = Collective::Barrier;
   EXPECT_EQ(errorOf([&] { SweepGrid g(r); }), "sweep does not time barrier (no bytes)");
+}
+
+// `auto` chooses on each variant's topology, as `sim --algo auto` does (planCall with the topology's shipped table and
+// cost model): the row holds that choice and the simulator's time for it with its configuration, and a variant with
+// slower NVLink is chosen for on its own links.
+TEST(SweepGrid, AutoChoosesOnEachVariantsTopology) {
+  registerSimBackend();  // the backend NCCL's choice competes on
+  SweepRequest r = smallRequest();
+  r.ranks = {kAllRanks};
+  r.sizes = {8, std::size_t{1} << 30};
+  r.algorithms = {"auto"};
+  SweepGrid g(r);
+  for (std::size_t i = 0; i < g.points().size(); ++i) {
+    const SweepPoint& p = g.points()[i];
+    const SweepVariant& v = g.variants()[p.variant];
+    const SweepRow row = g.run(i);
+    const CollectiveSpec spec{Collective::AllReduce, p.nranks, p.bytes / 4, DType::F32};
+    const FoundTuningTable found = findTuningTable("", &v.topology, "sim");
+    const Selector selector(
+        SelectorOptions{&v.topology, found.table ? &*found.table : nullptr, "sim", "auto", found.path});
+    const Plan plan = planCall(selector, spec, CallConfig{}, rankHosts(v.topology, p.nranks));
+    EXPECT_EQ(row.algorithm, plan.choice.algorithm) << v.overrides << " " << p.bytes;
+    const SimResult want = Simulator(v.topology, p.nranks).runAlgorithm(spec, plan.choice.algorithm, plan.params);
+    EXPECT_DOUBLE_EQ(row.timeUs, want.seconds * 1e6) << v.overrides << " " << p.bytes;
+  }
+  // NCCL's NVLS at 1 GiB on the shipped DGX: not a flat network's Rabenseifner.
+  EXPECT_EQ(g.run(1).algorithm, "nccl");
 }
 
 TEST(SweepGrid, WorkersAndShardsGiveTheOneProcessRows) {
