@@ -295,22 +295,24 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   w.prefetchRoutes(pairs);
   if (s.usesSwitch()) {
     // Op by op, or on the fluid network where asked or where SimGrid's cost (which grows with the transfers in flight,
-    // about transfers x ranks) is over kExactFallbackBudget: NVLS, SHARP at hundreds of GPUs.
+    // about transfers x ranks) is over kExactFallbackBudget: NVLS, SHARP at hundreds of GPUs. The aggregated method has
+    // no switch ops: asked for, it is decided as in auto mode.
     w.noteSwitchOps();
     const std::vector<int> groupSwitch = validateOnTopology(s, w.topology());
     const double cost =
         static_cast<double>(m.matches.size() + m.switchMatches.size()) * static_cast<double>(s.ranks.size());
-    if (fluidApplies(cfg) &&
-        (cfg.mode == SimMode::Fluid || (cfg.mode == SimMode::Auto && cost > kExactFallbackBudget))) {
+    const bool likeAuto = cfg.mode == SimMode::Auto || cfg.mode == SimMode::Aggregated;
+    if (fluidApplies(cfg) && (cfg.mode == SimMode::Fluid || (likeAuto && cost > kExactFallbackBudget))) {
       SimResult r = detail::simulateFluid(w, s, m, timeline, groupSwitch);
-      if (cfg.mode == SimMode::Auto) r.note += "; chosen over op by op for a schedule with switch ops this large";
+      if (likeAuto) r.note += "; chosen over op by op for a schedule with switch ops this large";
       return r;
     }
     SimResult r = detail::simulateExact(w, s, m, timeline, groupSwitch);
     if (cfg.mode == SimMode::Aggregated || cfg.mode == SimMode::Fluid) {
-      r.note =
-          "switch ops are simulated op by op (the aggregated method has none; the fluid one needs CM02 without "
-          "cross-traffic)";
+      r.note = fmt::format("switch ops are simulated op by op ({})", cfg.mode == SimMode::Aggregated
+                                                                         ? "the aggregated method has none"
+                                                                         : "the fluid one needs CM02 without "
+                                                                           "cross-traffic");
     }
     return r;
   }

@@ -614,18 +614,22 @@ TEST(Fluid, AutoTakesBurstsTooLargeForOpByOp) {
 
 // Schedules with switch ops leave op by op where SimGrid's cost, about transfers x ranks, is over kExactFallbackBudget:
 // CollNet Direct over 32 servers of dgx-h100-ib400 at 64 MiB (229376 transfers on 256 ranks; 4 min op by op at 512
-// ranks and 256 MiB) takes the fluid network, 2 servers stay op by op.
+// ranks and 256 MiB) takes the fluid network, 2 servers stay op by op. The aggregated method has no switch ops: asked
+// for, the same rule decides, and the note says why it is not what ran.
 TEST(Fluid, AutoTakesSwitchSchedulesTooLargeForOpByOp) {
-  for (const auto& [nodes, method] : {std::pair{32, "fluid"}, std::pair{2, "exact"}}) {
-    const Topology t = dgxH100Ib(nodes);
-    const int n = 8 * nodes;
-    const CollectiveSpec spec{Collective::AllReduce, n, (std::size_t{64} << 20) / 4, DType::F32};
-    const sim::SimResult r =
-        sim::Simulator(t, n, mode(sim::SimMode::Auto)).runAlgorithm(spec, "collnet_direct", {0, 1, rankHosts(t, n)});
-    EXPECT_EQ(r.method, method) << nodes << " servers: " << r.note;
-    if (nodes == 32) {
-      EXPECT_NE(r.note.find("chosen over op by op for a schedule with switch ops this large"), std::string::npos)
-          << r.note;
+  for (const sim::SimMode asked : {sim::SimMode::Auto, sim::SimMode::Aggregated}) {
+    for (const auto& [nodes, method] : {std::pair{32, "fluid"}, std::pair{2, "exact"}}) {
+      const Topology t = dgxH100Ib(nodes);
+      const int n = 8 * nodes;
+      const CollectiveSpec spec{Collective::AllReduce, n, (std::size_t{64} << 20) / 4, DType::F32};
+      const sim::SimResult r =
+          sim::Simulator(t, n, mode(asked)).runAlgorithm(spec, "collnet_direct", {0, 1, rankHosts(t, n)});
+      EXPECT_EQ(r.method, method) << nodes << " servers, " << sim::toString(asked) << ": " << r.note;
+      const std::string why = nodes == 32 ? "chosen over op by op for a schedule with switch ops this large"
+                              : asked == sim::SimMode::Aggregated
+                                  ? "switch ops are simulated op by op (the aggregated method has none)"
+                                  : "";
+      EXPECT_NE(r.note.find(why), std::string::npos) << r.note;
     }
   }
 }
