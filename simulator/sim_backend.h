@@ -28,9 +28,9 @@
 ///   root and that member are ready (at link rate: replication is not reduction); a member completes when its copy has
 ///   arrived and the root's bytes have all gone up. One NVLS all-reduce loop of B bytes on n ranks (link L, latency a,
 ///   reduction S) is 2a + max(B / L, B / (n min(L, S))) + B / L (tests/sim/test_sim_switch.cc). The exact and fluid
-///   methods time switch ops: schedules with them are simulated op by op, or on the fluid network in fluid mode and, past
-///   kExactFallbackBudget, in auto and aggregated modes (README.md). On the timeline a SwitchReduce is a reduce span and a Multicast a
-///   receive from its root.
+///   methods time switch ops: schedules with them are simulated op by op, or on the fluid network in fluid mode and,
+///   past kExactFallbackBudget, in auto and aggregated modes (README.md). On the timeline a SwitchReduce is a reduce
+///   span and a Multicast a receive from its root.
 /// - Protocols (Schedule::protocol, AlgoParams::protocol; NCCL 2.28's, the rule in collbench/wire_rule.h, shared with
 ///   the cost model): each network transfer takes the protocol's per-step latency on its route's path class (NVLink
 ///   when every link is of class "nvlink", the network when a link is of neither "nvlink" nor "pcie", else PCIe:
