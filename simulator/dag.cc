@@ -110,8 +110,10 @@ Dag::Dag(const Schedule& s, const Matching& m, World& w, std::vector<int> groupS
     st.ready.assign(members, -1);
     st.downDone.assign(members, 0);
     st.pointWaiting.assign(a.points.size(), 0);
-    for (int q : a.memberPoint) {
-      if (q >= 0) ++st.pointWaiting[static_cast<std::size_t>(q)];
+    for (const std::vector<int>* below : {&a.memberPoint, &a.pointParent}) {
+      for (int q : *below) {
+        if (q >= 0) ++st.pointWaiting[static_cast<std::size_t>(q)];
+      }
     }
     st.pointDown.assign(a.points.size(), 0);
     st.upsLeft = static_cast<int>(members + a.points.size());
@@ -270,8 +272,12 @@ void Dag::startReductionUp(int k, int member, double t) {
   SwitchState& st = sstate_[static_cast<std::size_t>(k)];
   const SwitchMatch& sm = m_.switchMatches[static_cast<std::size_t>(k)];
   startSwitchFlow(k, member, -1, World::SwitchLeg::Up, t);
-  const int q = agg_[static_cast<std::size_t>(sm.group)].memberPoint[static_cast<std::size_t>(member)];
-  if (q >= 0 && --st.pointWaiting[static_cast<std::size_t>(q)] == 0) startSwitchFlow(k, -1, q, World::SwitchLeg::Up, t);
+  // An aggregation switch sends on once everything below it has started, and so on up.
+  const Aggregation& a = agg_[static_cast<std::size_t>(sm.group)];
+  for (int q = a.memberPoint[static_cast<std::size_t>(member)];
+       q >= 0 && --st.pointWaiting[static_cast<std::size_t>(q)] == 0; q = a.pointParent[static_cast<std::size_t>(q)]) {
+    startSwitchFlow(k, -1, q, World::SwitchLeg::Up, t);
+  }
   if (++st.upsStarted < static_cast<int>(st.ready.size())) return;
   const auto& members = s_.switchGroups[static_cast<std::size_t>(sm.group)];
   const int root =
@@ -298,6 +304,8 @@ void Dag::startSwitchFlow(int k, int member, int point, World::SwitchLeg leg, do
     if (q >= 0 && viaPoint) upper = a.points[static_cast<std::size_t>(q)];
   } else {
     lower = a.points[static_cast<std::size_t>(point)];
+    const int parent = a.pointParent[static_cast<std::size_t>(point)];
+    if (parent >= 0) upper = a.points[static_cast<std::size_t>(parent)];
   }
   const int f = static_cast<int>(sflow_.size());
   sflow_.push_back({k, member, point, lower, upper, leg, o.bytes});
@@ -328,12 +336,13 @@ void Dag::switchFlowDone(int f, double t) {
     }
     return;
   }
-  // A copy is complete once it has arrived, the copy to its aggregation switch too, and the root's bytes have all left
-  // the root.
+  // A copy is complete once it has arrived, the copies to the aggregation switches above it too, and the root's bytes
+  // have all left the root.
   const auto finish = [&](std::size_t y) {
-    const int q = a.memberPoint[y];
-    if (st.downDone[y] != kCopyArrived || st.upsDone < 0 || (q >= 0 && !st.pointDown[static_cast<std::size_t>(q)]))
-      return;
+    if (st.downDone[y] != kCopyArrived || st.upsDone < 0) return;
+    for (int q = a.memberPoint[y]; q >= 0; q = a.pointParent[static_cast<std::size_t>(q)]) {
+      if (!st.pointDown[static_cast<std::size_t>(q)]) return;
+    }
     st.downDone[y] = kCopyDone;
     opDone(memberOp(y), t);
   };
@@ -342,9 +351,7 @@ void Dag::switchFlowDone(int f, double t) {
     for (std::size_t y = 0; y < members.size(); ++y) finish(y);
   } else if (fl.member < 0) {
     st.pointDown[static_cast<std::size_t>(fl.point)] = 1;
-    for (std::size_t y = 0; y < members.size(); ++y) {
-      if (a.memberPoint[y] == fl.point) finish(y);
-    }
+    for (std::size_t y = 0; y < members.size(); ++y) finish(y);
   } else {
     st.downDone[static_cast<std::size_t>(fl.member)] = kCopyArrived;
     finish(static_cast<std::size_t>(fl.member));
@@ -355,28 +362,44 @@ Dag::Aggregation Dag::aggregation(std::size_t group) const {
   const auto& members = s_.switchGroups[group];
   const int sw = groupSwitch_[group];
   const Topology& t = world_.topology();
-  // Each member's first switch on its way up that reduces and multicasts, before the group's switch.
-  std::vector<int> first(members.size(), -1);
-  std::unordered_map<int, int> behind;
-  for (std::size_t y = 0; y < members.size(); ++y) {
-    const std::vector<int> path = world_.pathNodes(world_.rankNode(members[y]), sw);
-    for (std::size_t i = 1; i + 1 < path.size(); ++i) {
-      const TopoNode& node = t.nodes[static_cast<std::size_t>(path[i])];
-      if (node.reducesInNetwork() && node.multicasts()) {
-        first[y] = path[i];
-        ++behind[path[i]];
-        break;
-      }
-    }
-  }
   Aggregation a;
   a.memberPoint.assign(members.size(), -1);
-  std::unordered_map<int, int> index;
-  for (std::size_t y = 0; y < members.size(); ++y) {
-    if (first[y] < 0 || behind[first[y]] < 2) continue;  // alone behind it: nothing to aggregate
-    const auto [it, fresh] = index.try_emplace(first[y], static_cast<int>(a.points.size()));
-    if (fresh) a.points.push_back(first[y]);
-    a.memberPoint[y] = it->second;
+  // Level by level, what is still to join (the members, then the last level's aggregation switches) meets at its first
+  // switch on the way up that reduces and multicasts, before the group's switch, where two or more of it do.
+  struct Joining {
+    bool member;
+    std::size_t index;  // into members or a.points
+    int node;
+  };
+  std::vector<Joining> level;
+  for (std::size_t y = 0; y < members.size(); ++y) level.push_back({true, y, world_.rankNode(members[y])});
+  while (level.size() > 1) {
+    std::vector<int> first(level.size(), -1);
+    std::unordered_map<int, int> behind;
+    for (std::size_t i = 0; i < level.size(); ++i) {
+      const std::vector<int> path = world_.pathNodes(level[i].node, sw);
+      for (std::size_t h = 1; h + 1 < path.size(); ++h) {
+        const TopoNode& node = t.nodes[static_cast<std::size_t>(path[h])];
+        if (node.reducesInNetwork() && node.multicasts()) {
+          first[i] = path[h];
+          ++behind[path[h]];
+          break;
+        }
+      }
+    }
+    std::vector<Joining> next;
+    std::unordered_map<int, int> index;
+    for (std::size_t i = 0; i < level.size(); ++i) {
+      if (first[i] < 0 || behind[first[i]] < 2) continue;  // alone behind it: nothing to aggregate
+      const auto [it, fresh] = index.try_emplace(first[i], static_cast<int>(a.points.size()));
+      if (fresh) {
+        next.push_back({false, a.points.size(), first[i]});
+        a.points.push_back(first[i]);
+        a.pointParent.push_back(-1);
+      }
+      (level[i].member ? a.memberPoint : a.pointParent)[level[i].index] = it->second;
+    }
+    level = std::move(next);
   }
   return a;
 }

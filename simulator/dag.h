@@ -91,12 +91,14 @@ class Dag {
   void startReductionUp(int k, int member, double t);
   void switchFlowDone(int f, double t);
 
-  /// In-network aggregation, as SHARP's aggregation trees do over a leaf/spine fabric: members of a switch group whose
-  /// way up to the group's switch crosses a switch that reduces and multicasts, shared with another member, meet
-  /// there (their legs end at it), and one leg per such switch joins it to the group's switch.
+  /// In-network aggregation, as SHARP's aggregation trees do over a leaf/spine(/core) fabric: members of a switch group
+  /// whose way up to the group's switch crosses a switch that reduces and multicasts, shared with another member,
+  /// meet there (their legs end at it); such switches meet likewise at the next level, and one leg joins each to the
+  /// switch above it (the next aggregation switch, or the group's).
   struct Aggregation {
     std::vector<int> points;       // node indices of the aggregation switches
     std::vector<int> memberPoint;  // per member: its aggregation switch (index into points), -1: none
+    std::vector<int> pointParent;  // per aggregation switch: the one above it, -1: the group's switch
   };
   Aggregation aggregation(std::size_t group) const;
 
@@ -119,7 +121,7 @@ class Dag {
   struct SwitchState {
     std::vector<double> ready;
     std::vector<char> downDone;     // multicast: kCopyArrived when the member's copy has arrived, kCopyDone when done
-    std::vector<int> pointWaiting;  // reduction: per aggregation switch, its members whose ups have not started
+    std::vector<int> pointWaiting;  // reduction: per aggregation switch, what is below it and has not started up
     std::vector<char> pointDown;    // multicast: per aggregation switch, whether its copy has arrived
     double rootReady = -1;
     int upsStarted = 0, upsLeft = 0;

@@ -19,7 +19,8 @@
 ///   every member; one that cannot reduce or multicast is an Error{InvalidSchedule} naming the rank, the op and the
 ///   switch). Each leg is a flow between a member's node and the switch along Router's path; where members reach
 ///   the switch through another switch that reduces and multicasts, shared with another member (a rail over several
-///   leaves under a spine: SHARP's aggregation tree), their legs end there and one leg joins it to the group's switch.
+///   leaves under a spine: SHARP's aggregation tree), their legs end there and one leg joins it to the next such
+///   switch above, shared likewise, or to the group's switch.
 ///   The legs of one op stream together (cut-through, as NVLS's multimem instructions): a SwitchReduce sends every
 ///   member's bytes up once the member and the root are ready, and the reduced bytes down to the root once every
 ///   contribution has started, through the switch's reduction port toward the root (reduce_GBps, shared by the

@@ -128,30 +128,43 @@ TEST(SimInNetwork, CollnetChainOneLoopOnTwoHosts) {
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
 }
 
-TEST(SimInNetwork, CollnetChainAggregatesAtEachLeafOfItsRail) {
-  // 4 hosts, 2 per leaf: each rail spans two leaves under a spine. SHARP's aggregation tree reduces at each leaf and
-  // at the spine above (sim_backend.h), so a leaf's uplink carries one stream, not one per host: the loop costs the
-  // one-leaf closed form with a fabric hop more each way in both stages,
-  //   SHARP(B) = 2 (a_rail + a_fabric) + B / min(rail, fabric, R_sharp) + B / min(rail, fabric).
-  const Topology t = generateTopology("multi_node", R"({"nodes": 4, "levels": 2, "leaves": 16, "arch": "hopper",
-      "nvlink_GBps": 450, "nvls_GBps": 450, "pcie_GBps": 63, "nic_GBps": 50, "reduce_GBps": 1100, "sharp_GBps": 50})");
+// One loop of collnet_chain where each rail spans several leaves: SHARP's aggregation tree reduces at each leaf and at
+// each switch above where two of them meet (sim_backend.h), so every fabric link carries one stream, not one per host.
+// The loop costs the one-leaf closed form with `fabricHops` more hops each way in both SHARP stages,
+//   SHARP(B) = 2 (a_rail + h a_fabric) + B / min(rail, fabric, R_sharp) + B / min(rail, fabric),
+// exact and on the fluid network. Aggregating at the leaves only, the three-level fabric reads 212 us against 131:
+// two leaves' streams share a spine's uplink to the core.
+void expectAggregatedChainLoop(const Topology& t, int hosts, int local, int fabricHops) {
   const Figures f(t);
   const TopoLink& uplink = linkBetween(t, "leaf0", "spine0");
   const double fabricLat = uplink.latencyUs * kSecondsPerUs, fabric = uplink.bandwidthGBps * kBytesPerGB;
-  const double sharp = 2 * (f.railLat() + fabricLat) + kBytes / std::min({f.rail(), fabric, f.sharp}) +
+  const double sharp = 2 * (f.railLat() + fabricHops * fabricLat) + kBytes / std::min({f.rail(), fabric, f.sharp}) +
                        kBytes / std::min(f.rail(), fabric);
-  const double want = (kLocal - 1) * (f.nvlinkHop(kBytes) + kBytes / f.gpuReduce) + sharp +
-                      (kLocal - 1) * f.nvlinkHop(kBytes) + launchFloor() +
-                      2 * (kLocal - 1) * stepExtra(NcclPath::Nvl, 2 * f.nvlinkLat);
-  const int n = 4 * kLocal;
+  const double want = (local - 1) * (f.nvlinkHop(kBytes) + kBytes / f.gpuReduce) + sharp +
+                      (local - 1) * f.nvlinkHop(kBytes) + launchFloor() +
+                      2 * (local - 1) * stepExtra(NcclPath::Nvl, 2 * f.nvlinkLat);
+  const int n = hosts * local;
   const AlgoParams p{kCount * 4, 1, rankHosts(t, n)};
   for (const sim::SimMode mode : {sim::SimMode::Exact, sim::SimMode::Fluid}) {
     sim::SimConfig cfg;
     cfg.mode = mode;
     const sim::SimResult r =
         sim::Simulator(t, n, cfg).runAlgorithm({Collective::AllReduce, n, kCount, DType::F32}, "collnet_chain", p);
-    EXPECT_NEAR(r.seconds, want, want * kRelTolerance) << toString(mode);
+    EXPECT_NEAR(r.seconds, want, want * kRelTolerance) << t.name << " " << toString(mode);
   }
+}
+
+TEST(SimInNetwork, CollnetChainAggregatesAtEachLevelOfItsRail) {
+  // 4 hosts of 8 GPUs, 2 per leaf: a rail's two leaves meet at a spine.
+  expectAggregatedChainLoop(generateTopology("multi_node", R"({"nodes": 4, "levels": 2, "leaves": 16, "arch": "hopper",
+      "nvlink_GBps": 450, "nvls_GBps": 450, "pcie_GBps": 63, "nic_GBps": 50, "reduce_GBps": 1100, "sharp_GBps": 50})"),
+                            4, kLocal, 1);
+  // 8 hosts of 2 GPUs and one NIC, 2 per leaf, 2 leaves per pod, 2 pods: the leaves meet at spines, the spines at a
+  // core.
+  expectAggregatedChainLoop(generateTopology("multi_node", R"({"nodes": 8, "gpus_per_node": 2, "nics_per_node": 1,
+      "radix": 4, "levels": 3, "arch": "hopper", "nvlink_GBps": 450, "nvls_GBps": 450, "pcie_GBps": 63, "nic_GBps": 50,
+      "reduce_GBps": 1100, "sharp_GBps": 50})"),
+                            8, 2, 2);
 }
 
 TEST(SimInNetwork, CostTermsFollowTheSimulatedPipeline) {
