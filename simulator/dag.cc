@@ -233,8 +233,8 @@ void Dag::tryStart(int m) {
 // Switch ops (sim_backend.h): the switch streams them (cut-through, as NVLS's multimem instructions): a
 // SwitchReduce's reduced bytes go down to the root while the members' contributions go up, a Multicast's copies go
 // down to the members while the root's bytes go up; an op completes on a member when its data has arrived. Members
-// behind an aggregation switch (Aggregation) send up to it, and it sends on to the group's switch once all of them
-// have started; a multicast's copy goes down to it once and from it to each of its members.
+// behind an aggregation switch (Aggregation) send up to it, and it sends on to the switch above it once all of them
+// have started; a multicast's copy goes down to it once and from it to each of those below it.
 void Dag::switchReady(int g, int rank, double t) {
   const int i = g - rankOffset_[static_cast<std::size_t>(rank)];
   const int k = m_.opMatch[static_cast<std::size_t>(rank)][static_cast<std::size_t>(i)];
@@ -293,8 +293,8 @@ void Dag::startSwitchFlow(int k, int member, int point, World::SwitchLeg leg, do
   const int sw = groupSwitch_[static_cast<std::size_t>(sm.group)];
   const Op& o = op(globalOp(members.front(), sm.ops.front()));
   // A member's contribution and its copy travel between it and its aggregation switch; the reduced bytes come down to
-  // the root, and a multicast's bytes go up from it, all the way. An aggregation switch's leg joins it to the group's
-  // switch.
+  // the root, and a multicast's bytes go up from it, all the way. An aggregation switch's leg joins it to the switch
+  // above it: the next aggregation switch, or the group's.
   int lower = 0, upper = sw;
   if (member >= 0) {
     lower = world_.rankNode(members[static_cast<std::size_t>(member)]);
