@@ -229,7 +229,7 @@ void World::startSwitchComm(int lower, int sw, SwitchLeg leg, std::uint64_t byte
   // The lower end: a rank's node, or an aggregating switch (one that reduces or multicasts).
   const int lowerHost = nodeHost_[static_cast<std::size_t>(lower)] >= 0 ? nodeHost_[static_cast<std::size_t>(lower)]
                                                                         : switchHost_.at(lower);
-  sg4::Host* rankHost = hosts_[static_cast<std::size_t>(lowerHost)];
+  sg4::Host* lowerEnd = hosts_[static_cast<std::size_t>(lowerHost)];
   sg4::Host* swHost = hosts_[static_cast<std::size_t>(hostIt->second)];
   const bool up = leg == SwitchLeg::Up;
   const std::uint64_t key = (pairKey(lower, sw) << 2) | static_cast<std::uint64_t>(leg);
@@ -241,11 +241,11 @@ void World::startSwitchComm(int lower, int sw, SwitchLeg leg, std::uint64_t byte
       links.emplace_back(links_[static_cast<std::size_t>(l / 2)],
                          l % 2 == 0 ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
     }
-    zone_->add_bypass_route(up ? rankHost->get_netpoint() : swHost->get_netpoint(),
-                            up ? swHost->get_netpoint() : rankHost->get_netpoint(), nullptr, nullptr, links);
+    zone_->add_bypass_route(up ? lowerEnd->get_netpoint() : swHost->get_netpoint(),
+                            up ? swHost->get_netpoint() : lowerEnd->get_netpoint(), nullptr, nullptr, links);
   }
   const std::size_t slot = takeSlot(tag);
-  sg4::CommPtr c = sg4::Comm::sendto_init(up ? rankHost : swHost, up ? swHost : rankHost);
+  sg4::CommPtr c = sg4::Comm::sendto_init(up ? lowerEnd : swHost, up ? swHost : lowerEnd);
   c->set_payload_size(bytes);
   c->set_data(reinterpret_cast<void*>(slot + 1));  // NOLINT(performance-no-int-to-ptr): a slot number, as below
   live_[slot] = c;
