@@ -13,6 +13,7 @@
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
 #include "collbench/run.h"
+#include "collbench/selector.h"
 #include "collbench/units.h"
 
 namespace collbench {
@@ -157,7 +158,12 @@ std::optional<RegretRow> RegretSweep::measurePoint(std::size_t index) {
   for (auto& [alg, cfgs] : configs) {
     std::sort(cfgs.begin(), cfgs.end());
     cfgs.erase(std::unique(cfgs.begin(), cfgs.end()), cfgs.end());
-    for (const auto& [chunk, ch] : cfgs) timed.push_back(Plan{Choice{alg, ""}, AlgoParams{chunk, ch, state_->hosts}});
+    for (const auto& [chunk, ch] : cfgs) {
+      const AlgoParams params{chunk, ch, state_->hosts};
+      // What the backend cannot build is no candidate of the selector's either.
+      if (backendCanRun(r_.backend, spec, findAlgorithm(coll, alg), params))
+        timed.push_back(Plan{Choice{alg, ""}, params});
+    }
   }
   const std::vector<double> us = runner.times(spec, timed, r_.measure);
   std::size_t chosenAt = 0, oracleAt = 0, tableAt = 0;

@@ -13,6 +13,7 @@
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
 #include "collbench/records.h"
+#include "collbench/selector.h"
 #include "collbench/units.h"
 
 namespace collbench {
@@ -229,8 +230,8 @@ std::optional<TuningEntry> Tuner::measurePoint(std::size_t index) {
         const Estimate est = s.model->estimate(p.spec, a, params);
         if (est.supported)
           e.candidates.push_back(TuningCandidate{a, "", params.chunkBytes, params.channels, est.terms.us});
-      } else {
-        configs.push_back(Plan{Choice{a, ""}, params});
+      } else if (backendCanRun(r_.backend, p.spec, findAlgorithm(p.collective, a), params)) {
+        configs.push_back(Plan{Choice{a, ""}, params});  // not a schedule too large to build, as the selector
       }
     }
   }

@@ -71,15 +71,6 @@ bool gpuSystem(const Topology& t) {
   return false;
 }
 
-/// Whether backend `name` can run a call of `algorithm` whose schedule is too large to build
-/// (kMaterializeTransferLimit): the simulator times some algorithms without one; "" (plan without --backend) counts as
-/// the simulator, and a name that is no backend (tune's "model") runs nothing.
-bool runsUnbuilt(const std::string& name, const AlgorithmInfo& algorithm) {
-  const std::optional<BackendCapabilities> caps = findBackendCapabilities(name);
-  if (!name.empty() && !caps) return true;
-  return (name.empty() || caps->device == DeviceKind::Simulated) && algorithm.traits.timedWithoutSchedule();
-}
-
 /// Backend `name` runs NCCL's own collective (the sim backend emulates it); "" (plan without --backend) counts as
 /// the simulator, the default backend of a topology.
 bool runsNccl(const std::string& name) {
@@ -313,9 +304,10 @@ Choice Selector::choose(const CollectiveSpec& spec) const {
 
 namespace {
 
-/// The model's best configuration of `algorithm` over kModelChunkCandidates x kModelChannelCandidates, among those the
-/// backend can run (schedules too large to build only where `unbuilt`: runsUnbuilt).
-Selector::Priced priceOne(const CostModel& m, const CollectiveSpec& spec, const std::string& algorithm, bool unbuilt) {
+/// The model's best configuration of `algorithm` over kModelChunkCandidates x kModelChannelCandidates, among those
+/// `backend` can run (backendCanRun).
+Selector::Priced priceOne(const CostModel& m, const CollectiveSpec& spec, const std::string& algorithm,
+                          const std::string& backend) {
   const ParamSpace ps = paramSpace(spec.kind, algorithm);
   const AlgorithmInfo& info = findAlgorithm(spec.kind, algorithm);
   Selector::Priced out{{algorithm, 0, 1, -1}, ""};
@@ -324,10 +316,9 @@ Selector::Priced priceOne(const CostModel& m, const CollectiveSpec& spec, const 
     for (int ch : kModelChannelCandidates) {
       if (ch != 1 && !ps.channels) continue;
       const AlgoParams params{chunk, ch, m.rankHost()};
-      if (const std::size_t transfers = estimateTransfers(info, spec, params);
-          !unbuilt && transfers > kMaterializeTransferLimit) {
+      if (!backendCanRun(backend, spec, info, params)) {
         out.unsupported = fmt::format("'{}' on {} channel{} would need about {} transfers: too large to build",
-                                      algorithm, ch, ch == 1 ? "" : "s", transfers);
+                                      algorithm, ch, ch == 1 ? "" : "s", estimateTransfers(info, spec, params));
         continue;
       }
       const Estimate e = m.estimate(spec, algorithm, params);
@@ -346,10 +337,6 @@ Selector::Priced priceOne(const CostModel& m, const CollectiveSpec& spec, const 
 std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
                                               const std::vector<std::string>& algorithms) const {
   std::vector<Priced> out(algorithms.size());
-  std::vector<char> unbuilt(algorithms.size());
-  for (std::size_t i = 0; i < algorithms.size(); ++i) {
-    unbuilt[i] = runsUnbuilt(opt_.backend, findAlgorithm(spec.kind, algorithms[i])) ? 1 : 0;
-  }
   std::size_t wanted = 1;
   if (opt_.pricingThreads > 0) {
     wanted = static_cast<std::size_t>(opt_.pricingThreads);
@@ -359,7 +346,7 @@ std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
   const int workers = opt_.topology == nullptr ? 1 : static_cast<int>(std::min(algorithms.size(), wanted));
   if (workers <= 1) {
     for (std::size_t i = 0; i < algorithms.size(); ++i)
-      out[i] = priceOne(model(spec.nranks), spec, algorithms[i], unbuilt[i] != 0);
+      out[i] = priceOne(model(spec.nranks), spec, algorithms[i], opt_.backend);
     return out;
   }
   // Each worker prices whole algorithms on its own cost model (a Router serves one thread). Results and errors land
@@ -370,7 +357,7 @@ std::vector<Selector::Priced> Selector::price(const CollectiveSpec& spec,
   auto work = [&](const CostModel& m) {
     for (std::size_t i = next++; i < algorithms.size(); i = next++) {
       try {
-        out[i] = priceOne(m, spec, algorithms[i], unbuilt[i] != 0);
+        out[i] = priceOne(m, spec, algorithms[i], opt_.backend);
       } catch (...) {
         failed[i] = std::current_exception();
         next = algorithms.size();  // the algorithms before it are taken; no more after it
@@ -457,6 +444,14 @@ Choice settleTrial(const Choice& tableChoice, const std::vector<Alternative>& tr
   c.reason = fmt::format("trial of {} near-tied candidates on this machine: {}; the table's choice was {} ({})",
                          tried.size(), times, describeAlt(tried.front()), tableChoice.reason);
   return c;
+}
+
+bool backendCanRun(std::string_view backend, const CollectiveSpec& spec, const AlgorithmInfo& algorithm,
+                   const AlgoParams& params) {
+  if (estimateTransfers(algorithm, spec, params) <= kMaterializeTransferLimit) return true;
+  const std::optional<BackendCapabilities> caps = findBackendCapabilities(backend);
+  if (!backend.empty() && !caps) return true;
+  return (backend.empty() || caps->device == DeviceKind::Simulated) && algorithm.traits.timedWithoutSchedule();
 }
 
 Choice chooseAlgorithm(const CollectiveSpec& spec) { return Selector(SelectorOptions{}).choose(spec); }

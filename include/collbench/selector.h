@@ -30,6 +30,8 @@
 
 namespace collbench {
 
+struct AlgoParams;
+struct AlgorithmInfo;
 struct Topology;
 struct TuningTable;
 class CostModel;
@@ -120,6 +122,13 @@ std::vector<Alternative> trialCandidates(const Choice& choice);
 /// source "trial", and a reason naming the table's choice, the times and the runner-up.
 Choice settleTrial(const Choice& tableChoice, const std::vector<Alternative>& tried,
                    const std::vector<double>& measuredUs);
+
+/// Whether backend `backend` can run `algorithm` for `spec` at `params`: its schedule holds at most
+/// kMaterializeTransferLimit transfers, or the simulator times it without the schedule
+/// (AlgorithmTraits::timedWithoutSchedule). "" is the simulator (plan without --backend); a name that is no backend
+/// (tune's "model") runs nothing, so nothing is refused. The selector chooses, and tune and regret time, only these.
+bool backendCanRun(std::string_view backend, const CollectiveSpec& spec, const AlgorithmInfo& algorithm,
+                   const AlgoParams& params);
 
 /// Without a topology or table: the default flat cost model over the algorithms AlgorithmTraits::defaultModel
 /// offers (COLLBENCH_ALGO applies).

@@ -80,6 +80,19 @@ TEST_F(SweepsCli, TuneShardsMergeIntoTheUnshardedTable) {
   EXPECT_EQ(r.err, "collbench: error: merge: 3 of 4 shards given; missing 3\n");
 }
 
+// On 2048 ranks of a star, direct all-reduce's schedule (8.4 M transfers) is too large to build and the simulator has
+// no way to time it without: tune measures the others, as the selector would choose among them (it used to stop at
+// direct with "too large to build", exit 2).
+TEST_F(SweepsCli, TuneSkipsSchedulesTheBackendCannotBuild) {
+  run(fmt::format("topo gen flat --param n=2048 -o {}", path("star.json")));
+  run(fmt::format("tune --backend sim --topology {} -g 2048 -b 1M -e 1M --algos direct,rabenseifner -j 1 -o {}",
+                  path("star.json"), path("table.json")));
+  const nlohmann::json table = nlohmann::json::parse(slurp(path("table.json")));
+  const nlohmann::json& candidates = table["sections"][0]["entries"][0]["candidates"];
+  ASSERT_EQ(candidates.size(), 1U) << candidates.dump();
+  EXPECT_EQ(candidates[0]["algorithm"], "rabenseifner");
+}
+
 TEST_F(SweepsCli, SweepAndRegretShardsMergeIntoTheUnshardedRecords) {
   const std::string sweep = "sweep --topology dgx-h100-8x1 -g 2,all --sizes 1K,1M --algo ring,tree";
   run(fmt::format("{} -j 1 --json {}", sweep, path("sw.json")));
