@@ -81,8 +81,8 @@ TEST_F(SweepsCli, TuneShardsMergeIntoTheUnshardedTable) {
 }
 
 // On 2048 ranks of a star, direct all-reduce's schedule (8.4 M transfers) is too large to build and the simulator has
-// no way to time it without: tune measures the others, as the selector would choose among them (it used to stop at
-// direct with "too large to build", exit 2).
+// no way to time it without: tune measures the others, as the selector would choose among them, rather than stopping
+// the whole sweep at direct.
 TEST_F(SweepsCli, TuneSkipsSchedulesTheBackendCannotBuild) {
   run(fmt::format("topo gen flat --param n=2048 -o {}", path("star.json")));
   run(fmt::format("tune --backend sim --topology {} -g 2048 -b 1M -e 1M --algos direct,rabenseifner -j 1 -o {}",
