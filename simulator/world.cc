@@ -7,8 +7,6 @@
 #include <limits>
 #include <numeric>
 #include <simgrid/kernel/Timer.hpp>
-#include <string_view>
-#include <unordered_map>
 
 #include "collbench/error.h"
 
@@ -62,10 +60,6 @@ World::World(const Topology& topology, int nranks, const SimConfig& config, Wire
   zone_ = sg4::create_empty_zone("collbench");
 
   const int nodes = static_cast<int>(topo_.nodes.size());
-  std::unordered_map<std::string_view, int> index;
-  for (int v = 0; v < nodes; ++v) index.emplace(topo_.nodes[static_cast<std::size_t>(v)].id, v);
-  linkNodes_.reserve(topo_.links.size());
-  for (const TopoLink& l : topo_.links) linkNodes_.emplace_back(index.at(l.a), index.at(l.b));
   nodeHost_.assign(static_cast<std::size_t>(nodes), -1);
   rankHost_.resize(static_cast<std::size_t>(nranks));
   for (int r = 0; r < nranks; ++r) {
@@ -215,10 +209,7 @@ std::vector<int> World::pathNodes(int from, int to) const {
   std::vector<Hop> hops;
   COLLBENCH_CHECK(router_.nodeRoute(from, to, hops) >= 0, "no route between nodes {} and {}", from, to);
   std::vector<int> nodes{from};
-  for (const Hop& h : hops) {
-    const auto& [a, b] = linkNodes_[static_cast<std::size_t>(h.link)];
-    nodes.push_back(h.forward ? b : a);
-  }
+  for (const Hop& h : hops) nodes.push_back(router_.hopEnd(h));
   return nodes;
 }
 

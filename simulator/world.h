@@ -124,10 +124,9 @@ class World {
   std::vector<simgrid::s4u::Host*> hosts_;  // by host index
   simgrid::s4u::Host* sleeper_ = nullptr;   // keeps the engine running until delayed flows start
   simgrid::s4u::ExecPtr sleeping_;
-  std::vector<int> rankHost_;                   // rank -> host index
-  std::vector<int> nodeHost_;                   // topology node -> host index, -1 without ranks
-  std::vector<std::pair<int, int>> linkNodes_;  // topology link -> node indices of its ends a and b
-  std::vector<double> hostReduceRate_;          // bytes/s, 0 = infinite
+  std::vector<int> rankHost_;           // rank -> host index
+  std::vector<int> nodeHost_;           // topology node -> host index, -1 without ranks
+  std::vector<double> hostReduceRate_;  // bytes/s, 0 = infinite
   std::vector<simgrid::s4u::SplitDuplexLink*> links_;
   // Switches that reduce or multicast: node -> host index of the switch as a transfer end, and of its reduction
   // output (where it reduces); DirLink leaving a reducing switch -> that port's reduction resource.

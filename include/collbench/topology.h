@@ -183,6 +183,11 @@ class Router {
   /// Hop count of the shortest path between two nodes (explicit routes ignored); -1 if unreachable.
   int distance(int srcNode, int dstNode) const;
   int rankNode(int rank) const { return rankNode_.at(static_cast<std::size_t>(rank)); }
+  /// The node index a hop of a route leads to.
+  int hopEnd(const Hop& h) const {
+    const auto& [a, b] = linkEnds_.at(static_cast<std::size_t>(h.link));
+    return h.forward ? b : a;
+  }
   const Topology& topology() const { return *topo_; }
 
  private:
