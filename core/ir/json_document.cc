@@ -38,6 +38,7 @@ std::string parseReason(const std::string& what) {
 /// exception for malformed text.
 class DocumentRules {
  public:
+  // NOLINTBEGIN(readability-identifier-naming): the names json_sax requires
   bool null() { return value(); }
   bool boolean(bool) { return value(); }
   bool number_integer(json::number_integer_t) { return value(); }
@@ -60,6 +61,7 @@ class DocumentRules {
     if (const auto* o = dynamic_cast<const json::out_of_range*>(&e)) throw *o;
     throw json::other_error::create(kUnexpectedError, e.what(), nullptr);
   }
+  // NOLINTEND(readability-identifier-naming)
 
  private:
   // nlohmann's id for an error that is none of its documented kinds.
