@@ -129,8 +129,8 @@ namespace {
 /// hops up (each with the head's reduction) and down over the NICs, and the multicast (heads chunks down per
 /// channel). Period: the busier of a GPU's NVLink ((heads + 1) chunks each way per channel, or a head's load after
 /// the last) and its NIC (per channel, one chunk for the parent and one per child of its host in that channel's
-/// tree, or one transfer with its latency per tree connection), or a kNcclSteps-th of the fill where the pipeline is
-/// latency bound.
+/// tree, after one step latency: the simulator runs a connection's transfers one after another, each paying the wire
+/// rule's latency), or a kNcclSteps-th of the fill where the pipeline is latency bound.
 Estimate nvlsTreeCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
   AlgoParams hp = p;
   hp.rankHost = ctx.host;
@@ -175,31 +175,31 @@ Estimate nvlsTreeCost(const CostContext& ctx, const CollectiveSpec& s, const Alg
   }
   CostTerms fill = load + store;
   if (nh > 1) {
-    const int a = hosts[0][0], bRank = hosts[1][0];
-    const auto [lat, nic] = routeOf(ctx, a, bRank);
-    const int cls = ctx.classOf(a, bRank);
-    CostTerms hop;
-    hop.us = lat + c * bytes / nic;
-    hop.alphaCount[cls] = 1;
-    hop.betaBytes[cls] = c * bytes;
+    // A tree hop is one transfer between two heads of a rail (their NICs), under the call's wire rule as the
+    // simulator times it: NCCL's step latency for the network, then every channel's chunk through the one NIC.
+    // Every rail's heads move at once, sharing whatever their routes share (NICs behind one PCIe switch).
+    auto rails = [&](int mult) {
+      std::vector<CostContext::Flow> flows;
+      for (std::size_t j = 0; j < local; ++j) flows.push_back({hosts[0][j], hosts[1][j], bytes, mult});
+      return ctx.phaseMax(flows);
+    };
+    const int a = hosts[0][0];
+    const CostTerms hop = rails(p.channels);
     const HostTree trees[kTrees] = {HostTree(static_cast<int>(nh), 0), HostTree(static_cast<int>(nh), 1)};
     const int depth = std::max(trees[0].depth(), trees[1].depth());
     fill += (hop * 2.0 + ctx.gammaCost(c * bytes, a)) * static_cast<double>(depth);
-    double busiest = 0;
+    int busiest = 0;
     for (std::size_t x = 0; x < nh; ++x) {
-      double chunks = 0;
+      int chunks = 0;
       for (std::size_t k = 0; k < ch; ++k) {
         const HostTree& t = trees[k % kTrees];
-        chunks += static_cast<double>(t.children[x].size()) + (t.parent[x] >= 0 ? 1 : 0);
+        chunks += static_cast<int>(t.children[x].size()) + (t.parent[x] >= 0 ? 1 : 0);
       }
       busiest = std::max(busiest, chunks);
     }
-    // The busiest NIC's chunks, or one transfer per loop on a tree connection (it starts when the last ended).
-    CostTerms nicPeriod;
-    nicPeriod.us = std::max(busiest * bytes / nic, lat + bytes / nic);
-    nicPeriod.alphaCount[cls] = busiest * bytes / nic < lat + bytes / nic ? 1 : 0;
-    nicPeriod.betaBytes[cls] = busiest * bytes;
-    period = CostTerms::max(period, nicPeriod);
+    // The busiest NIC's chunks of a loop go out together, and a connection's next transfer starts when its last has
+    // ended: one step latency per loop on top of their bytes.
+    period = CostTerms::max(period, rails(busiest));
   }
   period = CostTerms::max(period, fill * (1.0 / static_cast<double>(kNcclSteps)));
   return estimateOf(fill + period * static_cast<double>(loops - 1));
