@@ -188,10 +188,11 @@ class CollnetBuilder {
 /// rounds of one chunk per channel over NVLink, each GPU sending to a different head; Chain: local - 1 hops), the
 /// switch's two stages over the rail (the members' chunks up and the reduced chunk down at min(link, reduce_GBps),
 /// then the multicast), and the hand-back (Direct: local - 1 chunks per channel out of each head at once; Chain:
-/// local - 1 hops). Period: the busiest NVLink (Direct: 2 (local - 1) chunks per channel each way; Chain: two per
-/// channel), one transfer with its latency and fold per in-host connection, the head's reductions, the busiest NIC
-/// (its lanes' chunks, 1 + 1/hosts times: the rotating root's share twice), a root's load after its last (every
-/// hosts-th loop), or a kNcclSteps-th of the fill where latency bounds the pipeline.
+/// local - 1 hops); in-host transfers under the wire rule, as the simulator times them. Period: the busiest NVLink
+/// (Direct: one step latency, then 2 (local - 1) chunks per channel each way; Chain: two chunks per channel, or one
+/// transfer with its latency and fold per in-host connection), the head's reductions, the busiest NIC (its lanes'
+/// chunks, 1 + 1/hosts times: the rotating root's share twice), a root's load after its last (every hosts-th loop),
+/// or a kNcclSteps-th of the SHARP stages where their latency bounds a root's slots.
 Estimate collnetCost(Shape shape, const CostContext& ctx, const CollectiveSpec& s, const AlgoParams& p) {
   AlgoParams hp = p;
   hp.rankHost = ctx.host;
@@ -210,21 +211,26 @@ Estimate collnetCost(Shape shape, const CostContext& ctx, const CollectiveSpec& 
   const double steps = static_cast<double>(local - 1);
   CostTerms fill, period;
   if (local > 1) {
-    const auto route = routeOf(ctx, hosts[0][0], hosts[0][1]);
-    const double lat = route.first, link = route.second;
-    const int cls = ctx.classOf(hosts[0][0], hosts[0][1]);
-    auto leg = [&](double l, double b) {
+    const int a = hosts[0][0], b = hosts[0][1];
+    const double link = routeOf(ctx, a, b).second;
+    const int cls = ctx.classOf(a, b);
+    // `chunks` chunks out of one GPU at once, as the simulator times transfers: the wire rule's latency (NCCL's step
+    // latency on GPUs), then their bytes through the GPU's link.
+    auto transfer = [&](std::size_t chunks) { return ctx.phaseMax({{a, b, bytes, static_cast<int>(chunks)}}); };
+    auto stream = [&](double n) {
       CostTerms t;
-      t.us = l + b / link;
-      t.alphaCount[cls] = l > 0 ? 1 : 0;
-      t.betaBytes[cls] = b;
+      t.us = n / link;
+      t.betaBytes[cls] = n;
       return t;
     };
-    const CostTerms hop = leg(lat, c * bytes) + ctx.gammaCost(c * bytes, hosts[0][0]);
-    fill = hop * steps + (shape == Shape::Direct ? leg(lat, c * steps * bytes) : leg(lat, c * bytes) * steps);
-    period = CostTerms::max(shape == Shape::Direct ? leg(0, 2 * c * steps * bytes) : leg(0, 2 * c * bytes),
-                            leg(lat, bytes) + ctx.gammaCost(bytes, hosts[0][0]));
-    period = CostTerms::max(period, ctx.gammaCost((shape == Shape::Direct ? steps : 1) * c * bytes, hosts[0][0]));
+    const CostTerms hop = transfer(ch) + ctx.gammaCost(c * bytes, a);
+    fill = hop * steps + (shape == Shape::Direct ? transfer(ch * (local - 1)) : transfer(ch) * steps);
+    // Direct's scatter and hand-back go in lockstep (at each step every head receives from one peer), so a loop
+    // pays one step latency, then all its chunks through the GPU's link each way. Chain's hops on different GPUs
+    // overlap: the link's stream or one transfer and fold per connection.
+    period = shape == Shape::Direct ? transfer(2 * ch * (local - 1))
+                                    : CostTerms::max(stream(2 * c * bytes), transfer(1) + ctx.gammaCost(bytes, a));
+    period = CostTerms::max(period, ctx.gammaCost((shape == Shape::Direct ? steps : 1) * c * bytes, a));
   } else {
     fill = ctx.gammaCost(c * bytes, hosts[0][0]);
   }
@@ -252,8 +258,10 @@ Estimate collnetCost(Shape shape, const CostContext& ctx, const CollectiveSpec& 
     nic.us = std::max(perNic * bytes * share / rate, (sw->latencyUs + bytes / rate) / static_cast<double>(nh));
     nic.betaBytes[cls] = perNic * bytes * share;
     period = CostTerms::max(period, nic);
+    // A root holds kNcclSteps chunks of a lane between its load and its store (in_network.h SwitchSlots): where the
+    // SHARP stages' latency exceeds kNcclSteps periods, it sets the pace.
+    period = CostTerms::max(period, stages * (1.0 / static_cast<double>(kNcclSteps)));
   }
-  period = CostTerms::max(period, fill * (1.0 / static_cast<double>(kNcclSteps)));
   return estimateOf(fill + period * static_cast<double>(loops - 1));
 }
 
