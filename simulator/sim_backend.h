@@ -36,7 +36,8 @@
 ///   the cost model): each network transfer takes the protocol's per-step latency on its route's path class (NVLink
 ///   when every link is of class "nvlink", the network when a link is of neither "nvlink" nor "pcie", else PCIe:
 ///   ncclStepLatencyUs, NCCL's Ring row) or its route's latency, whichever is larger (NCCL's step latency includes the
-///   wire), once both sides are ready, then carries bytes / payload efficiency
+///   wire), once both sides are ready, on a network path plus the system's network latency beyond NCCL's
+///   (WireRule::netHopExtraUs), then carries bytes / payload efficiency
 ///   (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x); the call pays the launch floor once
 ///   (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without these on
 ///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on

@@ -47,6 +47,7 @@ CostContext::CostContext(Topology t, int nranks) : topo(std::move(t)) {
     linkPath.push_back(wirePathOf(l.linkClass));
   }
   onGpuRanks = gpuRanks(topo, n);
+  if (onGpuRanks) netHopExtraUs = networkHopExtraUs(topo, n);
   load_.assign(2 * topo.links.size(), 0.0);
   summarize();
 }
@@ -164,7 +165,7 @@ int CostContext::switchOf(const std::vector<int>& ranks) const {
 }
 
 void CostContext::beginCall(std::optional<Protocol> protocol) const {
-  wire_ = WireRule::of(onGpuRanks, protocol);
+  wire_ = WireRule::of(onGpuRanks, protocol, netHopExtraUs);
   usedSimple_ = false;
 }
 

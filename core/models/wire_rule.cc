@@ -38,13 +38,19 @@ NcclPath wirePathOf(std::string_view linkClass) {
   return linkClass == "nvlink" ? NcclPath::Nvl : linkClass == "pcie" ? NcclPath::Pxb : NcclPath::Net;
 }
 
-WireRule WireRule::of(const Topology& topology, int nranks, std::optional<Protocol> protocol) {
-  return of(!protocol && gpuRanks(topology, nranks), protocol);
+double networkHopExtraUs(const Topology& topology, int nranks) {
+  const NcclSystem s = ncclSystemOf(topology, nranks);
+  return s.nodes > 1 ? s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)] : 0;
 }
 
-WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol) {
-  if (protocol) return {true, protocol};
-  return {onGpuRanks, std::nullopt};
+WireRule WireRule::of(const Topology& topology, int nranks, std::optional<Protocol> protocol) {
+  const bool gpus = gpuRanks(topology, nranks);
+  return of(gpus, protocol, gpus ? networkHopExtraUs(topology, nranks) : 0);
+}
+
+WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs) {
+  if (protocol) return {true, protocol, netHopExtraUs};
+  return {onGpuRanks, std::nullopt, onGpuRanks ? netHopExtraUs : 0};
 }
 
 Protocol WireRule::protocolOf(double bytes) const {
@@ -60,7 +66,8 @@ double WireRule::wireBytes(double bytes) const {
 double WireRule::latencyUs(double bytes, NcclPath path, double routeLatencyUs) const {
   if (!active) return routeLatencyUs;
   // NCCL's step latency already includes the wire (collbench/wire_rule.h): the larger of the two, not their sum.
-  return std::max(ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(protocolOf(bytes))), routeLatencyUs);
+  return std::max(ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(protocolOf(bytes))), routeLatencyUs) +
+         (path == NcclPath::Net ? netHopExtraUs : 0);
 }
 
 double WireRule::launchFloorUs(bool usedSimple, bool switchOps) const {

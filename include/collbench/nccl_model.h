@@ -57,8 +57,9 @@ GpuArch parseGpuArch(std::string_view s);
 /// The time model's open parameters: what NCCL's sources and the datasheets leave open (achievable fractions of line
 /// rate, latency floors), fitted on the nccl-tests tables of tests/data/realdata/ (the defaults below) or for one
 /// system by `collbench calibrate --model nccl` (nccl_calibration.h). Entries differ per GPU generation (indexed by
-/// GpuArch) or per network (indexed by NicKind). Only ncclPredictUs and NcclChoice::predictedUs read them: NCCL's own
-/// estimate, hence its choice, does not depend on them.
+/// GpuArch) or per network (indexed by NicKind). Only ncclPredictUs and NcclChoice::predictedUs read them (and the wire
+/// rule, collbench/wire_rule.h, the defaults' netHopExtraUs for collbench's schedules): NCCL's own estimate, hence its
+/// choice, does not depend on them.
 struct NcclModelParams {
   /// Fraction of the datasheet NVLink rate a ring/tree reaches in busbw. NVLink3: 8xA100 235 GB/s of 300 (0.78; Volta
   /// assumed alike). NVLink4: 2x8 H100 IB ring 392.7 GB/s of 450 needs at least 0.87 (the one-node ring, 368.8 GB/s,

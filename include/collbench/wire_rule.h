@@ -16,6 +16,9 @@
 ///   topologies' NVLink links are built from, 2 x 0.3 us), so adding the links' latency on top would count the wire
 ///   twice. The larger of the two keeps a topology whose wire is slower than NCCL's figure (a long-haul what-if)
 ///   honest.
+/// - Latency a network path adds: the system's network hop latency beyond NCCL's step latency
+///   (NcclModelParams::netHopExtraUs of its NIC kind: EFA, RoCE and TCPXO; InfiniBand 0), once per transfer that
+///   crosses the network, as NCCL's own calls pay it per network hop in the time model (ncclPredictUs).
 /// - Once per call: NCCL's base latency of the protocol (the fixed one, else the slowest-to-launch one the transfers
 ///   used, LL when none), or NCCL's NVLS latency when the call performs switch ops and that is larger.
 #include <cstdint>
@@ -36,17 +39,19 @@ Protocol irProtocol(NcclProtocol p);
 struct WireRule {
   bool active = false;            ///< false: no protocol cost (wireBytes is the identity, latency the route's)
   std::optional<Protocol> fixed;  ///< when active: this protocol; nullopt: NCCL's point-to-point rule
+  double netHopExtraUs = 0;       ///< when active: added to the latency of a transfer on a network path
 
   /// The rule of a call on the first `nranks` ranks of `topology` with `protocol` (nullopt: the call sets none).
   static WireRule of(const Topology& topology, int nranks, std::optional<Protocol> protocol);
-  /// The same, where gpuRanks() of the call's ranks is already known.
-  static WireRule of(bool onGpuRanks, std::optional<Protocol> protocol);
+  /// The same, where gpuRanks() of the call's ranks and networkHopExtraUs() of the system are already known.
+  static WireRule of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs = 0);
   /// The protocol of a transfer of `bytes` data bytes (meaningful when active).
   Protocol protocolOf(double bytes) const;
   /// Bytes on the wire for `bytes` data bytes: ceil(bytes / efficiency) when active, else `bytes`.
   double wireBytes(double bytes) const;
   /// Latency of a transfer of `bytes` on a route of path class `path` whose links add up to `routeLatencyUs`:
-  /// max(NCCL's step latency, routeLatencyUs) when active, else routeLatencyUs.
+  /// max(NCCL's step latency, routeLatencyUs), plus netHopExtraUs on a network path, when active; else
+  /// routeLatencyUs.
   double latencyUs(double bytes, NcclPath path, double routeLatencyUs) const;
   /// Microseconds the call pays once; `usedSimple`: some transfer chose Simple under the point-to-point rule;
   /// `switchOps`: the call performs switch ops (NVLS, SHARP). 0 when not active.
@@ -56,6 +61,9 @@ struct WireRule {
 /// Whether every one of the first `nranks` ranks of `topology` is a GPU of a known architecture (a GPU system NCCL
 /// tunes for: the shipped dgx/hgx/cloud systems).
 bool gpuRanks(const Topology& topology, int nranks);
+/// What a transfer across the network of the first `nranks` ranks of `topology` (GPU ranks: gpuRanks) pays beyond
+/// NCCL's step latency: NcclModelParams::netHopExtraUs of the system's NIC kind (ncclSystemOf); 0 on one host.
+double networkHopExtraUs(const Topology& topology, int nranks);
 /// The path class of a topology link class: "nvlink" NVLink, "pcie" PCIe (NcclPath::Pxb), anything else the network.
 /// A route's class is the worst (largest) of its links'.
 NcclPath wirePathOf(std::string_view linkClass);

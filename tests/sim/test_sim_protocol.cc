@@ -11,8 +11,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "collbench/algorithms.h"
+#include "collbench/cost_model.h"
+#include "collbench/nccl_model.h"
 #include "collbench/topology.h"
 #include "sim_backend.h"
 
@@ -109,6 +112,57 @@ TEST(Protocol, ScheduleCarriesItAndTimelineStartsAfterTheFloor) {
     if (sp.kind == sim::SpanKind::Send) firstSend = std::min(firstSend, sp.start);
   }
   EXPECT_NEAR(firstSend, kLL.floorUs * 1e-6 + std::max(0.0, kLL.netStepUs * 1e-6 - 2e-6), 1e-12);
+}
+
+/// rank `src` sends `bytes` to rank `dst`; the other ranks of n do nothing.
+Schedule oneSend(int n, int src, int dst, std::size_t bytes) {
+  Schedule s;
+  s.spec = CollectiveSpec{Collective::AllReduce, n, 0, DType::F32};
+  s.algorithm = "test-send";
+  s.ranks.resize(static_cast<std::size_t>(n));
+  Op send;
+  send.kind = OpKind::Send;
+  send.peer = dst;
+  send.bytes = bytes;
+  Op recv = send;
+  recv.kind = OpKind::Recv;
+  recv.peer = src;
+  s.ranks[static_cast<std::size_t>(src)].ops.push_back(send);
+  s.ranks[static_cast<std::size_t>(dst)].ops.push_back(recv);
+  return s;
+}
+
+// A transfer across the network pays the system's network latency beyond NCCL's step latency (collbench/wire_rule.h,
+// NcclModelParams::netHopExtraUs), as NCCL's calls do in the time model: on aws-p5 (EFA on Hopper) a send between
+// its first two servers takes that much longer than on the same machine under a name that says nothing of EFA (an
+// InfiniBand one to the model, which adds nothing); a send inside a server pays nothing more. The cost model prices
+// the same: a direct all-reduce (two rounds across the network: the pieces to their owners, the sums back) moves by
+// twice as much, in its estimate and on the simulator.
+TEST(Protocol, NetworkTransfersPayTheSystemsHopLatency) {
+  const Topology efa = loadTopology("aws-p5");
+  Topology ib = efa;
+  ib.name = "p5-shaped";
+  ib.description = "the same machine, another network";
+  const int n = 16;
+  ASSERT_EQ(ncclSystemOf(efa, n).nicKind, NicKind::Efa2);
+  ASSERT_EQ(ncclSystemOf(ib, n).nicKind, NicKind::InfiniBand);
+  const double extraUs = NcclModelParams{}.netHopExtraUs[static_cast<std::size_t>(NicKind::Efa2)];
+  ASSERT_GT(extraUs, 0);
+  for (const auto& [dst, wantUs] : {std::pair{8, extraUs}, std::pair{1, 0.0}}) {
+    SCOPED_TRACE(dst);
+    const Schedule s = oneSend(n, 0, dst, std::size_t{1} << 20);
+    const double added = sim::Simulator(efa, n).run(s).seconds - sim::Simulator(ib, n).run(s).seconds;
+    EXPECT_NEAR(added, wantUs * 1e-6, 1e-12);
+  }
+  const CollectiveSpec spec{Collective::AllReduce, n, 64 * n, DType::F32};
+  AlgoParams p;
+  p.rankHost = rankHosts(efa, n);
+  const double modelAdded =
+      CostModel(efa, n).estimate(spec, "direct", p).terms.us - CostModel(ib, n).estimate(spec, "direct", p).terms.us;
+  EXPECT_NEAR(modelAdded, 2 * extraUs, 1e-9);
+  const double simAdded = sim::Simulator(efa, n).runAlgorithm(spec, "direct", p).seconds -
+                          sim::Simulator(ib, n).runAlgorithm(spec, "direct", p).seconds;
+  EXPECT_NEAR(simAdded, 2 * extraUs * 1e-6, 1e-12);
 }
 
 }  // namespace
