@@ -37,7 +37,9 @@ Schedule planFromFile(const std::string& path, const ScheduleFlags& flags, Colle
                       const std::string& bytes, bool bytesGiven, bool inPlace) {
   const ScheduleFile file = loadScheduleFlags(path, flags, spec);
   spec = file.schedule.spec;
-  if (file.chunks > 0 || bytesGiven) spec.count = parseBytes(bytes, "--bytes") / spec.elementSize();
+  if (file.chunks > 0 || bytesGiven) {
+    spec.count = countForBytes(spec.kind, spec.nranks, parseBytes(bytes, "--bytes"), spec.dtype);
+  }
   Schedule s = instantiate(file, spec);
   validate(s, ValidateOptions{inPlace});
   printPlan(s, Choice{s.algorithm, fmt::format("from --schedule {}", path)}, inPlace);
@@ -81,7 +83,10 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
                   "all_reduce | reduce_scatter | all_gather | broadcast | reduce | barrier");
   cmd->add_option("--algo", a->algo, "algorithm name or auto")->default_val("auto");
   cmd->add_option("-g,--ranks", a->ranks, "number of ranks")->default_val(4);
-  cmd->add_option("--bytes", a->bytes, "message size per rank (K/M/G)")->default_val("1M");
+  cmd->add_option(
+         "--bytes", a->bytes,
+         "message size as nccl-tests counts it (K/M/G; all_gather and reduce_scatter: the whole output, resp. input)")
+      ->default_val("1M");
   cmd->add_option("-d,--datatype", a->dtype, "element type")->default_val("float");
   cmd->add_option("-o,--op", a->op, "reduction")->default_val("sum");
   cmd->add_option("-r,--root", a->root, "root rank")->default_val(0);
@@ -126,7 +131,9 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
       exitCode = 0;
       return;
     }
-    spec.count = spec.kind == Collective::Barrier ? 0 : parseBytes(a->bytes, "--bytes") / spec.elementSize();
+    spec.count = spec.kind == Collective::Barrier
+                     ? 0
+                     : countForBytes(spec.kind, spec.nranks, parseBytes(a->bytes, "--bytes"), spec.dtype);
     AlgoParams params{parseBytes(a->chunk, "--chunk-bytes"), checkChannels("--channels", a->channels), {}, protocol};
     std::optional<Topology> topo;
     if (!a->topology.empty()) topo = loadTopology(a->topology);

@@ -203,5 +203,21 @@ TEST(NcclSimCli, AutoChoosesNcclOnGpuSystemsOnly) {
   EXPECT_EQ(host.out.find("algorithm: nccl"), std::string::npos) << host.out;
 }
 
+TEST(NcclSimCli, PlanAndSimReadBytesAsNcclTestsDoes) {
+  // all_gather and reduce_scatter count --bytes as nccl-tests does (the whole output, resp. input: 256 MiB over 8
+  // ranks is 8 Mi floats per rank) in plan as in sim, so plan explains the call sim times; plan read it per rank.
+  if (!hasSim()) GTEST_SKIP() << "built without SimGrid";
+  for (const char* collective : {"all_gather", "reduce_scatter"}) {
+    SCOPED_TRACE(collective);
+    const CliResult plan = runCli(fmt::format("plan {} --topology dgx-h100-8x1 -g 8 --bytes 256M", collective));
+    ASSERT_EQ(plan.exitCode, 0) << plan.err;
+    EXPECT_EQ(plan.out.rfind(fmt::format("{}(n=8, count=8388608, float", collective), 0), 0u) << plan.out;
+    const CliResult sim =
+        runCli(fmt::format("sim --collective {} --topology dgx-h100-8x1 -g 8 --bytes 256M --json", collective));
+    ASSERT_EQ(sim.exitCode, 0) << sim.err;
+    EXPECT_EQ(nlohmann::json::parse(sim.out)["count"], 8388608) << sim.out;
+  }
+}
+
 }  // namespace
 }  // namespace collbench
