@@ -220,6 +220,10 @@ class Simulator {
   Topology topo_;
   int nranks_;
   SimConfig config_;
+  /// The wire rule's view of the ranks, found once (WireRule::of): GPUs of a known arch (NCCL's point-to-point rule
+  /// applies without a protocol), and the network's latency beyond NCCL's step latency.
+  bool gpuRanks_ = false;
+  double netHopExtraUs_ = 0;
 };
 
 /// loadTopology(nameOrPath), then applyOverride for each of the ';'-separated assignments (empty ones ignored);

@@ -355,12 +355,6 @@ SimResult simulateWithPolicy(detail::World& w, const Schedule& s, const Matching
   return r;
 }
 
-/// The wire rule of a call (sim_backend.h "Protocols"): its protocol; without one, NCCL's point-to-point rule on GPU
-/// ranks (how the nccl backend runs a schedule: grouped ncclSend/ncclRecv), no protocol cost elsewhere.
-detail::WireRule wireRule(const Topology& t, int nranks, std::optional<Protocol> protocol) {
-  return WireRule::of(t, nranks, protocol);
-}
-
 /// The call's launch floor, paid once: every op starts that much later.
 SimResult withLaunchFloor(SimResult r, const detail::World& w) {
   const double floor = w.launchFloor();
@@ -396,6 +390,8 @@ Simulator::Simulator(Topology topology, int nranks, SimConfig config)
     throw Error(Errc::InvalidArgument, fmt::format("topology '{}' has {} ranks, {} requested (use at most {})",
                                                    topo_.name, available, nranks_, available));
   }
+  gpuRanks_ = gpuRanks(topo_, nranks_);
+  if (gpuRanks_) netHopExtraUs_ = networkHopExtraUs(topo_, nranks_);
 }
 
 SimResult Simulator::run(const Schedule& s) const {
@@ -413,7 +409,9 @@ SimResult Simulator::run(const Schedule& s) const {
     const Matching m = matchSchedule(s);
     Topology tiered;
     const Topology& t = callTopology(topo_, s.spec, tiered);
-    detail::World w(t, nranks_, config_, wireRule(t, nranks_, s.protocol));
+    // The call's wire rule (sim_backend.h "Protocols"): its protocol; without one, NCCL's point-to-point rule on GPU
+    // ranks (how the nccl backend runs a schedule: grouped ncclSend/ncclRecv), no protocol cost elsewhere.
+    detail::World w(t, nranks_, config_, WireRule::of(gpuRanks_, s.protocol, netHopExtraUs_));
     return withLaunchFloor(simulateWithPolicy(w, s, m, config_, config_.timeline), w);
   });
   r.wallSeconds = secondsSince(t0);
@@ -694,7 +692,7 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   SimResult r = inChild([&] {
     Topology tiered;
     const Topology& t = callTopology(topo_, spec, tiered);
-    detail::World w(t, nranks_, config_, wireRule(t, nranks_, params.protocol));
+    detail::World w(t, nranks_, config_, WireRule::of(gpuRanks_, params.protocol, netHopExtraUs_));
     if (ringModel) return withLaunchFloor(detail::simulateRingModel(w, spec, params), w);
     if (!hierarchicalModel) return withLaunchFloor(extrapolate(w, spec, info, params, config_), w);
     if (auto modelled = detail::simulateHierarchicalModel(w, spec, params)) return withLaunchFloor(*modelled, w);

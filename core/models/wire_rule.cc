@@ -43,11 +43,6 @@ double networkHopExtraUs(const Topology& topology, int nranks) {
   return s.nodes > 1 ? s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)] : 0;
 }
 
-WireRule WireRule::of(const Topology& topology, int nranks, std::optional<Protocol> protocol) {
-  const bool gpus = gpuRanks(topology, nranks);
-  return of(gpus, protocol, gpus ? networkHopExtraUs(topology, nranks) : 0);
-}
-
 WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs) {
   if (protocol) return {true, protocol, netHopExtraUs};
   return {onGpuRanks, std::nullopt, onGpuRanks ? netHopExtraUs : 0};

@@ -41,9 +41,8 @@ struct WireRule {
   std::optional<Protocol> fixed;  ///< when active: this protocol; nullopt: NCCL's point-to-point rule
   double netHopExtraUs = 0;       ///< when active: added to the latency of a transfer on a network path
 
-  /// The rule of a call on the first `nranks` ranks of `topology` with `protocol` (nullopt: the call sets none).
-  static WireRule of(const Topology& topology, int nranks, std::optional<Protocol> protocol);
-  /// The same, where gpuRanks() of the call's ranks and networkHopExtraUs() of the system are already known.
+  /// The rule of a call with `protocol` (nullopt: the call sets none) on ranks that are GPUs of a known arch or not
+  /// (gpuRanks), across a network that adds `netHopExtraUs` (networkHopExtraUs; counted on GPU ranks only).
   static WireRule of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs = 0);
   /// The protocol of a transfer of `bytes` data bytes (meaningful when active).
   Protocol protocolOf(double bytes) const;
