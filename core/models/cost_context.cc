@@ -159,6 +159,7 @@ std::vector<CostTerms> CostContext::phase(const std::vector<Flow>& flows, bool k
 }
 
 int CostContext::switchOf(const std::vector<int>& ranks) const {
+  usedSwitch_ = true;
   const auto [it, added] = switchOf_.try_emplace(ranks, -1);
   if (added) it->second = switchOfRanks(*router, ranks);
   return it->second;
@@ -167,9 +168,10 @@ int CostContext::switchOf(const std::vector<int>& ranks) const {
 void CostContext::beginCall(std::optional<Protocol> protocol) const {
   wire_ = WireRule::of(onGpuRanks, protocol, netHopExtraUs);
   usedSimple_ = false;
+  usedSwitch_ = false;
 }
 
-double CostContext::launchFloorUs(bool switchOps) const { return wire_.launchFloorUs(usedSimple_, switchOps); }
+double CostContext::launchFloorUs() const { return wire_.launchFloorUs(usedSimple_, usedSwitch_); }
 
 CostTerms CostContext::phaseMax(const std::vector<Flow>& flows, bool keepEmpty) const {
   CostTerms worst;

@@ -83,8 +83,9 @@ struct CostContext {
   /// which protocols earlier calls used.
   void beginCall(std::optional<Protocol> protocol) const;
   /// Microseconds the call begun by beginCall pays once (WireRule::launchFloorUs of the protocols its flows used so
-  /// far); `switchOps`: it performs switch ops (NVLS, SHARP).
-  double launchFloorUs(bool switchOps) const;
+  /// far, and of switch ops where its terms priced one: asked switchOf, as the simulator pays NCCL's NVLS latency
+  /// only for a schedule that holds switch ops; collnet on one host, nvls_tree with one GPU per host hold none).
+  double launchFloorUs() const;
 
   /// The smallest period of a ring's delays (p divides d.size(), d and g repeat every p entries bit for bit).
   static std::size_t ringPeriod(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g);
@@ -99,7 +100,7 @@ struct CostContext {
                        bool recvWaitsSend = false) const;
   /// The switch that performs the switch ops of these ranks (validator.h switchOfRanks), remembered per rank set:
   /// NVLS and CollNet ask for it at every chunk and channel count, and at 32768 GPUs one answer takes a second.
-  int switchOf(const std::vector<int>& ranks) const;
+  int switchOf(const std::vector<int>& ranks) const;  // marks the call as performing switch ops
   /// Disjoint rings of one flow each (hierarchical's per-host and per-local-index rings).
   CostTerms ringsPhase(const std::vector<std::vector<int>>& rings, double bytes, int steps, int reduceSteps) const;
   /// Channel c runs on ringOrder(n, p, c); channels whose slice is empty are elided, channels on the same ring are
@@ -130,6 +131,7 @@ struct CostContext {
   // The call being priced (beginCall): its wire rule, and whether a flow chose Simple under the p2p rule.
   mutable WireRule wire_;
   mutable bool usedSimple_ = false;
+  mutable bool usedSwitch_ = false;  // the call's terms priced a switch op (switchOf)
   // ringRecurrence's rounds' ends by their inputs (bytes of the period of d and g, steps, rounds simulated).
   mutable std::unordered_map<std::string, std::array<CostTerms, 3>> ringMemo_;
   mutable std::map<std::vector<int>, int> switchOf_;

@@ -82,18 +82,10 @@ struct CostModel::Impl : CostContext {
       e.terms.calls += 1;
       e.terms.us += callOverheadUs;
       // The wire rule's launch floor, paid once as the simulator does (0 on CPU ranks without a protocol).
-      const double floorUs = launchFloorUs(needsSwitchOps(s, algorithm));
+      const double floorUs = launchFloorUs();
       if (floorUs > 0) e.terms.us += floorUs;
     }
     return e;
-  }
-
-  /// Whether `algorithm` for this call performs switch ops (AlgorithmTraits::needsSwitchReduction).
-  static bool needsSwitchOps(const CollectiveSpec& s, std::string_view algorithm) {
-    for (const auto& a : algorithms()) {
-      if (a.name == algorithm && a.collective == s.kind) return a.traits.needsSwitchReduction;
-    }
-    return false;
   }
 
   /// The estimate without the per-call overhead: the algorithm's registered cost term (AlgorithmInfo::cost).
