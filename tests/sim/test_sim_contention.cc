@@ -8,6 +8,7 @@
 
 #include "collbench/algorithms.h"
 #include "collbench/topology.h"
+#include "flows_schedule.h"
 #include "sim_backend.h"
 
 namespace collbench {
@@ -16,29 +17,6 @@ namespace {
 constexpr double kGBps = 50, kLatencyUs = 1;
 constexpr double kAlpha = 2 * kLatencyUs * 1e-6, kBeta = 1 / (kGBps * 1e9);
 constexpr double kRel = 1e-9;
-
-/// Hand-built schedule: each (src, dst) pair sends `bytes` once, all at t = 0, each on its own channel.
-Schedule flows(int n, const std::vector<std::pair<int, int>>& pairs, std::size_t bytes) {
-  Schedule s;
-  s.spec = CollectiveSpec{Collective::AllReduce, n, 0, DType::F32};
-  s.algorithm = "test-flows";
-  s.ranks.resize(static_cast<std::size_t>(n));
-  int channel = 0;
-  for (auto [src, dst] : pairs) {
-    Op send;
-    send.kind = OpKind::Send;
-    send.peer = dst;
-    send.bytes = bytes;
-    send.channel = channel;
-    Op recv = send;
-    recv.kind = OpKind::Recv;
-    recv.peer = src;
-    s.ranks[static_cast<std::size_t>(src)].ops.push_back(send);
-    s.ranks[static_cast<std::size_t>(dst)].ops.push_back(recv);
-    ++channel;
-  }
-  return s;
-}
 
 double simulate(const Topology& t, const Schedule& s) {
   return sim::Simulator(t, static_cast<int>(t.ranks.size())).run(s).seconds;
@@ -56,7 +34,7 @@ void expectBothWays(const Topology& t, const Schedule& s, double want) {
 
 TEST(Contention, OneFlowGetsTheLink) {
   const std::size_t S = 1 << 24;
-  EXPECT_NEAR(simulate(flatTopology(3, kGBps, kLatencyUs), flows(3, {{0, 2}}, S)), kAlpha + S * kBeta,
+  EXPECT_NEAR(simulate(flatTopology(3, kGBps, kLatencyUs), testing::flowsSchedule(3, {{0, 2}}, S)), kAlpha + S * kBeta,
               kRel * (kAlpha + S * kBeta));
 }
 
@@ -64,19 +42,21 @@ TEST(Contention, TwoFlowsIntoOneRankEachGetHalf) {
   // 0 -> 2 and 1 -> 2 share rank 2's downlink: each moves at B/2, so both end at alpha + 2 S beta.
   const std::size_t S = 1 << 24;
   const double want = kAlpha + 2.0 * S * kBeta;
-  EXPECT_NEAR(simulate(flatTopology(3, kGBps, kLatencyUs), flows(3, {{0, 2}, {1, 2}}, S)), want, kRel * want);
+  EXPECT_NEAR(simulate(flatTopology(3, kGBps, kLatencyUs), testing::flowsSchedule(3, {{0, 2}, {1, 2}}, S)), want,
+              kRel * want);
 }
 
 TEST(Contention, TwoFlowsOutOfOneRankEachGetHalf) {
   const std::size_t S = 1 << 24;
   const double want = kAlpha + 2.0 * S * kBeta;
-  EXPECT_NEAR(simulate(flatTopology(3, kGBps, kLatencyUs), flows(3, {{0, 1}, {0, 2}}, S)), want, kRel * want);
+  EXPECT_NEAR(simulate(flatTopology(3, kGBps, kLatencyUs), testing::flowsSchedule(3, {{0, 1}, {0, 2}}, S)), want,
+              kRel * want);
 }
 
 TEST(Contention, UnequalFlowsShareThenTheLongerOneSpeedsUp) {
   // Both at B/2 until the short one (S) is done at alpha + 2 S beta; the long one (3 S) has S left, alone: + S beta.
   const std::size_t S = 1 << 22;
-  Schedule s = flows(3, {{0, 2}, {1, 2}}, S);
+  Schedule s = testing::flowsSchedule(3, {{0, 2}, {1, 2}}, S);
   s.ranks[1].ops[0].bytes = 3 * S;
   s.ranks[2].ops[1].bytes = 3 * S;
   const double want = kAlpha + 2.0 * S * kBeta + 2.0 * S * kBeta;
@@ -88,7 +68,7 @@ TEST(Contention, WhatAFlowHeldElsewhereLeavesGoesToTheOthers) {
   // takes what that leaves, 2B/3 (max-min), not half of it. By 3 S beta the three are done and 0 -> 1 has moved
   // 2 S of its 3 S; alone, it moves the last S in S beta.
   const std::size_t S = 1 << 22;
-  Schedule s = flows(5, {{0, 1}, {0, 2}, {3, 2}, {4, 2}}, S);
+  Schedule s = testing::flowsSchedule(5, {{0, 1}, {0, 2}, {3, 2}, {4, 2}}, S);
   s.ranks[0].ops[0].bytes = 3 * S;
   s.ranks[1].ops[0].bytes = 3 * S;
   expectBothWays(flatTopology(5, kGBps, kLatencyUs), s, kAlpha + 4.0 * S * kBeta);
@@ -97,7 +77,7 @@ TEST(Contention, WhatAFlowHeldElsewhereLeavesGoesToTheOthers) {
 TEST(Contention, AnEmptyTransferTakesNoShare) {
   // 1 -> 2 moves nothing: 0 -> 2 has rank 2's downlink to itself.
   const std::size_t S = 1 << 22;
-  Schedule s = flows(3, {{0, 2}, {1, 2}}, S);
+  Schedule s = testing::flowsSchedule(3, {{0, 2}, {1, 2}}, S);
   s.ranks[1].ops[0].bytes = 0;
   s.ranks[2].ops[1].bytes = 0;
   expectBothWays(flatTopology(3, kGBps, kLatencyUs), s, kAlpha + S * kBeta);
@@ -107,8 +87,9 @@ TEST(Contention, NonBlockingSwitchAddsNone) {
   // Disjoint pairs through one switch: every flow has the whole link, as if alone.
   const std::size_t S = 1 << 24;
   const double want = kAlpha + S * kBeta;
-  EXPECT_NEAR(simulate(flatTopology(8, kGBps, kLatencyUs), flows(8, {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {1, 0}}, S)), want,
-              kRel * want);
+  EXPECT_NEAR(simulate(flatTopology(8, kGBps, kLatencyUs),
+                       testing::flowsSchedule(8, {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {1, 0}}, S)),
+              want, kRel * want);
 }
 
 TEST(Contention, SwitchPortLimitCapsTheFlow) {
@@ -116,7 +97,7 @@ TEST(Contention, SwitchPortLimitCapsTheFlow) {
   applyOverride(t, "node.switch.switch_GBps=20");
   const std::size_t S = 1 << 24;
   const double want = kAlpha + S / 20e9;
-  EXPECT_NEAR(simulate(t, flows(2, {{0, 1}}, S)), want, kRel * want);
+  EXPECT_NEAR(simulate(t, testing::flowsSchedule(2, {{0, 1}}, S)), want, kRel * want);
 }
 
 // Directed-link loads of the ring r -> r+1 on the topology's routes: the most ring flows on one directed link.

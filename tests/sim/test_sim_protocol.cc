@@ -17,6 +17,7 @@
 #include "collbench/cost_model.h"
 #include "collbench/nccl_model.h"
 #include "collbench/topology.h"
+#include "flows_schedule.h"
 #include "sim_backend.h"
 
 namespace collbench {
@@ -114,24 +115,6 @@ TEST(Protocol, ScheduleCarriesItAndTimelineStartsAfterTheFloor) {
   EXPECT_NEAR(firstSend, kLL.floorUs * 1e-6 + std::max(0.0, kLL.netStepUs * 1e-6 - 2e-6), 1e-12);
 }
 
-/// rank `src` sends `bytes` to rank `dst`; the other ranks of n do nothing.
-Schedule oneSend(int n, int src, int dst, std::size_t bytes) {
-  Schedule s;
-  s.spec = CollectiveSpec{Collective::AllReduce, n, 0, DType::F32};
-  s.algorithm = "test-send";
-  s.ranks.resize(static_cast<std::size_t>(n));
-  Op send;
-  send.kind = OpKind::Send;
-  send.peer = dst;
-  send.bytes = bytes;
-  Op recv = send;
-  recv.kind = OpKind::Recv;
-  recv.peer = src;
-  s.ranks[static_cast<std::size_t>(src)].ops.push_back(send);
-  s.ranks[static_cast<std::size_t>(dst)].ops.push_back(recv);
-  return s;
-}
-
 // A transfer across the network pays the system's network latency beyond NCCL's step latency (collbench/wire_rule.h,
 // NcclModelParams::netHopExtraUs), as NCCL's calls do in the time model: on aws-p5 (EFA on Hopper) a send between
 // its first two servers takes that much longer than on the same machine under a name that says nothing of EFA (an
@@ -150,7 +133,7 @@ TEST(Protocol, NetworkTransfersPayTheSystemsHopLatency) {
   ASSERT_GT(extraUs, 0);
   for (const auto& [dst, wantUs] : {std::pair{8, extraUs}, std::pair{1, 0.0}}) {
     SCOPED_TRACE(dst);
-    const Schedule s = oneSend(n, 0, dst, std::size_t{1} << 20);
+    const Schedule s = testing::flowsSchedule(n, {{0, dst}}, std::size_t{1} << 20);
     const double added = sim::Simulator(efa, n).run(s).seconds - sim::Simulator(ib, n).run(s).seconds;
     EXPECT_NEAR(added, wantUs * 1e-6, 1e-12);
   }
