@@ -38,14 +38,16 @@ NcclPath wirePathOf(std::string_view linkClass) {
   return linkClass == "nvlink" ? NcclPath::Nvl : linkClass == "pcie" ? NcclPath::Pxb : NcclPath::Net;
 }
 
-double networkHopExtraUs(const Topology& topology, int nranks) {
+NetworkTerms networkTerms(const Topology& topology, int nranks) {
   const NcclSystem s = ncclSystemOf(topology, nranks);
-  return s.nodes > 1 ? s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)] : 0;
+  if (s.nodes <= 1) return {};
+  const auto kind = static_cast<std::size_t>(s.nicKind);
+  return {s.model.netHopExtraUs[kind], s.model.netFraction[kind]};
 }
 
-WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs) {
-  if (protocol) return {true, protocol, netHopExtraUs};
-  return {onGpuRanks, std::nullopt, onGpuRanks ? netHopExtraUs : 0};
+WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol, NetworkTerms net) {
+  if (protocol) return {true, protocol, net};
+  return {onGpuRanks, std::nullopt, onGpuRanks ? net : NetworkTerms{}};
 }
 
 Protocol WireRule::protocolOf(double bytes) const {
@@ -53,16 +55,17 @@ Protocol WireRule::protocolOf(double bytes) const {
   return bytes <= static_cast<double>(kNcclP2pLLThresholdBytes) ? Protocol::LL : Protocol::Simple;
 }
 
-double WireRule::wireBytes(double bytes) const {
+double WireRule::wireBytes(double bytes, NcclPath path) const {
   if (!active) return bytes;
-  return std::ceil(bytes / ncclProtocolEfficiency(ncclProtocol(protocolOf(bytes))));
+  const double line = path == NcclPath::Net ? net.lineFraction : 1;
+  return std::ceil(bytes / (ncclProtocolEfficiency(ncclProtocol(protocolOf(bytes))) * line));
 }
 
 double WireRule::latencyUs(double bytes, NcclPath path, double routeLatencyUs) const {
   if (!active) return routeLatencyUs;
   // NCCL's step latency already includes the wire (collbench/wire_rule.h): the larger of the two, not their sum.
   return std::max(ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(protocolOf(bytes))), routeLatencyUs) +
-         (path == NcclPath::Net ? netHopExtraUs : 0);
+         (path == NcclPath::Net ? net.hopExtraUs : 0);
 }
 
 double WireRule::launchFloorUs(bool usedSimple, bool switchOps) const {

@@ -296,17 +296,17 @@ std::string topologyError(const std::string& algorithm, const std::string& topol
 }
 
 TEST(InNetwork, RefusedWhereNoSwitchReduces) {
-  // aws-p5's EFA fabric has no SHARP: the rail's leaf cannot reduce.
+  // aws-p5's EFA fabric has no SHARP: the leaf where two servers' devices meet cannot reduce.
   for (const std::string& a : {std::string("collnet_direct"), std::string("collnet_chain")}) {
     const std::string what = topologyError(a, "aws-p5", 16);
     EXPECT_NE(what.find("cannot reduce (reduce_GBps 0): in-network reduction needs a switch with reduce_GBps > 0"),
               std::string::npos)
         << what;
-    EXPECT_NE(what.find("switch spine0 of group 0"), std::string::npos) << what;  // p5: EFA, rails meet at a spine
+    EXPECT_NE(what.find("switch leaf0 of group 0"), std::string::npos) << what;  // 16 devices: one leaf
     const Estimate e = CostModel(loadTopology("aws-p5"), 16)
                            .estimate({Collective::AllReduce, 16, 1 << 20, DType::F32}, a, AlgoParams{0, 1, {}});
     EXPECT_FALSE(e.supported);
-    EXPECT_NE(e.note.find(a + " needs a fabric switch that reduces across hosts: the fabric (SHARP) switch spine0 of "
+    EXPECT_NE(e.note.find(a + " needs a fabric switch that reduces across hosts: the fabric (SHARP) switch leaf0 of "
                               "ranks 0, 8 does not reduce"),
               std::string::npos)
         << e.note;

@@ -541,13 +541,21 @@ TEST(NcclSystemOf, EfaAndTheTopologysVariables) {
   EXPECT_EQ(p4de.nicsPerNode, 4);  // one NIC per two GPUs: nothing to group
   EXPECT_DOUBLE_EQ(p4de.nicGBps, 12.5);
   // p5's 32 NICs reach NCCL as one device per GPU over its four (the plugin's NIC groups), and NCCL builds 16
-  // channels on them, as its log says of 2 p5 ("16 coll channels").
+  // channels on them, as its log says of 2 p5 ("16 coll channels"). aws-p5 holds those 8 devices; the same system
+  // written with its 32 NICs of 100 Gb/s is grouped into them.
   const NcclSystem p5 = ncclSystemOf(loadTopology("aws-p5"), 16);
   EXPECT_EQ(p5.nicsPerNode, 8);
   EXPECT_DOUBLE_EQ(p5.nicGBps, 50);
   EXPECT_EQ(ncclChoose(p5, Collective::AllReduce, std::size_t{1} << 30, 16).channels, 16);
+  const Topology physical = loadTopology("aws-p5", {{"nics_per_node", "32"}, {"nic_GBps", "12.5"}});
+  ASSERT_EQ(std::count_if(physical.nodes.begin(), physical.nodes.end(),
+                          [](const TopoNode& n) { return n.kind == NodeKind::Nic && n.host == "n0"; }),
+            32);
+  const NcclSystem grouped = ncclSystemOf(physical, 16);
+  EXPECT_EQ(grouped.nicsPerNode, 8);
+  EXPECT_DOUBLE_EQ(grouped.nicGBps, 50);
   // The groups are the host's, also for a call on fewer of its GPUs (2 nodes x 4 GPUs: still 8 devices of 50 GB/s).
-  Topology fourPerHost = loadTopology("aws-p5");
+  Topology fourPerHost = physical;
   for (int g = 0; g < 4; ++g)
     std::swap(fourPerHost.ranks[static_cast<std::size_t>(g) + 4], fourPerHost.ranks[static_cast<std::size_t>(g) + 8]);
   const NcclSystem half = ncclSystemOf(fourPerHost, 8);

@@ -1387,7 +1387,7 @@ TEST(TopologyShipped, SystemsHaveTheirDocumentedServers) {
   const std::vector<System> systems{
       {"dgx-h100-8x1", "hopper", 0, 0, 450, 450, 0, 1},     {"hgx-h200-8x1", "hopper", 0, 0, 450, 450, 0, 1},
       {"dgx-a100-8x1", "ampere", 0, 0, 300, 0, 0, 1},       {"dgx-h100-ib400", "hopper", 8, 50, 450, 450, 50, 64},
-      {"aws-p5", "hopper", 32, 12.5, 450, 450, 0, 64},      {"aws-p4de", "ampere", 4, 12.5, 300, 0, 0, 64},
+      {"aws-p5", "hopper", 8, 50, 450, 450, 0, 64},         {"aws-p4de", "ampere", 4, 12.5, 300, 0, 0, 64},
       {"gcp-a3-mega", "hopper", 8, 25, 450, 450, 0, 64},    {"oci-h100-roce", "hopper", 16, 25, 450, 450, 0, 64},
       {"oci-a100-roce", "ampere", 16, 12.5, 300, 0, 0, 64},
   };
