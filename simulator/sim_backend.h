@@ -39,10 +39,10 @@
 ///   wire), once both sides are ready, on a network path plus the system's network latency beyond NCCL's
 ///   (NetworkTerms::hopExtraUs), then carries bytes / payload efficiency
 ///   (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x), on a network path also / the share of the line rate
-///   the system's NICs deliver (NetworkTerms::lineFraction: IB 0.98, EFA on Hopper 0.905); the call pays the launch floor once
-///   (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without these on
-///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on
-///   GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL up to
+///   the system's NICs deliver (NetworkTerms::lineFraction: IB 0.98, EFA on Hopper 0.905); the call pays the launch
+///   floor once (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without
+///   these on ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and
+///   on GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL up to
 ///   kNcclP2pLLThresholdBytes, Simple above, with the floor of the slowest of them. Same-node memory copies,
 ///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1);
 ///   a schedule with switch ops pays NCCL's NVLS latency (25 us on NVLink) once instead of a smaller floor, as NCCL's

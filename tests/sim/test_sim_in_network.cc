@@ -99,8 +99,7 @@ TEST(SimInNetwork, NvlsTreeOneLoopOnTwoHosts) {
   const double b = kBytes / kLocal;
   const double want = 2 * f.nvlinkLat + std::max(kBytes / f.nvlink, b / std::min(f.nvlink, f.nvls)) +
                       kBytes / f.nvlink + 2 * (2 * f.railLat() + b / (f.rail() * kIbLineShare)) + b / f.gpuReduce +
-                      launchFloor() +
-                      2 * stepExtra(NcclPath::Net, 2 * f.railLat());
+                      launchFloor() + 2 * stepExtra(NcclPath::Net, 2 * f.railLat());
   const sim::SimResult r = simulate(t, "nvls_tree", kCount, kCount * 4 / kLocal);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
   EXPECT_EQ(r.method, "exact");
