@@ -37,12 +37,11 @@
 ///   when every link is of class "nvlink", the network when a link is of neither "nvlink" nor "pcie", else PCIe:
 ///   ncclStepLatencyUs, NCCL's Ring row) or its route's latency, whichever is larger (NCCL's step latency includes the
 ///   wire), once both sides are ready, on a network path plus the system's network latency beyond NCCL's
-///   (NetworkTerms::hopExtraUs), then carries bytes / payload efficiency
-///   (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x), on a network path also / the share of the line rate
-///   the system's NICs deliver (NetworkTerms::lineFraction: IB 0.98, EFA on Hopper 0.905); the call pays the launch
-///   floor once (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without
-///   these on ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and
-///   on GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL up to
+///   (WireRule::netHopExtraUs), then carries bytes / payload efficiency
+///   (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x); the call pays the launch floor once
+///   (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without these on
+///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on
+///   GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL up to
 ///   kNcclP2pLLThresholdBytes, Simple above, with the floor of the slowest of them. Same-node memory copies,
 ///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1);
 ///   a schedule with switch ops pays NCCL's NVLS latency (25 us on NVLink) once instead of a smaller floor, as NCCL's
@@ -94,7 +93,6 @@
 #include "collbench/backend.h"
 #include "collbench/nccl_model.h"
 #include "collbench/topology.h"
-#include "collbench/wire_rule.h"
 
 namespace collbench::sim {
 
@@ -223,10 +221,9 @@ class Simulator {
   int nranks_;
   SimConfig config_;
   /// The wire rule's view of the ranks, found once (WireRule::of): GPUs of a known arch (NCCL's point-to-point rule
-  /// applies without a protocol), and what the network adds (its latency beyond NCCL's step latency, its line-rate
-  /// share).
+  /// applies without a protocol), and the network's latency beyond NCCL's step latency.
   bool gpuRanks_ = false;
-  NetworkTerms network_;
+  double netHopExtraUs_ = 0;
 };
 
 /// loadTopology(nameOrPath), then applyOverride for each of the ';'-separated assignments (empty ones ignored);

@@ -137,7 +137,7 @@ Wire World::wire(int src, int dst, std::uint64_t bytes) {
     path = std::max(path, linkPath_[static_cast<std::size_t>(l / 2)]);
     routeUs += topo_.links[static_cast<std::size_t>(l / 2)].latencyUs;
   }
-  return {static_cast<std::uint64_t>(wire_.wireBytes(data, path)),
+  return {static_cast<std::uint64_t>(wire_.wireBytes(data)),
           std::max(0.0, wire_.latencyUs(data, path, routeUs) - routeUs) * kSecondsPerUs};
 }
 

@@ -47,7 +47,7 @@ CostContext::CostContext(Topology t, int nranks) : topo(std::move(t)) {
     linkPath.push_back(wirePathOf(l.linkClass));
   }
   onGpuRanks = gpuRanks(topo, n);
-  if (onGpuRanks) network = networkTerms(topo, n);
+  if (onGpuRanks) netHopExtraUs = networkHopExtraUs(topo, n);
   load_.assign(2 * topo.links.size(), 0.0);
   summarize();
 }
@@ -146,7 +146,7 @@ std::vector<CostTerms> CostContext::phase(const std::vector<Flow>& flows, bool k
       alone = std::min(alone, cap);
       path = std::max(path, linkPath[li]);
     }
-    const double bytes = wire_.wireBytes(f.bytes, path);
+    const double bytes = wire_.wireBytes(f.bytes);
     if (wire_.active) usedSimple_ = usedSimple_ || wire_.protocolOf(f.bytes) == Protocol::Simple;
     const int c = classOf(f.src, f.dst);
     t.us = wire_.latencyUs(f.bytes, path, lat) + bytes / rate;
@@ -166,7 +166,7 @@ int CostContext::switchOf(const std::vector<int>& ranks) const {
 }
 
 void CostContext::beginCall(std::optional<Protocol> protocol) const {
-  wire_ = WireRule::of(onGpuRanks, protocol, network);
+  wire_ = WireRule::of(onGpuRanks, protocol, netHopExtraUs);
   usedSimple_ = false;
   usedSwitch_ = false;
 }

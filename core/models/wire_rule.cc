@@ -38,16 +38,14 @@ NcclPath wirePathOf(std::string_view linkClass) {
   return linkClass == "nvlink" ? NcclPath::Nvl : linkClass == "pcie" ? NcclPath::Pxb : NcclPath::Net;
 }
 
-NetworkTerms networkTerms(const Topology& topology, int nranks) {
+double networkHopExtraUs(const Topology& topology, int nranks) {
   const NcclSystem s = ncclSystemOf(topology, nranks);
-  if (s.nodes <= 1) return {};
-  const auto kind = static_cast<std::size_t>(s.nicKind);
-  return {s.model.netHopExtraUs[kind], s.model.netFraction[kind]};
+  return s.nodes > 1 ? s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)] : 0;
 }
 
-WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol, NetworkTerms net) {
-  if (protocol) return {true, protocol, net};
-  return {onGpuRanks, std::nullopt, onGpuRanks ? net : NetworkTerms{}};
+WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs) {
+  if (protocol) return {true, protocol, netHopExtraUs};
+  return {onGpuRanks, std::nullopt, onGpuRanks ? netHopExtraUs : 0};
 }
 
 Protocol WireRule::protocolOf(double bytes) const {
@@ -55,17 +53,16 @@ Protocol WireRule::protocolOf(double bytes) const {
   return bytes <= static_cast<double>(kNcclP2pLLThresholdBytes) ? Protocol::LL : Protocol::Simple;
 }
 
-double WireRule::wireBytes(double bytes, NcclPath path) const {
+double WireRule::wireBytes(double bytes) const {
   if (!active) return bytes;
-  const double line = path == NcclPath::Net ? net.lineFraction : 1;
-  return std::ceil(bytes / (ncclProtocolEfficiency(ncclProtocol(protocolOf(bytes))) * line));
+  return std::ceil(bytes / ncclProtocolEfficiency(ncclProtocol(protocolOf(bytes))));
 }
 
 double WireRule::latencyUs(double bytes, NcclPath path, double routeLatencyUs) const {
   if (!active) return routeLatencyUs;
   // NCCL's step latency already includes the wire (collbench/wire_rule.h): the larger of the two, not their sum.
   return std::max(ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(protocolOf(bytes))), routeLatencyUs) +
-         (path == NcclPath::Net ? net.hopExtraUs : 0);
+         (path == NcclPath::Net ? netHopExtraUs : 0);
 }
 
 double WireRule::launchFloorUs(bool usedSimple, bool switchOps) const {

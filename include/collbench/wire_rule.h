@@ -8,9 +8,7 @@
 ///   that are all GPUs of a known arch (NCCL's point-to-point rule, as the nccl backend runs a schedule); elsewhere
 ///   (CPU ranks, generic topologies) nothing, and times stay the plain alpha-beta ones.
 /// - Protocol of a transfer: the fixed one, else LL up to kNcclP2pLLThresholdBytes and Simple above.
-/// - Bytes on the wire: data bytes / the protocol's payload efficiency (ncclProtocolEfficiency), rounded up; on a
-///   network path also / the share of the line rate the system's NICs deliver (NcclModelParams::netFraction of its NIC
-///   kind: IB 0.98 .. EFA 0.835), as NCCL's own calls get it in the time model.
+/// - Bytes on the wire: data bytes / the protocol's payload efficiency (ncclProtocolEfficiency), rounded up.
 /// - Latency of a transfer: NCCL's per-step latency of its route's path class (ncclStepLatencyUs, Ring row) or the
 ///   route's own latency (sum of its links' latency_us), whichever is larger. NCCL's tuning.cc models a call as
 ///   baseLat + steps x hwLat + bytes / bw with no separate wire term anywhere: its hwLat is the end-to-end latency of
@@ -21,7 +19,6 @@
 /// - Latency a network path adds: the system's network hop latency beyond NCCL's step latency
 ///   (NcclModelParams::netHopExtraUs of its NIC kind: EFA, RoCE and TCPXO; InfiniBand 0), once per transfer that
 ///   crosses the network, as NCCL's own calls pay it per network hop in the time model (ncclPredictUs).
-///   The two network terms are NetworkTerms, found once per topology and rank count (networkTerms).
 /// - Once per call: NCCL's base latency of the protocol (the fixed one, else the slowest-to-launch one the transfers
 ///   used, LL when none), or NCCL's NVLS latency when the call performs switch ops and that is larger.
 #include <cstdint>
@@ -38,28 +35,21 @@ namespace collbench {
 NcclProtocol ncclProtocol(Protocol p);
 Protocol irProtocol(NcclProtocol p);
 
-/// What a GPU system's network costs a transfer beyond NCCL's step latency and the links' line rates (wire_rule.h).
-struct NetworkTerms {
-  double hopExtraUs = 0;    ///< NcclModelParams::netHopExtraUs: added to the latency of a transfer on a network path
-  double lineFraction = 1;  ///< NcclModelParams::netFraction: the share of the line rate a network transfer gets
-};
-
 /// How a call's transfers choose their protocol.
 struct WireRule {
   bool active = false;            ///< false: no protocol cost (wireBytes is the identity, latency the route's)
   std::optional<Protocol> fixed;  ///< when active: this protocol; nullopt: NCCL's point-to-point rule
-  NetworkTerms net;               ///< when active: what a transfer on a network path pays besides
+  double netHopExtraUs = 0;       ///< when active: added to the latency of a transfer on a network path
 
   /// The rule of a call with `protocol` (nullopt: the call sets none) on ranks that are GPUs of a known arch or not
-  /// (gpuRanks), across a network with terms `net` (networkTerms; counted on GPU ranks only).
-  static WireRule of(bool onGpuRanks, std::optional<Protocol> protocol, NetworkTerms net = {});
+  /// (gpuRanks), across a network that adds `netHopExtraUs` (networkHopExtraUs; counted on GPU ranks only).
+  static WireRule of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs = 0);
   /// The protocol of a transfer of `bytes` data bytes (meaningful when active).
   Protocol protocolOf(double bytes) const;
-  /// Bytes on the wire for `bytes` data bytes on a route of path class `path`: ceil(bytes / efficiency, and on a
-  /// network path / net.lineFraction) when active, else `bytes`.
-  double wireBytes(double bytes, NcclPath path) const;
+  /// Bytes on the wire for `bytes` data bytes: ceil(bytes / efficiency) when active, else `bytes`.
+  double wireBytes(double bytes) const;
   /// Latency of a transfer of `bytes` on a route of path class `path` whose links add up to `routeLatencyUs`:
-  /// max(NCCL's step latency, routeLatencyUs), plus net.hopExtraUs on a network path, when active; else
+  /// max(NCCL's step latency, routeLatencyUs), plus netHopExtraUs on a network path, when active; else
   /// routeLatencyUs.
   double latencyUs(double bytes, NcclPath path, double routeLatencyUs) const;
   /// Microseconds the call pays once; `usedSimple`: some transfer chose Simple under the point-to-point rule;
@@ -71,9 +61,8 @@ struct WireRule {
 /// tunes for: the shipped dgx/hgx/cloud systems).
 bool gpuRanks(const Topology& topology, int nranks);
 /// What a transfer across the network of the first `nranks` ranks of `topology` (GPU ranks: gpuRanks) pays beyond
-/// NCCL's step latency and the links' rates: NcclModelParams::netHopExtraUs and netFraction of the system's NIC kind
-/// (ncclSystemOf); none on one host.
-NetworkTerms networkTerms(const Topology& topology, int nranks);
+/// NCCL's step latency: NcclModelParams::netHopExtraUs of the system's NIC kind (ncclSystemOf); 0 on one host.
+double networkHopExtraUs(const Topology& topology, int nranks);
 /// The path class of a topology link class: "nvlink" NVLink, "pcie" PCIe (NcclPath::Pxb), anything else the network.
 /// A route's class is the worst (largest) of its links'.
 NcclPath wirePathOf(std::string_view linkClass);
