@@ -1230,6 +1230,11 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   if ((a == kNvls || a == kNvlsTree) && chunk > 0) {
     const double headChunk = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc / heads);
     fillUs = s.model.nvlsPipelineDepth * headChunk / (kBytesPerUsPerGBps * perChannelAlgBw);
+    // NVLSTree's inter-node tree: every level beyond the one of 2 nodes stores and forwards a chunk up and again down.
+    if (a == kNvlsTree && s.nodes > 2) {
+      const int extraHops = 2 * (log2i(static_cast<std::size_t>(s.nodes)) - 1);
+      fillUs += extraHops * headChunk / (kBytesPerUsPerGBps * perChannelAlgBw);
+    }
   }
   // A ring Simple step over P2P read (NVLink between Ampere GPUs: paths.cc) fills its pipeline with slices that each
   // cross a hop at the channel's share of the NVLink rate (a call below one loop slices its per-rank share in two).

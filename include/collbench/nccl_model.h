@@ -126,7 +126,9 @@ struct NcclModelParams {
   std::array<double, 4> launchStaggerUs = {1.5, 1.5, 0.0, 0.0};
   /// NVLS streams each channel's data in chunks (calcCollChunking's 16..128 KiB) through a pipeline whose fill and
   /// drain cost `depth` chunk times: 8xH100 runs ~100 us above bytes/peak from 128 MiB to 1 GiB (128 KiB chunks at 17
-  /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak).
+  /// GB/s per channel -> 13 stages). NVLSTree shares it (2x8 H100 IB: the same ~100-160 us above bytes/peak), and over
+  /// more than 2 nodes adds a stage per level of its inter-node tree beyond the first, each way (its network hops store
+  /// and forward a chunk, as Tree's: no fit; 4-10 node IB tables' NVLSTree rows 1-3 points closer).
   double nvlsPipelineDepth = 13;
   /// Per arch: the pipeline fill, in slices, of a ring Simple call whose NVLink hops use P2P read. NCCL reads over
   /// NVLink only between Ampere GPUs (paths.cc ncclTopoCheckP2p; transport/p2p.cc keeps the Simple buffer on the

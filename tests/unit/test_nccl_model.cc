@@ -1075,7 +1075,7 @@ INSTANTIATE_TEST_SUITE_P(
         // p5 at 2-32 nodes (NCCL 2.27.7, aws-ofi-nccl 1.16.3; 32 MiB-8 GiB, times from the source's algbw): from 3
         // nodes its tuner picks (ring LL128 at 64 MiB-2 GiB where NCCL would take trees and NVLSTree; with the -g 8
         // ring below, Hopper's LL128 rate). Tree LL128 at 128-256 MiB on 16-32 nodes runs 20-29% slower than the
-        // model, NVLSTree at 512 MiB-1 GiB on 32 nodes 32-47%.
+        // model, NVLSTree at 512 MiB-1 GiB on 32 nodes 30-44%.
         RealTable{
             "H100x16P5Ofi1163", "publicdata/p5_2node_16gpu_crazyguitar_nccl2277_ofi1163.csv", "aws-p5", {}, 0.05, 0.10},
         RealTable{
@@ -1144,7 +1144,7 @@ INSTANTIATE_TEST_SUITE_P(
                   0.10,
                   0.25},
         // 10 x 8 H100 on a 400G fabric the source does not name (NCCL 2.29.2, double, 32 MiB-16 GiB): NVLSTree at
-        // 32 MiB and 128 MiB runs 20-40% slower than the model.
+        // 32 MiB and 128 MiB runs 19-37% slower than the model.
         RealTable{
             "H100x80G1Double", "publicdata/h100_10x8_xxrjun_g1_double_nccl2292.csv", "dgx-h100-ib400", {}, 0.10, 0.25},
         RealTable{"H100x8G1Double",
