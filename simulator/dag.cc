@@ -308,7 +308,7 @@ void Dag::startSwitchFlow(int k, int member, int point, World::SwitchLeg leg, do
     if (parent >= 0) upper = a.points[static_cast<std::size_t>(parent)];
   }
   const int f = static_cast<int>(sflow_.size());
-  sflow_.push_back({k, member, point, lower, upper, leg, o.bytes});
+  sflow_.push_back({k, member, point, lower, upper, leg, world_.switchBytes(sw, o.bytes)});
   timing_->switchFlow(*this, f, t);
 }
 

@@ -43,14 +43,16 @@
 ///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on
 ///   GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL up to
 ///   kNcclP2pLLThresholdBytes, Simple above, with the floor of the slowest of them. Same-node memory copies,
-///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1);
-///   a schedule with switch ops pays NCCL's NVLS latency (25 us on NVLink) once instead of a smaller floor, as NCCL's
-///   model charges NVLS per call rather than per step.
-///   NCCL's per-channel LL bandwidth cap (tuning.cc llMaxBw) is not modelled. Nor is NCCL's pipelining of a
-///   connection's steps (NCCL_STEPS slots in flight): a schedule's transfers on one connection follow each other,
-///   each paying its latency, so a latency-bound ring over several hosts pays the network latency on every step where
-///   NCCL's model pays it on the 2 (nodes - 1) steps that cross hosts. In every method alike, so the methods still
-///   agree (tests/sim/test_sim_aggregation.cc); closed forms in tests/sim/test_sim_protocol.cc.
+///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1),
+///   but a switch op's legs through an in-host NVSwitch move at the share of the links' and the reduction port's rates
+///   NCCL's NVLS reaches (WireRule::switchShare, NcclModelParams::nvlsFraction 0.686: one 8 x H100 node's NVLS at 1
+///   GiB simulated at 628 GB/s busbw at the full rates, 433 at the share, 466 measured); a schedule with switch ops
+///   pays NCCL's NVLS latency (25 us on NVLink) once instead of a smaller floor, as NCCL's model charges NVLS per call
+///   rather than per step. NCCL's per-channel LL bandwidth cap (tuning.cc llMaxBw) is not modelled. Nor is NCCL's
+///   pipelining of a connection's steps (NCCL_STEPS slots in flight): a schedule's transfers on one connection follow
+///   each other, each paying its latency, so a latency-bound ring over several hosts pays the network latency on every
+///   step where NCCL's model pays it on the 2 (nodes - 1) steps that cross hosts. In every method alike, so the methods
+///   still agree (tests/sim/test_sim_aggregation.cc); closed forms in tests/sim/test_sim_protocol.cc.
 /// - Network models: CM02 (default; max-min fair sharing, time = latency + bytes / share, TCP window bound off,
 ///   cross-traffic off: exact alpha-beta where nothing is shared) and LV08 (SimGrid's calibrated TCP model: latency
 ///   x13.01, bandwidth x0.97, RTT-weighted sharing, 4 MiB window). `crossTraffic` adds SimGrid's reverse-direction

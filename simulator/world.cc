@@ -141,6 +141,11 @@ Wire World::wire(int src, int dst, std::uint64_t bytes) {
           std::max(0.0, wire_.latencyUs(data, path, routeUs) - routeUs) * kSecondsPerUs};
 }
 
+std::uint64_t World::switchBytes(int sw, std::uint64_t bytes) const {
+  const double share = wire_.switchShare(!topo_.nodes[static_cast<std::size_t>(sw)].host.empty());
+  return share == 1.0 ? bytes : static_cast<std::uint64_t>(std::ceil(static_cast<double>(bytes) / share));
+}
+
 double World::launchFloor() const { return wire_.launchFloorUs(usedSimple_, switchOps_) * kSecondsPerUs; }
 
 double World::reduceRate(int rank) const { return hostReduceRate_[static_cast<std::size_t>(hostIndex(rank))]; }

@@ -74,6 +74,9 @@ class World {
   /// The call performs switch ops (NVLS, SHARP): NCCL models their latency once per call, not per step (tuning.cc:
   /// NVLS latency = its hwLatency, no per-step term), so launchFloor() covers it.
   void noteSwitchOps() { switchOps_ = true; }
+  /// Bytes a leg of a switch op through switch node `sw` moves for `bytes` data bytes: bytes / WireRule::switchShare
+  /// (an in-host NVSwitch's NVLS at NCCL's share of the link rate under a protocol; otherwise unchanged).
+  std::uint64_t switchBytes(int sw, std::uint64_t bytes) const;
 
   double now() const { return simgrid::s4u::Engine::get_clock(); }
   /// Starts a transfer between the nodes of two ranks (not the same node) after `delay` seconds; `tag` comes back in

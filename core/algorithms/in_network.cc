@@ -113,7 +113,9 @@ std::optional<SwitchPath> reducingSwitch(const CostContext& ctx, const std::vect
     }
     path.latencyUs = std::max(path.latencyUs, lat);
   }
-  path.reduceBytesPerUs = node.reduceGBps * kBytesPerUsPerGBps;
+  const double share = ctx.switchShare(path.sw);
+  path.linkBytesPerUs *= share;
+  path.reduceBytesPerUs = node.reduceGBps * kBytesPerUsPerGBps * share;
   return path;
 }
 

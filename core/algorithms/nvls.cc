@@ -121,7 +121,10 @@ Estimate nvlsCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoPar
     }
     lat = std::max(lat, l);
   }
-  const double reduced = std::min(link, ctx.topo.nodes[static_cast<std::size_t>(sw)].reduceGBps * kBytesPerUsPerGBps);
+  const double share = ctx.switchShare(sw);
+  link *= share;
+  const double reduced =
+      std::min(link, ctx.topo.nodes[static_cast<std::size_t>(sw)].reduceGBps * kBytesPerUsPerGBps * share);
   const std::size_t loops = nvlsLoops(s, p);
   // The largest lane of a loop (the last loop's lanes are no larger).
   const double chunk =

@@ -171,6 +171,10 @@ void CostContext::beginCall(std::optional<Protocol> protocol) const {
   usedSwitch_ = false;
 }
 
+double CostContext::switchShare(int sw) const {
+  return wire_.switchShare(!topo.nodes[static_cast<std::size_t>(sw)].host.empty());
+}
+
 double CostContext::launchFloorUs() const { return wire_.launchFloorUs(usedSimple_, usedSwitch_); }
 
 CostTerms CostContext::phaseMax(const std::vector<Flow>& flows, bool keepEmpty) const {

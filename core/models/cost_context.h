@@ -86,6 +86,9 @@ struct CostContext {
   /// far, and of switch ops where its terms priced one: asked switchOf, as the simulator pays NCCL's NVLS latency
   /// only for a schedule that holds switch ops; collnet on one host, nvls_tree with one GPU per host hold none).
   double launchFloorUs() const;
+  /// The share of its links' and reduction port's rates a switch op's leg through switch node `sw` gets under the
+  /// call's wire rule (WireRule::switchShare: an in-host NVSwitch's NVLS on GPU ranks).
+  double switchShare(int sw) const;
 
   /// The smallest period of a ring's delays (p divides d.size(), d and g repeat every p entries bit for bit).
   static std::size_t ringPeriod(const std::vector<CostTerms>& d, const std::vector<CostTerms>& g);

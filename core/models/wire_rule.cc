@@ -65,6 +65,10 @@ double WireRule::latencyUs(double bytes, NcclPath path, double routeLatencyUs) c
          (path == NcclPath::Net ? netHopExtraUs : 0);
 }
 
+double WireRule::switchShare(bool nvlsSwitch) const {
+  return active && nvlsSwitch ? NcclModelParams{}.nvlsFraction : 1.0;
+}
+
 double WireRule::launchFloorUs(bool usedSimple, bool switchOps) const {
   if (!active) return 0;
   const Protocol p = fixed ? *fixed : usedSimple ? Protocol::Simple : Protocol::LL;

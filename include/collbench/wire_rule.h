@@ -19,6 +19,10 @@
 /// - Latency a network path adds: the system's network hop latency beyond NCCL's step latency
 ///   (NcclModelParams::netHopExtraUs of its NIC kind: EFA, RoCE and TCPXO; InfiniBand 0), once per transfer that
 ///   crosses the network, as NCCL's own calls pay it per network hop in the time model (ncclPredictUs).
+/// - Switch ops through an NVSwitch inside a host (NVLS) move their bytes at the share of the link rate NCCL's NVLS
+///   reaches (NcclModelParams::nvlsFraction, 0.686: 8 x H100 480 GB/s busbw of 450 x 2(n-1)/(n+1)), as NCCL's time
+///   model rates NVLS, so a schedule of switch ops runs as NCCL's NVLS does; a fabric switch's (SHARP) keep the line
+///   rate.
 /// - Once per call: NCCL's base latency of the protocol (the fixed one, else the slowest-to-launch one the transfers
 ///   used, LL when none), or NCCL's NVLS latency when the call performs switch ops and that is larger.
 #include <cstdint>
@@ -52,6 +56,9 @@ struct WireRule {
   /// max(NCCL's step latency, routeLatencyUs), plus netHopExtraUs on a network path, when active; else
   /// routeLatencyUs.
   double latencyUs(double bytes, NcclPath path, double routeLatencyUs) const;
+  /// The share of its links' rates a switch op's leg gets through an in-host NVSwitch (`nvlsSwitch`: NVLS) or a fabric
+  /// switch: NcclModelParams::nvlsFraction for NVLS when active, else 1.
+  double switchShare(bool nvlsSwitch) const;
   /// Microseconds the call pays once; `usedSimple`: some transfer chose Simple under the point-to-point rule;
   /// `switchOps`: the call performs switch ops (NVLS, SHARP). 0 when not active.
   double launchFloorUs(bool usedSimple, bool switchOps) const;

@@ -90,12 +90,14 @@ TEST(SimInNetwork, NvlsTreeOneLoopOnTwoHosts) {
   // Every head's chunk b = B/8 at once: the NVSwitch pulls 8 chunks up each GPU's link (one per head) while one
   // reduced chunk comes down; host 1's head sends its sum to host 0's over the rail, which folds it in and sends the
   // result back; then the NVSwitch multicasts 8 chunks down each GPU's link:
-  //   T = 2 a_nv + 2 B/L_nv + 2 (2 a_pcie + 2 a_nic) + 2 b/NIC + b/R_gpu, plus the floor and two network steps.
+  //   T = 2 a_nv + 2 B/L_nv + 2 (2 a_pcie + 2 a_nic) + 2 b/NIC + b/R_gpu, plus the floor and two network steps;
+  // the NVSwitch's legs move at the share of the rates NCCL's NVLS reaches (WireRule::switchShare).
   const Topology t = loadTopology("dgx-h100-ib400");
   const Figures f(t);
   const double b = kBytes / kLocal;
-  const double want = 2 * f.nvlinkLat + std::max(kBytes / f.nvlink, b / std::min(f.nvlink, f.nvls)) +
-                      kBytes / f.nvlink + 2 * (2 * f.railLat() + b / f.rail()) + b / f.gpuReduce + launchFloor() +
+  const double nv = f.nvlink * NcclModelParams{}.nvlsFraction, nvls = f.nvls * NcclModelParams{}.nvlsFraction;
+  const double want = 2 * f.nvlinkLat + std::max(kBytes / nv, b / std::min(nv, nvls)) + kBytes / nv +
+                      2 * (2 * f.railLat() + b / f.rail()) + b / f.gpuReduce + launchFloor() +
                       2 * stepExtra(NcclPath::Net, 2 * f.railLat());
   const sim::SimResult r = simulate(t, "nvls_tree", kCount, kCount * 4 / kLocal);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);

@@ -7,6 +7,7 @@
 #include "collbench/algorithms.h"
 #include "collbench/cost_model.h"
 #include "collbench/error.h"
+#include "collbench/nccl_model.h"
 #include "collbench/topology.h"
 #include "sim_backend.h"
 
@@ -56,10 +57,11 @@ TEST(SimSwitch, NvlsOneLoopOnAFlatReducingSwitch) {
 TEST(SimSwitch, NvlsOneLoopOnDgxH100) {
   // dgx-h100-8x1: NVLink4 450 GB/s per direction, 0.3 us, NVLS 450 GB/s per port. Its GPU ranks pay NCCL's latency
   // once (sim_backend.h "Protocols"): for a call with switch ops NCCL's NVLS latency, base 0 + NVLink hwLatency 25 us
-  // (tuning.cc).
+  // (tuning.cc); and the switch's legs move at the share of those rates NCCL's NVLS reaches (WireRule::switchShare).
   const std::size_t count = std::size_t{8} << 20;  // 32 MiB
   const sim::SimResult r = oneLoop(loadTopology("dgx-h100-8x1"), 8, count);
-  const double want = 25e-6 + nvlsOneLoopSeconds(8, static_cast<double>(count * 4), 450, 0.3, 450);
+  const double share = NcclModelParams{}.nvlsFraction;
+  const double want = 25e-6 + nvlsOneLoopSeconds(8, static_cast<double>(count * 4), 450 * share, 0.3, 450 * share);
   EXPECT_NEAR(r.seconds, want, want * kRelTolerance);
 }
 
