@@ -1056,10 +1056,12 @@ INSTANTIATE_TEST_SUITE_P(
             "H100x32Ib400", "publicdata/nccltests309_xe9680_4x8_h100_ndr_vm.csv", "dgx-h100-ib400", {}, 0.10, 0.31},
         // A cluster whose owner expected more than its 325 GB/s busbw (NVLSTree in 64 KiB chunks reaches that on 4-10
         // nodes elsewhere too); its 1-8 MiB run 44-75% slower than the model.
+        // The medians hold NVLSTree's fill per level of its inter-node tree (nvlsPipelineDepth): 7.1% and 10.9%
+        // without.
         RealTable{
-            "H100x32Ib400Slow", "publicdata/nccltests309_gjaion_4x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.10, 0.52},
+            "H100x32Ib400Slow", "publicdata/nccltests309_gjaion_4x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.06, 0.52},
         RealTable{
-            "H100x64Ib400Slow", "publicdata/nccltests309_gjaion_8x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.11, 0.25},
+            "H100x64Ib400Slow", "publicdata/nccltests309_gjaion_8x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.10, 0.25},
         // Fitted: TCPXO's network hop and line-rate fraction (the profile's variables come from Google's setup).
         RealTable{"H100x16A3Mega", "publicdata/gcp_a3mega_2x8_h100_tcpxo.csv", "gcp-a3-mega", {}, 0.05, 0.20},
         // Informed LL128's rate and RoCE's hop (the only RoCE table); OCI's RDMA functions in Kubernetes pods.
@@ -1092,7 +1094,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "publicdata/p5_32node_256gpu_crazyguitar_nccl2277_ofi1163.csv",
                   "aws-p5",
                   {},
-                  0.15,
+                  0.12,
                   0.37},
         // 2 x p4d (A100 40 GB, the same EFA as p4de; NCCL 2.23.4) and 2 x p4de with NCCL_PROTO=simple.
         RealTable{
