@@ -142,7 +142,7 @@ Wire World::wire(int src, int dst, std::uint64_t bytes) {
 }
 
 std::uint64_t World::switchBytes(int sw, std::uint64_t bytes) const {
-  const double share = wire_.switchShare(!topo_.nodes[static_cast<std::size_t>(sw)].host.empty());
+  const double share = wire_.switchShare(topo_.nodes[static_cast<std::size_t>(sw)]);
   return share == 1.0 ? bytes : static_cast<std::uint64_t>(std::ceil(static_cast<double>(bytes) / share));
 }
 

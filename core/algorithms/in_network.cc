@@ -90,22 +90,27 @@ std::pair<double, double> routeOf(const CostContext& ctx, int a, int b) {
 
 std::optional<SwitchPath> reducingSwitch(const CostContext& ctx, const std::vector<int>& ranks, std::string_view what,
                                          std::string& why) {
-  SwitchPath path;
-  path.sw = ctx.switchOf(ranks);
-  if (path.sw < 0) {
+  const int sw = ctx.switchOf(ranks);
+  if (sw < 0) {
     why = fmt::format("no {} switch connects ranks {}", what, fmt::join(ranks, ", "));
     return std::nullopt;
   }
-  const TopoNode& node = ctx.topo.nodes[static_cast<std::size_t>(path.sw)];
+  const TopoNode& node = ctx.topo.nodes[static_cast<std::size_t>(sw)];
   if (!node.reducesInNetwork()) {
     why = fmt::format("the {} switch {} of ranks {} does not reduce (reduce_GBps 0)", what, node.id,
                       fmt::join(ranks, ", "));
     return std::nullopt;
   }
+  return switchPath(ctx, ranks, sw);
+}
+
+SwitchPath switchPath(const CostContext& ctx, const std::vector<int>& ranks, int sw) {
+  SwitchPath path;
+  path.sw = sw;
   path.linkBytesPerUs = std::numeric_limits<double>::infinity();
   std::vector<Hop> hops;
   for (int r : ranks) {
-    ctx.router->nodeRoute(ctx.node[static_cast<std::size_t>(r)], path.sw, hops);
+    ctx.router->nodeRoute(ctx.node[static_cast<std::size_t>(r)], sw, hops);
     double lat = 0;
     for (const Hop& h : hops) {
       lat += ctx.topo.links[static_cast<std::size_t>(h.link)].latencyUs;
@@ -113,9 +118,9 @@ std::optional<SwitchPath> reducingSwitch(const CostContext& ctx, const std::vect
     }
     path.latencyUs = std::max(path.latencyUs, lat);
   }
-  const double share = ctx.switchShare(path.sw);
+  const double share = ctx.switchShare(sw);
   path.linkBytesPerUs *= share;
-  path.reduceBytesPerUs = node.reduceGBps * kBytesPerUsPerGBps * share;
+  path.reduceBytesPerUs = ctx.topo.nodes[static_cast<std::size_t>(sw)].reduceGBps * kBytesPerUsPerGBps * share;
   return path;
 }
 

@@ -76,6 +76,9 @@ struct SwitchPath {
 /// The path of `ranks`' switch, or nullopt with `why` saying what is missing (`what` names the switch's role).
 std::optional<SwitchPath> reducingSwitch(const CostContext& ctx, const std::vector<int>& ranks, std::string_view what,
                                          std::string& why);
+/// The path of `ranks` to switch node `sw` (one that reduces), its rates at the call's share of them
+/// (CostContext::switchShare).
+SwitchPath switchPath(const CostContext& ctx, const std::vector<int>& ranks, int sw);
 /// Latency and bottleneck (bytes/us) of the route between two ranks.
 std::pair<double, double> routeOf(const CostContext& ctx, int a, int b);
 

@@ -8,12 +8,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <numeric>
 #include <string>
 
 #include "builder.h"
 #include "generators.h"
+#include "in_network.h"
 #include "models/cost_context.h"
 
 namespace collbench::algo {
@@ -110,21 +110,9 @@ Estimate nvlsCost(const CostContext& ctx, const CollectiveSpec& s, const AlgoPar
     return e;
   }
   // Every rank's route to the switch: its latency and bottleneck (the slowest rank sets the pace).
-  double lat = 0, link = std::numeric_limits<double>::infinity();
-  std::vector<Hop> hops;
-  for (int r = 0; r < n; ++r) {
-    ctx.router->nodeRoute(ctx.node[static_cast<std::size_t>(r)], sw, hops);
-    double l = 0;
-    for (const Hop& h : hops) {
-      l += ctx.topo.links[static_cast<std::size_t>(h.link)].latencyUs;
-      link = std::min(link, ctx.capBytesPerUs[static_cast<std::size_t>(h.link)]);
-    }
-    lat = std::max(lat, l);
-  }
-  const double share = ctx.switchShare(sw);
-  link *= share;
-  const double reduced =
-      std::min(link, ctx.topo.nodes[static_cast<std::size_t>(sw)].reduceGBps * kBytesPerUsPerGBps * share);
+  const SwitchPath path = switchPath(ctx, all, sw);
+  const double lat = path.latencyUs, link = path.linkBytesPerUs;
+  const double reduced = std::min(link, path.reduceBytesPerUs);
   const std::size_t loops = nvlsLoops(s, p);
   // The largest lane of a loop (the last loop's lanes are no larger).
   const double chunk =

@@ -171,9 +171,7 @@ void CostContext::beginCall(std::optional<Protocol> protocol) const {
   usedSwitch_ = false;
 }
 
-double CostContext::switchShare(int sw) const {
-  return wire_.switchShare(!topo.nodes[static_cast<std::size_t>(sw)].host.empty());
-}
+double CostContext::switchShare(int sw) const { return wire_.switchShare(topo.nodes[static_cast<std::size_t>(sw)]); }
 
 double CostContext::launchFloorUs() const { return wire_.launchFloorUs(usedSimple_, usedSwitch_); }
 

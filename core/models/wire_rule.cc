@@ -65,8 +65,8 @@ double WireRule::latencyUs(double bytes, NcclPath path, double routeLatencyUs) c
          (path == NcclPath::Net ? netHopExtraUs : 0);
 }
 
-double WireRule::switchShare(bool nvlsSwitch) const {
-  return active && nvlsSwitch ? NcclModelParams{}.nvlsFraction : 1.0;
+double WireRule::switchShare(const TopoNode& sw) const {
+  return active && !sw.host.empty() ? NcclModelParams{}.nvlsFraction : 1.0;
 }
 
 double WireRule::launchFloorUs(bool usedSimple, bool switchOps) const {

@@ -56,9 +56,9 @@ struct WireRule {
   /// max(NCCL's step latency, routeLatencyUs), plus netHopExtraUs on a network path, when active; else
   /// routeLatencyUs.
   double latencyUs(double bytes, NcclPath path, double routeLatencyUs) const;
-  /// The share of its links' rates a switch op's leg gets through an in-host NVSwitch (`nvlsSwitch`: NVLS) or a fabric
-  /// switch: NcclModelParams::nvlsFraction for NVLS when active, else 1.
-  double switchShare(bool nvlsSwitch) const;
+  /// The share of its links' rates a switch op's leg gets through switch node `sw`: NcclModelParams::nvlsFraction when
+  /// active and `sw` is an NVSwitch inside a host (NVLS), else 1 (a fabric switch: SHARP).
+  double switchShare(const TopoNode& sw) const;
   /// Microseconds the call pays once; `usedSimple`: some transfer chose Simple under the point-to-point rule;
   /// `switchOps`: the call performs switch ops (NVLS, SHARP). 0 when not active.
   double launchFloorUs(bool usedSimple, bool switchOps) const;
