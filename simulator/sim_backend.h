@@ -37,12 +37,12 @@
 ///   when every link is of class "nvlink", the network when a link is of neither "nvlink" nor "pcie", else PCIe:
 ///   ncclStepLatencyUs, NCCL's Ring row) or its route's latency, whichever is larger (NCCL's step latency includes the
 ///   wire), once both sides are ready, on a network path plus the system's network latency beyond NCCL's
-///   (WireRule::netHopExtraUs), then carries bytes / payload efficiency
-///   (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x); the call pays the launch floor once
-///   (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed without these on
-///   ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed forms), and on
-///   GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL up to
-///   kNcclP2pLLThresholdBytes, Simple above, with the floor of the slowest of them. Same-node memory copies,
+///   (WireRule::net: the hop's, and the receiver's read for a transfer of GPU memory longer than one packet), then
+///   carries bytes / payload efficiency (ncclProtocolEfficiency: LL 2x, LL128 128/120x, Simple 1x); the call pays the
+///   launch floor once (ncclBaseLatencyUs): every op starts that much later. A schedule without a protocol is timed
+///   without these on ranks that are not GPUs of a known arch (CPU ranks and generic topologies keep their closed
+///   forms), and on GPU ranks of a known arch as the nccl backend runs it, NCCL's point-to-point rule: each transfer LL
+///   up to kNcclP2pLLThresholdBytes, Simple above, with the floor of the slowest of them. Same-node memory copies,
 ///   reductions and switch ops carry their bytes unchanged (NCCL runs NVLS and CollNet with Simple only, payload 1),
 ///   but a switch op's legs through an in-host NVSwitch move at the share of the links' and the reduction port's rates
 ///   NCCL's NVLS reaches (WireRule::switchShare, NcclModelParams::nvlsFraction 0.686: one 8 x H100 node's NVLS at 1
@@ -95,6 +95,7 @@
 #include "collbench/backend.h"
 #include "collbench/nccl_model.h"
 #include "collbench/topology.h"
+#include "collbench/wire_rule.h"
 
 namespace collbench::sim {
 
@@ -225,7 +226,7 @@ class Simulator {
   /// The wire rule's view of the ranks, found once (WireRule::of): GPUs of a known arch (NCCL's point-to-point rule
   /// applies without a protocol), and the network's latency beyond NCCL's step latency.
   bool gpuRanks_ = false;
-  double netHopExtraUs_ = 0;
+  NetworkLatency netLatency_;
 };
 
 /// loadTopology(nameOrPath), then applyOverride for each of the ';'-separated assignments (empty ones ignored);

@@ -391,7 +391,7 @@ Simulator::Simulator(Topology topology, int nranks, SimConfig config)
                                                    topo_.name, available, nranks_, available));
   }
   gpuRanks_ = gpuRanks(topo_, nranks_);
-  if (gpuRanks_) netHopExtraUs_ = networkHopExtraUs(topo_, nranks_);
+  if (gpuRanks_) netLatency_ = networkLatency(topo_, nranks_);
 }
 
 SimResult Simulator::run(const Schedule& s) const {
@@ -411,7 +411,7 @@ SimResult Simulator::run(const Schedule& s) const {
     const Topology& t = callTopology(topo_, s.spec, tiered);
     // The call's wire rule (sim_backend.h "Protocols"): its protocol; without one, NCCL's point-to-point rule on GPU
     // ranks (how the nccl backend runs a schedule: grouped ncclSend/ncclRecv), no protocol cost elsewhere.
-    detail::World w(t, nranks_, config_, WireRule::of(gpuRanks_, s.protocol, netHopExtraUs_));
+    detail::World w(t, nranks_, config_, WireRule::of(gpuRanks_, s.protocol, netLatency_));
     return withLaunchFloor(simulateWithPolicy(w, s, m, config_, config_.timeline), w);
   });
   r.wallSeconds = secondsSince(t0);
@@ -692,7 +692,7 @@ SimResult Simulator::runAlgorithm(const CollectiveSpec& spec, std::string_view a
   SimResult r = inChild([&] {
     Topology tiered;
     const Topology& t = callTopology(topo_, spec, tiered);
-    detail::World w(t, nranks_, config_, WireRule::of(gpuRanks_, params.protocol, netHopExtraUs_));
+    detail::World w(t, nranks_, config_, WireRule::of(gpuRanks_, params.protocol, netLatency_));
     if (ringModel) return withLaunchFloor(detail::simulateRingModel(w, spec, params), w);
     if (!hierarchicalModel) return withLaunchFloor(extrapolate(w, spec, info, params, config_), w);
     if (auto modelled = detail::simulateHierarchicalModel(w, spec, params)) return withLaunchFloor(*modelled, w);

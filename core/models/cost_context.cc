@@ -47,7 +47,7 @@ CostContext::CostContext(Topology t, int nranks) : topo(std::move(t)) {
     linkPath.push_back(wirePathOf(l.linkClass));
   }
   onGpuRanks = gpuRanks(topo, n);
-  if (onGpuRanks) netHopExtraUs = networkHopExtraUs(topo, n);
+  if (onGpuRanks) netLatency = networkLatency(topo, n);
   load_.assign(2 * topo.links.size(), 0.0);
   summarize();
 }
@@ -166,7 +166,7 @@ int CostContext::switchOf(const std::vector<int>& ranks) const {
 }
 
 void CostContext::beginCall(std::optional<Protocol> protocol) const {
-  wire_ = WireRule::of(onGpuRanks, protocol, netHopExtraUs);
+  wire_ = WireRule::of(onGpuRanks, protocol, netLatency);
   usedSimple_ = false;
   usedSwitch_ = false;
 }

@@ -121,7 +121,7 @@ struct CostContext {
   std::vector<double> capBytesPerUs;   // per link, after switch port limits
   std::vector<NcclPath> linkPath;      // per link, its wire path class (wirePathOf)
   bool onGpuRanks = false;             // every rank is a GPU of a known arch (gpuRanks): NCCL's p2p rule applies
-  double netHopExtraUs = 0;            // on GPU ranks, the system's network latency beyond NCCL's (wire_rule.h)
+  NetworkLatency netLatency;           // on GPU ranks, the system's network latency beyond NCCL's (wire_rule.h)
   CostSummary summary;
 
  private:

@@ -193,12 +193,6 @@ constexpr double kProtoPayload[kProtos] = {0.5, 120.0 / 128.0, 1.0};
 
 constexpr double kBytesPerUsPerGBps = 1e3;  // 1 GB/s = 1e3 bytes/us
 
-/// The largest message EFA sends without waiting for the receiver: aws-ofi-nccl's RDMA protocol sends up to
-/// OFI_NCCL_EAGER_MAX_SIZE (8192, nccl_ofi_param.h) eagerly, before the receiver's control message; under its SENDRECV
-/// protocol libfabric's EFA provider sends a message of GPU memory that fits one packet (the MTU, about 8 KiB: fi_efa)
-/// eagerly and reads longer ones once the receiver has matched them. IB's isend waits for the receiver's posted
-/// buffer whatever the size (NCCL transport/net_ib.cc).
-constexpr double kEfaEagerBytes = 8192;
 /// aws-ofi-nccl src/platform-aws: the latency its EFA platforms report to NCCL (p4d, p4de, p5, p5e 75 us).
 constexpr double kAwsOfiNcclLatencyUs = 75.0;
 
@@ -1196,13 +1190,15 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   const auto arch = static_cast<std::size_t>(archIndex(s.arch));
   const int gpusPerThread = std::max(1, s.gpusPerThread);
   double lat = t.lat + s.model.launchExtraUs[arch] + (gpusPerThread - 1) * s.model.launchStaggerUs[arch];
+  // The network hops a call's data crosses one after another.
+  const int netHops = s.nodes <= 1 ? 0
+                      : a == kRing ? (f == kFuncAllReduce ? 2 * (s.nodes - 1) : s.nodes - 1)
+                      : a == kPat  ? log2i(static_cast<std::size_t>(s.nodes))
+                      : a == kNvls || a == kCollNetDirect || a == kCollNetChain
+                          ? 1
+                          : 2 * log2i(static_cast<std::size_t>(s.nodes));
   if (s.nodes > 1) {
-    const int hops = a == kRing  ? (f == kFuncAllReduce ? 2 * (s.nodes - 1) : s.nodes - 1)
-                     : a == kPat ? log2i(static_cast<std::size_t>(s.nodes))
-                     : a == kNvls || a == kCollNetDirect || a == kCollNetChain
-                         ? 1
-                         : 2 * log2i(static_cast<std::size_t>(s.nodes));
-    lat += hops * s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)];
+    lat += netHops * s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)];
     // LL over the network: a proxy thread progresses its channels one action at a time (proxy.cc progressOps,
     // transport/net.cc sendProxyProgress: it checks every flag of a channel's host-memory LL step, then isends it), so
     // the channels' steps leave one after another, netChannelUs apart. The queue is paid once per call, not per hop:
@@ -1268,7 +1264,12 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
     const double message = a == kNvlsTree ? std::min(static_cast<double>(chunk), carried)
                                           : std::min(step, a == kRing ? perChannel / nranks : perChannel);
     const auto kind = static_cast<std::size_t>(s.nicKind);
-    const double roundTripUs = 2 * (netStepLatUs(c, a, p, nranks) + s.model.netHopExtraUs[kind]);
+    // A message of GPU memory (Simple's and LL128's buffers; LL's sits in host memory) longer than one packet lands
+    // only once the receiver has read it where the network reads such messages (netReadUs): the call's first message
+    // pays it at every hop of its path, and every message holds its slot that much longer.
+    const double readUs = p != kLL && message > kEfaEagerBytes ? s.model.netReadUs[kind] : 0;
+    lat += netHops * readUs;
+    const double roundTripUs = 2 * (netStepLatUs(c, a, p, nranks) + s.model.netHopExtraUs[kind]) + readUs;
     if (message > 0) {
       if (!(s.nicKind == NicKind::Efa || s.nicKind == NicKind::Efa2) || message > kEfaEagerBytes)
         windowUs = std::max(0.0, carried / message - 1) * roundTripUs / kSteps;
@@ -1293,7 +1294,6 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   // chain (ppn - 1 hops each way), where LL and LL128 stream line by line. A chunk crosses a hop at the line rate of
   // the channel's share of the node's NICs or of the GPU's NVLinks.
   if (a == kTree && f == kFuncAllReduce && chunk > 0) {
-    const int netHops = 2 * log2i(static_cast<std::size_t>(s.nodes));
     const int intraHops = p == kSimple ? 2 * (s.gpusPerNode - 1) : 0;
     const double wireBytes = chunkBytes / kProtoPayload[p];
     const double netShare = s.nicsPerNode * s.nicGBps / nc, intraShare = (s.nvlink ? s.nvlinkGBps : kNcclPciBw) / nc;

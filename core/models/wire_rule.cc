@@ -38,14 +38,16 @@ NcclPath wirePathOf(std::string_view linkClass) {
   return linkClass == "nvlink" ? NcclPath::Nvl : linkClass == "pcie" ? NcclPath::Pxb : NcclPath::Net;
 }
 
-double networkHopExtraUs(const Topology& topology, int nranks) {
+NetworkLatency networkLatency(const Topology& topology, int nranks) {
   const NcclSystem s = ncclSystemOf(topology, nranks);
-  return s.nodes > 1 ? s.model.netHopExtraUs[static_cast<std::size_t>(s.nicKind)] : 0;
+  if (s.nodes <= 1) return {};
+  const auto kind = static_cast<std::size_t>(s.nicKind);
+  return {s.model.netHopExtraUs[kind], s.model.netReadUs[kind]};
 }
 
-WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs) {
-  if (protocol) return {true, protocol, netHopExtraUs};
-  return {onGpuRanks, std::nullopt, onGpuRanks ? netHopExtraUs : 0};
+WireRule WireRule::of(bool onGpuRanks, std::optional<Protocol> protocol, NetworkLatency net) {
+  if (protocol) return {true, protocol, net};
+  return {onGpuRanks, std::nullopt, onGpuRanks ? net : NetworkLatency{}};
 }
 
 Protocol WireRule::protocolOf(double bytes) const {
@@ -61,8 +63,10 @@ double WireRule::wireBytes(double bytes) const {
 double WireRule::latencyUs(double bytes, NcclPath path, double routeLatencyUs) const {
   if (!active) return routeLatencyUs;
   // NCCL's step latency already includes the wire (collbench/wire_rule.h): the larger of the two, not their sum.
-  return std::max(ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(protocolOf(bytes))), routeLatencyUs) +
-         (path == NcclPath::Net ? netHopExtraUs : 0);
+  const Protocol p = protocolOf(bytes);
+  double us = std::max(ncclStepLatencyUs(path, kWireAlgorithm, ncclProtocol(p)), routeLatencyUs);
+  if (path == NcclPath::Net) us += net.hopUs + (p != Protocol::LL && bytes > kEfaEagerBytes ? net.readUs : 0);
+  return us;
 }
 
 double WireRule::switchShare(const TopoNode& sw) const {

@@ -54,6 +54,13 @@ NcclProtocol parseNcclProtocol(std::string_view s);
 /// "volta", "ampere", "hopper", "blackwell" (also "v100", "a100", "h100", "h200", "b200", "sm80" ...).
 GpuArch parseGpuArch(std::string_view s);
 
+/// The largest message EFA sends without waiting for the receiver: aws-ofi-nccl's RDMA protocol sends up to
+/// OFI_NCCL_EAGER_MAX_SIZE (8192, nccl_ofi_param.h) eagerly, before the receiver's control message; under its SENDRECV
+/// protocol libfabric's EFA provider sends a message of GPU memory that fits one packet (the MTU, about 8 KiB: fi_efa)
+/// eagerly and reads longer ones once the receiver has matched them. IB's isend waits for the receiver's posted
+/// buffer whatever the size (NCCL transport/net_ib.cc).
+inline constexpr double kEfaEagerBytes = 8192;
+
 /// The time model's open parameters: what NCCL's sources and the datasheets leave open (achievable fractions of line
 /// rate, latency floors), fitted on the nccl-tests tables of tests/data/realdata/ (the defaults below) or for one
 /// system by `collbench calibrate --model nccl` (nccl_calibration.h). Entries differ per GPU generation (indexed by
@@ -84,6 +91,16 @@ struct NcclModelParams {
   /// Simple under Google's profile, 123.4 us), RoCE 2.8 (2x8 A100 40 GB on OCI's RoCE, SR-IOV functions in Kubernetes
   /// pods: tree LL 39.1 us).
   std::array<double, 5> netHopExtraUs = {0.0, 2.8, 31.0, 20.9, 15.1};
+  /// Per NIC kind: what a network message of GPU memory longer than one packet waits for the receiver to read it.
+  /// Under aws-ofi-nccl's SENDRECV protocol (EFA on p4d and p4de) libfabric's EFA provider sends such a message of CUDA
+  /// memory by a read-based protocol (efa_hmem.c: eager only up to the MTU less the header, no medium protocol for
+  /// CUDA; runting or long read above): the sender's request, then the receiver's RDMA read of the rest, an extra
+  /// round trip per hop. EFA 20 us: the three 2-node p4d/p4de tables (awsome, DLAMI 2025, ParallelCluster workshop)
+  /// all step up 45-60 us from 8 KiB to 32 KiB, where tree Simple's per-channel message outgrows the packet, and stay
+  /// there to 256 KiB (64 KiB-16 MiB medians 10.8/25.9/10.0 -> 6.4/11.9/5.8%; 12 and 24 us read worse overall). Others
+  /// write into the receiver's posted buffer (IB, RoCE; EFA2: aws-ofi-nccl's RDMA protocol on p5) or send a stream
+  /// (TCPXO): 0.
+  std::array<double, 5> netReadUs = {0.0, 0.0, 20.0, 0.0, 0.0};
   /// Per NIC kind: the network proxy's serial cost per LL channel of a call. LL's send buffer sits in host memory
   /// (transport/net.cc) and a proxy thread checks every flag of a channel's step, then sends it, one channel after
   /// another (proxy.cc progressOps); the queue is paid once per call (later hops forward earlier channels while it

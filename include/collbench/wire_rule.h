@@ -18,7 +18,9 @@
 ///   honest.
 /// - Latency a network path adds: the system's network hop latency beyond NCCL's step latency
 ///   (NcclModelParams::netHopExtraUs of its NIC kind: EFA, RoCE and TCPXO; InfiniBand 0), once per transfer that
-///   crosses the network, as NCCL's own calls pay it per network hop in the time model (ncclPredictUs).
+///   crosses the network, as NCCL's own calls pay it per network hop in the time model (ncclPredictUs); and, for a
+///   transfer of GPU memory (LL128, Simple) longer than one packet (kEfaEagerBytes), the receiver's read where the
+///   network reads such messages (NcclModelParams::netReadUs: EFA on p4d/p4de).
 /// - Switch ops through an NVSwitch inside a host (NVLS) move their bytes at the share of the link rate NCCL's NVLS
 ///   reaches (NcclModelParams::nvlsFraction, 0.686: 8 x H100 480 GB/s busbw of 450 x 2(n-1)/(n+1)), as NCCL's time
 ///   model rates NVLS, so a schedule of switch ops runs as NCCL's NVLS does; a fabric switch's (SHARP) keep the line
@@ -39,21 +41,27 @@ namespace collbench {
 NcclProtocol ncclProtocol(Protocol p);
 Protocol irProtocol(NcclProtocol p);
 
+/// What a transfer across a GPU system's network pays beyond NCCL's step latency (networkLatency).
+struct NetworkLatency {
+  double hopUs = 0;   ///< every transfer (NcclModelParams::netHopExtraUs)
+  double readUs = 0;  ///< a transfer of GPU memory longer than one packet (NcclModelParams::netReadUs)
+};
+
 /// How a call's transfers choose their protocol.
 struct WireRule {
   bool active = false;            ///< false: no protocol cost (wireBytes is the identity, latency the route's)
   std::optional<Protocol> fixed;  ///< when active: this protocol; nullopt: NCCL's point-to-point rule
-  double netHopExtraUs = 0;       ///< when active: added to the latency of a transfer on a network path
+  NetworkLatency net;             ///< when active: added to the latency of a transfer on a network path
 
   /// The rule of a call with `protocol` (nullopt: the call sets none) on ranks that are GPUs of a known arch or not
-  /// (gpuRanks), across a network that adds `netHopExtraUs` (networkHopExtraUs; counted on GPU ranks only).
-  static WireRule of(bool onGpuRanks, std::optional<Protocol> protocol, double netHopExtraUs = 0);
+  /// (gpuRanks), across a network that adds `net` (networkLatency; counted on GPU ranks only).
+  static WireRule of(bool onGpuRanks, std::optional<Protocol> protocol, NetworkLatency net = {});
   /// The protocol of a transfer of `bytes` data bytes (meaningful when active).
   Protocol protocolOf(double bytes) const;
   /// Bytes on the wire for `bytes` data bytes: ceil(bytes / efficiency) when active, else `bytes`.
   double wireBytes(double bytes) const;
   /// Latency of a transfer of `bytes` on a route of path class `path` whose links add up to `routeLatencyUs`:
-  /// max(NCCL's step latency, routeLatencyUs), plus netHopExtraUs on a network path, when active; else
+  /// max(NCCL's step latency, routeLatencyUs), plus what a network path adds (net), when active; else
   /// routeLatencyUs.
   double latencyUs(double bytes, NcclPath path, double routeLatencyUs) const;
   /// The share of its links' rates a switch op's leg gets through switch node `sw`: NcclModelParams::nvlsFraction when
@@ -68,8 +76,9 @@ struct WireRule {
 /// tunes for: the shipped dgx/hgx/cloud systems).
 bool gpuRanks(const Topology& topology, int nranks);
 /// What a transfer across the network of the first `nranks` ranks of `topology` (GPU ranks: gpuRanks) pays beyond
-/// NCCL's step latency: NcclModelParams::netHopExtraUs of the system's NIC kind (ncclSystemOf); 0 on one host.
-double networkHopExtraUs(const Topology& topology, int nranks);
+/// NCCL's step latency: NcclModelParams::netHopExtraUs and netReadUs of the system's NIC kind (ncclSystemOf); none on
+/// one host.
+NetworkLatency networkLatency(const Topology& topology, int nranks);
 /// The path class of a topology link class: "nvlink" NVLink, "pcie" PCIe (NcclPath::Pxb), anything else the network.
 /// A route's class is the worst (largest) of its links'.
 NcclPath wirePathOf(std::string_view linkClass);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "collbench/algorithms.h"
@@ -146,6 +147,45 @@ TEST(Protocol, NetworkTransfersPayTheSystemsHopLatency) {
   const double simAdded = sim::Simulator(efa, n).runAlgorithm(spec, "direct", p).seconds -
                           sim::Simulator(ib, n).runAlgorithm(spec, "direct", p).seconds;
   EXPECT_NEAR(simAdded, 2 * extraUs * 1e-6, 1e-12);
+}
+
+// On p4d and p4de EFA reads a message of GPU memory longer than one packet (NcclModelParams::netReadUs): a Simple
+// send of 32 KiB between the first two servers pays the read on top of the hop's latency, an LL one (its buffer in host
+// memory) and one of a packet (8 KiB, LL under the point-to-point rule) only the hop's, one inside a server nothing.
+// The cost model prices the same: a direct all-reduce whose pieces are 32 KiB moves by two hops and two reads.
+TEST(Protocol, EfaOnP4deReadsTransfersLongerThanAPacket) {
+  const Topology efa = loadTopology("aws-p4de");
+  Topology ib = efa;
+  ib.name = "p4de-shaped";
+  ib.description = "the same machine, another network";
+  const int n = 16;
+  ASSERT_EQ(ncclSystemOf(efa, n).nicKind, NicKind::Efa);
+  const auto kind = static_cast<std::size_t>(NicKind::Efa);
+  const double hopUs = NcclModelParams{}.netHopExtraUs[kind], readUs = NcclModelParams{}.netReadUs[kind];
+  ASSERT_GT(readUs, 0);
+  struct Case {
+    int dst;
+    std::size_t bytes;
+    std::optional<Protocol> protocol;
+    double wantUs;
+  };
+  for (const Case& c : {Case{8, 32 << 10, std::nullopt, hopUs + readUs}, Case{8, 32 << 10, Protocol::LL, hopUs},
+                        Case{8, 8 << 10, std::nullopt, hopUs}, Case{1, 32 << 10, std::nullopt, 0.0}}) {
+    SCOPED_TRACE(::testing::Message() << c.dst << " " << c.bytes);
+    Schedule s = testing::flowsSchedule(n, {{0, c.dst}}, c.bytes);
+    s.protocol = c.protocol;
+    const double added = sim::Simulator(efa, n).run(s).seconds - sim::Simulator(ib, n).run(s).seconds;
+    EXPECT_NEAR(added, c.wantUs * 1e-6, 1e-12);
+  }
+  const CollectiveSpec spec{Collective::AllReduce, n, std::size_t{32} << 10 << 4, DType::F32};
+  AlgoParams p;
+  p.rankHost = rankHosts(efa, n);
+  const double modelAdded =
+      CostModel(efa, n).estimate(spec, "direct", p).terms.us - CostModel(ib, n).estimate(spec, "direct", p).terms.us;
+  EXPECT_NEAR(modelAdded, 2 * (hopUs + readUs), 1e-9);
+  const double simAdded = sim::Simulator(efa, n).runAlgorithm(spec, "direct", p).seconds -
+                          sim::Simulator(ib, n).runAlgorithm(spec, "direct", p).seconds;
+  EXPECT_NEAR(simAdded, 2 * (hopUs + readUs) * 1e-6, 1e-12);
 }
 
 }  // namespace
