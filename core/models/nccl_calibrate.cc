@@ -15,9 +15,9 @@ namespace collbench {
 namespace {
 
 constexpr const char* kParamNames[kNcclParamCount] = {
-    "ll128_rate",          "ll_rate",      "nvlink_fraction",  "nvls_fraction",   "nvls_tree_fraction",
-    "nvls_pipeline_depth", "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us",
-    "p2p_read_fill_slices"};
+    "ll128_rate",           "ll_rate",      "nvlink_fraction",  "nvls_fraction",   "nvls_tree_fraction",
+    "nvls_pipeline_depth",  "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us",
+    "p2p_read_fill_slices", "net_read_us"};
 
 /// Central-difference step of the Jacobian, in units of a parameter's bound range: wide enough to see through the
 /// kinks of min() bottlenecks at one size, small against the range.
@@ -283,7 +283,7 @@ NcclParam parseNcclParam(std::string_view s) {
       fmt::format(
           "unknown NCCL model parameter '{}' (available: ll128_rate, ll_rate, nvlink_fraction, nvls_fraction, "
           "nvls_tree_fraction, nvls_pipeline_depth, net_fraction, net_hop_extra_us, launch_extra_us, net_channel_us, "
-          "p2p_read_fill_slices)",
+          "p2p_read_fill_slices, net_read_us)",
           printable(s)));
 }
 
@@ -312,6 +312,8 @@ double& ncclParamRef(NcclModelParams& m, NcclParam p, GpuArch arch, NicKind nic)
       return m.netChannelUs[n];
     case NcclParam::P2pReadFillSlices:
       return m.p2pReadFillSlices[a];
+    case NcclParam::NetReadUs:
+      return m.netReadUs[n];
   }
   throw Error(Errc::InvalidArgument, "unknown NCCL model parameter");
 }
@@ -433,7 +435,14 @@ NcclCalibration calibrateNccl(const Topology& topology, const std::vector<NcclCa
   // new set, until it stands.
   std::array<std::string, kNcclParamCount> why{};
   std::vector<int> all;
-  for (NcclParam p : kNcclParams) all.push_back(idx(p));
+  for (NcclParam p : kNcclParams) {
+    // A network that writes into the receiver's posted buffers has no read to fit (NcclModelParams::netReadUs).
+    if (p == NcclParam::NetReadUs && priorValues[static_cast<std::size_t>(idx(p))] == 0) {
+      why[static_cast<std::size_t>(idx(p))] = "the network writes into posted buffers, it reads no message";
+      continue;
+    }
+    all.push_back(idx(p));
+  }
   std::vector<int> free = identify(pr, x0, all, why);
   std::array<double, kNcclParamCount> x = x0;
   for (int round = 1; !free.empty(); ++round) {

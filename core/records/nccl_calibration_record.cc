@@ -46,8 +46,9 @@ NcclCalibration parseNcclCalibration(std::string_view text, std::string_view sou
   for (NcclParam p : kNcclParams) paramNames.insert(std::string(toString(p)));
   params.allowOnly(paramNames);
   for (NcclParam p : kNcclParams) {
-    // Records written before the LL proxy queue or P2P read's fill was fitted lack it; the model's default stands.
-    if ((p == NcclParam::NetChannelUs || p == NcclParam::P2pReadFillSlices) &&
+    // Records written before the LL proxy queue, P2P read's fill or the network's read was fitted lack it; the
+    // model's default stands.
+    if ((p == NcclParam::NetChannelUs || p == NcclParam::P2pReadFillSlices || p == NcclParam::NetReadUs) &&
         !params.has(std::string(toString(p)).c_str())) {
       continue;
     }

@@ -50,8 +50,10 @@ namespace collbench {
 /// fraction shows only in LL/LL128 rows, the protocol is what limits them); of the two constant latencies, which logs
 /// of one node count cannot tell apart, the network hop before the launch floor: what a multi-node log adds to NCCL's
 /// latency is taken as the network's (it carries to other node counts through the hop count), and a one-node log, where
-/// the hop column is flat, fits the launch floor. Last the LL proxy queue per channel, which only multi-node LL rows at
-/// several channel counts show.
+/// the hop column is flat, fits the launch floor. Last what few rows show: the LL proxy queue per channel (multi-node
+/// LL rows at several channel counts), ring Simple's fill over P2P read (one-node Ampere rows) and the network's read
+/// of a message longer than a packet (multi-node Simple rows whose messages are 8 KiB .. a chunk, on EFA under p4d's
+/// protocol).
 enum class NcclParam {
   Ll128Rate,
   LlRate,
@@ -63,17 +65,20 @@ enum class NcclParam {
   NetHopExtraUs,
   LaunchExtraUs,
   NetChannelUs,
-  P2pReadFillSlices
+  P2pReadFillSlices,
+  NetReadUs
 };
-inline constexpr int kNcclParamCount = 11;
-inline constexpr NcclParam kNcclParams[kNcclParamCount] = {
-    NcclParam::Ll128Rate,    NcclParam::LlRate,           NcclParam::NvlinkFraction,
-    NcclParam::NvlsFraction, NcclParam::NvlsTreeFraction, NcclParam::NvlsPipelineDepth,
-    NcclParam::NetFraction,  NcclParam::NetHopExtraUs,    NcclParam::LaunchExtraUs,
-    NcclParam::NetChannelUs, NcclParam::P2pReadFillSlices};
+inline constexpr int kNcclParamCount = 12;
+inline constexpr NcclParam kNcclParams[kNcclParamCount] = {NcclParam::Ll128Rate,         NcclParam::LlRate,
+                                                           NcclParam::NvlinkFraction,    NcclParam::NvlsFraction,
+                                                           NcclParam::NvlsTreeFraction,  NcclParam::NvlsPipelineDepth,
+                                                           NcclParam::NetFraction,       NcclParam::NetHopExtraUs,
+                                                           NcclParam::LaunchExtraUs,     NcclParam::NetChannelUs,
+                                                           NcclParam::P2pReadFillSlices, NcclParam::NetReadUs};
 
 /// JSON keys: "ll128_rate", "ll_rate", "nvlink_fraction", "nvls_fraction", "nvls_tree_fraction", "nvls_pipeline_depth",
-/// "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us", "p2p_read_fill_slices". Parsing throws
+/// "net_fraction", "net_hop_extra_us", "launch_extra_us", "net_channel_us", "p2p_read_fill_slices", "net_read_us".
+/// Parsing throws
 /// Error{InvalidArgument} naming the value.
 std::string_view toString(NcclParam p);
 NcclParam parseNcclParam(std::string_view s);

@@ -150,6 +150,29 @@ TEST(NcclCalibrate, FitsTheLLProxyQueueFromMultiNodeRows) {
   EXPECT_NE(param(one, NcclParam::NetChannelUs).note.find("no row depends on it"), std::string::npos);
 }
 
+TEST(NcclCalibrate, FitsEfasReadFromItsLongerMessages) {
+  // On 2 x p4de, Tree/Simple's network messages outgrow EFA's packet from 32 KiB: those rows carry the read at both
+  // hops, which neither the hop's latency (every row) nor a bandwidth explains. One node sends nothing over EFA; IB
+  // writes into posted buffers, so there is no read to fit.
+  const Topology t = loadTopology("aws-p4de");
+  const auto efa = static_cast<std::size_t>(NicKind::Efa);
+  NcclModelParams truth;
+  truth.netReadUs[efa] = 30;
+  const NcclCalibration two = calibrateNccl(t, {syntheticLog(t, 16, truth)});
+  const NcclParamFit& fit = param(two, NcclParam::NetReadUs);
+  EXPECT_TRUE(fit.identified) << fit.note;
+  EXPECT_NEAR(fit.value, 30, 0.5);
+  EXPECT_EQ(fit.prior, NcclModelParams{}.netReadUs[efa]);
+  EXPECT_DOUBLE_EQ(ncclModelParams(two).netReadUs[efa], fit.value);
+  const NcclCalibration one = calibrateNccl(t, {syntheticLog(t, 8, truth)});
+  EXPECT_FALSE(param(one, NcclParam::NetReadUs).identified);
+  EXPECT_NE(param(one, NcclParam::NetReadUs).note.find("no row depends on it"), std::string::npos);
+  const Topology ib = h100ib();
+  const NcclCalibration onIb = calibrateNccl(ib, {syntheticLog(ib, 16, NcclModelParams{})});
+  EXPECT_FALSE(param(onIb, NcclParam::NetReadUs).identified);
+  EXPECT_NE(param(onIb, NcclParam::NetReadUs).note.find("reads no message"), std::string::npos);
+}
+
 TEST(NcclCalibrate, BoundsArePhysical) {
   EXPECT_EQ(ncclParamBounds(NcclParam::NvlinkFraction, 0.87).lower, kNcclMinEfficiency);
   EXPECT_EQ(ncclParamBounds(NcclParam::NetFraction, 0.98).upper, 1.0);
@@ -268,15 +291,17 @@ TEST(NcclCalibrate, RecordRoundTripsAndApplies) {
   EXPECT_EQ(four.model.launchExtraUs[static_cast<std::size_t>(GpuArch::Hopper)],
             param(c, NcclParam::LaunchExtraUs).value);
 
-  // A record written before net_channel_us or p2p_read_fill_slices was fitted still reads; the model's defaults stand
-  // for them.
+  // A record written before net_channel_us, p2p_read_fill_slices or net_read_us was fitted still reads; the model's
+  // defaults stand for them.
   nlohmann::json old = toJson(c);
   old["params"].erase("net_channel_us");
   old["params"].erase("p2p_read_fill_slices");
+  old["params"].erase("net_read_us");
   const NcclCalibration older = parseNcclCalibration(old.dump(2), "old.json");
-  EXPECT_EQ(older.params.size(), c.params.size() - 2);
+  EXPECT_EQ(older.params.size(), c.params.size() - 3);
   EXPECT_EQ(ncclModelParams(older).netChannelUs, NcclModelParams{}.netChannelUs);
   EXPECT_EQ(ncclModelParams(older).p2pReadFillSlices, NcclModelParams{}.p2pReadFillSlices);
+  EXPECT_EQ(ncclModelParams(older).netReadUs, NcclModelParams{}.netReadUs);
   EXPECT_EQ(ncclModelParams(older).nvlsFraction, param(c, NcclParam::NvlsFraction).value);
 
   NcclSystem a100 = four;
