@@ -52,6 +52,30 @@ AlgoParams with(Protocol p) {
 
 // flat(n): generic "fabric" links, so the network row; a transfer crosses two links of 1 us at 50 GB/s; no reduction
 // cost. Without a protocol the time is today's (flat's ranks have no GPU arch: no default protocol).
+/// The same machine as `t` under a name that says nothing of its network: InfiniBand to the model, which adds no
+/// latency beyond NCCL's.
+Topology onAnotherNetwork(const Topology& t, int n) {
+  Topology other = t;
+  other.name = "same-machine";
+  other.description = "the same machine, another network";
+  EXPECT_EQ(ncclSystemOf(other, n).nicKind, NicKind::InfiniBand);
+  return other;
+}
+
+/// A direct all-reduce of `bytes` (two rounds across the network: the pieces to their owners, the sums back) takes
+/// `wantUs` longer on `t` than on `other`, in the cost model's estimate and on the simulator.
+void expectDirectAllReduceAdds(const Topology& t, const Topology& other, int n, std::size_t bytes, double wantUs) {
+  const CollectiveSpec spec{Collective::AllReduce, n, bytes, DType::F32};
+  AlgoParams p;
+  p.rankHost = rankHosts(t, n);
+  const double modelAdded =
+      CostModel(t, n).estimate(spec, "direct", p).terms.us - CostModel(other, n).estimate(spec, "direct", p).terms.us;
+  EXPECT_NEAR(modelAdded, wantUs, 1e-9);
+  const double simAdded = sim::Simulator(t, n).runAlgorithm(spec, "direct", p).seconds -
+                          sim::Simulator(other, n).runAlgorithm(spec, "direct", p).seconds;
+  EXPECT_NEAR(simAdded, wantUs * 1e-6, 1e-12);
+}
+
 TEST(Protocol, RingOnFlatPaysFloorStepLatencyAndPayload) {
   const int n = 6;
   const std::size_t count = n * 3000;
@@ -120,16 +144,12 @@ TEST(Protocol, ScheduleCarriesItAndTimelineStartsAfterTheFloor) {
 // NcclModelParams::netHopExtraUs), as NCCL's calls do in the time model: on aws-p5 (EFA on Hopper) a send between
 // its first two servers takes that much longer than on the same machine under a name that says nothing of EFA (an
 // InfiniBand one to the model, which adds nothing); a send inside a server pays nothing more. The cost model prices
-// the same: a direct all-reduce (two rounds across the network: the pieces to their owners, the sums back) moves by
-// twice as much, in its estimate and on the simulator.
+// the same: a direct all-reduce moves by twice as much, in its estimate and on the simulator.
 TEST(Protocol, NetworkTransfersPayTheSystemsHopLatency) {
-  const Topology efa = loadTopology("aws-p5");
-  Topology ib = efa;
-  ib.name = "p5-shaped";
-  ib.description = "the same machine, another network";
   const int n = 16;
+  const Topology efa = loadTopology("aws-p5");
+  const Topology ib = onAnotherNetwork(efa, n);
   ASSERT_EQ(ncclSystemOf(efa, n).nicKind, NicKind::Efa2);
-  ASSERT_EQ(ncclSystemOf(ib, n).nicKind, NicKind::InfiniBand);
   const double extraUs = NcclModelParams{}.netHopExtraUs[static_cast<std::size_t>(NicKind::Efa2)];
   ASSERT_GT(extraUs, 0);
   for (const auto& [dst, wantUs] : {std::pair{8, extraUs}, std::pair{1, 0.0}}) {
@@ -138,15 +158,7 @@ TEST(Protocol, NetworkTransfersPayTheSystemsHopLatency) {
     const double added = sim::Simulator(efa, n).run(s).seconds - sim::Simulator(ib, n).run(s).seconds;
     EXPECT_NEAR(added, wantUs * 1e-6, 1e-12);
   }
-  const CollectiveSpec spec{Collective::AllReduce, n, 64 * n, DType::F32};
-  AlgoParams p;
-  p.rankHost = rankHosts(efa, n);
-  const double modelAdded =
-      CostModel(efa, n).estimate(spec, "direct", p).terms.us - CostModel(ib, n).estimate(spec, "direct", p).terms.us;
-  EXPECT_NEAR(modelAdded, 2 * extraUs, 1e-9);
-  const double simAdded = sim::Simulator(efa, n).runAlgorithm(spec, "direct", p).seconds -
-                          sim::Simulator(ib, n).runAlgorithm(spec, "direct", p).seconds;
-  EXPECT_NEAR(simAdded, 2 * extraUs * 1e-6, 1e-12);
+  expectDirectAllReduceAdds(efa, ib, n, std::size_t{64} * n, 2 * extraUs);
 }
 
 // On p4d and p4de EFA reads a message of GPU memory longer than one packet (NcclModelParams::netReadUs): a Simple
@@ -154,11 +166,9 @@ TEST(Protocol, NetworkTransfersPayTheSystemsHopLatency) {
 // memory) and one of a packet (8 KiB, LL under the point-to-point rule) only the hop's, one inside a server nothing.
 // The cost model prices the same: a direct all-reduce whose pieces are 32 KiB moves by two hops and two reads.
 TEST(Protocol, EfaOnP4deReadsTransfersLongerThanAPacket) {
-  const Topology efa = loadTopology("aws-p4de");
-  Topology ib = efa;
-  ib.name = "p4de-shaped";
-  ib.description = "the same machine, another network";
   const int n = 16;
+  const Topology efa = loadTopology("aws-p4de");
+  const Topology ib = onAnotherNetwork(efa, n);
   ASSERT_EQ(ncclSystemOf(efa, n).nicKind, NicKind::Efa);
   const auto kind = static_cast<std::size_t>(NicKind::Efa);
   const double hopUs = NcclModelParams{}.netHopExtraUs[kind], readUs = NcclModelParams{}.netReadUs[kind];
@@ -177,15 +187,7 @@ TEST(Protocol, EfaOnP4deReadsTransfersLongerThanAPacket) {
     const double added = sim::Simulator(efa, n).run(s).seconds - sim::Simulator(ib, n).run(s).seconds;
     EXPECT_NEAR(added, c.wantUs * 1e-6, 1e-12);
   }
-  const CollectiveSpec spec{Collective::AllReduce, n, std::size_t{32} << 10 << 4, DType::F32};
-  AlgoParams p;
-  p.rankHost = rankHosts(efa, n);
-  const double modelAdded =
-      CostModel(efa, n).estimate(spec, "direct", p).terms.us - CostModel(ib, n).estimate(spec, "direct", p).terms.us;
-  EXPECT_NEAR(modelAdded, 2 * (hopUs + readUs), 1e-9);
-  const double simAdded = sim::Simulator(efa, n).runAlgorithm(spec, "direct", p).seconds -
-                          sim::Simulator(ib, n).runAlgorithm(spec, "direct", p).seconds;
-  EXPECT_NEAR(simAdded, 2 * (hopUs + readUs) * 1e-6, 1e-12);
+  expectDirectAllReduceAdds(efa, ib, n, (std::size_t{32} << 10) * n, 2 * (hopUs + readUs));
 }
 
 }  // namespace
