@@ -89,7 +89,7 @@ constexpr int kNcclVersionNvlsEfficiency = 22800;
 /// bandwidth capped at 235 GB/s and LL's intra-node step x1.8 on several nodes), 2.21 (ring LL at half the ring's
 /// bandwidth, a quarter before), 2.23 (ring all-reduce over 2 (nodes - 1) network steps, 2 nodes before; one Hopper
 /// node's own llMaxBw, Ampere's before; with one GPU per node every network step the tree's).
-constexpr int kNccl218 = 21800, kNccl221 = 22100, kNccl223 = 22300;
+constexpr int kNccl218 = 21800, kNccl221 = 22100, kNccl222 = 22200, kNccl223 = 22300;
 constexpr double kAmpereBusBwCapBefore218 = 235.0, kLLNetIntraLatFactorBefore218 = 1.8, kRingLLFactorBefore221 = .25;
 /// The latencies of trees and rings from one release on.
 struct ReleaseLatencies {
@@ -1300,7 +1300,11 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
     if (netHops > 0 && netShare > 0) fillUs += netHops * wireBytes / (kBytesPerUsPerGBps * netShare);
     fillUs += intraHops * wireBytes / (kBytesPerUsPerGBps * intraShare);
   }
-  const double hostPaceUs = (gpusPerThread > 1 ? s.model.hostGroupUs : 0) + gpusPerThread * s.model.hostLaunchUs;
+  // From 2.22 the host's work for a call grows with its channels (NcclModelParams::hostChannelUs); the floor of
+  // hostGroupUs and hostLaunchUs is a one-channel call's.
+  const double channelHostUs = c.version >= kNccl222 ? (nc - 1) * s.model.hostChannelUs : 0;
+  const double hostPaceUs =
+      (gpusPerThread > 1 ? s.model.hostGroupUs : 0) + gpusPerThread * (s.model.hostLaunchUs + channelHostUs);
   return std::max(lat + fillUs + std::max({busBytes / (kBytesPerUsPerGBps * bw), windowUs, proxyUs}), hostPaceUs);
 }
 

@@ -128,13 +128,23 @@ struct NcclModelParams {
   /// What the host needs to issue one call, which paces back-to-back calls when the GPUs finish sooner: nccl-tests
   /// times `iters` calls issued without waiting (src/common.cu), and with -g N one thread issues each as
   /// ncclGroupStart, one ncclAllReduce per GPU, ncclGroupEnd, whose launch prepares and launches the GPUs' kernels one
-  /// after another (group.cc doLaunches). A call takes at least hostGroupUs (-g N > 1 only) + N x hostLaunchUs. Fitted
+  /// after another (group.cc doLaunches). A call on one channel takes at least hostGroupUs (-g N > 1 only) + N x
+  /// hostLaunchUs (hostChannelUs adds the further channels' share). Fitted
   /// on the published single-node tables' 8 B .. 16 KiB rows, which stay flat where NCCL's estimate rises: -g 8 33.2 us
   /// (8xH100, NCCL 2.24.3), 35.0 (8xH100, 2.26.2, two runs), 35-36.5 (8xA100, 2.19.3), 39.5 (8xA100), 32.0 (8xA100,
   /// Oracle's); -g 4 23.3 (4 of 8 H100, 2.29.2); -g 2 12.2-15.8 (2 of 8 H100) -> 9 + 3.25 N (35 at -g 8, 22 at -g 4).
   /// One process per GPU issues a call in hostLaunchUs, below every GPU's time.
   double hostGroupUs = 9.0;
   double hostLaunchUs = 3.25;
+  /// What each channel of a call beyond the first adds to the host's issue of it, per GPU, from NCCL 2.22 on. From
+  /// 2.22 the host builds one work item for a call and a batch entry per channel, which its launch passes on
+  /// (enqueue.cc addWorkBatchToPlan, ncclDevWorkColl). Fitted on the -g N tables of 2.22 and later, whose host-paced
+  /// rows rise as NCCL adds channels (1 to 24, 8 KiB .. 1 MiB) while the GPUs' own time stays below the pace:
+  /// 8 x H100 -g 8, 0.03 us (NCCL 2.24.3, Voltage Park; 2.26.2, NVLS on) and 0.05 (2.26.2, ring forced); 4 of 8 H100
+  /// -g 4, 0.05 (2.29.2) -> 0.04. Before 2.22 NCCL built and uploaded a 512-byte work item per channel (enqueue.cc
+  /// appendWorkElemColl, uploadWork), but the two older tables disagree on its cost (8 x A100 -g 8 on NCCL 2.19.3:
+  /// 0.17 us; 8 x H200 -g 8 on 2.20.5 runs 16 channels at 30.5 us, below the one-channel floor), so none there.
+  double hostChannelUs = 0.04;
   /// Per arch: what each GPU of a launching thread after the first adds to the call (nccl-tests -g N), beyond the
   /// host's pace. Ampere: one host's -g 8 runs 1.07-1.27x its -g 1 times from 2 MiB to 512 MiB (the HGX A100 host's
   /// notes), and three -g 8 tables agree; no mechanism found, so the model's stand-in is a per-GPU stagger, 1.5 us
