@@ -88,7 +88,8 @@ constexpr int kNcclVersionNvlsEfficiency = 22800;
 /// Releases where a rule of the estimate changed: 2.18 (per-step network overhead on rings; before it, sm80's bus
 /// bandwidth capped at 235 GB/s and LL's intra-node step x1.8 on several nodes), 2.21 (ring LL at half the ring's
 /// bandwidth, a quarter before), 2.23 (ring all-reduce over 2 (nodes - 1) network steps, 2 nodes before; one Hopper
-/// node's own llMaxBw, Ampere's before; with one GPU per node every network step the tree's).
+/// node's own llMaxBw, Ampere's before; with one GPU per node every network step the tree's). 2.22 changed the host's
+/// work for a call instead (one work item per call, NcclModelParams::hostChannelUs).
 constexpr int kNccl218 = 21800, kNccl221 = 22100, kNccl222 = 22200, kNccl223 = 22300;
 constexpr double kAmpereBusBwCapBefore218 = 235.0, kLLNetIntraLatFactorBefore218 = 1.8, kRingLLFactorBefore221 = .25;
 /// The latencies of trees and rings from one release on.

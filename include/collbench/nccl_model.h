@@ -129,10 +129,10 @@ struct NcclModelParams {
   /// times `iters` calls issued without waiting (src/common.cu), and with -g N one thread issues each as
   /// ncclGroupStart, one ncclAllReduce per GPU, ncclGroupEnd, whose launch prepares and launches the GPUs' kernels one
   /// after another (group.cc doLaunches). A call on one channel takes at least hostGroupUs (-g N > 1 only) + N x
-  /// hostLaunchUs (hostChannelUs adds the further channels' share). Fitted
-  /// on the published single-node tables' 8 B .. 16 KiB rows, which stay flat where NCCL's estimate rises: -g 8 33.2 us
-  /// (8xH100, NCCL 2.24.3), 35.0 (8xH100, 2.26.2, two runs), 35-36.5 (8xA100, 2.19.3), 39.5 (8xA100), 32.0 (8xA100,
-  /// Oracle's); -g 4 23.3 (4 of 8 H100, 2.29.2); -g 2 12.2-15.8 (2 of 8 H100) -> 9 + 3.25 N (35 at -g 8, 22 at -g 4).
+  /// hostLaunchUs (hostChannelUs adds the further channels' share). Fitted on the published single-node tables'
+  /// 8 B .. 16 KiB rows, which stay flat where NCCL's estimate rises: -g 8 33.2 us (8xH100, NCCL 2.24.3), 35.0
+  /// (8xH100, 2.26.2, two runs), 35-36.5 (8xA100, 2.19.3), 39.5 (8xA100), 32.0 (8xA100, Oracle's); -g 4 23.3 (4 of 8
+  /// H100, 2.29.2); -g 2 12.2-15.8 (2 of 8 H100) -> 9 + 3.25 N (35 at -g 8, 22 at -g 4).
   /// One process per GPU issues a call in hostLaunchUs, below every GPU's time.
   double hostGroupUs = 9.0;
   double hostLaunchUs = 3.25;
