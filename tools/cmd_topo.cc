@@ -26,12 +26,14 @@ std::string bandwidthRange(const LinkClassSummary& c) {
   return fmt::format("{:g}-{:g} GB/s", c.minGBps, c.maxGBps);
 }
 
-// One line per distinct server shape (most systems have one): GPUs, architecture, NICs, NVLS; then fabric SHARP.
+// One line per distinct server shape (most systems have one): GPUs, architecture, CPU maker, NICs, NVLS; then fabric
+// SHARP.
 void printHosts(const Topology& t) {
   std::map<std::string, int> shapes;  // description -> hosts of that shape, in first-seen order below
   std::vector<std::string> order;
   for (const HostProfile& h : hostProfiles(t)) {
     std::string d = fmt::format("{} GPUs ({})", h.gpus, h.arch.empty() ? "arch unknown" : h.arch);
+    if (!t.cpuVendor.empty()) d += t.cpuVendor == "amd" ? ", AMD CPUs" : ", Intel CPUs";
     d += h.nics ? fmt::format(", {} NICs x {:g} GB/s", h.nics, h.nicGBps) : ", no NICs";
     if (h.nvlsGBps > 0) {
       d += fmt::format(", in-switch reduction (NVLS) {:g} GB/s{}", h.nvlsGBps, h.multicast ? " + multicast" : "");

@@ -676,6 +676,7 @@ NcclSystem ncclSystemOf(const Topology& t, int nranks) {
     throw Error(Errc::InvalidTopology, fmt::format("{}: nccl_env: {}", printable(t.name), e.what()));
   }
   s.ncclEnv = t.ncclEnv;
+  if (t.cpuVendor == "amd") s.cpuVendor = CpuVendor::Amd;
   return s;
 }
 

@@ -426,17 +426,30 @@ std::map<std::string, std::string> readNcclEnv(const Reader& rd, const json& doc
   return vars;
 }
 
+/// "cpu_vendor": one of cpuVendors(); "" when absent.
+std::string readCpuVendor(const Reader& rd, const json& doc) {
+  const json* v = rd.find(doc, "cpu_vendor");
+  if (v == nullptr) return "";
+  std::string vendor = rd.string(*v, "cpu_vendor");
+  if (std::find(cpuVendors().begin(), cpuVendors().end(), vendor) == cpuVendors().end()) {
+    fail(rd.source(), "cpu_vendor", fmt::format("unknown CPU vendor (accepted: {})", joinNames(cpuVendors())),
+         render(*v));
+  }
+  return vendor;
+}
+
 Topology fromJson(const json& doc, const std::string& source) {
   const Reader rd(source);
   rd.expectObject(doc, "");
   const bool generated = doc.contains("generator");
   if (generated) {
-    rd.onlyFields(doc, "", {"format", "version", "name", "description", "generator", "params", "nccl_env"},
+    rd.onlyFields(doc, "",
+                  {"format", "version", "name", "description", "generator", "params", "nccl_env", "cpu_vendor"},
                   "a generator document");
   } else {
-    rd.onlyFields(
-        doc, "",
-        {"format", "version", "name", "description", "nodes", "links", "ranks", "routes", "memory_tiers", "nccl_env"});
+    rd.onlyFields(doc, "",
+                  {"format", "version", "name", "description", "nodes", "links", "ranks", "routes", "memory_tiers",
+                   "nccl_env", "cpu_vendor"});
   }
   const json& format = rd.require(doc, "", "format");
   if (!format.is_string() || format.get<std::string>() != kFormat) {
@@ -456,6 +469,7 @@ Topology fromJson(const json& doc, const std::string& source) {
     if (const json* n = rd.find(doc, "name")) t.name = rd.string(*n, "name");
     if (const json* d = rd.find(doc, "description")) t.description = rd.string(*d, "description", false);
     t.ncclEnv = readNcclEnv(rd, doc);
+    t.cpuVendor = readCpuVendor(rd, doc);
     validateImpl(t, source, nullptr);
     return t;
   }
@@ -508,6 +522,7 @@ Topology fromJson(const json& doc, const std::string& source) {
     }
   }
   t.ncclEnv = readNcclEnv(rd, doc);
+  t.cpuVendor = readCpuVendor(rd, doc);
   validateImpl(t, source, &routeOrder);
   return t;
 }
@@ -670,6 +685,11 @@ const std::vector<std::string>& gpuArchitectures() {
   return kArchs;
 }
 
+const std::vector<std::string>& cpuVendors() {
+  static const std::vector<std::string> kVendors{"intel", "amd"};
+  return kVendors;
+}
+
 NodeKind parseNodeKind(std::string_view s) {
   for (NodeKind k : {NodeKind::Gpu, NodeKind::Nic, NodeKind::Cpu, NodeKind::Switch}) {
     if (s == toString(k)) return k;
@@ -827,6 +847,7 @@ std::string toJson(const Topology& t) {
     for (const auto& [name, value] : t.ncclEnv) f.emplace_back(name, quote(value));
     out += ",\n  \"nccl_env\": " + inlineObject(f);
   }
+  if (!t.cpuVendor.empty()) out += ",\n  \"cpu_vendor\": " + quote(t.cpuVendor);
   return out + "\n}\n";
 }
 

@@ -35,6 +35,8 @@ enum class NcclPath { Nvl = 1, Nvb, C2c, Pix, Pxb, P2c, Pxn, Phb, Sys, Net };
 enum class NicKind { InfiniBand, Roce, Efa, Efa2, Tcpxo };
 inline constexpr NicKind kNicKinds[] = {NicKind::InfiniBand, NicKind::Roce, NicKind::Efa, NicKind::Efa2,
                                         NicKind::Tcpxo};
+/// The host CPU's maker as NCCL's tuning reads it (comm->cpuVendor): AMD's hosts get a lower LL bandwidth cap and a
+/// larger per-step network overhead across nodes (tuning.cc llMaxBws, getNetOverhead).
 enum class CpuVendor { Intel, Amd };
 
 inline constexpr NcclAlgorithm kNcclAlgorithms[] = {
@@ -231,7 +233,8 @@ struct NcclSystem {
 /// (Efa2 on hopper and later; the network plugin's latency aws-ofi-nccl's 75 us; several NICs per GPU grouped into one
 /// device per GPU, as the plugin shows them to NCCL), TCPXO when one says "tcpx", RoCE when one says "roce"; GPU-NIC
 /// path PIX when a NIC is one link from the GPU or its PCIe switch, else PHB; ncclEnv the topology's "nccl_env" (a bad
-/// value is Error{InvalidTopology} "<name>: nccl_env: ...").
+/// value is Error{InvalidTopology} "<name>: nccl_env: ..."); cpuVendor from the topology's "cpu_vendor" (Intel when
+/// it names none).
 /// Throws Error{InvalidArgument} when the topology has fewer than `nranks` ranks.
 NcclSystem ncclSystemOf(const Topology& t, int nranks);
 

@@ -85,9 +85,17 @@ struct Topology {
   /// Optional "nccl_env": NCCL variables the system's own software sets where the user does not (a network plugin's
   /// setenv, a vendor's recommended profile), name -> value, as NCCL reads them. Only the NCCL model reads them.
   std::map<std::string, std::string> ncclEnv;
+  /// Optional "cpu_vendor": the maker of the hosts' CPUs, one of cpuVendors() ("" = not stated: NCCL's Intel rows).
+  /// NCCL's estimate across nodes takes its LL bandwidth cap and its per-step network overhead by it (tuning.cc);
+  /// only the NCCL model reads it. Not part of the fingerprint, as nccl_env.
+  std::string cpuVendor;
 
   int nodeIndex(const std::string& id) const;  ///< -1 if absent (linear scan: build a map for many look-ups)
 };
+
+/// The CPU makers a topology's "cpu_vendor" may name ("intel", "amd"): NCCL's x86 vendors (topo.cc kvDictCpuVendor)
+/// whose tuning differs.
+const std::vector<std::string>& cpuVendors();
 
 /// Parses the collbench-topology JSON (explicit or {"generator": ..., "params": ...}). `source` names the file in
 /// errors. Throws Error{InvalidTopology} with a one-line message "<source>: <field path>: <problem> (got <value>)"

@@ -308,6 +308,21 @@ TEST_F(SimCli, TopoCheckSummarisesEachFile) {
   EXPECT_NE(r.out.find("diameter 6 hops"), std::string::npos) << r.out;
 }
 
+// `topo show` names each server's GPUs, CPUs (where the file says: NCCL's tuning reads them) and NICs.
+TEST_F(SimCli, TopoShowDescribesEachServer) {
+  const CliRun p5 = cli("topo show aws-p5");
+  ASSERT_EQ(p5.status, 0) << p5.err;
+  EXPECT_NE(p5.out.find("per host     64 hosts: 8 GPUs (hopper), AMD CPUs, 8 NICs x 50 GB/s, in-switch reduction "
+                        "(NVLS) 450 GB/s + multicast"),
+            std::string::npos)
+      << p5.out;
+  const CliRun ib = cli("topo show dgx-h100-ib400");
+  EXPECT_NE(ib.out.find("per host     64 hosts: 8 GPUs (hopper), Intel CPUs, 8 NICs x 50 GB/s"), std::string::npos)
+      << ib.out;
+  const CliRun generic = cli("topo show h100-4x8-rail");
+  EXPECT_EQ(generic.out.find("CPUs"), std::string::npos) << generic.out;  // a file that does not say
+}
+
 TEST_F(SimCli, SimPrintsTimeAlgbwBusbwAndWritesATimeline) {
   const std::string tl = (dir_ / "t.json").string();
   const CliRun r =

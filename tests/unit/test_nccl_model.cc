@@ -751,6 +751,49 @@ TEST(NcclChoose, PluginLatencyEntersNcclsEstimateNotThePrediction) {
   EXPECT_DOUBLE_EQ(tree(NcclProtocol::Simple).second, simplePredicted);
 }
 
+TEST(NcclChoose, OnAnAmdHostNcclsEstimateTakesItsAmdRows) {
+  // 2 x 8 A100 on OCI's BM.GPU4.8, whose hosts are AMD EPYC 7542 (the topology's cpu_vendor).
+  const NcclSystem amd = ncclSystemOf(loadTopology("oci-a100-roce"), 16);
+  ASSERT_EQ(amd.cpuVendor, CpuVendor::Amd);
+  EXPECT_EQ(ncclSystemOf(loadTopology("dgx-h100-ib400"), 16).cpuVendor, CpuVendor::Intel);  // names none
+  NcclSystem intel = amd;
+  intel.cpuVendor = CpuVendor::Intel;
+  const auto ring = [](const NcclSystem& s, NcclProtocol p, std::size_t bytes) {
+    return ncclChoose(s, Collective::AllReduce, bytes, 16,
+                      parseNcclEnv({{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", std::string(toString(p))}}))
+        .ncclUs;
+  };
+  // getNetOverhead: the ring's 28 steps inside a node (of 30; 2 cross the network) take at least 1 us each on an
+  // Intel host, 2 on an AMD one, three times that for Simple: 3 and 6 against NVLink's 3.4 us Simple step.
+  EXPECT_NEAR(ring(amd, NcclProtocol::Simple, 8) - ring(intel, NcclProtocol::Simple, 8), 28 * (6 - 3.4), 1e-3);
+  // LL: 1 and 2 against NVLink's 0.6 us step; and llMaxBws' row for several nodes caps ring LL at 22.5 GB/s of bus
+  // bandwidth on AMD hosts, 39 on Intel ones (2 nodes), of which 16 / 30 is algorithm bandwidth.
+  const std::size_t mib = std::size_t{1} << 20;
+  EXPECT_NEAR(ring(amd, NcclProtocol::LL, mib) - ring(intel, NcclProtocol::LL, mib),
+              28 * (2 - 1) + mib / 1e3 * 30 / 16 * (1 / 22.5 - 1 / 39.0), 1e-3);
+  // So NCCL's choice moves: at 256 KiB the AMD host takes tree LL128 (the OCI table runs 68 us there, the model
+  // 69), where an Intel one would take ring LL (93 us in the model).
+  const NcclChoice onAmd = ncclChoose(amd, Collective::AllReduce, 256 << 10, 16);
+  EXPECT_EQ(onAmd.algorithm, NcclAlgorithm::Tree);
+  EXPECT_EQ(onAmd.protocol, NcclProtocol::LL128);
+  const NcclChoice onIntel = ncclChoose(intel, Collective::AllReduce, 256 << 10, 16);
+  EXPECT_EQ(onIntel.algorithm, NcclAlgorithm::Ring);
+  EXPECT_EQ(onIntel.protocol, NcclProtocol::LL);
+  // One node: NCCL takes LL's cap by the GPU, not the host.
+  const NcclSystem dgx = ncclSystemOf(loadTopology("dgx-a100-8x1"), 8);
+  ASSERT_EQ(dgx.cpuVendor, CpuVendor::Amd);
+  NcclSystem dgxIntel = dgx;
+  dgxIntel.cpuVendor = CpuVendor::Intel;
+  for (const NcclProtocol p : {NcclProtocol::LL, NcclProtocol::Simple}) {
+    const auto on = [&](const NcclSystem& s) {
+      return ncclChoose(s, Collective::AllReduce, mib, 8,
+                        parseNcclEnv({{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", std::string(toString(p))}}))
+          .ncclUs;
+    };
+    EXPECT_DOUBLE_EQ(on(dgx), on(dgxIntel)) << toString(p);
+  }
+}
+
 TEST(NcclChoose, TheLogsNcclVersionTunesNvlsTreeAsThatVersionDid) {
   EXPECT_EQ(ncclVersionCode("2.26.2"), 22602);
   EXPECT_EQ(ncclVersionCode("2.28.9"), kNcclVersionEmulated);
@@ -1111,8 +1154,9 @@ INSTANTIATE_TEST_SUITE_P(
             "H100x64Ib400Slow", "publicdata/nccltests309_gjaion_8x8_h100_ib400.csv", "dgx-h100-ib400", {}, 0.10, 0.25},
         // Fitted: TCPXO's network hop and line-rate fraction (the profile's variables come from Google's setup).
         RealTable{"H100x16A3Mega", "publicdata/gcp_a3mega_2x8_h100_tcpxo.csv", "gcp-a3-mega", {}, 0.05, 0.20},
-        // Informed LL128's rate and RoCE's hop (the only RoCE table); OCI's RDMA functions in Kubernetes pods.
-        RealTable{"A100x16OciRoce", "publicdata/oci_a100sxm40_2x8_roce_okereadme.csv", "oci-a100-roce", {}, 0.05, 0.17},
+        // Informed LL128's rate and RoCE's hop (the only RoCE table); OCI's RDMA functions in Kubernetes pods. Its
+        // hosts are AMD: with Intel's rows NCCL would take ring LL at 256 KiB (+36% there, p90 15.9%).
+        RealTable{"A100x16OciRoce", "publicdata/oci_a100sxm40_2x8_roce_okereadme.csv", "oci-a100-roce", {}, 0.05, 0.15},
         // 4 x 8 H100 IB (NCCL 2.24.3): a cluster whose rings reach 330 GB/s busbw (the model 356), and 8-64 KiB ~10 us
         // above the model's tree LL.
         RealTable{

@@ -1262,6 +1262,28 @@ TEST(TopologyNcclEnv, RejectsWhatIsNotAnNcclVariable) {
   expectBad(d, {"nccl_env.NCCL_PROTO: NCCL_PROTO=LL256: ", "\"LL256\""});
 }
 
+// The hosts' CPU maker, which NCCL's tuning reads: parsed, written back, outside the fingerprint; a maker NCCL does not
+// tell apart is bad input naming the field and the value.
+TEST(TopologyCpuVendor, ParseRoundTripOutsideTheFingerprint) {
+  json d = baseDoc();
+  EXPECT_EQ(parseTopology(d.dump(), "plain.json").cpuVendor, "");
+  const std::string plain = fingerprint(parseTopology(d.dump(), "plain.json"));
+  d["cpu_vendor"] = "amd";
+  const Topology t = parseTopology(d.dump(), "amd.json");
+  EXPECT_EQ(t.cpuVendor, "amd");
+  const Topology back = parseTopology(toJson(t), "back.json");
+  EXPECT_EQ(back.cpuVendor, "amd");
+  EXPECT_EQ(toJson(back), toJson(t));
+  EXPECT_EQ(fingerprint(t), plain);
+  json g = json::parse(R"({"format": "collbench-topology", "version": 1, "generator": "multi_node",
+                           "cpu_vendor": "intel"})");
+  EXPECT_EQ(parseTopology(g.dump(), "gen.json").cpuVendor, "intel");
+  d["cpu_vendor"] = "arm";
+  expectBad(d, {"cpu_vendor: unknown CPU vendor (accepted: intel, amd)", "\"arm\""});
+  d["cpu_vendor"] = 2;
+  expectBad(d, {"cpu_vendor: expected a string", "2"});
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Memory tiers
 
