@@ -1295,12 +1295,21 @@ double predict(const NcclComm& c, int f, int a, int p, std::size_t bytes, int nr
   // every network hop is store-and-forward for every protocol; Simple also waits for whole chunks on the intra-node
   // chain (ppn - 1 hops each way), where LL and LL128 stream line by line. A chunk crosses a hop at the line rate of
   // the channel's share of the node's NICs or of the GPU's NVLinks.
+  // LL's network steps are staged in host memory (transport/net.cc: the send buffer of LL sits there, and the proxy
+  // checks every line's flags before it sends the step): the GPU writes the step over PCIe, the proxy reads it, and
+  // only then does it leave. So a network hop also stores and forwards an LL step at llStagingGBps.
   if (a == kTree && f == kFuncAllReduce && chunk > 0) {
     const int intraHops = p == kSimple ? 2 * (s.gpusPerNode - 1) : 0;
     const double wireBytes = chunkBytes / kProtoPayload[p];
     const double netShare = s.nicsPerNode * s.nicGBps / nc, intraShare = (s.nvlink ? s.nvlinkGBps : kNcclPciBw) / nc;
-    if (netHops > 0 && netShare > 0) fillUs += netHops * wireBytes / (kBytesPerUsPerGBps * netShare);
+    const double netHopGBps = p == kLL ? std::min(netShare, s.model.llStagingGBps) : netShare;
+    if (netHops > 0 && netHopGBps > 0) fillUs += netHops * wireBytes / (kBytesPerUsPerGBps * netHopGBps);
     fillUs += intraHops * wireBytes / (kBytesPerUsPerGBps * intraShare);
+  }
+  // A ring's network hop stages each step of its pipeline, a channel's share of one rank's piece.
+  if (a == kRing && p == kLL && netHops > 0 && chunk > 0) {
+    const double piece = std::min(static_cast<double>(chunk), static_cast<double>(bytes) / nc / nranks);
+    fillUs += netHops * piece / kProtoPayload[p] / (kBytesPerUsPerGBps * s.model.llStagingGBps);
   }
   // From 2.22 the host's work for a call grows with its channels (NcclModelParams::hostChannelUs); the floor of
   // hostGroupUs and hostLaunchUs is a one-channel call's.

@@ -111,6 +111,13 @@ struct NcclModelParams {
   /// it, assumed alike), 2x8 H100 IB 30 -> 34 us from 1 to 16, within the rows' noise (IB 0; RoCE and TCPXO, whose
   /// profile turns LL off, assumed alike).
   std::array<double, 5> netChannelUs = {0.0, 0.0, 3.8, 3.8, 0.0};
+  /// The rate at which an LL step is staged in host memory before a network hop sends it: the GPU writes its lines
+  /// over PCIe, the proxy checks each line's flags (transport/net.cc sendProxyProgress), then sends the whole step, so
+  /// each network hop a call crosses stores and forwards a step at this rate. Fitted, 6 GB/s: the 2-node and 4-node
+  /// tree LL rows of 512 B .. 64 KiB (1 to 16 channels of at most 4 KiB each) run 3-18 us above the model without it
+  /// on 2 x 8 H100 IB (nccl-tests issue 309), 4 x 8 H100 IB (issue 309, Voltage Park) and 2 x 8 A100 RoCE (OKE); on
+  /// the p5 tables it reads as well as without. 5 GB/s raises the 4-node 128 KiB rows further; 10 helps half as much.
+  double llStagingGBps = 6.0;
   /// Per NIC kind: what a GPU's network proxy (one thread for all the GPU's connections, proxy.cc) spends on each
   /// message: netMessageUs to post and complete it, and netMessageWireShare of its time on the GPU's NICs, testing it
   /// on every pass while it is in flight (transport/net.cc). EFA2 2.47 us: 8 x p5 all-reducing 4 GiB by NVLSTree in
