@@ -116,7 +116,9 @@ struct NcclModelParams {
   /// each network hop a call crosses stores and forwards a step at this rate. Fitted, 6 GB/s: the 2-node and 4-node
   /// tree LL rows of 512 B .. 64 KiB (1 to 16 channels of at most 4 KiB each) run 3-18 us above the model without it
   /// on 2 x 8 H100 IB (nccl-tests issue 309), 4 x 8 H100 IB (issue 309, Voltage Park) and 2 x 8 A100 RoCE (OKE); on
-  /// the p5 tables it reads as well as without. 5 GB/s raises the 4-node 128 KiB rows further; 10 helps half as much.
+  /// the p5 tables it reads as well as without. It also lifts the 128 KiB rows (8 KiB per channel), which the model
+  /// met before (2 x 8 IB +0.9 -> +11.6%, the 4-node ones +6..+12 -> +20..+27%): 5 GB/s lifts them further, 10 helps
+  /// the small rows half as much.
   double llStagingGBps = 6.0;
   /// Per NIC kind: what a GPU's network proxy (one thread for all the GPU's connections, proxy.cc) spends on each
   /// message: netMessageUs to post and complete it, and netMessageWireShare of its time on the GPU's NICs, testing it
