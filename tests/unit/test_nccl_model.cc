@@ -789,7 +789,8 @@ TEST(NcclChoose, OnAnAmdHostNcclsEstimateTakesItsAmdRows) {
   // 2 x 8 A100 on OCI's BM.GPU4.8, whose hosts are AMD EPYC 7542 (the topology's cpu_vendor).
   const NcclSystem amd = ncclSystemOf(loadTopology("oci-a100-roce"), 16);
   ASSERT_EQ(amd.cpuVendor, CpuVendor::Amd);
-  EXPECT_EQ(ncclSystemOf(loadTopology("dgx-h100-ib400"), 16).cpuVendor, CpuVendor::Intel);  // names none
+  EXPECT_EQ(ncclSystemOf(loadTopology("dgx-h100-ib400"), 16).cpuVendor, CpuVendor::Intel);
+  EXPECT_EQ(ncclSystemOf(loadTopology("h100-4x8-rail"), 16).cpuVendor, CpuVendor::Intel);  // names none
   NcclSystem intel = amd;
   intel.cpuVendor = CpuVendor::Intel;
   const auto ring = [](const NcclSystem& s, NcclProtocol p, std::size_t bytes) {
