@@ -229,6 +229,10 @@ class Reader {
 // The checks shared by parseTopology (which knows the JSON order of routes) and validateTopology.
 void validateImpl(const Topology& t, const std::string& source,
                   const std::vector<std::pair<std::string, std::string>>* routeOrder) {
+  if (!t.cpuVendor.empty() && std::find(cpuVendors().begin(), cpuVendors().end(), t.cpuVendor) == cpuVendors().end()) {
+    fail(source, "cpu_vendor", fmt::format("unknown CPU vendor (accepted: {})", joinNames(cpuVendors())),
+         quote(t.cpuVendor));
+  }
   if (t.nodes.empty()) fail(source, "nodes", "must list at least one node", "[]");
   std::unordered_map<std::string, int> index;
   index.reserve(t.nodes.size() * 2);
@@ -426,16 +430,10 @@ std::map<std::string, std::string> readNcclEnv(const Reader& rd, const json& doc
   return vars;
 }
 
-/// "cpu_vendor": one of cpuVendors(); "" when absent.
+/// "cpu_vendor" ("" when absent); validateImpl checks it is one of cpuVendors().
 std::string readCpuVendor(const Reader& rd, const json& doc) {
   const json* v = rd.find(doc, "cpu_vendor");
-  if (v == nullptr) return "";
-  std::string vendor = rd.string(*v, "cpu_vendor");
-  if (std::find(cpuVendors().begin(), cpuVendors().end(), vendor) == cpuVendors().end()) {
-    fail(rd.source(), "cpu_vendor", fmt::format("unknown CPU vendor (accepted: {})", joinNames(cpuVendors())),
-         render(*v));
-  }
-  return vendor;
+  return v == nullptr ? "" : rd.string(*v, "cpu_vendor");
 }
 
 Topology fromJson(const json& doc, const std::string& source) {

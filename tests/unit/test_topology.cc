@@ -1282,6 +1282,11 @@ TEST(TopologyCpuVendor, ParseRoundTripOutsideTheFingerprint) {
   expectBad(d, {"cpu_vendor: unknown CPU vendor (accepted: intel, amd)", "\"arm\""});
   d["cpu_vendor"] = 2;
   expectBad(d, {"cpu_vendor: expected a string", "2"});
+  // A topology built in code is held to the same list.
+  Topology built = t;
+  built.cpuVendor = "AMD";
+  expectError([&] { validateTopology(built, "built"); }, Errc::InvalidTopology,
+              {"built: cpu_vendor: unknown CPU vendor (accepted: intel, amd)", "\"AMD\""});
 }
 
 // ---------------------------------------------------------------------------------------------------------------
